@@ -1,0 +1,161 @@
+"""Command line: ``hpcsolve run | validate | info | bench``.
+
+Exit codes: 0 success, 2 bad input (case, arguments, unavailable backend), 3 numerical failure
+(blow-up, breakdown), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hpcsolve import __version__, backends, precision
+from hpcsolve.errors import HpcsolveError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own usage errors: exit 2 with one line
+        self.print_usage(sys.stderr)
+        print(f"hpcsolve: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _add_case_args(p):
+    p.add_argument("case", help="path to a .toml case file (see cases/)")
+    p.add_argument("--backend", choices=backends.CHOICES, help="override run.backend (default: the case's, else auto)")
+    p.add_argument("--precision", choices=list(precision.POLICIES), help="override run.precision")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override any case value, e.g. --set physics.reynolds=400 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpcsolve", description="GPU LBM and FEM solvers with accuracy-vs-speed reporting.")
+    parser.add_argument("--version", action="version", version=f"hpcsolve {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
+    _add_case_args(p)
+    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--dry-run", action="store_true", help="print the derived parameters and memory, then stop")
+
+    p = sub.add_parser("validate", help="check a case file (and --set overrides) without running it")
+    _add_case_args(p)
+    p.add_argument("--json", action="store_true", help="print the derived parameters as JSON")
+
+    p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("bench", help="benchmarks (GPU kernels vs copy bandwidth, CPU references)")
+    p.add_argument("family", choices=("lbm", "fem"))
+    p.add_argument("--out", type=Path, default=None, help="folder for bench JSON and markdown (default: $OUT or bench/)")
+    p.add_argument("--sizes", type=int, nargs="+", help="problem sizes (grid edge / unknowns per edge)")
+    p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
+    p.add_argument("--precisions", nargs="+", help="precisions to time")
+    p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (smoke test)")
+    return parser
+
+
+def _print_kv(title: str, mapping: dict) -> None:
+    print(title)
+    width = max((len(str(k)) for k in mapping), default=0)
+    for k, v in mapping.items():
+        if isinstance(v, float):
+            v = f"{v:.6g}"
+        elif isinstance(v, (dict, list)):
+            v = json.dumps(v)
+        print(f"  {str(k):<{width}}  {v}")
+
+
+def cmd_run(args) -> int:
+    from hpcsolve import run as runmod
+
+    if args.dry_run:
+        info = runmod.describe(args.case, args.backend, args.precision, args.overrides)
+        _print_kv("dry run (nothing was run):", info)
+        return 0
+    case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
+    out = args.out or runmod.default_out_dir(case, backend, policy)
+    runmod.check_out_dir(out, args.overwrite)
+    if not args.quiet:
+        print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
+    result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
+                             plots=not args.no_plots)
+    if not args.quiet:
+        _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
+                  {**result.derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
+    print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
+    return 0 if result.status not in ("blew_up", "not_converged") else 3
+
+
+def cmd_validate(args) -> int:
+    from hpcsolve import run as runmod
+
+    info = runmod.describe(args.case, args.backend, args.precision, args.overrides)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        _print_kv(f"{args.case}: valid", info)
+    return 0
+
+
+def cmd_info(args) -> int:
+    rows = [backends.probe(n) for n in backends.BACKENDS]
+    auto = backends.resolve("auto")
+    data = {
+        "hpcsolve": __version__,
+        "auto_backend": auto,
+        "backends": {r.name: {"available": r.available, "detail": r.reason} for r in rows},
+        "precisions": {p.name: {"families": sorted(p.families), "description": p.description}
+                       for p in precision.POLICIES.values()},
+        "packages": backends.package_versions(),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"hpcsolve {__version__}")
+    print("backends:")
+    for r in rows:
+        print(f"  {r.name:<11} {'usable' if r.available else 'not usable':<11} {r.reason}")
+    print(f"  auto        -> {auto}")
+    print("precisions:")
+    for p in precision.POLICIES.values():
+        print(f"  {p.name:<6} {'/'.join(sorted(p.families)):<8} {p.description}")
+    print("packages:")
+    for k, v in data["packages"].items():
+        print(f"  {k:<13} {v}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"hpcsolve.report.bench_{args.family}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"hpcsolve.report.bench_{args.family}":
+            raise HpcsolveError(f"bench {args.family}: not available in this version") from None
+        raise
+    return mod.main(args)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = {"run": cmd_run, "validate": cmd_validate, "info": cmd_info, "bench": cmd_bench}[args.command]
+    try:
+        return handler(args)
+    except HpcsolveError as exc:
+        print(f"hpcsolve: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hpcsolve: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Typed user-facing errors. The CLI maps each to one message and an exit code."""
+
+from __future__ import annotations
+
+
+class HpcsolveError(Exception):
+    """Base class of every error hpcsolve reports to a user."""
+
+    exit_code = 1
+
+
+class CaseError(HpcsolveError, ValueError):
+    """Bad input: a case file, an override, a mesh, or an argument. Names field, value, allowed."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None, value=None, allowed: str | None = None):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        if field is not None and not message.startswith(field):
+            message = f"{field}: {message}"
+        super().__init__(message)
+
+    @classmethod
+    def invalid(cls, field: str, value, allowed: str, why: str | None = None) -> "CaseError":
+        text = f"got {value!r}; allowed: {allowed}"
+        if why:
+            text = f"{why} (got {value!r}; allowed: {allowed})"
+        return cls(text, field=field, value=value, allowed=allowed)
+
+
+class BackendError(HpcsolveError):
+    """A backend was asked for that cannot run here; the message says why."""
+
+    exit_code = 2
+
+
+class BlowUpError(HpcsolveError):
+    """The run diverged (NaN/Inf or out-of-bounds values); carries the step and a suggestion."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, step: int | None = None, cause: str = "", suggestion: str = ""):
+        self.step = step
+        self.cause = cause
+        self.suggestion = suggestion
+        super().__init__(message)
+
+
+class SolverError(HpcsolveError):
+    """A linear solver met a condition it cannot continue from (e.g. non-SPD matrix)."""
+
+    exit_code = 3

@@ -1,0 +1,76 @@
+"""Precision policies: what is stored, what is computed in, and where a policy applies.
+
+A policy is a small frozen object; code asks it (``policy.storage``, ``policy.shifted``),
+it never compares strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcsolve.errors import CaseError
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    storage: np.dtype          # dtype of the large state arrays (LBM populations, FEM vectors/matrix)
+    compute: np.dtype          # dtype of the arithmetic
+    families: frozenset        # solver families that support it: "lbm", "fem"
+    shifted: bool = False      # LBM: populations stored as f_i - w_i (DDF shifting)
+    population_scale: float = 1.0  # LBM: stored value = (f_i - w_i) * scale (fp16s uses range well)
+    refinement: bool = False   # FEM: low-precision inner work, float64 residual and solution
+    description: str = ""
+
+    @property
+    def storage_bytes(self) -> int:
+        return np.dtype(self.storage).itemsize
+
+    def supports(self, family: str) -> bool:
+        return family in self.families
+
+    def require(self, family: str, field: str = "run.precision") -> "Precision":
+        if not self.supports(family):
+            allowed = ", ".join(p.name for p in POLICIES.values() if p.supports(family))
+            raise CaseError.invalid(field, self.name, allowed, why=f"precision {self.name!r} does not apply to {family}")
+        return self
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FP64 = Precision("fp64", np.dtype(np.float64), np.dtype(np.float64), frozenset({"lbm", "fem"}),
+                 shifted=True, description="float64 storage and arithmetic")
+FP32 = Precision("fp32", np.dtype(np.float32), np.dtype(np.float32), frozenset({"lbm", "fem"}),
+                 shifted=True, description="float32 storage and arithmetic")
+# fp16 keeps ~3.3 decimal digits; shifted populations f_i - w_i are O(Ma^2 + drho) ~ 1e-2..1e-3,
+# so scaling them up moves them away from float16's subnormal range (< 6.1e-5) where digits are lost.
+FP16S = Precision("fp16s", np.dtype(np.float16), np.dtype(np.float32), frozenset({"lbm"}),
+                  shifted=True, population_scale=256.0,
+                  description="float16 storage of shifted, scaled populations; float32 arithmetic")
+MIXED = Precision("mixed", np.dtype(np.float32), np.dtype(np.float32), frozenset({"fem"}),
+                  refinement=True,
+                  description="float32 inner solve, float64 solution and true residual")
+
+POLICIES: dict[str, Precision] = {p.name: p for p in (FP64, FP32, FP16S, MIXED)}
+
+
+def get_precision(name: "str | Precision", family: str | None = None, field: str = "run.precision") -> Precision:
+    """Return the policy called ``name``; with ``family``, check that it applies there."""
+    if isinstance(name, Precision):
+        policy = name
+    else:
+        try:
+            policy = POLICIES[str(name).lower()]
+        except KeyError:
+            allowed = ", ".join(p.name for p in POLICIES.values() if family is None or p.supports(family))
+            raise CaseError.invalid(field, name, allowed) from None
+    if family is not None:
+        policy.require(family, field)
+    return policy
+
+
+def names(family: str | None = None) -> list[str]:
+    return [p.name for p in POLICIES.values() if family is None or p.supports(family)]
