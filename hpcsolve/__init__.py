@@ -11,11 +11,11 @@ from hpcsolve.errors import (  # noqa: E402
 from hpcsolve.precision import Precision, get_precision  # noqa: E402
 
 
-def run(*args, **kwargs):
-    """Run a case; see :func:`hpcsolve.run.run_case`."""
-    from hpcsolve.run import run_case
+def run_case(*args, **kwargs):
+    """Run a case and return its Result; see :func:`hpcsolve.run.run_case`."""
+    from hpcsolve.run import run_case as _run_case
 
-    return run_case(*args, **kwargs)
+    return _run_case(*args, **kwargs)
 
 
 def load_case(*args, **kwargs):
@@ -34,5 +34,5 @@ __all__ = [
     "Precision",
     "get_precision",
     "load_case",
-    "run",
+    "run_case",
 ]

@@ -1,0 +1,159 @@
+"""Foundation: precision policies, backend probe, overrides, error messages, result writers."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import h5py
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from hpcsolve import backends, cli
+from hpcsolve.cases import StrictModel, apply_override, parse_override, validation_error_to_case_error
+from hpcsolve.errors import BackendError, CaseError
+from hpcsolve.precision import FP16S, FP32, FP64, MIXED, get_precision
+from hpcsolve.results import Result, Snapshot, StructuredGrid, TriangleMesh, read_h5, write_json
+
+
+def test_precision_policies_know_their_dtypes_and_families():
+    assert FP64.storage == np.float64 and FP64.compute == np.float64
+    assert FP32.storage_bytes == 4
+    assert FP16S.storage == np.float16 and FP16S.compute == np.float32 and FP16S.shifted
+    assert MIXED.refinement and not MIXED.supports("lbm")
+    assert get_precision("FP32", family="fem") is FP32
+    with pytest.raises(CaseError, match=r"run.precision: .*'mixed'.*fp64, fp32, fp16s"):
+        get_precision("mixed", family="lbm")
+    with pytest.raises(CaseError, match=r"allowed: fp64, fp32, mixed"):
+        get_precision("fp8", family="fem")
+
+
+def test_fp16s_scale_keeps_shifted_populations_out_of_the_subnormal_range():
+    # a typical shifted population at Ma ~ 0.05 is ~ w_i * 3 * u ~ 1e-3; with the scale it must be a
+    # normal float16 and keep ~3 significant digits
+    g = np.float32(3.1e-4)
+    stored = np.float16(g * FP16S.population_scale)
+    assert stored >= np.finfo(np.float16).tiny
+    rel = abs(np.float32(stored) / FP16S.population_scale - g) / g
+    assert 0 < rel < 1e-3
+
+
+def test_backend_probe_and_resolve_here():
+    assert backends.probe("numpy").available
+    assert backends.resolve("auto") in backends.BACKENDS
+    assert backends.resolve("numpy") == "numpy"
+    with pytest.raises(BackendError, match="allowed: auto, numpy, cupy, numba-cuda"):
+        backends.resolve("opencl")
+    if not backends.probe("cupy").available:
+        with pytest.raises(BackendError, match="cannot run here: cupy"):
+            backends.resolve("cupy")
+
+
+def test_override_parsing_types_and_paths():
+    assert parse_override("physics.reynolds=400") == (["physics", "reynolds"], 400)
+    assert parse_override("run.backend=cupy") == (["run", "backend"], "cupy")
+    assert parse_override("a.b=[1, 2.5]") == (["a", "b"], [1, 2.5])
+    assert parse_override("a.flag=true") == (["a", "flag"], True)
+    data = {"physics": {"reynolds": 100}}
+    apply_override(data, "physics.reynolds=1000")
+    apply_override(data, "output.interval=50")
+    assert data == {"physics": {"reynolds": 1000}, "output": {"interval": 50}}
+    with pytest.raises(CaseError, match="physics.reynolds is a value, not a table"):
+        apply_override(data, "physics.reynolds.x=1")
+    with pytest.raises(CaseError, match=r"--set: got 'nonsense'"):
+        parse_override("nonsense")
+
+
+class _Section(StrictModel):
+    reynolds: float
+    steps: int = 10
+
+
+class _Toy(StrictModel):
+    physics: _Section
+
+
+def test_validation_errors_name_field_value_and_allowed():
+    with pytest.raises(ValidationError) as info:
+        _Toy.model_validate({"physics": {"reynolds": "fast", "stpes": 3}})
+    err = validation_error_to_case_error(info.value, "toy.toml")
+    text = str(err)
+    assert "toy.toml (2 problems)" in text
+    assert "physics.reynolds: got 'fast'" in text
+    assert "physics.stpes: unknown key" in text
+    assert err.field == "physics.reynolds"
+
+
+def _structured_result():
+    ny, nx = 4, 5
+    rho = np.linspace(0.9, 1.1, nx * ny).reshape(ny, nx)
+    vel = np.stack([rho - 1, 2 * (rho - 1)], axis=-1)
+    snaps = [Snapshot(time=t, step=int(10 * t), fields={"rho": rho * (1 + t), "velocity": vel}) for t in (0.0, 1.0)]
+    return Result("toy", "lbm", "numpy", "fp64", grid=StructuredGrid(nx, ny, spacing=0.25),
+                  fields={"rho": rho, "velocity": vel}, snapshots=snaps,
+                  series={"time": np.array([0.0, 1.0]), "drag": np.array([1.0, np.nan])},
+                  metrics={"err": 1.5e-3, "nested": {"a": 1}}, derived={"tau": 0.6}, case_text="x = 1\n")
+
+
+def test_result_files_round_trip_and_xdmf_points_at_real_datasets(tmp_path):
+    res = _structured_result()
+    files = res.write(tmp_path, plots=False)
+    back = read_h5(files["h5"])
+    np.testing.assert_array_equal(back["fields"]["rho"], res.fields["rho"])
+    assert back["fields"]["velocity"].shape == (4, 5, 3)          # padded to 3 components
+    np.testing.assert_array_equal(back["fields"]["velocity"][..., :2], res.fields["velocity"])
+    assert back["snapshots"][1]["time"] == 1.0
+    np.testing.assert_allclose(back["snapshots"][1]["fields"]["rho"], res.fields["rho"] * 2)
+    assert back["metrics"]["err"] == 1.5e-3 and back["metrics"]["nested"] == {"a": 1}
+    assert back["attrs"]["case_text"] == "x = 1\n"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metrics"]["err"] == 1.5e-3 and summary["files"]["h5"] == "result.h5"
+    root = ET.parse(files["xdmf"]).getroot()
+    refs = [d.text for d in root.iter("DataItem") if d.get("Format") == "HDF"]
+    assert len(refs) == 4  # 2 snapshots x (rho, velocity)
+    with h5py.File(files["h5"], "r") as f:
+        for ref in refs:
+            name, path = ref.split(":")
+            assert name == "result.h5"
+            dims = tuple(int(v) for v in root.find(f".//DataItem[.='{ref}']").get("Dimensions").split())
+            assert f[path].shape == dims
+
+
+def test_triangle_mesh_xdmf_reads_back_with_meshio(tmp_path):
+    import meshio
+
+    pts = np.array([[0, 0], [1, 0], [0, 1], [1, 1]], dtype=float)
+    tri = np.array([[0, 1, 2], [1, 3, 2]])
+    u = pts[:, 0] + 2 * pts[:, 1]
+    disp = np.stack([pts[:, 0], -pts[:, 1]], axis=1)
+    res = Result("mesh", "fem", "numpy", "fp64", grid=TriangleMesh(pts, tri), fields={"u": u, "displacement": disp})
+    files = res.write(tmp_path, plots=False)
+    mesh = meshio.read(files["xdmf"])
+    np.testing.assert_allclose(mesh.points[:, :2], pts)
+    np.testing.assert_array_equal(mesh.cells_dict["triangle"], tri)
+    np.testing.assert_allclose(mesh.point_data["u"], u)
+    np.testing.assert_allclose(mesh.point_data["displacement"][:, :2], disp)
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "summary.json"
+    write_json({"ok": 1}, target)
+
+    class Boom:
+        pass
+
+    with pytest.raises(TypeError):
+        write_json({"bad": Boom()}, target)
+    assert json.loads(target.read_text()) == {"ok": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left behind
+
+
+def test_cli_info_and_usage_errors(capsys):
+    assert cli.main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["backends"]["numpy"]["available"] is True
+    assert set(data["precisions"]) == {"fp64", "fp32", "fp16s", "mixed"}
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run"])
+    assert exc.value.code == 2
+    assert cli.main(["run", "does/not/exist.toml"]) == 2
+    assert "case: file not found (got 'does/not/exist.toml'" in capsys.readouterr().err
