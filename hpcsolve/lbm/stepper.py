@@ -1,0 +1,197 @@
+"""The interface every LBM backend implements, and the setup it receives.
+
+A backend gets an :class:`LBMSetup` (geometry as a flags array, boundary velocities, relaxation,
+collision model, precision policy, initial state) and returns a :class:`Stepper`. The algorithm a
+Stepper must implement is fixed in docs/lbm_algorithm.md; ``kernels_numpy.NumpyStepper`` is the
+reference every other backend is compared with.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcsolve import backends
+from hpcsolve.errors import BackendError, CaseError
+from hpcsolve.lbm import lattice, physics
+from hpcsolve.precision import FP64, Precision
+
+# Cell flags (uint8), one per cell of the (ny, nx) grid. The domain always wraps periodically;
+# a side that should not be periodic has a layer of non-fluid cells. Boundaries lie half-way
+# between a fluid cell and a non-fluid neighbour. Non-fluid cells are never updated.
+FLUID = 0      #: updated every step
+WALL = 1       #: resting wall: half-way bounce-back
+VELOCITY = 2   #: moving wall or velocity inlet: bounce-back with the momentum term, u_w from boundary_velocity
+OUTLET = 3     #: pressure outlet at rho = 1: anti-bounce-back with the adjacent fluid cell's own velocity
+FLAG_NAMES = {FLUID: "fluid", WALL: "wall", VELOCITY: "velocity", OUTLET: "outlet"}
+
+COLLISIONS = ("bgk", "trt")
+
+
+@dataclass
+class LBMSetup:
+    """Everything a backend needs to step a D2Q9 lattice (all in lattice units)."""
+
+    flags: np.ndarray                          # (ny, nx) uint8, codes above
+    relaxation_time: float                     # tau; viscosity nu = (tau - 1/2) / 3
+    collision: str = "bgk"                     # "bgk" | "trt"
+    magic: float = 3.0 / 16.0                  # TRT magic parameter Lambda
+    policy: Precision = FP64
+    boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64, read at VELOCITY cells only
+    initial_density: np.ndarray | None = None    # (ny, nx) float64, default 1
+    initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
+
+    def __post_init__(self):
+        self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
+        if self.flags.ndim != 2:
+            raise CaseError.invalid("flags", self.flags.shape, "a 2D (ny, nx) array")
+        bad = set(np.unique(self.flags).tolist()) - set(FLAG_NAMES)
+        if bad:
+            raise CaseError.invalid("flags", sorted(bad), ", ".join(f"{k}={v}" for k, v in FLAG_NAMES.items()))
+        if self.collision not in COLLISIONS:
+            raise CaseError.invalid("collision", self.collision, ", ".join(COLLISIONS))
+        if not self.relaxation_time > 0.5:
+            raise CaseError.invalid("relaxation_time", self.relaxation_time, "> 0.5")
+        ny, nx = self.flags.shape
+        if self.boundary_velocity is None:
+            self.boundary_velocity = np.zeros((2, ny, nx))
+        self.boundary_velocity = np.asarray(self.boundary_velocity, dtype=np.float64)
+        if self.boundary_velocity.shape != (2, ny, nx):
+            raise CaseError.invalid("boundary_velocity", self.boundary_velocity.shape, f"shape (2, {ny}, {nx})")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.flags.shape
+
+    @property
+    def omegas(self) -> tuple[float, float]:
+        """(omega+, omega-): for BGK both are 1/tau."""
+        if self.collision == "trt":
+            return physics.trt_omegas(self.relaxation_time, self.magic)
+        w = physics.omega_from_tau(self.relaxation_time)
+        return w, w
+
+    @property
+    def fluid_cells(self) -> int:
+        return int(np.count_nonzero(self.flags == FLUID))
+
+    def initial_populations(self) -> np.ndarray:
+        """Stored initial state g = (f^eq(rho0, u0) - w) * scale in the storage dtype; non-fluid cells 0.
+
+        Computed with the compute-dtype physics so every backend starts from the same bits."""
+        pol = self.policy
+        ct = np.dtype(pol.compute)
+        ny, nx = self.shape
+        rho0 = np.ones((ny, nx)) if self.initial_density is None else np.asarray(self.initial_density, float)
+        u0 = np.zeros((2, ny, nx)) if self.initial_velocity is None else np.asarray(self.initial_velocity, float)
+        P = physics.physics_for(ct)
+        heq = P.equilibrium((rho0 - 1.0).astype(ct), u0[0].astype(ct), u0[1].astype(ct))
+        h = np.stack(heq)
+        h[:, self.flags != FLUID] = 0
+        if pol.population_scale != 1.0:
+            h = h * ct.type(pol.population_scale)
+        return np.ascontiguousarray(h.astype(pol.storage))
+
+
+class Stepper(abc.ABC):
+    """One backend's state and time stepping. State stays on the backend's device.
+
+    The stored array holds post-collision populations (see docs/lbm_algorithm.md); ``time_step``
+    counts the steps done since the initial state.
+    """
+
+    backend: str = ""
+
+    def __init__(self, setup: LBMSetup):
+        self.setup = setup
+        self.policy = setup.policy
+        self.time_step = 0
+
+    @abc.abstractmethod
+    def step(self, n: int = 1) -> None:
+        """Advance n time steps; no host synchronization (GPU backends just enqueue work)."""
+
+    @abc.abstractmethod
+    def populations(self) -> np.ndarray:
+        """Host copy of the stored state g (9, ny, nx), in the storage dtype (shifted, scaled)."""
+
+    def macroscopic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rho, ux, uy) host float64 arrays (ny, nx) computed from the stored state with the
+        compute-dtype physics (moments of h = g / scale). Non-fluid cells read rho = 1, u = 0."""
+        return macroscopic_from_populations(self.populations(), self.setup)
+
+    def force(self, mask: np.ndarray) -> tuple[float, float]:
+        """Force (Fx, Fy) on the non-fluid cells in ``mask`` by momentum exchange, lattice units."""
+        return momentum_exchange_force(self.populations(), self.setup, mask)
+
+    def finite(self) -> bool:
+        """True if every stored population is finite (the blow-up check)."""
+        return bool(np.isfinite(self.populations()).all())
+
+
+def shifted_populations(g: np.ndarray, policy: Precision) -> np.ndarray:
+    """h = g / scale in the compute dtype (the stored state as the physics sees it)."""
+    ct = np.dtype(policy.compute)
+    h = np.asarray(g).astype(ct)
+    if policy.population_scale != 1.0:
+        h = h * ct.type(1.0 / policy.population_scale)
+    return h
+
+
+def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):
+    h = shifted_populations(g, setup.policy)
+    P = physics.physics_for(h.dtype)
+    drho, ux, uy = P.moments(tuple(h))
+    solid = setup.flags != FLUID
+    rho = 1.0 + drho.astype(np.float64)
+    ux = ux.astype(np.float64)
+    uy = uy.astype(np.float64)
+    rho[solid], ux[solid], uy[solid] = 1.0, 0.0, 0.0
+    return rho, ux, uy
+
+
+def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) -> tuple[float, float]:
+    """F = sum over links (x fluid, x + c_i in mask) of c_i (f*_i(x) + f_opp(i)(x, t+1)), where the
+    bounced population is f_opp(i)(x, t+1) = f*_i(x) - 6 w_i (c_i . u_w(x + c_i)); accumulated in float64.
+
+    The stored state holds f*(t); the result is the force the body receives between t and t+1.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    h = shifted_populations(g, setup.policy).astype(np.float64)
+    fluid = setup.flags == FLUID
+    uw = setup.boundary_velocity
+    fx = fy = 0.0
+    for i in range(1, lattice.Q):
+        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
+        # cells x whose neighbour x + c_i is in the mask: roll the mask by -c_i
+        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
+        links = fluid & target
+        if not links.any():
+            continue
+        f_out = h[i][links] + w
+        cu = cx * np.roll(uw[0], (-cy, -cx), (0, 1))[links] + cy * np.roll(uw[1], (-cy, -cx), (0, 1))[links]
+        f_back = f_out - 6.0 * w * cu
+        s = float(np.sum(f_out + f_back))
+        fx += cx * s
+        fy += cy * s
+    return fx, fy
+
+
+def get_stepper(backend: str, setup: LBMSetup) -> Stepper:
+    """The Stepper of ``backend`` ('numpy', 'cupy', 'numba-cuda'); backend modules import lazily."""
+    modules = {"numpy": "kernels_numpy", "cupy": "kernels_cupy", "numba-cuda": "kernels_numba"}
+    if backend not in modules:
+        raise BackendError(f"backend: got {backend!r}; allowed: {', '.join(modules)}")
+    status = backends.probe(backend)
+    if not status.available:
+        raise BackendError(f"backend {backend!r} cannot run here: {status.reason}")
+    try:
+        mod = importlib.import_module(f"hpcsolve.lbm.{modules[backend]}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"hpcsolve.lbm.{modules[backend]}":
+            raise BackendError(f"backend {backend!r}: the LBM kernels for it are not in this build") from None
+        raise
+    return mod.make_stepper(setup)
