@@ -30,6 +30,7 @@ class SolveReport:
     kappa_estimate: float = float("nan")      # Lanczos estimate from the CG coefficients, when available
     fallback: str = ""             # non-empty when the solver switched strategy (e.g. to fp64 CG), says why
     time_s: float = 0.0            # wall time of the solve (synchronized)
+    setup_time_s: float = 0.0      # building the backend's Ops (matrix copies/uploads), not in time_s
     notes: list[str] = field(default_factory=list)
 
     @property
