@@ -50,8 +50,11 @@ class KrylovOptions:
 
 
 class _Breakdown(Exception):
-    def __init__(self, iteration: int, what: str):
+    """kind: "indefinite" (p.Ap <= 0: the matrix is not SPD) or "nonfinite" (overflow / NaN)."""
+
+    def __init__(self, iteration: int, what: str, kind: str):
         self.iteration = iteration
+        self.kind = kind
         super().__init__(what)
 
 
@@ -68,7 +71,7 @@ class _CGCore:
         self.p = ops.vector()
         self.q = ops.vector()
         self.z = ops.vector() if dinv is not None else None
-        self._pending: dict[str, list] = {"alpha": [], "beta": [], "pap": [], "rr": []}
+        self._pending: dict[str, list] = {"alpha": [], "beta": [], "pap": [], "rr": [], "rz": []}
         self.alpha: list[float] = []
         self.beta: list[float] = []
         self.rr: list[float] = []          # recursive r.r per iteration (host, after flush)
@@ -93,6 +96,7 @@ class _CGCore:
         self._rz_new, rr = ops.update_xr(x, r, self.p, self.q, alpha, self.dinv, self.z)
         self._pending["alpha"].append(alpha)
         self._pending["pap"].append(pap)
+        self._pending["rz"].append(self.rz)
         self._pending["rr"].append(rr)
         self.iterations += 1
 
@@ -123,18 +127,21 @@ class _CGCore:
         self.alpha.extend(host["alpha"].tolist())
         self.beta.extend(host["beta"].tolist())
         self.rr.extend(host["rr"].tolist())
-        pap = host["pap"]
-        bad = np.flatnonzero(~(pap > 0))
-        if bad.size:
-            i = int(bad[0])
-            raise _Breakdown(first + i + 1, f"p.Ap = {pap[i]:.3e} at iteration {first + i + 1}: "
-                             "the matrix is not symmetric positive definite (or the data hold NaN/Inf)")
-        rr = host["rr"]
-        bad = np.flatnonzero(~np.isfinite(rr))
-        if bad.size:
-            i = int(bad[0])
-            raise _Breakdown(first + i + 1, f"the residual became {rr[i]} at iteration {first + i + 1} "
-                             f"(overflow or NaN in {ops.dtype.name})")
+        pap, rz, rr = host["pap"], host["rz"], host["rr"]
+        # p.Ap = 0 with r.z = 0 is the exact solution (div gives alpha = 0), not a breakdown
+        bad_nf = np.flatnonzero(~np.isfinite(pap) | ~np.isfinite(rr))
+        bad_ind = np.flatnonzero((pap < 0) | ((pap == 0) & (rz != 0)))
+        if bad_nf.size and (not bad_ind.size or bad_nf[0] < bad_ind[0]):
+            i = int(bad_nf[0])
+            raise _Breakdown(first + i + 1, f"p.Ap = {pap[i]:.3e}, r.r = {rr[i]:.3e} at iteration {first + i + 1} "
+                             f"(overflow or NaN in {ops.dtype.name})", "nonfinite")
+        if bad_ind.size:
+            i = int(bad_ind[0])
+            self.alpha = self.alpha[: first + i]   # keep the kappa estimate of the valid coefficients
+            self.beta = self.beta[: first + i]
+            raise _Breakdown(first + i + 1, f"p.Ap = {pap[i]:.3e} <= 0 at iteration {first + i + 1}: the matrix is "
+                             "not symmetric positive definite (indefinite, or singular with an inconsistent "
+                             "right-hand side)", "indefinite")
 
     def kappa_estimate(self) -> float:
         return lanczos_kappa(self.alpha, self.beta)
@@ -292,7 +299,7 @@ def solve_ir_restarted(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOption
         ops32.zero(d)
         core = _CGCore(ops32, dinv)
         core.begin(r32)
-        start = len(hist.recursive)
+        indefinite = False
         try:
             while core.iterations < opts.maxiter - report.iterations:
                 core.step(d, r32)
@@ -304,12 +311,15 @@ def solve_ir_restarted(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOption
             core.flush()
         except _Breakdown as exc:
             reason = f"breakdown in the float32 inner solve: {exc}"
+            indefinite = exc.kind == "indefinite"
         hist.recursive.extend(math.sqrt(max(v, 0.0)) * res for v in core.rr)
         report.iterations += core.iterations
         report.outer_iterations = outer
         if core.iterations > longest:
             longest, kappa = core.iterations, core.kappa_estimate()
         report.kappa_estimate = kappa
+        if indefinite:
+            return x64, hist, reason   # float64 CG would break down too
         if reason:
             break
         o64.axpy(rnorm, d, x64)
@@ -403,7 +413,10 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
                     next_true += opts.true_every
             core.direction(r)
     except _Breakdown as exc:
-        fallback_why = f"breakdown in the float32 recurrences: {exc}"
+        if exc.kind == "indefinite":
+            reason = f"breakdown: {exc}"
+        else:
+            fallback_why = f"breakdown in the float32 recurrences: {exc}"
     o64.axpy(1.0, y, x64)
     ops32.zero(y)
     report.iterations = core.iterations

@@ -47,7 +47,7 @@ class Ops(Protocol):
     def update_xr(self, x, r, p, q, alpha, dinv=None, z=None): ...
     #   x += alpha p; r -= alpha q; if dinv: z = dinv * r. Returns (r.z, r.r) (r.z is r.r without dinv)
     def update_p(self, p, z, beta) -> None: ...                # p = z + beta p
-    def div(self, a, b): ...                                   # a / b as a device scalar
+    def div(self, a, b): ...                                   # a / b as a device scalar; 0 where b == 0
     def to_float(self, s) -> float: ...                        # one device scalar to the host (syncs)
     def scalars_to_host(self, seq: Sequence) -> np.ndarray: ...  # many device scalars, one sync
     def synchronize(self) -> None: ...
@@ -137,8 +137,8 @@ class NumpyOps:
         p += z
 
     def div(self, a, b):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self.dtype.type(a) / self.dtype.type(b)
+        a, b = self.dtype.type(a), self.dtype.type(b)
+        return a / b if b != 0 else self.dtype.type(0)
 
     def to_float(self, s):
         return _host_float(s)
