@@ -1,0 +1,1 @@
+"""Reference data shipped with hpcsolve (copied from ../shared/reference/)."""

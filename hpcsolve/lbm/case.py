@@ -1,0 +1,244 @@
+"""LBM case files: flows written in physical terms; lattice parameters derived and checked.
+
+A case gives the Reynolds number, a characteristic length and velocity (m, m/s), the domain
+size (m), the resolution (cells across the characteristic length) and the characteristic
+velocity in lattice units. :func:`derive` turns that into the lattice (tau, dt, steps, grid
+size) and refuses unstable settings with a message that says what to change. Example:
+cases/lid_driven_cavity.toml.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hpcsolve.cases import CaseBase, StrictModel
+from hpcsolve.errors import CaseError
+from hpcsolve.lbm.units import Units
+
+#: refuse tau <= 0.5 + TAU_MARGIN (viscosity too close to zero: BGK and TRT go unstable)
+TAU_MARGIN = 0.01
+#: warn above this peak lattice velocity (compressibility error ~ Ma^2), refuse above the second
+U_WARN, U_REFUSE = 0.1, 0.3
+
+Side = Literal["periodic", "wall", "moving_wall", "inlet", "outlet"]
+REFERENCES = ("none", "taylor_green", "poiseuille", "ghia", "schafer_turek_2d1", "schafer_turek_2d2")
+
+
+class PhysicsSection(StrictModel):
+    reynolds: float = Field(..., gt=0, le=1e6, description="Re = U L / nu")
+    length: float = Field(1.0, gt=0, description="characteristic length L, m (cavity side, cylinder diameter, channel height, TGV box side)")
+    velocity: float = Field(1.0, gt=0, description="characteristic velocity U, m/s (lid speed, mean inflow speed, TGV amplitude)")
+    density: float = Field(1.0, gt=0, description="reference density, kg/m^3")
+
+
+class LatticeSection(StrictModel):
+    resolution: int = Field(..., ge=4, le=1_000_000, description="cells across the characteristic length")
+    velocity: float = Field(0.05, gt=0, description="characteristic velocity U in lattice units (Mach = u / 0.577)")
+    collision: Literal["bgk", "trt"] = "trt"
+    magic: float = Field(3.0 / 16.0, gt=0, le=10, description="TRT magic parameter Lambda")
+
+
+class DomainSection(StrictModel):
+    length: float = Field(1.0, gt=0, description="extent in x, m (fluid region between the boundaries)")
+    height: float = Field(1.0, gt=0, description="extent in y, m")
+
+
+class BoundarySection(StrictModel):
+    left: Side = "wall"
+    right: Side = "wall"
+    bottom: Side = "wall"
+    top: Side = "moving_wall"
+    moving_wall_velocity: float = Field(1.0, ge=-10, le=10,
+                                        description="tangential speed of moving walls in units of U (+x on top/bottom, +y on left/right)")
+    inlet_profile: Literal["parabolic", "uniform"] = Field("parabolic", description="inlet profile; mean speed = U")
+
+    @model_validator(mode="after")
+    def _periodic_in_pairs(self):
+        for a, b in (("left", "right"), ("bottom", "top")):
+            if (getattr(self, a) == "periodic") != (getattr(self, b) == "periodic"):
+                raise ValueError(f"boundaries.{a} and boundaries.{b} must both be 'periodic' or neither "
+                                 f"(got {getattr(self, a)!r}, {getattr(self, b)!r})")
+        return self
+
+
+class ObstacleSection(StrictModel):
+    shape: Literal["circle", "rectangle", "mask"]
+    center: tuple[float, float] | None = Field(None, description="circle centre (x, y), m, from the lower-left boundary")
+    diameter: float | None = Field(None, gt=0, description="circle diameter, m")
+    lower: tuple[float, float] | None = Field(None, description="rectangle lower-left corner (x, y), m")
+    upper: tuple[float, float] | None = Field(None, description="rectangle upper-right corner (x, y), m")
+    file: str | None = Field(None, description="mask: .npy boolean array (ny, nx) over the fluid region, path relative to the case")
+    measure_force: bool = Field(True, description="report drag and lift on this obstacle")
+
+    @model_validator(mode="after")
+    def _fields_for_shape(self):
+        need = {"circle": ("center", "diameter"), "rectangle": ("lower", "upper"), "mask": ("file",)}[self.shape]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.shape} obstacle needs {', '.join(missing)}")
+        if self.shape == "rectangle" and not (self.lower[0] < self.upper[0] and self.lower[1] < self.upper[1]):
+            raise ValueError("rectangle: lower must be below and left of upper")
+        return self
+
+
+class InitialSection(StrictModel):
+    condition: Literal["rest", "taylor_green", "inflow"] = Field(
+        "rest", description="rest; taylor_green (vortex with amplitude U); inflow (uniform U in +x)")
+
+
+class TimeSection(StrictModel):
+    end_time: float | None = Field(None, gt=0, description="physical end time, s")
+    steps: int | None = Field(None, ge=1, description="number of steps (overrides end_time)")
+    output_interval: float = Field(0.0, ge=0, description="snapshot interval, s (0: final fields only)")
+    monitor_interval: int = Field(100, ge=1, description="steps between monitor points (series, NaN check)")
+
+    @model_validator(mode="after")
+    def _has_length(self):
+        if self.end_time is None and self.steps is None:
+            raise ValueError("give time.end_time (s) or time.steps")
+        return self
+
+
+class SteadySection(StrictModel):
+    enabled: bool = False
+    tolerance: float = Field(1e-6, gt=0, lt=1, description="stop when ||u - u_prev|| / ||u|| over `interval` steps falls below")
+    interval: int = Field(1000, ge=1, description="steps between steady-state checks")
+
+
+class ValidationSection(StrictModel):
+    reference: Literal[REFERENCES] = "none"  # type: ignore[valid-type]
+    sample_x: float = Field(0.5, ge=0, le=1, description="poiseuille: profile taken at this fraction of the channel length")
+
+
+class LBMCase(CaseBase):
+    solver: Literal["lbm"]
+    physics: PhysicsSection
+    lattice: LatticeSection
+    domain: DomainSection = Field(default_factory=DomainSection)
+    boundaries: BoundarySection = Field(default_factory=BoundarySection)
+    obstacles: list[ObstacleSection] = Field(default_factory=list)
+    initial: InitialSection = Field(default_factory=InitialSection)
+    time: TimeSection
+    steady: SteadySection = Field(default_factory=SteadySection)
+    validation: ValidationSection = Field(default_factory=ValidationSection)
+
+    @field_validator("obstacles")
+    @classmethod
+    def _few_obstacles(cls, v):
+        if len(v) > 64:
+            raise ValueError("at most 64 obstacles")
+        return v
+
+
+@dataclass
+class Derived:
+    """Lattice parameters derived from a case (what `hpcsolve validate` reports)."""
+
+    units: Units
+    nx: int                      # array size including boundary layers
+    ny: int
+    pad: tuple[int, int, int, int]  # boundary layers (left, right, bottom, top)
+    steps: int
+    output_every: int            # steps between snapshots (0: none)
+    peak_lattice_velocity: float
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        u = self.units
+        return {
+            "reynolds": u.reynolds, "grid": f"{self.nx} x {self.ny}", "nx": self.nx, "ny": self.ny,
+            "relaxation_time": u.relaxation_time, "lattice_viscosity": u.lattice_viscosity,
+            "lattice_velocity": u.lattice_velocity, "peak_lattice_velocity": self.peak_lattice_velocity,
+            "lattice_mach": self.peak_lattice_velocity / math.sqrt(1.0 / 3.0),
+            "dx_m": u.dx, "dt_s": u.dt, "viscosity_m2_s": u.viscosity, "steps": self.steps,
+            "end_time_s": u.time_of(self.steps), "output_every_steps": self.output_every,
+            "characteristic_time_s": u.characteristic_time, "warnings": list(self.warnings),
+        }
+
+
+def _what_to_change_tau(units: Units) -> str:
+    # tau - 1/2 = 3 u N / Re: raise u or N (or lower Re)
+    need = TAU_MARGIN / 3.0 * units.reynolds  # u*N must exceed this
+    return (f"tau = 0.5 + 3 * lattice.velocity * lattice.resolution / physics.reynolds must exceed {0.5 + TAU_MARGIN}: "
+            f"raise lattice.resolution (e.g. to {math.ceil(need / units.lattice_velocity) + 1}) "
+            f"or lattice.velocity, or lower physics.reynolds")
+
+
+def derive(case: LBMCase) -> Derived:
+    """Lattice parameters of a case, or a CaseError naming the field to change."""
+    units = Units(reynolds=case.physics.reynolds, length=case.physics.length, velocity=case.physics.velocity,
+                  density=case.physics.density, resolution=case.lattice.resolution,
+                  lattice_velocity=case.lattice.velocity)
+    warnings: list[str] = []
+    tau = units.relaxation_time
+    if tau <= 0.5 + TAU_MARGIN:
+        raise CaseError.invalid("lattice.resolution", case.lattice.resolution, f"tau > {0.5 + TAU_MARGIN}",
+                                why=f"relaxation time tau = {tau:.5f} is too close to 1/2 (unstable); "
+                                    + _what_to_change_tau(units))
+    if tau < 0.55 and case.lattice.collision == "bgk":
+        warnings.append(f"tau = {tau:.4f} with BGK is prone to instability; lattice.collision = 'trt' is more robust")
+    if tau > 5:
+        warnings.append(f"tau = {tau:.3g} is large (accuracy degrades): raise physics.reynolds or lower lattice.resolution")
+
+    b = case.boundaries
+    peak = case.lattice.velocity
+    if "inlet" in (b.left, b.right, b.bottom, b.top) and b.inlet_profile == "parabolic":
+        peak = max(peak, 1.5 * case.lattice.velocity)
+    if "moving_wall" in (b.left, b.right, b.bottom, b.top):
+        peak = max(peak, abs(b.moving_wall_velocity) * case.lattice.velocity)
+    if peak > U_REFUSE:
+        raise CaseError.invalid("lattice.velocity", case.lattice.velocity, f"a peak lattice velocity <= {U_REFUSE}",
+                                why=f"peak lattice velocity {peak:.3g} is far too compressible (Mach {peak / 0.577:.2f}); "
+                                    f"lower lattice.velocity (e.g. 0.05) and, to keep tau, raise lattice.resolution")
+    if peak > U_WARN:
+        warnings.append(f"peak lattice velocity {peak:.3g} > {U_WARN}: compressibility errors ~ Ma^2 "
+                        f"({(peak / 0.577) ** 2:.3f}); lower lattice.velocity for accuracy")
+
+    nxf = _cells(units, case.domain.length, "domain.length")
+    nyf = _cells(units, case.domain.height, "domain.height")
+    pad = tuple(0 if s == "periodic" else 1 for s in (b.left, b.right, b.bottom, b.top))
+    nx, ny = nxf + pad[0] + pad[1], nyf + pad[2] + pad[3]
+    if case.time.steps is not None:
+        steps = case.time.steps
+    else:
+        steps = units.steps_for(case.time.end_time)
+    out_every = units.steps_for(case.time.output_interval) if case.time.output_interval > 0 else 0
+    if out_every and steps // out_every > 1000:
+        raise CaseError.invalid("time.output_interval", case.time.output_interval, "at most 1000 snapshots per run",
+                                why=f"{steps // out_every} snapshots")
+    _check_reference(case)
+    return Derived(units=units, nx=nx, ny=ny, pad=pad, steps=steps, output_every=out_every,
+                   peak_lattice_velocity=peak, warnings=warnings)
+
+
+def _cells(units: Units, length: float, field_name: str) -> int:
+    n = length / units.dx
+    if abs(n - round(n)) > 1e-6 * max(1.0, n) or round(n) < 2:
+        raise CaseError.invalid(field_name, length, f"a whole number (>= 2) of cells of size dx = {units.dx:.6g} m",
+                                why=f"{field_name} / dx = {n:.4f} cells; change lattice.resolution or {field_name}")
+    return int(round(n))
+
+
+def _check_reference(case: LBMCase) -> None:
+    ref, b = case.validation.reference, case.boundaries
+    sides = (b.left, b.right, b.bottom, b.top)
+    if ref == "taylor_green" and (set(sides) != {"periodic"} or case.initial.condition != "taylor_green"):
+        raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
+                                why="taylor_green needs all boundaries periodic and initial.condition = 'taylor_green'")
+    if ref == "poiseuille" and (sides != ("inlet", "outlet", "wall", "wall") or case.obstacles):
+        raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
+                                why="poiseuille needs left = 'inlet', right = 'outlet', bottom = top = 'wall', no obstacles")
+    if ref == "ghia":
+        if sides != ("wall", "wall", "wall", "moving_wall") or case.obstacles:
+            raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
+                                    why="ghia needs walls left/right/bottom, a moving top wall, no obstacles")
+        if case.physics.reynolds not in (100.0, 1000.0):
+            raise CaseError.invalid("physics.reynolds", case.physics.reynolds, "100 or 1000 with validation.reference = 'ghia'",
+                                    why="the Ghia et al. data shipped are for Re 100 and 1000")
+    if ref.startswith("schafer_turek") and not any(o.shape == "circle" for o in case.obstacles):
+        raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
+                                why="schafer_turek needs a circle obstacle (the cylinder)")

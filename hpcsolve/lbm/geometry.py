@@ -1,0 +1,125 @@
+"""Geometry: flags, boundary velocities and obstacle masks of a case on the lattice.
+
+Array index (j, i) is row j (y) and column i (x). Non-periodic sides get one layer of boundary
+cells. Fluid cell centres sit at x = (i - pad_left + 0.5) dx, y = (j - pad_bottom + 0.5) dx,
+so the half-way boundaries lie at x = 0, x = domain.length, y = 0, y = domain.height.
+Side layers are laid down left/right first, then bottom/top, so a moving top wall (a lid)
+spans the corners, and channel walls cover the corners of inlet and outlet columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcsolve.errors import CaseError
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL
+
+_SIDE_FLAG = {"wall": WALL, "moving_wall": VELOCITY, "inlet": VELOCITY, "outlet": OUTLET}
+
+
+@dataclass
+class Geometry:
+    flags: np.ndarray                 # (ny, nx) uint8
+    boundary_velocity: np.ndarray     # (2, ny, nx) lattice units
+    obstacles: list[np.ndarray] = field(default_factory=list)   # (ny, nx) bool mask per obstacle
+    measured: list[int] = field(default_factory=list)           # obstacle indices whose force is reported
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dx: float = 1.0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.flags.shape
+
+    def cell_centres(self) -> tuple[np.ndarray, np.ndarray]:
+        """Physical x (nx,) and y (ny,) of cell centres, m, measured from the lower-left boundary."""
+        ny, nx = self.shape
+        x = (np.arange(nx) - self.pad[0] + 0.5) * self.dx
+        y = (np.arange(ny) - self.pad[2] + 0.5) * self.dx
+        return x, y
+
+    @property
+    def fluid(self) -> np.ndarray:
+        return self.flags == FLUID
+
+
+def inlet_profile(n: int, mean_velocity: float, kind: str) -> np.ndarray:
+    """Inlet velocity at n cell centres across a channel whose walls lie half a cell outside them.
+
+    parabolic: u(y) = 6 U y (H - y) / H^2 with H = n, y = j + 1/2 (peak 1.5 U, mean ~U)."""
+    if kind == "uniform":
+        return np.full(n, mean_velocity)
+    y = np.arange(n) + 0.5
+    return 6.0 * mean_velocity * y * (n - y) / n ** 2
+
+
+def build(case, derived) -> Geometry:
+    """Flags, boundary velocities (lattice units) and obstacle masks of ``case``."""
+    b = case.boundaries
+    nx, ny, pad = derived.nx, derived.ny, derived.pad
+    u_lb = case.lattice.velocity
+    flags = np.zeros((ny, nx), np.uint8)
+    bv = np.zeros((2, ny, nx))
+    wall_u = b.moving_wall_velocity * u_lb
+    nyf = ny - pad[2] - pad[3]
+    nxf = nx - pad[0] - pad[1]
+    rows = slice(pad[2], ny - pad[3])
+    cols = slice(pad[0], nx - pad[1])
+    for side, col in (("left", 0), ("right", nx - 1)):
+        kind = getattr(b, side)
+        if kind == "periodic":
+            continue
+        flags[:, col] = _SIDE_FLAG[kind]
+        if kind == "moving_wall":
+            bv[1, :, col] = wall_u
+        elif kind == "inlet":
+            sign = 1.0 if side == "left" else -1.0
+            bv[0, rows, col] = sign * inlet_profile(nyf, u_lb, b.inlet_profile)
+    for side, row in (("bottom", 0), ("top", ny - 1)):
+        kind = getattr(b, side)
+        if kind == "periodic":
+            continue
+        flags[row, :] = _SIDE_FLAG[kind]
+        bv[:, row, :] = 0.0
+        if kind == "moving_wall":
+            bv[0, row, :] = wall_u
+        elif kind == "inlet":
+            sign = 1.0 if side == "bottom" else -1.0
+            bv[1, row, cols] = sign * inlet_profile(nxf, u_lb, b.inlet_profile)
+    geo = Geometry(flags=flags, boundary_velocity=bv, pad=pad, dx=derived.units.dx)
+    x, y = geo.cell_centres()
+    X, Y = np.meshgrid(x, y)
+    for k, obs in enumerate(case.obstacles):
+        mask = _obstacle_mask(obs, X, Y, geo, case, k) & (flags == FLUID)
+        if not mask.any():
+            raise CaseError.invalid(f"obstacles[{k}]", obs.shape, "an obstacle covering at least one fluid cell centre",
+                                    why="the obstacle misses every fluid cell (too small for lattice.resolution, or outside the domain)")
+        flags[mask] = WALL
+        geo.obstacles.append(mask)
+        if obs.measure_force:
+            geo.measured.append(k)
+    return geo
+
+
+def _obstacle_mask(obs, X, Y, geo: Geometry, case, k: int) -> np.ndarray:
+    if obs.shape == "circle":
+        r = obs.diameter / 2
+        return (X - obs.center[0]) ** 2 + (Y - obs.center[1]) ** 2 <= r * r
+    if obs.shape == "rectangle":
+        return (X >= obs.lower[0]) & (X <= obs.upper[0]) & (Y >= obs.lower[1]) & (Y <= obs.upper[1])
+    path = case.base_dir / obs.file
+    field_name = f"obstacles[{k}].file"
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CaseError.invalid(field_name, obs.file, "a readable .npy boolean array", why=str(exc)) from None
+    ny, nx = geo.shape
+    p = geo.pad
+    inner = (ny - p[2] - p[3], nx - p[0] - p[1])
+    if arr.shape != inner:
+        raise CaseError.invalid(field_name, obs.file, f"an array of shape {inner} (fluid region, rows = y)",
+                                why=f"shape is {arr.shape}")
+    mask = np.zeros(geo.shape, bool)
+    mask[p[2]:ny - p[3], p[0]:nx - p[1]] = arr.astype(bool)
+    return mask

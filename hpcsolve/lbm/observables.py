@@ -1,0 +1,148 @@
+"""Observables computed from macroscopic fields (host NumPy arrays, lattice units unless named).
+
+Reference solutions and published data used for the validation metrics live here too.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+# ------------------------------------------------------------------------------------------------
+# fields
+
+
+def vorticity(ux: np.ndarray, uy: np.ndarray, fluid: np.ndarray | None = None) -> np.ndarray:
+    """omega_z = d uy/dx - d ux/dy by central differences (lattice units, per step); 0 off-fluid."""
+    w = np.gradient(uy, axis=1) - np.gradient(ux, axis=0)
+    if fluid is not None:
+        w = np.where(fluid, w, 0.0)
+    return w
+
+
+def speed(ux, uy):
+    return np.hypot(ux, uy)
+
+
+def kinetic_energy(rho, ux, uy, fluid) -> float:
+    return float(0.5 * np.sum((rho * (ux * ux + uy * uy))[fluid]))
+
+
+def relative_change(u_new: np.ndarray, u_old: np.ndarray) -> float:
+    """||u_new - u_old|| / ||u_new|| (2-norms over all given values); inf if u_new is zero."""
+    den = float(np.linalg.norm(u_new))
+    if den == 0.0:
+        return math.inf
+    return float(np.linalg.norm(u_new - u_old)) / den
+
+
+def force_coefficients(force: tuple[float, float], u_ref: float, length_cells: float, rho_ref: float = 1.0):
+    """(c_D, c_L) = 2 F / (rho U^2 D), all in lattice units."""
+    q = 0.5 * rho_ref * u_ref * u_ref * length_cells
+    return force[0] / q, force[1] / q
+
+
+def strouhal(times: np.ndarray, lift: np.ndarray, length: float, velocity: float, last_fraction: float = 0.5):
+    """St = f D / U, f from upward mean-crossings of the lift signal in its last part (linear
+    interpolation between samples). None when fewer than two full periods are seen."""
+    t = np.asarray(times, float)
+    y = np.asarray(lift, float)
+    keep = t >= t[0] + (1 - last_fraction) * (t[-1] - t[0]) if t.size else np.zeros(0, bool)
+    t, y = t[keep], y[keep]
+    if t.size < 8:
+        return None
+    y = y - y.mean()
+    idx = np.flatnonzero((y[:-1] < 0) & (y[1:] >= 0))
+    if idx.size < 3:
+        return None
+    crossings = t[idx] - y[idx] * (t[idx + 1] - t[idx]) / (y[idx + 1] - y[idx])
+    freq = (crossings.size - 1) / (crossings[-1] - crossings[0])
+    return float(freq * length / velocity)
+
+
+# ------------------------------------------------------------------------------------------------
+# centerlines and references
+
+
+def centerline_profiles(ux, uy, geometry, lid_velocity: float):
+    """Cavity centerlines, normalized by the lid speed, including the wall values.
+
+    Returns (y, u(x=L/2, y)) and (x, v(x, y=L/2)) with coordinates in units of the cavity side
+    (0 and 1 are the half-way walls). The centerline between two cell columns is their mean."""
+    p = geometry.pad
+    ny, nx = ux.shape
+    inner_u = ux[p[2]:ny - p[3], p[0]:nx - p[1]] / lid_velocity
+    inner_v = uy[p[2]:ny - p[3], p[0]:nx - p[1]] / lid_velocity
+    nyf, nxf = inner_u.shape
+    u_mid = _mid(inner_u, axis=1)
+    v_mid = _mid(inner_v, axis=0)
+    y = np.concatenate([[0.0], (np.arange(nyf) + 0.5) / nyf, [1.0]])
+    x = np.concatenate([[0.0], (np.arange(nxf) + 0.5) / nxf, [1.0]])
+    u_line = np.concatenate([[0.0], u_mid, [1.0]])  # no-slip bottom, lid at the top
+    v_line = np.concatenate([[0.0], v_mid, [0.0]])
+    return (y, u_line), (x, v_line)
+
+
+def _mid(a: np.ndarray, axis: int) -> np.ndarray:
+    n = a.shape[axis]
+    if n % 2:
+        return np.take(a, n // 2, axis=axis)
+    return 0.5 * (np.take(a, n // 2 - 1, axis=axis) + np.take(a, n // 2, axis=axis))
+
+
+@lru_cache(maxsize=None)
+def ghia_data() -> dict:
+    """{(table, Re): (coord array, value array)} from Ghia, Ghia & Shin (1982)."""
+    text = resources.files("hpcsolve.data").joinpath("ghia1982_cavity.csv").read_text()
+    rows = [r for r in csv.reader(line for line in text.splitlines() if line and not line.startswith("#"))]
+    out: dict = {}
+    for table, re, coord, value in rows:
+        out.setdefault((table, int(float(re))), []).append((float(coord), float(value)))
+    return {k: (np.array([c for c, _ in v]), np.array([x for _, x in v])) for k, v in out.items()}
+
+
+def ghia_errors(u_line, v_line, reynolds: float) -> dict:
+    """Max abs differences (in lid-speed units) of the centerlines from Ghia et al. at their points."""
+    re = int(round(reynolds))
+    data = ghia_data()
+    yg, ug = data[("u_at_x0.5", re)]
+    xg, vg = data[("v_at_y0.5", re)]
+    du = np.interp(yg, *u_line) - ug
+    dv = np.interp(xg, *v_line) - vg
+    return {"ghia_u_max_abs_diff": float(np.max(np.abs(du))), "ghia_v_max_abs_diff": float(np.max(np.abs(dv))),
+            "ghia_max_abs_diff": float(max(np.max(np.abs(du)), np.max(np.abs(dv))))}
+
+
+@lru_cache(maxsize=None)
+def schafer_turek() -> dict:
+    text = resources.files("hpcsolve.data").joinpath("schafer_turek_1996.toml").read_text()
+    return tomllib.loads(text)
+
+
+def taylor_green_velocity(X, Y, length: float, amplitude: float, viscosity: float, time: float):
+    """Analytic decaying Taylor-Green vortex on a periodic square of side ``length`` (any consistent units)."""
+    k = 2 * math.pi / length
+    decay = math.exp(-2 * viscosity * k * k * time)
+    ux = -amplitude * np.cos(k * X) * np.sin(k * Y) * decay
+    uy = amplitude * np.sin(k * X) * np.cos(k * Y) * decay
+    return ux, uy
+
+
+def taylor_green_pressure(X, Y, length: float, amplitude: float, density: float = 1.0):
+    k = 2 * math.pi / length
+    return -density * amplitude ** 2 / 4 * (np.cos(2 * k * X) + np.cos(2 * k * Y))
+
+
+def poiseuille_profile(n: int, mean_velocity: float) -> np.ndarray:
+    """Analytic u at the n cell centres of a channel with half-way walls: 6 U y (H - y) / H^2."""
+    y = np.arange(n) + 0.5
+    return 6.0 * mean_velocity * y * (n - y) / n ** 2
+
+
+def relative_l2(a: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))

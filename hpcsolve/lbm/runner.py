@@ -1,0 +1,286 @@
+"""Run an LBM case: case -> lattice setup -> Stepper -> monitored time loop -> Result.
+
+Provides ``run(case, backend, policy, progress=) -> Result`` and ``describe(case, backend,
+policy) -> dict`` for ``hpcsolve.run``. The state stays on the backend's device; it comes to the
+host only at monitor points (every ``time.monitor_interval`` steps: NaN/Inf check, series,
+forces, steady-state check) and at output times.
+"""
+
+from __future__ import annotations
+
+import math
+import time as _time
+import warnings
+
+import numpy as np
+from tqdm import tqdm
+
+from hpcsolve import backends
+from hpcsolve.errors import BlowUpError
+from hpcsolve.lbm import geometry as geom
+from hpcsolve.lbm import lattice, observables as obs
+from hpcsolve.lbm.case import Derived, LBMCase, derive
+from hpcsolve.lbm.stepper import FLUID, LBMSetup, get_stepper
+from hpcsolve.precision import Precision
+from hpcsolve.results import Result, Snapshot, StructuredGrid
+
+
+def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometry, LBMSetup]:
+    derived = derive(case)
+    geo = geom.build(case, derived)
+    rho0 = u0 = None
+    u_lb = case.lattice.velocity
+    fluid = geo.fluid
+    if case.initial.condition == "taylor_green":
+        ny, nx = geo.shape
+        X, Y = np.meshgrid(np.arange(nx) + 0.5, np.arange(ny) + 0.5)
+        side = nx  # periodic box, lattice units
+        ux, uy = obs.taylor_green_velocity(X, Y, side, u_lb, 0.0, 0.0)
+        rho0 = 1.0 + obs.taylor_green_pressure(X, Y, side, u_lb) / lattice.CS2
+        u0 = np.stack([ux, uy])
+    elif case.initial.condition == "inflow":
+        u0 = np.zeros((2,) + geo.shape)
+        u0[0][fluid] = u_lb
+    setup = LBMSetup(flags=geo.flags, relaxation_time=derived.units.relaxation_time,
+                     collision=case.lattice.collision, magic=case.lattice.magic, policy=policy,
+                     boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0)
+    return derived, geo, setup
+
+
+def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
+    derived = derive(case)
+    geo = geom.build(case, derived)
+    info = derived.summary()
+    cells = derived.nx * derived.ny
+    info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
+    info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
+    info["collision"] = case.lattice.collision
+    info["memory_bytes"] = int(2 * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
+    info["memory"] = f"{info['memory_bytes'] / 2**20:.1f} MiB (2 population buffers + flags + boundary velocity)"
+    return info
+
+
+class _Monitor:
+    """Series and checks at monitor points."""
+
+    def __init__(self, case: LBMCase, derived: Derived, geo: geom.Geometry):
+        self.case, self.derived, self.geo = case, derived, geo
+        self.fluid = geo.fluid
+        self.series: dict[str, list] = {"step": [], "time": [], "kinetic_energy": [], "max_speed": []}
+        if case.steady.enabled:
+            self.series["steady_change"] = []
+        for k in geo.measured:
+            sfx = "" if k == geo.measured[0] else f"_{k}"
+            self.series[f"drag_coefficient{sfx}"] = []
+            self.series[f"lift_coefficient{sfx}"] = []
+        self.last_steady_u = None
+        self.last_steady_step = 0
+        self.steady_change = math.inf
+
+    def record(self, stepper, step: int, rho, ux, uy) -> None:
+        s = self.series
+        s["step"].append(step)
+        s["time"].append(self.derived.units.time_of(step))
+        s["kinetic_energy"].append(obs.kinetic_energy(rho, ux, uy, self.fluid))
+        s["max_speed"].append(float(np.max(obs.speed(ux, uy)[self.fluid])))
+        for k in self.geo.measured:
+            sfx = "" if k == self.geo.measured[0] else f"_{k}"
+            f = stepper.force(self.geo.obstacles[k])
+            cd, cl = obs.force_coefficients(f, self.case.lattice.velocity, self.case.lattice.resolution)
+            s[f"drag_coefficient{sfx}"].append(cd)
+            s[f"lift_coefficient{sfx}"].append(cl)
+        if self.case.steady.enabled:
+            u = np.stack([ux[self.fluid], uy[self.fluid]])
+            if self.last_steady_u is None:
+                self.last_steady_u, self.last_steady_step = u, step
+            elif step - self.last_steady_step >= self.case.steady.interval:
+                self.steady_change = obs.relative_change(u, self.last_steady_u)
+                self.last_steady_u, self.last_steady_step = u, step
+            s["steady_change"].append(self.steady_change)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in self.series.items()}
+
+
+def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry) -> dict[str, np.ndarray]:
+    u = derived.units
+    scale = u.dx / u.dt
+    return {
+        "velocity": np.stack([ux * scale, uy * scale], axis=-1),
+        "pressure": np.where(geo.fluid, u.pressure_to_physical(rho), 0.0),
+        "density_lattice": rho,
+        "vorticity": obs.vorticity(ux, uy, geo.fluid) / u.dt,
+        "flags": geo.flags.astype(np.int32),
+    }
+
+
+def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True) -> Result:
+    t_start = _time.perf_counter()
+    policy.require("lbm")
+    derived, geo, setup = build_setup(case, policy)
+    for w in derived.warnings:
+        warnings.warn(w, stacklevel=2)
+    stepper = get_stepper(backend, setup)
+    units = derived.units
+    x, y = geo.cell_centres()
+    result = Result(case_name=case.name, solver="lbm", backend=backend, precision=policy.name,
+                    grid=StructuredGrid(nx=derived.nx, ny=derived.ny, spacing=units.dx,
+                                        origin=(float(x[0]), float(y[0])), unit="m"))
+    result.derived = {**derived.summary(), "collision": case.lattice.collision,
+                      "fluid_cells": int(np.count_nonzero(geo.fluid))}
+    from hpcsolve.lbm.plots import plot_result
+
+    result.plotter = plot_result
+    monitor = _Monitor(case, derived, geo)
+    rho, ux, uy = stepper.macroscopic()
+    mass0 = float(np.sum(rho[geo.fluid]))
+    monitor.record(stepper, 0, rho, ux, uy)
+    total = derived.steps
+    every = case.time.monitor_interval
+    out_every = derived.output_every
+    step_seconds = 0.0
+    step = 0
+    last_good = (rho, ux, uy, 0)
+    status, message = "completed", ""
+    bar = tqdm(total=total, disable=not progress, delay=2, unit="step", desc=case.name)
+    try:
+        while step < total:
+            nxt = min(total, (step // every + 1) * every)
+            if out_every:
+                nxt = min(nxt, (step // out_every + 1) * out_every)
+            with backends.Timer(backend) as timer:
+                stepper.step(nxt - step)
+            step_seconds += timer.seconds
+            bar.update(nxt - step)
+            step = nxt
+            if not stepper.finite():
+                _blow_up(result, case, derived, geo, monitor, last_good, step)
+            rho, ux, uy = stepper.macroscopic()
+            last_good = (rho, ux, uy, step)
+            monitor.record(stepper, step, rho, ux, uy)
+            if out_every and step % out_every == 0:
+                result.snapshots.append(Snapshot(time=units.time_of(step), step=step,
+                                                 fields=_snapshot_fields(rho, ux, uy, derived, geo)))
+            if case.steady.enabled and monitor.steady_change < case.steady.tolerance:
+                status = "converged"
+                message = (f"steady state at step {step}: relative velocity change {monitor.steady_change:.3g} "
+                           f"per {case.steady.interval} steps < {case.steady.tolerance:g}")
+                break
+    finally:
+        bar.close()
+    if case.steady.enabled and status != "converged":
+        message = (f"steady state not reached in {step} steps (last relative change {monitor.steady_change:.3g}, "
+                   f"tolerance {case.steady.tolerance:g}); raise time.end_time")
+    result.status, result.message = status, message
+    result.fields = _fields(rho, ux, uy, derived, geo)
+    result.series = monitor.arrays()
+    fluid_updates = result.derived["fluid_cells"] * step
+    result.timings = {"total_s": _time.perf_counter() - t_start, "step_s": step_seconds,
+                      "mlups": fluid_updates / step_seconds / 1e6 if step_seconds > 0 else 0.0}
+    m = {"steps": step, "simulated_time_s": units.time_of(step),
+         "max_lattice_speed": float(np.max(obs.speed(ux, uy)[geo.fluid])),
+         "mass_relative_drift": float(np.sum(rho[geo.fluid]) / mass0 - 1.0),
+         "steady_state_reached": status == "converged" if case.steady.enabled else None}
+    if case.steady.enabled:
+        m["steady_change"] = monitor.steady_change
+    m.update(reference_metrics(case, derived, geo, stepper, rho, ux, uy, step, result))
+    result.metrics = {k: v for k, v in m.items() if v is not None}
+    return result
+
+
+def _snapshot_fields(rho, ux, uy, derived, geo):
+    f = _fields(rho, ux, uy, derived, geo)
+    return {k: f[k] for k in ("velocity", "pressure", "vorticity")}
+
+
+def _blow_up(result, case, derived, geo, monitor, last_good, step):
+    rho, ux, uy, good_step = last_good
+    result.status = "blew_up"
+    tau = derived.units.relaxation_time
+    suggestion = (f"tau = {tau:.4f}, peak lattice velocity {derived.peak_lattice_velocity:.3g}: raise lattice.resolution "
+                  f"(tau further from 1/2), lower lattice.velocity"
+                  + (", or use lattice.collision = 'trt'" if case.lattice.collision == "bgk" else ""))
+    result.message = f"NaN/Inf in the populations between step {good_step} and step {step}"
+    result.fields = _fields(rho, ux, uy, derived, geo)
+    result.series = monitor.arrays()
+    result.metrics = {"steps": step, "last_finite_step": good_step}
+    exc = BlowUpError(f"{case.name}: the run blew up (NaN/Inf) between step {good_step} and step {step}. "
+                      f"Suggestion: {suggestion}", step=step, cause="NaN/Inf in populations", suggestion=suggestion)
+    exc.result = result
+    raise exc
+
+
+def reference_metrics(case, derived, geo, stepper, rho, ux, uy, step, result) -> dict:
+    """Errors against analytic or published references, by ``validation.reference``."""
+    ref = case.validation.reference
+    u_lb = case.lattice.velocity
+    fluid = geo.fluid
+    m: dict = {}
+    if ref == "taylor_green":
+        ny, nx = geo.shape
+        X, Y = np.meshgrid(np.arange(nx) + 0.5, np.arange(ny) + 0.5)
+        ua, va = obs.taylor_green_velocity(X, Y, nx, u_lb, derived.units.lattice_viscosity, step)
+        num = np.sqrt(np.sum((ux - ua) ** 2 + (uy - va) ** 2))
+        m["velocity_rel_l2_error"] = float(num / np.sqrt(np.sum(ua ** 2 + va ** 2)))
+        m["velocity_max_abs_error"] = float(np.max(np.hypot(ux - ua, uy - va)) / u_lb)
+    elif ref == "poiseuille":
+        p = geo.pad
+        ny, nx = geo.shape
+        nxf = nx - p[0] - p[1]
+        col = p[0] + min(nxf - 1, int(case.validation.sample_x * nxf))
+        profile = ux[p[2]:ny - p[3], col]
+        exact = obs.poiseuille_profile(profile.size, u_lb)
+        m["profile_rel_l2_error"] = obs.relative_l2(profile, exact)
+        m["profile_max_abs_error"] = float(np.max(np.abs(profile - exact)) / u_lb)
+        m["sample_column"] = int(col)
+        result.series["profile_y"] = (np.arange(profile.size) + 0.5) / profile.size
+        result.series["profile_u"] = profile / u_lb
+        result.series["profile_u_exact"] = exact / u_lb
+    elif ref == "ghia":
+        lid = case.boundaries.moving_wall_velocity * u_lb
+        (yl, ul), (xl, vl) = obs.centerline_profiles(ux, uy, geo, lid)
+        m.update(obs.ghia_errors((yl, ul), (xl, vl), case.physics.reynolds))
+        result.series.update({"centerline_y": yl, "centerline_u": ul, "centerline_x": xl, "centerline_v": vl})
+    elif ref.startswith("schafer_turek") and geo.measured:
+        st = obs.schafer_turek()
+        which = "case_2d1" if ref.endswith("2d1") else "case_2d2"
+        mask = geo.obstacles[geo.measured[0]]
+        cd, cl = obs.force_coefficients(stepper.force(mask), u_lb, case.lattice.resolution)
+        m["drag_coefficient"], m["lift_coefficient"] = cd, cl
+        m["pressure_difference_pa"] = _pressure_difference(case, derived, geo, rho)
+        ref_data = st[which]
+        if which == "case_2d1":
+            m["reference_c_D"], m["reference_c_L"], m["reference_dp"] = ref_data["c_D"], ref_data["c_L"], ref_data["dp"]
+        else:
+            m.update(_periodic_metrics(result.series, case))
+            m["reference_c_D_max"], m["reference_c_L_max"] = ref_data["c_D_max"], ref_data["c_L_max"]
+            m["reference_strouhal"] = ref_data["strouhal"]
+    return m
+
+
+def _pressure_difference(case, derived, geo, rho) -> float:
+    """dp = p(front) - p(back) of the first circle along its centre line, at the nearest fluid cells."""
+    circle = next(o for o in case.obstacles if o.shape == "circle")
+    x, y = geo.cell_centres()
+    j = int(np.argmin(np.abs(y - circle.center[1])))
+    row_fluid = geo.fluid[j]
+    front = np.flatnonzero(row_fluid & (x <= circle.center[0] - circle.diameter / 2))
+    back = np.flatnonzero(row_fluid & (x >= circle.center[0] + circle.diameter / 2))
+    if not front.size or not back.size:
+        return float("nan")
+    p = derived.units.pressure_to_physical(rho[j])
+    return float(p[front[-1]] - p[back[0]])
+
+
+def _periodic_metrics(series: dict, case) -> dict:
+    """c_D max, c_L max over the second half of the run, Strouhal from the lift."""
+    if "lift_coefficient" not in series or series["lift_coefficient"].size < 8:
+        return {}
+    t = series["time"]
+    half = t >= t[0] + 0.5 * (t[-1] - t[0])
+    out = {"drag_coefficient_max": float(np.max(series["drag_coefficient"][half])),
+           "lift_coefficient_max": float(np.max(series["lift_coefficient"][half]))}
+    st = obs.strouhal(t, series["lift_coefficient"], case.physics.length, case.physics.velocity)
+    if st is not None:
+        out["strouhal"] = st
+    return out
