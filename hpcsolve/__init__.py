@@ -18,6 +18,13 @@ def run_case(*args, **kwargs):
     return _run_case(*args, **kwargs)
 
 
+def compare(*args, **kwargs):
+    """Accuracy vs speed across backends x precisions; see :func:`hpcsolve.report.compare.compare`."""
+    from hpcsolve.report.compare import compare as _compare
+
+    return _compare(*args, **kwargs)
+
+
 def load_case(*args, **kwargs):
     """Load and validate a TOML case file; see :func:`hpcsolve.cases.load_case`."""
     from hpcsolve.cases import load_case as _load
@@ -33,6 +40,7 @@ __all__ = [
     "HpcsolveError",
     "Precision",
     "get_precision",
+    "compare",
     "load_case",
     "run_case",
 ]

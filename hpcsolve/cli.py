@@ -1,4 +1,4 @@
-"""Command line: ``hpcsolve run | validate | info | bench``.
+"""Command line: ``hpcsolve run | validate | compare | info | bench``.
 
 Exit codes: 0 success, 2 bad input (case, arguments, unavailable backend), 3 numerical failure
 (blow-up, breakdown), 130 interrupted.
@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a case file (and --set overrides) without running it")
     _add_case_args(p)
     p.add_argument("--json", action="store_true", help="print the derived parameters as JSON")
+
+    p = sub.add_parser("compare", help="accuracy vs speed of a case across backends x precisions, vs the CPU FP64 reference")
+    _add_case_args(p)
+    p.add_argument("--backends", nargs="+", choices=backends.BACKENDS,
+                   help="backends to compare (default: every one usable here)")
+    p.add_argument("--precisions", nargs="+", choices=list(precision.POLICIES),
+                   help="precisions to compare (default: every one the solver family supports)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
+    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-compare-<time>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
     p.add_argument("--json", action="store_true")
@@ -103,6 +114,23 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    import datetime as _dt
+
+    from hpcsolve.cases import load_case
+    from hpcsolve.report.compare import DEFAULT_TOLERANCE, compare
+
+    if args.backend or args.precision:
+        print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
+    case = load_case(args.case, args.overrides)
+    out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet)
+    print(comp.table())
+    print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
+    return 0
+
+
 def cmd_info(args) -> int:
     rows = [backends.probe(n) for n in backends.BACKENDS]
     auto = backends.resolve("auto")
@@ -146,7 +174,7 @@ def cmd_bench(args) -> int:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = {"run": cmd_run, "validate": cmd_validate, "info": cmd_info, "bench": cmd_bench}[args.command]
+    handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
     try:
         return handler(args)
     except HpcsolveError as exc:

@@ -1,0 +1,345 @@
+"""Accuracy-vs-speed comparison of one case across backends x precisions.
+
+Every configuration runs the same case; the CPU FP64 reference (NumPy LBM / SciPy-backed FEM)
+runs first. For each run the comparison records wall time, throughput, speedup over the reference,
+memory, the error of every field against the reference run (relative L2 and relative max), the
+drift of that error over the output times, the errors against analytic/published references that
+the run itself reports, and (FEM) the true residual and the recursive-vs-true gap.
+
+Recommendation: the fastest configuration, other than the reference itself, whose field error
+(the largest relative L2 error over the fields) is within the tolerance; or "none", with why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve import backends as backends_mod
+from hpcsolve import precision as precision_mod
+from hpcsolve.cases import CaseBase, load_case
+from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.results import Result, _jsonable, atomic_path, write_json
+
+DEFAULT_TOLERANCE = 1e-3
+REFERENCE = ("numpy", "fp64")
+SKIP_FIELDS = {"flags"}
+
+
+@dataclass
+class Run:
+    backend: str
+    precision: str
+    status: str
+    wall_s: float = math.nan          # solver time: LBM time stepping, FEM solve (without setup/output)
+    total_s: float = math.nan         # whole run including setup
+    throughput: dict = field(default_factory=dict)
+    memory_bytes: int | None = None
+    field_errors: dict = field(default_factory=dict)   # name -> {"rel_l2": .., "rel_max": ..}
+    drift: dict = field(default_factory=dict)          # {"time": [...], "rel_l2": [...]} (LBM)
+    reference_errors: dict = field(default_factory=dict)  # errors vs analytic/published refs from the run
+    residuals: dict = field(default_factory=dict)      # FEM: true residual, gap, iterations
+    speedup: float = math.nan
+    message: str = ""
+    result: Result | None = field(default=None, repr=False)
+
+    @property
+    def is_reference(self) -> bool:
+        return (self.backend, self.precision) == REFERENCE
+
+    @property
+    def error(self) -> float:
+        """Largest relative L2 error over the fields against the FP64 reference run."""
+        vals = [e["rel_l2"] for e in self.field_errors.values()]
+        return max(vals) if vals else math.nan
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "result"}
+        d["error"] = self.error
+        d["reference"] = self.is_reference
+        return _jsonable(d)
+
+
+def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = a - ref
+    nref = float(np.linalg.norm(ref))
+    mref = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return {"rel_l2": float(np.linalg.norm(diff) / nref) if nref > 0 else float(np.linalg.norm(diff)),
+            "rel_max": float(np.max(np.abs(diff)) / mref) if mref > 0 else float(np.max(np.abs(diff), initial=0.0))}
+
+
+def _solver_seconds(res: Result) -> float:
+    t = res.timings
+    for key in ("step_s", "solve_s"):
+        if key in t:
+            return float(t[key])
+    return float(t.get("total_s", math.nan))
+
+
+def _throughput(res: Result) -> dict:
+    out = {}
+    for key in ("mlups", "time_per_iteration_s", "iterations", "time_to_solution_s"):
+        for src in (res.timings, res.metrics):
+            if key in src and isinstance(src[key], (int, float)):
+                out[key] = float(src[key])
+                break
+    return out
+
+
+def _reference_errors(res: Result) -> dict:
+    return {k: v for k, v in res.metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and ("error" in k or "diff" in k or k in ("drag_coefficient", "lift_coefficient", "strouhal", "tip_displacement"))}
+
+
+def _residuals(res: Result) -> dict:
+    keys = ("true_residual", "recursive_residual", "residual_gap", "iterations", "outer_iterations", "converged")
+    return {k: res.metrics[k] for k in keys if k in res.metrics}
+
+
+@dataclass
+class Comparison:
+    case_name: str
+    solver: str
+    tolerance: float
+    runs: list[Run]
+    skipped: dict = field(default_factory=dict)   # "backend/precision" -> why
+
+    @property
+    def reference(self) -> Run:
+        return next(r for r in self.runs if r.is_reference)
+
+    def recommendation(self) -> dict:
+        ok = [r for r in self.runs if not r.is_reference and r.status not in ("blew_up", "failed")
+              and math.isfinite(r.error) and r.error <= self.tolerance and math.isfinite(r.wall_s)]
+        if ok:
+            best = min(ok, key=lambda r: r.wall_s)
+            return {"backend": best.backend, "precision": best.precision, "error": best.error,
+                    "wall_s": best.wall_s, "speedup": best.speedup,
+                    "why": f"fastest run with field error {best.error:.3g} <= tolerance {self.tolerance:g}"}
+        others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
+        if not others:
+            why = "no configuration other than the CPU FP64 reference ran"
+        else:
+            closest = min(others, key=lambda r: r.error)
+            why = (f"no configuration other than the FP64 reference is within tolerance {self.tolerance:g}; "
+                   f"the closest is {closest.backend}/{closest.precision} with error {closest.error:.3g}")
+        return {"backend": None, "precision": None, "why": why}
+
+    # -- presentation -------------------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        rows = []
+        for r in self.runs:
+            thr = r.throughput
+            if "mlups" in thr:
+                throughput = f"{thr['mlups']:.1f} MLUPS"
+            elif "time_per_iteration_s" in thr:
+                throughput = f"{thr['time_per_iteration_s'] * 1e3:.3g} ms/it"
+            else:
+                throughput = ""
+            ref_err = ", ".join(f"{k}={v:.3g}" for k, v in list(r.reference_errors.items())[:3])
+            res = ""
+            if "true_residual" in r.residuals:
+                res = f"{r.residuals['true_residual']:.2e}"
+                if "residual_gap" in r.residuals:
+                    res += f" (gap {r.residuals['residual_gap']:.1e})"
+            rows.append({
+                "backend": r.backend, "precision": r.precision + (" (ref)" if r.is_reference else ""),
+                "status": r.status, "time_s": f"{r.wall_s:.3g}", "throughput": throughput,
+                "speedup": f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "",
+                "memory_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
+                "err_vs_fp64_L2": f"{r.error:.2e}" if math.isfinite(r.error) else "",
+                "err_vs_fp64_max": (f"{max(e['rel_max'] for e in r.field_errors.values()):.2e}"
+                                    if r.field_errors else ""),
+                "true_residual": res, "vs_published/analytic": ref_err,
+            })
+        return rows
+
+    def table(self) -> str:
+        rows = self.rows()
+        cols = [c for c in rows[0] if any(row[c] for row in rows)] if rows else []
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
+        rec = self.recommendation()
+        lines.append("")
+        if rec["backend"]:
+            lines.append(f"Recommendation: **{rec['backend']} / {rec['precision']}** ({rec['why']}).")
+        else:
+            lines.append(f"Recommendation: none ({rec['why']}).")
+        for k, why in self.skipped.items():
+            lines.append(f"- skipped {k}: {why}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict:
+        return _jsonable({"case": self.case_name, "solver": self.solver, "tolerance": self.tolerance,
+                          "reference": "/".join(REFERENCE), "recommendation": self.recommendation(),
+                          "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
+                          "error_definition": "largest relative L2 error over the fields vs the CPU FP64 run"})
+
+    def plot_pareto(self, path: str | Path) -> Path:
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for r in self.runs:
+            err = r.error if not r.is_reference else np.nan
+            if math.isfinite(err) and err > 0:
+                ax.loglog(r.wall_s, err, "o")
+                ax.annotate(f"{r.backend}/{r.precision}", (r.wall_s, err), textcoords="offset points", xytext=(4, 4),
+                            fontsize=8)
+        ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
+        ax.axvline(self.reference.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time")
+        ax.set_xlabel("solver time [s]")
+        ax.set_ylabel("relative L2 error vs CPU fp64")
+        ax.set_title(f"{self.case_name}: accuracy vs speed")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def plot_drift(self, path: str | Path) -> Path | None:
+        runs = [r for r in self.runs if r.drift.get("time") and not r.is_reference]
+        if not runs:
+            return None
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for r in runs:
+            err = np.asarray(r.drift["rel_l2"], dtype=float)
+            t = np.asarray(r.drift["time"], dtype=float)
+            keep = err > 0
+            ax.semilogy(t[keep], err[keep], "o-", label=f"{r.backend}/{r.precision}")
+        ax.set_xlabel("time [s]")
+        ax.set_ylabel("velocity relative L2 error vs CPU fp64")
+        ax.set_title(f"{self.case_name}: error drift over time")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def plot_residuals(self, path: str | Path) -> Path | None:
+        runs = [r for r in self.runs if r.result is not None and any("residual" in k for k in r.result.series)]
+        if not runs:
+            return None
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for r in runs:
+            s = r.result.series
+            for key in sorted(k for k in s if "residual" in k and not k.endswith("_iterations")):
+                y = np.asarray(s[key], dtype=float)
+                xkey = key + "_iterations"
+                x = np.asarray(s[xkey]) if xkey in s else np.arange(y.size)
+                ax.semilogy(x, y, lw=1, label=f"{r.backend}/{r.precision} {key}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("relative residual")
+        ax.set_title(f"{self.case_name}: residual histories")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"json": write_json(self.to_dict(), out / "comparison.json")}
+        with atomic_path(out / "comparison.md") as tmp:
+            tmp.write_text(f"# {self.case_name}: accuracy vs speed\n\n{self.table()}\n", encoding="utf-8")
+        files["md"] = out / "comparison.md"
+        plots = out / "plots"
+        plots.mkdir(exist_ok=True)
+        files["pareto"] = self.plot_pareto(plots / "pareto.png")
+        for name, fn in (("drift", self.plot_drift), ("residuals", self.plot_residuals)):
+            p = fn(plots / f"{name}.png")
+            if p is not None:
+                files[name] = p
+        return files
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return Path(path)
+
+
+def _drift(res: Result, ref: Result) -> dict:
+    times, errs = [], []
+    for s, r in zip(res.snapshots, ref.snapshots):
+        key = "velocity" if "velocity" in r.fields else next(iter(r.fields), None)
+        if key is None or key not in s.fields or s.step != r.step:
+            continue
+        times.append(r.time)
+        errs.append(field_error(s.fields[key], r.fields[key])["rel_l2"])
+    return {"time": times, "rel_l2": errs} if times else {}
+
+
+def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
+            tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
+            progress: bool = False) -> Comparison:
+    """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare."""
+    from hpcsolve.run import describe, run_case
+
+    if not isinstance(case, CaseBase):
+        case = load_case(case, overrides)
+    elif overrides:
+        case = case.with_overrides(*overrides)
+    if not (isinstance(tolerance, (int, float)) and tolerance >= 0 and math.isfinite(tolerance)):
+        raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
+    family = case.solver
+    skipped: dict = {}
+    if backends is None:
+        backends = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available
+                    and not backends_mod.probe(b).simulator]
+    for b in backends:
+        if b not in backends_mod.BACKENDS:
+            raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))
+    if precisions is None:
+        precisions = precision_mod.names(family)
+    for p in precisions:
+        precision_mod.get_precision(p, family=family, field="--precisions")
+    configs = [REFERENCE] + [(b, p) for b in backends for p in precisions if (b, p) != REFERENCE]
+    out_path = Path(out) if out is not None else None
+    runs: list[Run] = []
+    ref_result = None
+    for backend, prec in configs:
+        key = f"{backend}/{prec}"
+        status = backends_mod.probe(backend)
+        if not status.available:
+            skipped[key] = status.reason
+            continue
+        run_dir = out_path / f"{backend}-{prec}" if out_path is not None else None
+        try:
+            res = run_case(case, backend, prec, out=run_dir, progress=progress, overwrite=True)
+        except HpcsolveError as exc:
+            partial = getattr(exc, "result", None)
+            if ref_result is None:
+                raise
+            runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
+                            message=str(exc)))
+            continue
+        info = describe(case, backend, prec)
+        run = Run(backend, prec, status=res.status, wall_s=_solver_seconds(res),
+                  total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
+                  memory_bytes=info.get("memory_bytes"), reference_errors=_reference_errors(res),
+                  residuals=_residuals(res), message=res.message, result=res)
+        if ref_result is None:
+            ref_result = res
+        for name, ref in ref_result.fields.items():
+            if name in SKIP_FIELDS or name not in res.fields or not np.issubdtype(np.asarray(ref).dtype, np.floating):
+                continue
+            run.field_errors[name] = field_error(res.fields[name], ref)
+        run.drift = _drift(res, ref_result)
+        run.speedup = _solver_seconds(ref_result) / run.wall_s if run.wall_s > 0 else math.nan
+        runs.append(run)
+    comp = Comparison(case.name, family, float(tolerance), runs, skipped)
+    if out_path is not None:
+        comp.write(out_path)
+    return comp
