@@ -1,0 +1,187 @@
+"""FEM case files (``solver = "fem"``): mesh, problem, boundary conditions, solver, output.
+
+Boundary conditions and coefficient regions are selected by a *predicate table* (``where``), never
+by code: every key narrows the selection (all keys must hold):
+
+    where = { tag = "left" }                  # boundary tag / physical group name (or a list)
+    where = { x = 0.0 }                       # nodes with x == 0 (within tol)
+    where = { y_min = 0.5, x_max = 1.0 }      # a box, bounds inclusive
+    where = { circle = [1.0, 0.5, 0.25] }     # nodes on the circle (cx, cy, r) (within tol)
+    where = { all = true }                    # the whole boundary
+
+An edge is selected when both its end nodes are; ``tol`` defaults to 1e-6 times the mesh diameter.
+For coefficient regions the same keys apply to triangle centroids (``tag`` names mesh regions).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hpcsolve.cases import CaseBase, StrictModel
+
+
+class Where(StrictModel):
+    tag: str | list[str] | None = Field(None, description="boundary tag(s) or region name(s) from the mesh")
+    x: float | None = Field(None, description="x coordinate equals this (within tol)")
+    y: float | None = Field(None, description="y coordinate equals this (within tol)")
+    x_min: float | None = None
+    x_max: float | None = None
+    y_min: float | None = None
+    y_max: float | None = None
+    circle: tuple[float, float, float] | None = Field(None, description="on the circle (cx, cy, r), within tol")
+    all: bool = Field(False, description="the whole boundary (or every triangle)")
+    tol: float | None = Field(None, gt=0, description="absolute tolerance; default 1e-6 * mesh diameter")
+
+    @model_validator(mode="after")
+    def _not_empty(self):
+        keys = ("tag", "x", "y", "x_min", "x_max", "y_min", "y_max", "circle")
+        if not self.all and all(getattr(self, k) is None for k in keys):
+            raise ValueError("a where table needs at least one of: tag, x, y, x_min, x_max, y_min, y_max, circle, "
+                             "all = true")
+        if self.circle is not None and self.circle[2] <= 0:
+            raise ValueError("circle = [cx, cy, r] needs r > 0")
+        return self
+
+
+class MeshSection(StrictModel):
+    kind: Literal["rectangle", "cook_membrane", "file"] = Field("rectangle", description="generator or file")
+    nx: int = Field(16, ge=1, le=20000, description="cells along x (rectangle) or per side (cook_membrane)")
+    ny: int | None = Field(None, ge=1, le=20000, description="cells along y (default nx)")
+    x: tuple[float, float] = (0.0, 1.0)
+    y: tuple[float, float] = (0.0, 1.0)
+    path: str | None = Field(None, description="mesh file (kind = 'file'), relative to the case file")
+    refine: int = Field(0, ge=0, le=8, description="uniform refinements (each splits every triangle in four)")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind == "file" and not self.path:
+            raise ValueError("kind = 'file' needs path = '<mesh file>'")
+        if self.kind != "file" and self.path:
+            raise ValueError(f"path is only used with kind = 'file' (kind is {self.kind!r})")
+        if self.x[1] <= self.x[0] or self.y[1] <= self.y[0]:
+            raise ValueError("x and y are [min, max] with max > min")
+        return self
+
+
+class Region(StrictModel):
+    where: Where
+    conductivity: float | None = Field(None, gt=0)
+    young: float | None = Field(None, gt=0)
+
+
+class ProblemSection(StrictModel):
+    kind: Literal["poisson", "elasticity"] = Field("poisson", description="-div(k grad u) = f, or linear elasticity")
+    # poisson
+    conductivity: float = Field(1.0, gt=0, description="k (default value; regions override it per triangle)")
+    source: float = Field(0.0, description="f, constant (poisson)")
+    manufactured: Literal["sin_sin"] | None = Field(
+        None, description="sin_sin: u = sin(pi x) sin(pi y), f = 2 pi^2 u on the unit square (errors are reported)")
+    # elasticity
+    model: Literal["plane_strain", "plane_stress"] = "plane_strain"
+    young: float = Field(1.0, gt=0, description="Young's modulus E")
+    poisson_ratio: float = Field(0.3, ge=0.0, lt=0.5, description="nu, 0 <= nu < 0.5")
+    thickness: float = Field(1.0, gt=0)
+    body_force: tuple[float, float] = (0.0, 0.0)
+    regions: list[Region] = Field(default_factory=list, description="piecewise-constant coefficients")
+
+
+class DirichletBC(StrictModel):
+    where: Where
+    value: float | None = Field(None, description="poisson: u = value")
+    displacement: tuple[float, float] | None = Field(None, description="elasticity: (u_x, u_y)")
+    ux: float | None = Field(None, description="elasticity: fix u_x only")
+    uy: float | None = Field(None, description="elasticity: fix u_y only")
+
+
+class NeumannBC(StrictModel):
+    where: Where
+    flux: float | None = Field(None, description="poisson: k du/dn per unit length")
+    traction: tuple[float, float] | None = Field(None, description="elasticity: force per unit length")
+    total_force: tuple[float, float] | None = Field(None, description="elasticity: total force spread uniformly")
+
+
+class BoundarySection(StrictModel):
+    dirichlet: list[DirichletBC] = Field(default_factory=list)
+    neumann: list[NeumannBC] = Field(default_factory=list)
+
+
+class SolverSection(StrictModel):
+    method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
+    preconditioner: Literal["none", "jacobi"] = "none"
+    rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual")
+    maxiter: int | None = Field(None, ge=1, description="total Krylov iterations (default 10 x unknowns)")
+    check_every: int = Field(10, ge=1, le=10000)
+    true_every: int = Field(0, ge=0, description="record the true residual every N iterations (0: at decisions)")
+    inner_rtol: float | None = Field(None, gt=0, lt=1)
+    max_outer: int | None = Field(None, ge=1)
+    stagnation: float | None = Field(None, gt=0, lt=1)
+    reliable_delta: float | None = Field(None, gt=0, lt=1)
+    reliable_patience: int | None = Field(None, ge=1)
+    reference: Literal["auto", "always", "never"] = Field(
+        "auto", description="also solve in float64 with spsolve and compare (auto: up to reference_max_dofs)")
+    reference_max_dofs: int = Field(300_000, ge=0)
+
+    @field_validator("method")
+    @classmethod
+    def _method_known(cls, v):
+        from hpcsolve.fem.api import METHODS
+
+        if v is not None and v.lower() not in METHODS:
+            raise ValueError(f"allowed: {', '.join(METHODS)}")
+        return v.lower() if v else v
+
+    def options(self) -> dict:
+        keys = ("inner_rtol", "max_outer", "stagnation", "reliable_delta", "reliable_patience")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+
+class OutputSection(StrictModel):
+    plots: bool = True
+    probe: tuple[float, float] | None = Field(None, description="report the solution at the node nearest this point")
+    probe_component: Literal["u", "ux", "uy", "magnitude"] = Field(
+        "u", description="which value probe_value is: u (poisson; uy for elasticity), ux, uy, magnitude")
+    probe_reference: float | None = Field(None, description="published value at the probe (reported error)")
+
+
+class FEMCase(CaseBase):
+    solver: Literal["fem"]
+    mesh: MeshSection = Field(default_factory=MeshSection)
+    problem: ProblemSection = Field(default_factory=ProblemSection)
+    boundary: BoundarySection = Field(default_factory=BoundarySection)
+    solve: SolverSection = Field(default_factory=SolverSection, description="[solve]: linear solver settings")
+    output: OutputSection = Field(default_factory=OutputSection)
+
+    @model_validator(mode="after")
+    def _boundary_fits_problem(self):
+        p = self.problem
+        if not self.boundary.dirichlet:
+            raise ValueError("boundary.dirichlet: at least one Dirichlet condition is needed; without one the "
+                             "stiffness matrix is singular (pure Neumann problem)")
+        for i, bc in enumerate(self.boundary.dirichlet):
+            vec = (bc.displacement, bc.ux, bc.uy)
+            if p.kind == "poisson":
+                if bc.value is None or any(v is not None for v in vec):
+                    raise ValueError(f"boundary.dirichlet[{i}]: a poisson problem takes value = <number> "
+                                     "(not displacement/ux/uy)")
+            else:
+                if bc.value is not None or all(v is None for v in vec):
+                    raise ValueError(f"boundary.dirichlet[{i}]: an elasticity problem takes displacement = [ux, uy], "
+                                     "or ux = / uy = (not value)")
+                if bc.displacement is not None and (bc.ux is not None or bc.uy is not None):
+                    raise ValueError(f"boundary.dirichlet[{i}]: give displacement or ux/uy, not both")
+        for i, bc in enumerate(self.boundary.neumann):
+            given = [k for k in ("flux", "traction", "total_force") if getattr(bc, k) is not None]
+            allowed = ("flux",) if p.kind == "poisson" else ("traction", "total_force")
+            if len(given) != 1 or given[0] not in allowed:
+                raise ValueError(f"boundary.neumann[{i}]: a {p.kind} problem takes exactly one of "
+                                 f"{' / '.join(allowed)} (got {', '.join(given) or 'none'})")
+        for i, r in enumerate(p.regions):
+            want = "conductivity" if p.kind == "poisson" else "young"
+            other = "young" if want == "conductivity" else "conductivity"
+            if getattr(r, want) is None or getattr(r, other) is not None:
+                raise ValueError(f"problem.regions[{i}]: a {p.kind} region sets {want} = <number>")
+        if p.manufactured and p.kind != "poisson":
+            raise ValueError("problem.manufactured applies to kind = 'poisson' only")
+        return self

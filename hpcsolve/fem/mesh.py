@@ -1,0 +1,212 @@
+"""Triangle meshes: structured rectangles, Cook's membrane, any file meshio reads; boundary edges and tags.
+
+A :class:`Mesh` holds points (n, 2) float64, triangles (m, 3) int32 (counter-clockwise), the
+boundary edges (k, 2) int32 with a tag name per edge, and an optional region name per triangle.
+Boundary tags come from the generator (rectangle: left / right / bottom / top) or from the
+file's physical groups (gmsh ``$PhysicalNames``); untagged boundary edges are tagged "boundary".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve.errors import CaseError
+
+
+@dataclass
+class Mesh:
+    points: np.ndarray                       # (n, 2) float64
+    triangles: np.ndarray                    # (m, 3) int32, counter-clockwise
+    boundary_edges: np.ndarray               # (k, 2) int32
+    edge_tags: np.ndarray                    # (k,) str: tag name of each boundary edge
+    cell_regions: np.ndarray | None = None   # (m,) str: region name per triangle, if the mesh has them
+    source: str = ""
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_points(self) -> int:
+        return len(self.points)
+
+    @property
+    def n_triangles(self) -> int:
+        return len(self.triangles)
+
+    @property
+    def tag_names(self) -> list[str]:
+        return sorted(set(self.edge_tags.tolist()))
+
+    def areas(self) -> np.ndarray:
+        p = self.points[self.triangles]
+        return 0.5 * ((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1])
+                      - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+
+    def h_max(self) -> float:
+        """Longest edge length (the mesh size h)."""
+        p = self.points[self.triangles]
+        e = np.stack([p[:, 1] - p[:, 0], p[:, 2] - p[:, 1], p[:, 0] - p[:, 2]], axis=1)
+        return float(np.sqrt((e ** 2).sum(-1)).max())
+
+    def size(self) -> float:
+        """Diameter of the bounding box (length scale for geometric tolerances)."""
+        return float(np.linalg.norm(self.points.max(0) - self.points.min(0)))
+
+    def boundary_nodes(self) -> np.ndarray:
+        return np.unique(self.boundary_edges)
+
+
+def _orient(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
+    p = points[tris]
+    a2 = ((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+    tris = tris.copy()
+    neg = a2 < 0
+    tris[neg, 1], tris[neg, 2] = tris[neg, 2].copy(), tris[neg, 1].copy()
+    return tris
+
+
+def boundary_edges_of(triangles: np.ndarray) -> np.ndarray:
+    """Edges that belong to exactly one triangle (sorted node pairs), vectorized."""
+    e = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
+    key = np.sort(e, axis=1).astype(np.int64)
+    n = int(triangles.max()) + 1 if len(triangles) else 0
+    code = key[:, 0] * n + key[:, 1]
+    uniq, counts = np.unique(code, return_counts=True)
+    once = uniq[counts == 1]
+    return np.stack([once // n, once % n], axis=1).astype(np.int32)
+
+
+def _tag_edges_by_side(points, edges, sides: dict) -> np.ndarray:
+    """Name each boundary edge by the first side predicate (callable on edge midpoints) it meets."""
+    mid = points[edges].mean(axis=1)
+    tags = np.full(len(edges), "boundary", dtype=object)
+    for name, pred in sides.items():
+        sel = (tags == "boundary") & pred(mid[:, 0], mid[:, 1])
+        tags[sel] = name
+    return tags.astype(str)
+
+
+def rectangle(nx: int, ny: int, x: tuple[float, float] = (0.0, 1.0), y: tuple[float, float] = (0.0, 1.0)) -> Mesh:
+    """Structured triangulation of a rectangle: nx * ny cells, each split by its (/) diagonal."""
+    if nx < 1 or ny < 1:
+        raise CaseError.invalid("mesh.nx/ny", (nx, ny), "integers >= 1")
+    xs = np.linspace(x[0], x[1], nx + 1)
+    ys = np.linspace(y[0], y[1], ny + 1)
+    X, Y = np.meshgrid(xs, ys)
+    points = np.column_stack([X.ravel(), Y.ravel()])
+    i, j = np.meshgrid(np.arange(nx), np.arange(ny))
+    n0 = (j * (nx + 1) + i).ravel()
+    n1, n2, n3 = n0 + 1, n0 + nx + 2, n0 + nx + 1
+    tris = np.concatenate([np.column_stack([n0, n1, n2]), np.column_stack([n0, n2, n3])]).astype(np.int32)
+    edges = boundary_edges_of(tris)
+    tol = 1e-12 * max(x[1] - x[0], y[1] - y[0])
+    tags = _tag_edges_by_side(points, edges, {
+        "left": lambda a, b: np.abs(a - x[0]) <= tol, "right": lambda a, b: np.abs(a - x[1]) <= tol,
+        "bottom": lambda a, b: np.abs(b - y[0]) <= tol, "top": lambda a, b: np.abs(b - y[1]) <= tol})
+    return Mesh(points, tris, edges, tags, source=f"rectangle {nx}x{ny}")
+
+
+COOK_CORNERS = ((0.0, 0.0), (48.0, 44.0), (48.0, 60.0), (0.0, 44.0))
+
+
+def cook_membrane(n: int) -> Mesh:
+    """Cook's tapered panel, corners (0,0), (48,44), (48,60), (0,44): an n x n grid mapped bilinearly.
+
+    Tags: left (x = 0, clamped), right (x = 48, loaded), bottom, top.
+    """
+    m = rectangle(n, n)
+    s, t = m.points[:, 0], m.points[:, 1]
+    x = 48.0 * s
+    y_bottom, y_top = 44.0 * s, 44.0 + 16.0 * s
+    m.points = np.column_stack([x, y_bottom + t * (y_top - y_bottom)])
+    m.source = f"cook_membrane {n}x{n}"
+    return m
+
+
+def refine_uniform(mesh: Mesh) -> Mesh:
+    """Split every triangle into four at its edge midpoints; tags and regions carry over."""
+    tris = mesh.triangles
+    n = mesh.n_points
+    e = np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]])
+    key = np.sort(e, axis=1).astype(np.int64)
+    code = key[:, 0] * n + key[:, 1]
+    uniq, inv = np.unique(code, return_inverse=True)
+    a, b = uniq // n, uniq % n
+    mids = 0.5 * (mesh.points[a] + mesh.points[b])
+    points = np.vstack([mesh.points, mids])
+    m = len(tris)
+    m01, m12, m20 = (inv[:m] + n), (inv[m:2 * m] + n), (inv[2 * m:] + n)
+    v0, v1, v2 = tris[:, 0], tris[:, 1], tris[:, 2]
+    new = np.concatenate([np.column_stack([v0, m01, m20]), np.column_stack([m01, v1, m12]),
+                          np.column_stack([m20, m12, v2]), np.column_stack([m01, m12, m20])]).astype(np.int32)
+    be = np.sort(mesh.boundary_edges, axis=1).astype(np.int64)
+    mid_of = n + np.searchsorted(uniq, be[:, 0] * n + be[:, 1])
+    edges = np.concatenate([np.column_stack([be[:, 0], mid_of]), np.column_stack([mid_of, be[:, 1]])]).astype(np.int32)
+    tags = np.concatenate([mesh.edge_tags, mesh.edge_tags])
+    regions = None if mesh.cell_regions is None else np.tile(mesh.cell_regions, 4)
+    return Mesh(points, new, edges, tags, regions, source=mesh.source + " +refined", info=dict(mesh.info))
+
+
+def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
+    """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
+    boundary; triangle physical groups name regions."""
+    import meshio
+
+    path = Path(path)
+    if not path.exists():
+        raise CaseError.invalid(field_name, str(path), "a mesh file that exists (relative paths: to the case file)",
+                                why="file not found")
+    try:
+        mm = meshio.read(path)
+    except Exception as exc:
+        raise CaseError.invalid(field_name, str(path), "a mesh file meshio can read (e.g. gmsh .msh)",
+                                why=f"cannot read it ({type(exc).__name__}: {exc})") from None
+    pts = np.asarray(mm.points, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[1] < 2:
+        raise CaseError.invalid(field_name, str(path), "a 2D mesh", why="points are not 2D")
+    if pts.shape[1] > 2:
+        if np.any(np.abs(pts[:, 2:]) > 1e-12 * max(1.0, np.abs(pts).max())):
+            raise CaseError.invalid(field_name, str(path), "a planar mesh (z = 0)", why="the mesh is not flat")
+        pts = pts[:, :2].copy()
+    names = {}
+    for name, (tag, dim) in (mm.field_data or {}).items():
+        names[(int(dim), int(tag))] = name
+    tri_blocks, line_blocks = [], []
+    phys = mm.cell_data.get("gmsh:physical")
+    for i, block in enumerate(mm.cells):
+        tags = np.asarray(phys[i]) if phys is not None else None
+        if block.type == "triangle":
+            tri_blocks.append((block.data, tags))
+        elif block.type == "line":
+            line_blocks.append((block.data, tags))
+    if not tri_blocks:
+        raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
+    tris = np.concatenate([b for b, _ in tri_blocks]).astype(np.int32)
+    regions = None
+    if all(t is not None for _, t in tri_blocks):
+        regions = np.concatenate([[names.get((2, int(v)), str(int(v))) for v in t] for _, t in tri_blocks]).astype(str)
+    # keep only the points the triangles use
+    used = np.unique(tris)
+    remap = np.full(len(pts), -1, dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    pts = pts[used]
+    tris = remap[tris].astype(np.int32)
+    tris = _orient(pts, tris)
+    edges = boundary_edges_of(tris)
+    tags = np.full(len(edges), "boundary", dtype=object)
+    if line_blocks:
+        ekey = {}
+        n = len(pts)
+        for data, t in line_blocks:
+            if t is None:
+                continue
+            d = remap[np.asarray(data)]
+            ok = (d >= 0).all(axis=1)
+            for (a, b), v in zip(np.sort(d[ok], axis=1), np.asarray(t)[ok]):
+                ekey[int(a) * n + int(b)] = names.get((1, int(v)), str(int(v)))
+        codes = np.sort(edges, axis=1).astype(np.int64)
+        codes = codes[:, 0] * n + codes[:, 1]
+        for k, c in enumerate(codes):
+            tags[k] = ekey.get(int(c), "boundary")
+    return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path))

@@ -1,0 +1,275 @@
+"""From an FEMCase to a linear system: mesh, predicate selections, assembly, boundary conditions;
+and the error norms against a manufactured solution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from hpcsolve.errors import CaseError
+from hpcsolve.fem import assembly
+from hpcsolve.fem import mesh as meshmod
+from hpcsolve.fem.mesh import Mesh
+
+
+# ----------------------------------------------------------------------------------------------
+# manufactured solutions (named, never code from the case file)
+
+def _sin_sin(x, y):
+    return np.sin(np.pi * x) * np.sin(np.pi * y)
+
+
+def _sin_sin_grad(x, y):
+    return (np.pi * np.cos(np.pi * x) * np.sin(np.pi * y), np.pi * np.sin(np.pi * x) * np.cos(np.pi * y))
+
+
+def _sin_sin_source(x, y):
+    return 2.0 * np.pi ** 2 * np.sin(np.pi * x) * np.sin(np.pi * y)
+
+
+MANUFACTURED = {"sin_sin": (_sin_sin, _sin_sin_grad, _sin_sin_source)}
+
+
+# ----------------------------------------------------------------------------------------------
+# mesh
+
+def build_mesh(case) -> Mesh:
+    m = case.mesh
+    if m.kind == "rectangle":
+        mesh = meshmod.rectangle(m.nx, m.ny or m.nx, tuple(m.x), tuple(m.y))
+    elif m.kind == "cook_membrane":
+        mesh = meshmod.cook_membrane(m.nx)
+    else:
+        from pathlib import Path
+
+        p = Path(m.path)
+        if not p.is_absolute():
+            p = case.base_dir / p
+        mesh = meshmod.read_mesh(p)
+    for _ in range(m.refine):
+        mesh = meshmod.refine_uniform(mesh)
+    return mesh
+
+
+# ----------------------------------------------------------------------------------------------
+# predicate selections
+
+def _coord_mask(where, xy: np.ndarray, tol: float, circle_ok: bool = True) -> np.ndarray:
+    x, y = xy[:, 0], xy[:, 1]
+    mask = np.ones(len(xy), dtype=bool)
+    if where.x is not None:
+        mask &= np.abs(x - where.x) <= tol
+    if where.y is not None:
+        mask &= np.abs(y - where.y) <= tol
+    if where.x_min is not None:
+        mask &= x >= where.x_min - tol
+    if where.x_max is not None:
+        mask &= x <= where.x_max + tol
+    if where.y_min is not None:
+        mask &= y >= where.y_min - tol
+    if where.y_max is not None:
+        mask &= y <= where.y_max + tol
+    if where.circle is not None:
+        cx, cy, r = where.circle
+        d = np.hypot(x - cx, y - cy)
+        mask &= (np.abs(d - r) <= tol) if circle_ok else (d <= r + tol)
+    return mask
+
+
+def _tags(where) -> list[str] | None:
+    if where.tag is None:
+        return None
+    return [where.tag] if isinstance(where.tag, str) else list(where.tag)
+
+
+def select_edges(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Boundary edges (k, 2) selected by a where table: tag matches and both end nodes satisfy it."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    keep = np.ones(len(mesh.boundary_edges), dtype=bool)
+    tags = _tags(where)
+    if tags is not None:
+        unknown = [t for t in tags if t not in mesh.tag_names]
+        if unknown:
+            raise CaseError.invalid(f"{field}.where.tag", unknown[0] if len(unknown) == 1 else unknown,
+                                    ", ".join(mesh.tag_names), why="no boundary edge has this tag in the mesh")
+        keep &= np.isin(mesh.edge_tags, tags)
+    e = mesh.boundary_edges
+    keep &= _coord_mask(where, mesh.points[e[:, 0]], tol) & _coord_mask(where, mesh.points[e[:, 1]], tol)
+    return e[keep]
+
+
+def select_boundary_nodes(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Boundary nodes selected by a where table (with a tag: the nodes of the edges with that tag)."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    tags = _tags(where)
+    if tags is not None:
+        nodes = np.unique(select_edges(mesh, type(where)(tag=where.tag, tol=where.tol), field))
+    else:
+        nodes = mesh.boundary_nodes()
+    nodes = nodes[_coord_mask(where, mesh.points[nodes], tol)]
+    return nodes
+
+
+def select_cells(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Triangles selected by a where table applied to their centroids (tag: mesh region names)."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    keep = np.ones(mesh.n_triangles, dtype=bool)
+    tags = _tags(where)
+    if tags is not None:
+        have = sorted(set(mesh.cell_regions.tolist())) if mesh.cell_regions is not None else []
+        unknown = [t for t in tags if t not in have]
+        if unknown:
+            raise CaseError.invalid(f"{field}.where.tag", unknown[0], ", ".join(have) or "(this mesh has no regions)",
+                                    why="no triangle has this region name")
+        keep &= np.isin(mesh.cell_regions, tags)
+    centroids = mesh.points[mesh.triangles].mean(axis=1)
+    keep &= _coord_mask(where, centroids, tol, circle_ok=False)
+    return np.flatnonzero(keep)
+
+
+# ----------------------------------------------------------------------------------------------
+# the discrete problem
+
+@dataclass
+class Discrete:
+    mesh: Mesh
+    kind: str                       # poisson | elasticity
+    ncomp: int                      # unknowns per node
+    A: sp.csr_matrix                # free-DOF block (SPD)
+    b: np.ndarray                   # right-hand side of the free DOFs (Dirichlet lifted)
+    free: np.ndarray
+    fixed: np.ndarray
+    fixed_values: np.ndarray
+    coefficient: np.ndarray         # conductivity or Young's modulus per triangle
+    exact: tuple | None = None      # (u, grad u) of a manufactured solution
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def n_dofs(self) -> int:
+        return self.mesh.n_points * self.ncomp
+
+    def full_solution(self, x_free: np.ndarray) -> np.ndarray:
+        u = assembly.expand(x_free, self.free, self.fixed, self.fixed_values, self.n_dofs)
+        return u.reshape(-1, self.ncomp) if self.ncomp > 1 else u
+
+
+def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
+    p = case.problem
+    key = "conductivity" if p.kind == "poisson" else "young"
+    coef = np.full(mesh.n_triangles, float(getattr(p, key)))
+    for i, r in enumerate(p.regions):
+        cells = select_cells(mesh, r.where, f"problem.regions[{i}]")
+        if cells.size == 0:
+            raise CaseError.invalid(f"problem.regions[{i}].where", r.where.model_dump(exclude_none=True),
+                                    "a selection that contains at least one triangle", why="selects no triangle")
+        coef[cells] = float(getattr(r, key))
+    return coef
+
+
+def build(case, mesh: Mesh | None = None) -> Discrete:
+    import time
+
+    t0 = time.perf_counter()
+    mesh = mesh if mesh is not None else build_mesh(case)
+    t1 = time.perf_counter()
+    p = case.problem
+    coef = coefficient_per_cell(case, mesh)
+    exact = None
+    if p.kind == "poisson":
+        ncomp = 1
+        K = assembly.stiffness(mesh, coef)
+        if p.manufactured:
+            u_ex, grad_ex, f = MANUFACTURED[p.manufactured]
+            exact = (u_ex, grad_ex)
+            b = assembly.load(mesh, f)
+        else:
+            b = assembly.load(mesh, p.source) if p.source != 0.0 else np.zeros(mesh.n_points)
+    else:
+        ncomp = 2
+        K = assembly.elasticity_stiffness(mesh, coef, p.poisson_ratio, p.model, p.thickness)
+        b = np.zeros(2 * mesh.n_points)
+        for c in range(2):
+            if p.body_force[c] != 0.0:
+                b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
+    t2 = time.perf_counter()
+
+    for i, bc in enumerate(case.boundary.neumann):
+        field = f"boundary.neumann[{i}]"
+        edges = select_edges(mesh, bc.where, field)
+        if edges.size == 0:
+            raise CaseError.invalid(f"{field}.where", bc.where.model_dump(exclude_none=True),
+                                    f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
+                                    why="selects no boundary edge")
+        if bc.flux is not None:
+            b += assembly.edge_load(mesh, edges, bc.flux)
+        elif bc.traction is not None:
+            b += p.thickness * assembly.edge_load(mesh, edges, np.asarray(bc.traction), ncomp=2)
+        else:
+            length = assembly.edge_lengths(mesh, edges).sum()
+            b += assembly.edge_load(mesh, edges, np.asarray(bc.total_force) / length, ncomp=2)
+
+    fixed_arr = np.zeros(0, dtype=np.int64)
+    vals_arr = np.zeros(0)
+    for i, bc in enumerate(case.boundary.dirichlet):
+        field = f"boundary.dirichlet[{i}]"
+        nodes = select_boundary_nodes(mesh, bc.where, field)
+        if nodes.size == 0:
+            raise CaseError.invalid(f"{field}.where", bc.where.model_dump(exclude_none=True),
+                                    f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
+                                    why="selects no boundary node")
+        if p.kind == "poisson":
+            dofs, vals = [nodes], [np.full(nodes.size, bc.value)]
+        else:
+            ux = bc.displacement[0] if bc.displacement is not None else bc.ux
+            uy = bc.displacement[1] if bc.displacement is not None else bc.uy
+            dofs, vals = [], []
+            if ux is not None:
+                dofs.append(2 * nodes)
+                vals.append(np.full(nodes.size, ux))
+            if uy is not None:
+                dofs.append(2 * nodes + 1)
+                vals.append(np.full(nodes.size, uy))
+        fixed_arr = np.concatenate([fixed_arr, *dofs])
+        vals_arr = np.concatenate([vals_arr, *vals])
+    # later conditions win where they overlap
+    order = np.arange(len(fixed_arr))[::-1]
+    fixed, first = np.unique(fixed_arr[order], return_index=True)
+    values = vals_arr[order][first]
+    A, rhs, free = assembly.condense(K, b, fixed, values)
+    if free.size == 0:
+        raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
+    t3 = time.perf_counter()
+    return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
+                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2})
+
+
+# ----------------------------------------------------------------------------------------------
+# error norms
+
+# Dunavant degree-4 rule: 6 points (barycentric), weights summing to 1
+_Q_BARY = np.array([[0.108103018168070, 0.445948490915965, 0.445948490915965],
+                    [0.445948490915965, 0.108103018168070, 0.445948490915965],
+                    [0.445948490915965, 0.445948490915965, 0.108103018168070],
+                    [0.816847572980459, 0.091576213509771, 0.091576213509771],
+                    [0.091576213509771, 0.816847572980459, 0.091576213509771],
+                    [0.091576213509771, 0.091576213509771, 0.816847572980459]])
+_Q_W = np.array([0.223381589678011] * 3 + [0.109951743655322] * 3)
+
+
+def error_norms(mesh: Mesh, u: np.ndarray, exact, grad_exact) -> tuple[float, float]:
+    """(L2 error, H1-seminorm error) of the P1 field u against an exact solution, by 6-point quadrature."""
+    area, bx, by = assembly._gradients(mesh)
+    t = mesh.triangles
+    p = mesh.points[t]                                # (m, 3, 2)
+    q = np.einsum("qi,mid->mqd", _Q_BARY, p)          # (m, 6, 2)
+    ue = u[t]                                         # (m, 3)
+    uh = ue @ _Q_BARY.T                               # (m, 6)
+    ux = exact(q[..., 0], q[..., 1])
+    l2 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * (uh - ux) ** 2))
+    gx, gy = grad_exact(q[..., 0], q[..., 1])
+    ghx = (ue * bx).sum(1)[:, None]
+    ghy = (ue * by).sum(1)[:, None]
+    h1 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * ((ghx - gx) ** 2 + (ghy - gy) ** 2)))
+    return float(l2), float(h1)
