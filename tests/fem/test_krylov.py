@@ -1,0 +1,228 @@
+"""CG, Jacobi-PCG and the two mixed-precision strategies on the NumPy reference Ops.
+
+Numbers these tests produce are printed (pytest -s) and attached as record_property.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from hpcsolve.errors import CaseError
+from hpcsolve.fem import solve
+from hpcsolve.fem.krylov import lanczos_kappa
+from hpcsolve.fem.ops import NumpyOps
+
+from fem_problems import poisson2d, poisson2d_kappa
+
+RTOL = 1e-10
+
+
+@pytest.fixture(scope="module")
+def fp64_run(poisson128):
+    A, b = poisson128
+    return solve(A, b, precision="fp64", method="cg", rtol=RTOL)
+
+
+def test_fp64_cg_converges_and_matches_direct_solve(poisson128, fp64_run):
+    A, b = poisson128
+    x, rep = fp64_run
+    x_direct = spla.spsolve(A.tocsc(), b)
+    assert rep.converged and rep.reason == "true residual met rtol"
+    assert rep.true_residual <= RTOL
+    err = np.linalg.norm(x - x_direct) / np.linalg.norm(x_direct)
+    # ||x - x*|| / ||x*|| <= kappa * ||r|| / ||b||: 6.7e3 * 1e-10
+    assert err < poisson2d_kappa(128) * RTOL
+    assert len(rep.history_recursive) == rep.iterations + 1
+    assert rep.history_true[-1] == pytest.approx(rep.true_residual)
+    assert rep.residual_gap == pytest.approx(abs(rep.true_residual - rep.recursive_residual))
+
+
+def test_kappa_estimate_matches_the_exact_condition_number(fp64_run):
+    _, rep = fp64_run
+    exact = poisson2d_kappa(128)
+    assert rep.kappa_estimate == pytest.approx(exact, rel=0.02)
+
+
+def test_lanczos_kappa_of_a_diagonal_matrix():
+    d = np.array([1.0, 2.0, 5.0, 10.0, 100.0])
+    A = sp.diags(d).tocsr()
+    _, rep = solve(A, np.ones(5), rtol=1e-14, check_every=1)
+    assert rep.kappa_estimate == pytest.approx(100.0, rel=1e-6)
+    assert np.isnan(lanczos_kappa([1.0], []))
+
+
+def test_fp32_cg_true_residual_floor_is_above_fp64(poisson128, fp64_run, record_property):
+    A, b = poisson128
+    _, rep64 = fp64_run
+    x32, rep32 = solve(A, b, precision="fp32", method="cg", rtol=1e-12)
+    _, rep64_tight = solve(A, b, precision="fp64", method="cg", rtol=1e-12)
+    print(f"\nfp32 CG true-residual floor {rep32.true_residual:.3e} (recursive {rep32.recursive_residual:.3e}); "
+          f"fp64 CG {rep64_tight.true_residual:.3e}; kappa ~ {rep64.kappa_estimate:.3g}, kappa*u32 = "
+          f"{rep64.kappa_estimate * 2**-24:.2e}")
+    record_property("fp32_floor", rep32.true_residual)
+    record_property("fp64_true_residual", rep64_tight.true_residual)
+    assert not rep32.converged
+    assert "stalled" in rep32.reason
+    assert rep32.recursive_residual <= 1e-12          # the recursive residual kept falling ...
+    assert rep32.true_residual > 1e3 * rep64_tight.true_residual   # ... the true one did not
+    assert rep32.true_residual > RTOL                  # fp32 alone cannot reach the target
+    # attainable accuracy: the relative error of the fp32 solution is bounded by about kappa * u_32,
+    # and far above fp64's
+    u32 = 2.0 ** -24
+    x_exact = np.random.default_rng(1234).standard_normal(A.shape[0])   # the poisson128 fixture's solution
+    err32 = np.linalg.norm(x32 - x_exact) / np.linalg.norm(x_exact)
+    print(f"fp32 relative error {err32:.2e} (bound kappa*u32 = {rep64.kappa_estimate * u32:.2e})")
+    record_property("fp32_relative_error", err32)
+    assert u32 < err32 < rep64.kappa_estimate * u32
+
+
+@pytest.mark.parametrize("method", ["ir-restarted", "cg-reliable"])
+def test_mixed_reaches_the_fp64_target(poisson128, fp64_run, method, record_property):
+    A, b = poisson128
+    x64, rep64 = fp64_run
+    x, rep = solve(A, b, precision="mixed", method=method, rtol=RTOL)
+    ratio = rep.iterations / rep64.iterations
+    diff = np.linalg.norm(x - x64) / np.linalg.norm(x64)
+    print(f"\n{method}: {rep.iterations} float32 iterations ({rep.outer_iterations} outer) vs fp64 CG "
+          f"{rep64.iterations}: ratio {ratio:.2f}; true residual {rep.true_residual:.2e}; "
+          f"||x - x_fp64|| / ||x_fp64|| = {diff:.2e}")
+    record_property(f"{method}_iterations", rep.iterations)
+    record_property(f"{method}_ratio", ratio)
+    assert rep.converged and rep.true_residual <= RTOL
+    assert rep.fallback == ""                          # no fp64 fallback needed on this problem
+    # both solutions have residual <= 1e-10, so they differ by at most 2 kappa rtol
+    assert diff < 2 * poisson2d_kappa(128) * RTOL
+    if method == "cg-reliable":
+        assert ratio <= 1.25                           # goal 1.2x; measured 1.00 at check_every=10
+        assert rep.outer_iterations >= 5               # it did substitute true residuals
+    else:
+        assert ratio <= 2.0                            # restarting loses the Krylov space
+
+
+def test_reliable_updates_with_checks_every_iteration(poisson128, fp64_run):
+    A, b = poisson128
+    _, rep64 = fp64_run
+    _, rep = solve(A, b, precision="mixed", method="cg-reliable", rtol=RTOL, check_every=1)
+    assert rep.converged
+    assert rep.iterations / rep64.iterations <= 1.25
+
+
+def test_ir_falls_back_to_fp64_and_says_so(poisson128):
+    A, b = poisson128
+    x, rep = solve(A, b, precision="mixed", method="ir-restarted", rtol=RTOL, max_outer=1)
+    assert rep.converged
+    assert rep.fallback.startswith("fell back to float64 CG")
+    assert "1 refinement steps" in rep.fallback
+    assert "(in the float64 fallback)" in rep.reason
+
+
+def test_reliable_falls_back_to_fp64_and_says_so(poisson128):
+    # replacements every 10% drop that must halve the true residual each time: forces the stagnation rule
+    A, b = poisson128
+    x, rep = solve(A, b, precision="mixed", method="cg-reliable", rtol=RTOL, reliable_delta=0.9, reliable_patience=1)
+    assert rep.fallback.startswith("fell back to float64 CG: reliable updates stagnated")
+    assert rep.converged and rep.true_residual <= RTOL
+    assert rep.true_residual == pytest.approx(np.linalg.norm(b - A @ x) / np.linalg.norm(b), rel=1e-6)
+
+
+def test_jacobi_pcg_helps_a_badly_scaled_matrix():
+    A0 = poisson2d(24)
+    s = np.logspace(0, 3, A0.shape[0])
+    A = (sp.diags(s) @ A0 @ sp.diags(s)).tocsr()
+    b = A @ np.ones(A.shape[0])
+    _, cg = solve(A, b, rtol=1e-8)
+    _, pcg = solve(A, b, rtol=1e-8, method="pcg-jacobi")
+    assert pcg.converged and pcg.method == "pcg-jacobi"
+    assert pcg.iterations < 0.5 * cg.iterations
+    _, pir = solve(A, b, precision="mixed", method="ir-restarted", preconditioner="jacobi", rtol=1e-8)
+    assert pir.converged and pir.method == "ir-restarted+jacobi"
+
+
+def test_true_every_records_true_residuals(poisson128):
+    A, b = poisson128
+    _, rep = solve(A, b, rtol=1e-6, true_every=20)
+    its = rep.history_true_iterations
+    assert its[0] == 0 and set(range(20, rep.iterations - 19, 20)) <= set(its.tolist())
+    assert np.all(np.diff(its) >= 0)
+
+
+def test_numpy_ops_fp32_really_computes_in_fp32():
+    A = poisson2d(4)
+    ops = NumpyOps(A, np.float32)
+    v = ops.vector(np.ones(16))
+    q = ops.vector()
+    assert v.dtype == np.float32 and ops.A.dtype == np.float32
+    assert np.asarray(ops.spmv_dot(v, q)).dtype == np.float32
+    assert ops.div(1.0, 0.0) == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input
+
+def test_mismatched_sizes():
+    with pytest.raises(CaseError, match=r"^b: .*length 3"):
+        solve(np.eye(3), np.ones(4))
+    with pytest.raises(CaseError, match=r"^A: .*square"):
+        solve(np.ones((3, 2)), np.ones(3))
+
+
+def test_nan_in_data():
+    with pytest.raises(CaseError, match=r"^b: the right-hand side holds NaN"):
+        solve(np.eye(3), np.array([1.0, np.nan, 1.0]))
+    A = sp.csr_matrix(np.eye(3))
+    A.data[1] = np.inf
+    with pytest.raises(CaseError, match=r"^A: the matrix holds NaN or Inf"):
+        solve(A, np.ones(3))
+
+
+def test_non_spd_input():
+    with pytest.raises(CaseError, match=r"^A: CG needs a symmetric matrix"):
+        solve(np.array([[2.0, 1.0], [0.0, 2.0]]), np.ones(2))
+    with pytest.raises(CaseError, match=r"non-positive diagonal"):
+        solve(np.array([[-1.0, 0.0], [0.0, 1.0]]), np.ones(2))
+    # indefinite with a positive diagonal: found during the iteration, reported, not raised
+    A = (poisson2d(10) - 2.0 * sp.identity(100)).tocsr()     # eigenvalues in [-1.8, 5.8]
+    b = np.random.default_rng(0).standard_normal(100)
+    for precision, method in (("fp64", "cg"), ("fp32", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted")):
+        _, rep = solve(A, b, precision=precision, method=method)
+        assert not rep.converged
+        assert "not symmetric positive definite" in rep.reason, (precision, method, rep.reason)
+        assert rep.fallback == ""
+
+
+def test_singular_system_reports_why():
+    # pure-Neumann Laplacian (no Dirichlet row) with an inconsistent right-hand side
+    N = 20
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(N, N)).tolil()
+    T[0, 0] = T[N - 1, N - 1] = 1.0
+    L = (sp.kron(sp.identity(N), T) + sp.kron(T, sp.identity(N))).tocsr()
+    b = np.random.default_rng(1).random(N * N)
+    _, rep = solve(L, b, maxiter=2000)
+    assert not rep.converged
+    assert "singular" in rep.reason
+    assert rep.true_residual > 1e-3
+
+
+def test_argument_errors():
+    A = poisson2d(3)
+    b = np.ones(9)
+    with pytest.raises(CaseError, match="^method"):
+        solve(A, b, precision="fp64", method="cg-reliable")
+    with pytest.raises(CaseError, match="^method"):
+        solve(A, b, precision="mixed", method="cg")
+    with pytest.raises(CaseError, match="^method"):
+        solve(A, b, method="gmres")
+    with pytest.raises(CaseError, match="^precision"):
+        solve(A, b, precision="fp16s")
+    with pytest.raises(CaseError, match="^rtol"):
+        solve(A, b, rtol=0)
+    with pytest.raises(CaseError, match="^maxiter"):
+        solve(A, b, maxiter=0)
+    with pytest.raises(CaseError, match="unknown solver option"):
+        solve(A, b, bogus=1)
+
+
+def test_zero_right_hand_side():
+    x, rep = solve(poisson2d(3), np.zeros(9))
+    assert rep.converged and np.all(x == 0)
