@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
     p.add_argument("--out", type=Path, help="output folder (default: results/<case>-compare-<time>)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
@@ -125,7 +127,8 @@ def cmd_compare(args) -> int:
     case = load_case(args.case, args.overrides)
     out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet)
+    comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
+                   warmup=not args.no_warmup)
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     return 0

@@ -51,7 +51,7 @@ def test_recommendation_is_none_when_no_run_meets_the_tolerance(cavity_compariso
 def test_compare_cli_writes_table_json_and_plots(tmp_path, capsys):
     out = tmp_path / "cmp"
     code = cli.main(["compare", str(CASES / "lid_driven_cavity.toml"), "--backends", "numpy", "--precisions", "fp32",
-                     "--tolerance", "1e-9", "--out", str(out), "--quiet"]
+                     "--tolerance", "1e-9", "--out", str(out), "--quiet", "--no-warmup"]
                     + [a for s in SMALL_CAVITY for a in ("--set", s)])
     assert code == 0
     data = json.loads((out / "comparison.json").read_text())
@@ -70,3 +70,18 @@ def test_compare_rejects_bad_tolerance_and_precision(capsys):
     assert "--tolerance: got -1.0" in capsys.readouterr().err
     assert cli.main(["compare", str(CASES / "lid_driven_cavity.toml"), "--precisions", "mixed"]) == 2
     assert "--precisions" in capsys.readouterr().err
+
+
+def test_fem_compare_reports_residuals_and_prefers_converged_runs():
+    comp = compare(CASES / "poisson_manufactured.toml", backends=["numpy"], precisions=["fp64", "fp32", "mixed"],
+                   tolerance=1e-6, overrides=["mesh.nx=48"])
+    runs = {r.precision: r for r in comp.runs}
+    assert runs["fp64"].error == 0.0 and runs["fp64"].residuals["true_residual"] <= 1e-10
+    # fp32 CG cannot reach rtol 1e-10: it stops at its floor, and its gap to the recursive residual shows
+    assert runs["fp32"].status == "not_converged" and runs["fp32"].residuals["true_residual"] > 1e-7
+    assert runs["mixed"].status == "converged" and runs["mixed"].residuals["true_residual"] <= 1e-10
+    assert 0 < runs["mixed"].error < 1e-9 < runs["fp32"].error
+    assert runs["fp32"].throughput["time_per_iteration_s"] > 0
+    rec = comp.recommendation()
+    assert (rec["backend"], rec["precision"]) == ("numpy", "mixed")  # fp32 is within 1e-6 but did not converge
+    assert "true_residual" in comp.table()

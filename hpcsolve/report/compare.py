@@ -6,8 +6,9 @@ memory, the error of every field against the reference run (relative L2 and rela
 drift of that error over the output times, the errors against analytic/published references that
 the run itself reports, and (FEM) the true residual and the recursive-vs-true gap.
 
-Recommendation: the fastest configuration, other than the reference itself, whose field error
-(the largest relative L2 error over the fields) is within the tolerance; or "none", with why.
+Recommendation: the fastest configuration, other than the reference itself, that completed (or
+converged) and whose field error (the largest relative L2 error over the fields) is within the
+tolerance; or "none", with why.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from hpcsolve.results import Result, _jsonable, atomic_path, write_json
 
 DEFAULT_TOLERANCE = 1e-3
 REFERENCE = ("numpy", "fp64")
-SKIP_FIELDS = {"flags"}
+SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 
 
 @dataclass
@@ -116,7 +117,7 @@ class Comparison:
         return next(r for r in self.runs if r.is_reference)
 
     def recommendation(self) -> dict:
-        ok = [r for r in self.runs if not r.is_reference and r.status not in ("blew_up", "failed")
+        ok = [r for r in self.runs if not r.is_reference and r.status not in ("blew_up", "failed", "not_converged")
               and math.isfinite(r.error) and r.error <= self.tolerance and math.isfinite(r.wall_s)]
         if ok:
             best = min(ok, key=lambda r: r.wall_s)
@@ -128,8 +129,9 @@ class Comparison:
             why = "no configuration other than the CPU FP64 reference ran"
         else:
             closest = min(others, key=lambda r: r.error)
-            why = (f"no configuration other than the FP64 reference is within tolerance {self.tolerance:g}; "
-                   f"the closest is {closest.backend}/{closest.precision} with error {closest.error:.3g}")
+            why = (f"no configuration other than the FP64 reference is within tolerance {self.tolerance:g} "
+                   f"and converged; the closest is {closest.backend}/{closest.precision} with error "
+                   f"{closest.error:.3g} ({closest.status})")
         return {"backend": None, "precision": None, "why": why}
 
     # -- presentation -------------------------------------------------------------------------
@@ -283,8 +285,11 @@ def _drift(res: Result, ref: Result) -> dict:
 
 def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
             tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
-            progress: bool = False) -> Comparison:
-    """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare."""
+            progress: bool = False, warmup: bool = True) -> Comparison:
+    """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare.
+
+    With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
+    memory-pool growth and first-call imports are not counted in its time."""
     from hpcsolve.run import describe, run_case
 
     if not isinstance(case, CaseBase):
@@ -317,6 +322,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             continue
         run_dir = out_path / f"{backend}-{prec}" if out_path is not None else None
         try:
+            if warmup:
+                run_case(case, backend, prec, progress=False)
             res = run_case(case, backend, prec, out=run_dir, progress=progress, overwrite=True)
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
@@ -328,7 +335,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
         info = describe(case, backend, prec)
         run = Run(backend, prec, status=res.status, wall_s=_solver_seconds(res),
                   total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
-                  memory_bytes=info.get("memory_bytes"), reference_errors=_reference_errors(res),
+                  memory_bytes=info.get("memory_bytes", info.get("memory_estimate_bytes")), reference_errors=_reference_errors(res),
                   residuals=_residuals(res), message=res.message, result=res)
         if ref_result is None:
             ref_result = res
