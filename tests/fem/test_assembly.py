@@ -1,0 +1,104 @@
+"""P1 assembly, meshes, manufactured-solution convergence orders and Cook's membrane."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+
+from hpcsolve.cases import load_case
+from hpcsolve.fem import assembly
+from hpcsolve.fem import mesh as meshmod
+from hpcsolve.fem import problem
+
+CASES = Path(__file__).resolve().parents[2] / "cases"
+
+
+def test_stiffness_is_symmetric_with_zero_row_sums_and_int32_indices():
+    m = meshmod.rectangle(7, 5, (0.0, 2.0), (0.0, 1.0))
+    K = assembly.stiffness(m, np.linspace(1.0, 3.0, m.n_triangles))
+    assert K.indices.dtype == np.int32 and K.indptr.dtype == np.int32
+    assert abs(K - K.T).max() < 1e-13
+    assert np.abs(K @ np.ones(m.n_points)).max() < 1e-12        # constants are in the kernel
+    M = assembly.mass(m)
+    assert M.sum() == pytest.approx(2.0, rel=1e-13)              # area
+    assert assembly.load(m, 3.0).sum() == pytest.approx(6.0, rel=1e-13)
+    assert assembly.load(m, lambda x, y: x).sum() == pytest.approx(2.0, rel=1e-13)  # int x = 2
+
+
+def test_linear_solution_is_reproduced_exactly():
+    # patch test: u = 1 + 2x - 3y is harmonic; Dirichlet data from it gives it back to round-off
+    m = meshmod.refine_uniform(meshmod.read_mesh(CASES / "meshes" / "plate_with_hole.msh"))
+    K = assembly.stiffness(m)
+    u_ex = 1 + 2 * m.points[:, 0] - 3 * m.points[:, 1]
+    fixed = m.boundary_nodes()
+    A, b, free = assembly.condense(K, np.zeros(m.n_points), fixed, u_ex[fixed])
+    u = assembly.expand(spla.spsolve(A.tocsc(), b), free, fixed, u_ex[fixed], m.n_points)
+    assert np.abs(u - u_ex).max() < 1e-11
+
+
+def test_elasticity_rigid_motions_are_in_the_kernel():
+    m = meshmod.cook_membrane(4)
+    for model in ("plane_strain", "plane_stress"):
+        K = assembly.elasticity_stiffness(m, 1.0, 1 / 3, model)
+        assert abs(K - K.T).max() < 1e-13
+        x, y = m.points[:, 0], m.points[:, 1]
+        for mode in (np.column_stack([np.ones_like(x), 0 * x]), np.column_stack([0 * x, np.ones_like(x)]),
+                     np.column_stack([-y, x])):
+            assert np.abs(K @ mode.ravel()).max() < 1e-12 * abs(K).max() * 60
+        # uniform strain eps_xx = 1: stress sigma_xx = E / (1 - nu^2) in plane stress
+    s = assembly.stress(m, np.column_stack([m.points[:, 0], 0 * m.points[:, 0]]), 1.0, 1 / 3, "plane_stress")
+    assert np.allclose(s[:, 0], 1.125) and np.allclose(s[:, 1], 0.375) and np.allclose(s[:, 2], 0.0)
+
+
+def test_meshes_and_refinement():
+    m = meshmod.read_mesh(CASES / "meshes" / "plate_with_hole.msh")
+    assert m.tag_names == ["bottom", "hole", "left", "right", "top"]
+    assert np.all(m.areas() > 0)
+    polygon_hole = 0.5 * 31 * 0.25 ** 2 * np.sin(2 * np.pi / 31)   # the hole is a 31-gon of radius 0.25
+    assert m.areas().sum() == pytest.approx(2.0 - polygon_hole, rel=1e-12)
+    r = meshmod.refine_uniform(m)
+    assert r.n_triangles == 4 * m.n_triangles
+    assert r.areas().sum() == pytest.approx(m.areas().sum(), rel=1e-12)
+    assert len(r.boundary_edges) == 2 * len(m.boundary_edges)
+    assert sorted(set(r.edge_tags.tolist())) == m.tag_names
+    # refinement keeps the boundary the boundary: recomputed boundary edges agree
+    recomputed = {tuple(e) for e in np.sort(meshmod.boundary_edges_of(r.triangles), axis=1).tolist()}
+    assert recomputed == {tuple(e) for e in np.sort(r.boundary_edges, axis=1).tolist()}
+
+
+def _manufactured_errors(n: int):
+    case = load_case(CASES / "poisson_manufactured.toml", [f"mesh.nx={n}"])
+    disc = problem.build(case)
+    x = spla.spsolve(disc.A.tocsc(), disc.b)
+    return disc.mesh.h_max(), problem.error_norms(disc.mesh, disc.full_solution(x), *disc.exact)
+
+
+def test_manufactured_poisson_convergence_orders(record_property):
+    rows = [_manufactured_errors(n) for n in (8, 16, 32, 64)]
+    h = np.array([r[0] for r in rows])
+    l2 = np.array([r[1][0] for r in rows])
+    h1 = np.array([r[1][1] for r in rows])
+    order_l2 = np.log(l2[:-1] / l2[1:]) / np.log(h[:-1] / h[1:])
+    order_h1 = np.log(h1[:-1] / h1[1:]) / np.log(h[:-1] / h[1:])
+    print(f"\nL2 errors {l2}, orders {order_l2}\nH1 errors {h1}, orders {order_h1}")
+    record_property("order_l2", order_l2.tolist())
+    record_property("order_h1", order_h1.tolist())
+    assert np.all(np.abs(order_l2 - 2.0) < 0.1)
+    assert np.all(np.abs(order_h1 - 1.0) < 0.1)
+
+
+def test_cook_membrane_tip_displacement_trend(record_property):
+    tips = []
+    for n in (8, 16, 32):
+        case = load_case(CASES / "cook_membrane.toml", [f"mesh.nx={n}"])
+        disc = problem.build(case)
+        u = disc.full_solution(spla.spsolve(disc.A.tocsc(), disc.b))
+        k = int(np.argmin(np.hypot(disc.mesh.points[:, 0] - 48.0, disc.mesh.points[:, 1] - 60.0)))
+        assert np.allclose(disc.mesh.points[k], [48.0, 60.0])
+        tips.append(u[k, 1])
+    print(f"\nCook tip u_y at n = 8, 16, 32: {tips} (reference 23.96)")
+    record_property("cook_tips", tips)
+    assert tips[0] < tips[1] < tips[2]                    # stiff coarse P1 meshes loosen under refinement
+    assert tips[2] - tips[1] < tips[1] - tips[0]          # ... with shrinking steps
+    assert abs(tips[2] - 23.96) / 23.96 < 0.015           # finest CI mesh within 1.5 % of 23.96
