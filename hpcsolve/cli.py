@@ -88,8 +88,13 @@ def cmd_run(args) -> int:
     from hpcsolve import run as runmod
 
     if args.dry_run:
-        info = runmod.describe(args.case, args.backend, args.precision, args.overrides)
+        info = runmod.describe(args.case, args.backend, args.precision, args.overrides, estimate=True)
+        need, free = runmod.memory_needed(info), info.get("device_memory_free_bytes")
         _print_kv("dry run (nothing was run):", info)
+        if need is not None and free is not None and need > free:
+            print(f"hpcsolve: error: would not fit: needs {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free",
+                  file=sys.stderr)
+            return 2
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     out = args.out or runmod.default_out_dir(case, backend, policy)
@@ -186,6 +191,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("hpcsolve: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("hpcsolve: error: out of host memory; reduce the problem size", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

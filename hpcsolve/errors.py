@@ -52,3 +52,9 @@ class SolverError(HpcsolveError):
     """A linear solver met a condition it cannot continue from (e.g. non-SPD matrix)."""
 
     exit_code = 3
+
+
+class RunInterrupted(HpcsolveError):
+    """SIGINT/SIGTERM during a run; ``.result`` (if set) is the partial result, marked 'interrupted'."""
+
+    exit_code = 130

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
+import math
+import os
 import platform
+import signal
 import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 from hpcsolve import __version__, backends
 from hpcsolve.cases import CaseBase, load_case
-from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
 
@@ -38,12 +45,115 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
     return case, backend, policy
 
 
-def describe(case, backend=None, precision=None, overrides=()) -> dict:
-    """Derived parameters and memory estimate of a case, without running it."""
+def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool = False) -> dict:
+    """Derived parameters and memory estimate of a case, without running it.
+
+    With ``estimate``, also the memory available on the chosen device and a run-time estimate from
+    a short timed probe of the chosen backend (a few steps or iterations; nothing is written)."""
     case, backend, policy = prepare(case, backend, precision, overrides)
     info = {"case": case.name, "solver": case.solver, "backend": backend, "precision": policy.name}
     info.update(family_runner(case.solver).describe(case, backend, policy))
+    if estimate:
+        free = available_memory(backend)
+        if free is not None:
+            info["device_memory_free_bytes"] = free
+        info.update(estimate_runtime(case, backend, policy, info))
     return info
+
+
+def memory_needed(info: dict) -> int | None:
+    for key in ("memory_bytes", "memory_estimate_bytes"):
+        if isinstance(info.get(key), (int, float)):
+            return int(info[key])
+    return None
+
+
+def available_memory(backend: str) -> int | None:
+    """Free memory where the state of ``backend`` lives: device memory for GPUs, RAM for the CPU."""
+    mem = backends.device_memory_bytes(backend)
+    if mem is not None:
+        return mem[0]
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(info: dict, backend: str) -> None:
+    """Refuse a run whose estimated memory does not fit, before anything is allocated."""
+    need, free = memory_needed(info), available_memory(backend)
+    if need is not None and free is not None and need > free:
+        where = "device" if backends.is_gpu(backend) else "host"
+        raise CaseError(f"the run needs about {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of {where} "
+                        f"memory is free on {backends.device_name(backend)}; reduce the resolution / mesh size, "
+                        f"use a smaller precision, or another backend", field="memory", value=need)
+
+
+def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict) -> dict:
+    """A rough run-time estimate from a short timed probe on the chosen backend."""
+    if case.solver == "lbm":
+        from hpcsolve.lbm.stepper import LBMSetup, get_stepper
+
+        n = 1024 if backends.is_gpu(backend) else 128
+        stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
+                                                collision=case.lattice.collision, policy=policy))
+        stepper.step(2)
+        with backends.Timer(backend) as t:
+            stepper.step(10)
+        mlups = 10 * n * n / max(t.seconds, 1e-9) / 1e6
+        work = float(info.get("steps", 0)) * float(info.get("fluid_cells", 0))
+        return {"probe_mlups": mlups, "estimated_seconds": work / (mlups * 1e6) if mlups > 0 else math.nan,
+                "estimate_basis": f"{info.get('steps')} steps x {info.get('fluid_cells')} fluid cells at the probe's "
+                                  f"{mlups:.1f} MLUPS ({n}x{n} periodic, 10 steps); upper bound if steady state stops it early"}
+    if case.solver == "fem":
+        from hpcsolve.fem import problem, solve
+
+        disc = problem.build(case)
+        probe_its = 20
+        method = "cg" if not policy.refinement else None
+        solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=2, method=method)  # warm-up
+        _, rep = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=probe_its,
+                       method=method)
+        per_it = rep.time_s / max(rep.iterations, 1)
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        side = math.sqrt(disc.A.shape[0] / ncomp)
+        kappa = (2 * side / math.pi) ** 2 * (1 if ncomp == 1 else 20)
+        its = 0.5 * math.sqrt(kappa) * math.log(2 / case.solve.rtol)
+        return {"probe_seconds_per_iteration": per_it, "estimated_iterations": int(its),
+                "estimated_seconds": its * per_it,
+                "estimate_basis": "CG iterations ~ sqrt(kappa)/2 ln(2/rtol) with kappa ~ (2 sqrt(n)/pi)^2 "
+                                  "(Poisson-like; rough), times a 20-iteration probe"}
+    return {}
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the main thread, so a run stops the same way as on Ctrl-C."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_GPU_ERROR_MODULES = ("cupy", "cupy_backends", "cupyx", "numba.cuda", "cuda")
+
+
+def _gpu_error(exc: Exception, backend: str) -> BackendError | None:
+    mod = type(exc).__module__ or ""
+    if backends.is_gpu(backend) and (mod.startswith(_GPU_ERROR_MODULES) or "CUDA" in type(exc).__name__):
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ("reduce the problem size or use a smaller precision" if "memory" in text.lower()
+                else "check `hpcsolve info` and the driver (nvidia-smi)")
+        return BackendError(f"{backend}: GPU error ({type(exc).__name__}): {text}; {hint}")
+    return None
 
 
 def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
@@ -84,14 +194,23 @@ def run_case(case: CaseBase | str | Path, backend: str | None = None, precision:
     if out_path is not None:
         check_out_dir(out_path, overwrite)
     runner = family_runner(case.solver)
+    check_memory(runner.describe(case, backend, policy), backend)
     try:
-        result = runner.run(case, backend, policy, progress=progress)
+        with _sigterm_as_interrupt():
+            result = runner.run(case, backend, policy, progress=progress)
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"{case.name}: interrupted") from None
     except HpcsolveError as exc:
         partial = getattr(exc, "result", None)
         if partial is not None and out_path is not None:
             _finish(partial, case, backend, policy)
             partial.write(out_path, plots=plots)
         raise
+    except Exception as exc:
+        err = _gpu_error(exc, backend)
+        if err is None:
+            raise
+        raise err from exc
     _finish(result, case, backend, policy)
     if out_path is not None:
         result.write(out_path, plots=plots)

@@ -1,0 +1,39 @@
+"""run.py: memory refusal before allocation, dry-run estimates, GPU errors as one message."""
+
+from pathlib import Path
+
+import pytest
+
+from hpcsolve import cli
+from hpcsolve import run as runmod
+from hpcsolve.errors import BackendError, CaseError
+
+CASES = Path(__file__).parent.parent / "cases"
+
+
+def test_a_run_that_does_not_fit_is_refused_before_allocation(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(runmod, "available_memory", lambda backend: 1000)
+    with pytest.raises(CaseError, match=r"needs about 0\.00\d* GiB but only 0\.00 GiB of host memory"):
+        runmod.run_case(CASES / "lid_driven_cavity.toml", "numpy", out=tmp_path / "out")
+    assert not (tmp_path / "out" / "result.h5").exists()
+    code = cli.main(["run", str(CASES / "poisson_manufactured.toml"), "--out", str(tmp_path / "o2"), "--quiet"])
+    assert code == 2 and "memory: the run needs about" in capsys.readouterr().err
+    code = cli.main(["run", str(CASES / "lid_driven_cavity.toml"), "--dry-run"])
+    assert code == 2 and "would not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["lid_driven_cavity.toml", "poisson_manufactured.toml"])
+def test_dry_run_reports_memory_and_a_positive_time_estimate(case):
+    info = runmod.describe(CASES / case, "numpy", estimate=True)
+    assert runmod.memory_needed(info) > 0
+    assert info["estimated_seconds"] > 0 and info["device_memory_free_bytes"] > 0
+
+
+def test_gpu_library_errors_become_one_backend_error():
+    OutOfMemoryError = type("OutOfMemoryError", (Exception,), {"__module__": "cupy.cuda.memory"})
+    err = runmod._gpu_error(OutOfMemoryError("Out of memory allocating 4,294,967,296 bytes"), "cupy")
+    assert isinstance(err, BackendError) and err.exit_code == 2
+    assert "cupy: GPU error (OutOfMemoryError): Out of memory allocating" in str(err)
+    assert "reduce the problem size" in str(err)
+    assert runmod._gpu_error(ValueError("x"), "cupy") is None           # not a GPU library error
+    assert runmod._gpu_error(OutOfMemoryError("x"), "numpy") is None    # not a GPU backend
