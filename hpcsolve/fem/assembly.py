@@ -16,16 +16,13 @@ from hpcsolve.fem.mesh import Mesh
 
 def _gradients(mesh: Mesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Area (m,) and barycentric gradients d lambda_i / dx (m, 3), d lambda_i / dy (m, 3)."""
-    p = mesh.points
-    t = mesh.triangles
-    x0, y0 = p[t[:, 0], 0], p[t[:, 0], 1]
-    x1, y1 = p[t[:, 1], 0], p[t[:, 1], 1]
-    x2, y2 = p[t[:, 2], 0], p[t[:, 2], 1]
-    det = (x1 - x0) * (y2 - y0) - (x2 - x0) * (y1 - y0)
-    inv = 1.0 / det
-    bx = np.column_stack([y1 - y2, y2 - y0, y0 - y1]) * inv[:, None]
-    by = np.column_stack([x2 - x1, x0 - x2, x1 - x0]) * inv[:, None]
-    return 0.5 * det, bx, by
+    p = mesh.points[mesh.triangles]                  # (m, 3, 2), one gather
+    x, y = p[..., 0], p[..., 1]
+    dy = y[:, [1, 2, 0]] - y[:, [2, 0, 1]]            # y1 - y2, y2 - y0, y0 - y1
+    dx = x[:, [2, 0, 1]] - x[:, [1, 2, 0]]            # x2 - x1, x0 - x2, x1 - x0
+    det = x[:, 0] * dy[:, 0] + x[:, 1] * dy[:, 1] + x[:, 2] * dy[:, 2]
+    inv = (1.0 / det)[:, None]
+    return 0.5 * det, dy * inv, dx * inv
 
 
 def _to_csr(dofs: np.ndarray, local: np.ndarray, n: int) -> sp.csr_matrix:
@@ -46,7 +43,9 @@ def stiffness(mesh: Mesh, conductivity: float | np.ndarray = 1.0) -> sp.csr_matr
     """K_ij = sum_T k_T |T| grad phi_i . grad phi_j; conductivity scalar or one value per triangle."""
     area, bx, by = _gradients(mesh)
     w = area * np.broadcast_to(np.asarray(conductivity, dtype=np.float64), area.shape)
-    local = (bx[:, :, None] * bx[:, None, :] + by[:, :, None] * by[:, None, :]) * w[:, None, None]
+    G = np.stack([bx, by], axis=2)                      # (m, 3, 2)
+    G *= np.sqrt(w)[:, None, None]
+    local = np.matmul(G, G.transpose(0, 2, 1))          # (m, 3, 3) = w grad phi_i . grad phi_j
     return _to_csr(mesh.triangles, local, mesh.n_points)
 
 
