@@ -1,0 +1,305 @@
+"""Numba-CUDA backend: one fused ``numba.cuda.jit`` kernel per time step.
+
+The physics is ``physics.physics_for(compute_dtype, jit=cuda.jit(device=True))``: the very
+functions the NumPy reference evaluates (moments, equilibrium, BGK/TRT collision, boundary
+rules), compiled as device functions. The kernel around them (pull streaming with periodic
+wrap, the boundary rule chosen by the source cell's flag, loads and stores with the policy's
+shift and scale) is generated as Python source, unrolled over the 9 directions with the
+constants of ``lattice.py``, and compiled once per (storage, compute, scale, collision).
+
+Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
+``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch;
+bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
+(fp64 145 B, fp32 73 B, fp16s 37 B). fp16s: float16 arrays, every load widened to float32,
+arithmetic in float32, stores rounded to nearest. Two buffers, no in-place streaming.
+
+Runs unchanged under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which the CI tests use on
+tiny grids.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from hpcsolve import backends
+from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.kernels_cupy import BOUNDARY_BIT, bytes_per_cell, device_flags, force_links, velocity_table
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
+
+BLOCK = (256, 1)
+
+
+def _kernel_python(collision: str, scaled: bool, half: bool) -> str:
+    """Python source of the step kernel, unrolled over the directions (see the module docstring)."""
+    Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+    widen = "CT(A[{k}])" if half else "A[{k}]"
+    load = (widen + " * INV_SCALE") if scaled else widen
+    L = []
+    a = L.append
+    a("def lbm_step(A, B, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
+    a("    x, y = cuda.grid(2)")
+    a("    if x >= nx or y >= ny:")
+    a("        return")
+    a("    N = nx * ny")
+    a("    row = y * nx")
+    a("    cell = row + x")
+    a("    code = flags[cell]")
+    a(f"    if (code & 0x7f) != {FLUID}:")
+    a("        return")
+    a("    xm = nx - 1 if x == 0 else x - 1")
+    a("    xp = 0 if x == nx - 1 else x + 1")
+    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
+    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
+    srcs = []
+    for i in range(Q):
+        col = {0: "x", 1: "xm", -1: "xp"}[CX[i]]
+        rw = {0: "row", 1: "rowm", -1: "rowp"}[CY[i]]
+        srcs.append(f"{rw} + {col}")
+    a(f"    if (code & {BOUNDARY_BIT}) == 0:")
+    for i in range(Q):
+        a(f"        h{i} = " + load.format(k=f"{i} * N + {srcs[i]}"))
+    a("    else:")
+    a("        h0 = " + load.format(k="cell"))
+    for i in range(1, Q):
+        a(f"        h{i} = pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, {srcs[i]}, {i}, {OPP[i]}, "
+          f"W{i}, CX{i}, CY{i})")
+    a("    h = (h0, h1, h2, h3, h4, h5, h6, h7, h8)")
+    if collision == "trt":
+        a("    p = collide_trt(h, omega_plus, omega_minus)")
+    else:
+        a("    p = collide_bgk(h, omega_plus)")
+    for i in range(Q):
+        a(f"    B[{i} * N + cell] = p[{i}]" + (" * SCALE" if scaled else ""))
+    return "\n".join(L) + "\n"
+
+
+def _helpers_python(scaled: bool, half: bool) -> str:
+    widen = "CT(A[{k}])" if half else "A[{k}]"
+    load = (widen + " * INV_SCALE") if scaled else widen
+    own = "\n".join(f"    o{i} = " + load.format(k=f"{i} * N + cell") for i in range(lattice.Q))
+    return f'''
+def load_pop(A, k):
+    return {load.format(k="k")}
+
+
+def own_velocity(A, N, cell):
+{own}
+    drho, ux, uy = moments((o0, o1, o2, o3, o4, o5, o6, o7, o8))
+    return ux, uy
+
+
+def boundary_velocity(vel_cells, vel_u, n_vel, s):
+    lo = 0
+    hi = n_vel - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if vel_cells[mid] < s:
+            lo = mid + 1
+        else:
+            hi = mid
+    return vel_u[lo], vel_u[n_vel + lo]
+
+
+def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx_i, cy_i):
+    fs = flags[s] & 0x7f
+    if fs == {FLUID}:
+        return load_pop(A, i * N + s)
+    hop = load_pop(A, opp * N + cell)
+    if fs == {WALL}:
+        return wall_bounce_back(hop)
+    if fs == {VELOCITY}:
+        uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)
+        return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)
+    ux, uy = own_velocity(A, N, cell)
+    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy)
+
+
+def lbm_moments(A, flags, out, N):
+    cell = cuda.grid(1)
+    if cell >= N:
+        return
+    if (flags[cell] & 0x7f) != {FLUID}:
+        out[cell] = ZERO
+        out[N + cell] = ZERO
+        out[2 * N + cell] = ZERO
+        return
+{own.replace("    o", "    h")}
+    drho, ux, uy = moments((h0, h1, h2, h3, h4, h5, h6, h7, h8))
+    out[cell] = drho
+    out[N + cell] = ux
+    out[2 * N + cell] = uy
+
+
+def lbm_force(A, pos, cx, cy, w, cu, n, out):
+    k = cuda.grid(1)
+    if k >= n:
+        return
+    f_out = float64(load_pop(A, pos[k])) + w[k]
+    s = f_out + (f_out - 6.0 * w[k] * cu[k])
+    cuda.atomic.add(out, 0, cx[k] * s)
+    cuda.atomic.add(out, 1, cy[k] * s)
+
+
+def lbm_fill_zero(A, n):
+    k = cuda.grid(1)
+    if k < n:
+        A[k] = 0
+
+
+def lbm_perturb(A, flags, weights, N, amplitude, seed):
+    # A[i, x] += amplitude * w_i * r, r in [-1, 1) from an integer hash of (i * N + x, seed)
+    k = cuda.grid(1)
+    if k >= 9 * N:
+        return
+    i = k // N
+    cell = k - i * N
+    if (flags[cell] & 0x7f) != {FLUID}:
+        return
+    h = (k * 2654435761 + seed * 40503 + 12345) & 0xFFFFFFFF
+    h = ((h >> 16) ^ h) * 73244475 & 0xFFFFFFFF
+    h = ((h >> 16) ^ h) * 73244475 & 0xFFFFFFFF
+    h = (h >> 16) ^ h
+    r = CT(h * (2.0 / 4294967296.0) - 1.0)
+    A[k] = (load_pop(A, k) + amplitude * weights[i] * r){" * SCALE" if scaled else ""}
+
+
+def lbm_nonfinite(A, n, out):
+    k = cuda.grid(1)
+    if k < n:
+        v = float64(A[k])
+        if not (v - v == 0.0):
+            out[0] = 1
+'''
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_kernels(storage: str, compute: str, scale: float, collision: str):
+    """(step, moments, force, nonfinite, fill_zero, perturb) kernels and the source, for one policy
+    and collision model."""
+    from numba import cuda, float64
+
+    ct = np.dtype(compute)
+    half = np.dtype(storage) == np.float16
+    scaled = scale != 1.0
+    device = cuda.jit(device=True)
+    P = physics.physics_for(ct, jit=device)
+    ns = {"cuda": cuda, "float64": float64, "CT": ct.type, "ZERO": ct.type(0.0),
+          "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale),
+          "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
+          "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
+          "pressure_anti_bounce_back": P.pressure_anti_bounce_back}
+    for i in range(lattice.Q):
+        ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
+    src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half)
+    code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
+    exec(code, ns)
+    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary"):
+        ns[name] = device(ns[name])
+    kernels = tuple(cuda.jit(ns[name]) for name in ("lbm_step", "lbm_moments", "lbm_force", "lbm_nonfinite",
+                                                    "lbm_fill_zero", "lbm_perturb"))
+    return kernels + (src,)
+
+
+class NumbaCudaStepper(Stepper):
+    backend = "numba-cuda"
+
+    def __init__(self, setup: LBMSetup):
+        from numba import cuda
+
+        super().__init__(setup)
+        self.cuda = cuda
+        pol = self.policy
+        self.ct = ct = np.dtype(pol.compute)
+        (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
+         self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
+                                         setup.collision)
+        ny, nx = setup.shape
+        self.nx, self.ny = nx, ny
+        self.stream = cuda.default_stream()
+        self.flags = cuda.to_device(device_flags(setup.flags).ravel())
+        cells, uw = velocity_table(setup, ct)
+        self.vel_cells, self.vel_u = cuda.to_device(cells), cuda.to_device(uw.ravel())
+        self.n_vel = np.int64(cells.size)
+        if setup.initial_density is None and setup.initial_velocity is None:
+            # at rest the stored state is exactly 0 (h^eq(0, 0) = 0): make it on the device
+            n = lattice.Q * nx * ny
+            self.a = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
+            self.b = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
+            grid1 = math.ceil(n / 256)
+            self._k_fill[grid1, 256, self.stream](self.a, np.int64(n))
+            self._k_fill[grid1, 256, self.stream](self.b, np.int64(n))
+        else:
+            g0 = setup.initial_populations().ravel()
+            self.a = cuda.to_device(g0)
+            self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
+        om_p, om_m = setup.omegas
+        self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
+        grid = (math.ceil(nx / BLOCK[0]), math.ceil(ny / BLOCK[1]))
+        self._launch = self._k_step[grid, BLOCK, self.stream]
+        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
+        self._links: dict = {}
+
+    def step(self, n: int = 1) -> None:
+        launch = self._launch
+        nx, ny = np.int64(self.nx), np.int64(self.ny)
+        for _ in range(int(n)):
+            launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
+                   self.omega_plus, self.omega_minus)
+            self.a, self.b = self.b, self.a
+        self.time_step += int(n)
+
+    def populations(self) -> np.ndarray:
+        return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
+
+    def macroscopic_device(self):
+        """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0)."""
+        n = self.nx * self.ny
+        out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
+        self._k_moments[math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(n))
+        return out
+
+    def macroscopic(self):
+        m = self.macroscopic_device().copy_to_host(stream=self.stream).reshape(3, self.ny, self.nx)
+        rho = 1.0 + m[0].astype(np.float64)
+        ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
+        rho[self.setup.flags != FLUID] = 1.0
+        return rho, ux, uy
+
+    def force(self, mask: np.ndarray) -> tuple[float, float]:
+        cuda = self.cuda
+        key = np.asarray(mask, dtype=bool).tobytes()
+        if key not in self._links:
+            links = force_links(self.setup, mask)
+            self._links[key] = None if links is None else tuple(cuda.to_device(a) for a in links)
+        links = self._links[key]
+        if links is None:
+            return 0.0, 0.0
+        pos, cx, cy, w, cu = links
+        out = cuda.to_device(np.zeros(2), stream=self.stream)
+        n = pos.shape[0]
+        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, w, cu, np.int64(n), out)
+        f = out.copy_to_host(stream=self.stream)
+        return float(f[0]), float(f[1])
+
+    def perturb(self, amplitude: float = 1e-3, seed: int = 0) -> None:
+        """Add amplitude * w_i * r (r in [-1, 1), hashed) to every fluid population (benchmarks:
+        never time on zeros)."""
+        n = self.nx * self.ny
+        weights = self.cuda.to_device(lattice.weights(self.ct), stream=self.stream)
+        self._k_perturb[math.ceil(lattice.Q * n / 256), 256, self.stream](
+            self.a, self.flags, weights, np.int64(n), self.ct.type(amplitude), np.int64(seed))
+
+    def finite(self) -> bool:
+        out = self.cuda.to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
+        n = self.a.shape[0]
+        self._k_nonfinite[math.ceil(n / 256), 256, self.stream](self.a, np.int64(n), out)
+        return int(out.copy_to_host(stream=self.stream)[0]) == 0
+
+
+def make_stepper(setup: LBMSetup) -> NumbaCudaStepper:
+    if not backends.probe("numba-cuda").available:
+        raise RuntimeError(backends.probe("numba-cuda").reason)
+    return NumbaCudaStepper(setup)

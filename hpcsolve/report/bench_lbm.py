@@ -1,0 +1,291 @@
+"""``hpcsolve bench lbm``: LBM throughput of every GPU backend x precision against the copy bandwidth.
+
+What one run does, in order:
+
+1. measures the device copy bandwidth (bytes read + written) in the same process: the ceiling;
+2. times the NumPy CPU reference at a small size (the speedup column's denominator);
+3. for each GPU backend x precision: checks the kernel against the NumPy reference on a small
+   cavity (relative L2 difference of the populations after a few steps; fp16s against fp64),
+   then times the lid-driven cavity at each size (default 4096^2 and 8192^2): warm-up, CUDA
+   events around a batch of steps, median of repeats;
+4. reports MLUPS, effective bandwidth (bytes per cell per step from the kernel header,
+   ``stepper.bytes_per_cell_step``) as % of the copy bandwidth, resident bytes per cell and the
+   largest square grid that fits the device;
+5. writes ``bench_lbm.json`` and ``bench_lbm.md`` to ``--out`` (or ``$OUT``, or ``bench/``) and
+   prints the markdown table last.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve import backends
+from hpcsolve.precision import get_precision
+from hpcsolve.report.bandwidth import copy_bandwidth
+
+DEFAULT_SIZES = (4096, 8192)
+QUICK_SIZES = (512,)
+DEFAULT_PRECISIONS = ("fp64", "fp32", "fp16s")
+GPU_BACKENDS = ("cupy", "numba-cuda")
+CPU_SIZE = 256
+CHECK_SIZE = 64
+CHECK_STEPS = 50
+
+
+def _out_dir(args) -> Path:
+    out = getattr(args, "out", None) or os.environ.get("OUT") or "bench"
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1):
+    """Lid-driven cavity on an n x n lattice: resting walls left, right and bottom, the lid (a
+    VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells across."""
+    from hpcsolve.lbm import physics
+    from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
+
+    flags = np.zeros((n, n), dtype=np.uint8)
+    flags[0, :] = WALL
+    flags[:, 0] = WALL
+    flags[:, -1] = WALL
+    flags[-1, :] = VELOCITY
+    uw = np.zeros((2, n, n))
+    uw[0, -1, :] = lid_velocity
+    tau = physics.tau_from_viscosity(lid_velocity * (n - 2) / reynolds)
+    return LBMSetup(flags, tau, collision=collision, policy=policy, boundary_velocity=uw)
+
+
+class _DeviceClock:
+    """CUDA events of the backend's own runtime around a region of work on its stream."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        if backend == "cupy":
+            import cupy
+
+            self._mk = cupy.cuda.Event
+            self._elapsed = lambda a, b: cupy.cuda.get_elapsed_time(a, b) / 1e3
+        elif backend == "numba-cuda":
+            from numba import cuda
+
+            self._mk = cuda.event
+            self._elapsed = lambda a, b: a.elapsed_time(b) / 1e3
+        else:
+            self._mk = None
+
+    def time(self, fn, stream=None) -> float:
+        if self._mk is None:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+        start, stop = self._mk(), self._mk()
+        if self.backend == "numba-cuda" and stream is not None:
+            start.record(stream)
+            fn()
+            stop.record(stream)
+        else:
+            start.record()
+            fn()
+            stop.record()
+        stop.synchronize()
+        return self._elapsed(start, stop)
+
+
+def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    den = float(np.linalg.norm(b))
+    return float(np.linalg.norm(a - b) / (den if den > 0 else 1.0))
+
+
+def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS) -> dict:
+    """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
+    (same precision; fp16s against fp64 NumPy). Relative L2 differences."""
+    from hpcsolve.lbm.stepper import get_stepper
+
+    policy = get_precision(precision, "lbm")
+    ref_policy = policy if precision != "fp16s" else get_precision("fp64", "lbm")
+    ref = get_stepper("numpy", cavity_setup(n, ref_policy))
+    dev = get_stepper(backend, cavity_setup(n, policy))
+    ref.step(steps)
+    dev.step(steps)
+    rho_r, ux_r, uy_r = ref.macroscopic()
+    rho_d, ux_d, uy_d = dev.macroscopic()
+    out = {"size": n, "steps": steps, "against": f"numpy-{ref_policy.name}",
+           "u_rel_l2": _rel_l2(np.stack((ux_d, uy_d)), np.stack((ux_r, uy_r))),
+           "rho_minus_1_rel_l2": _rel_l2(rho_d - 1.0, rho_r - 1.0)}
+    out["finite"] = bool(dev.finite())
+    return out
+
+
+def _bound(precision: str) -> float:
+    return {"fp64": 1e-10, "fp32": 1e-4, "fp16s": 5e-2}[precision]
+
+
+def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int) -> dict:
+    from hpcsolve.lbm.stepper import get_stepper
+
+    policy = get_precision(precision, "lbm")
+    stepper = get_stepper(backend, cavity_setup(n, policy))
+    stepper.perturb(1e-3, seed=n)   # the cavity starts at rest (all zeros): never time on zeros
+    clock = _DeviceClock(backend)
+    stream = getattr(stepper, "stream", None)
+    stepper.step(warmup)
+    backends.synchronize(backend)
+    times = [clock.time(lambda: stepper.step(steps), stream) for _ in range(repeats)]
+    seconds = statistics.median(times) / steps
+    finite = bool(stepper.finite())
+    cells = n * n
+    mlups = cells / seconds / 1e6
+    bpc = stepper.bytes_per_cell_step
+    row = {"backend": backend, "precision": precision, "size": n, "cells": cells, "steps_timed": steps,
+           "repeats": repeats, "seconds_per_step": seconds, "mlups": mlups,
+           "seconds_spread": [min(times) / steps, max(times) / steps],
+           "bytes_per_cell_step": bpc, "effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e9,
+           "bytes_per_cell_resident": stepper.bytes_per_cell_resident, "finite_after": finite}
+    del stepper
+    _free(backend)
+    return row
+
+
+def time_numpy(precision: str, n: int, steps: int) -> dict:
+    from hpcsolve.lbm.stepper import get_stepper
+
+    policy = get_precision(precision, "lbm")
+    stepper = get_stepper("numpy", cavity_setup(n, policy))
+    stepper.step(2)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        stepper.step(steps)
+        times.append(time.perf_counter() - t0)
+    seconds = statistics.median(times) / steps
+    return {"backend": "numpy", "precision": precision, "size": n, "cells": n * n, "steps_timed": steps,
+            "repeats": 3, "seconds_per_step": seconds, "mlups": n * n / seconds / 1e6,
+            "bytes_per_cell_step": getattr(stepper, "bytes_per_cell_step", None)}
+
+
+def _free(backend: str) -> None:
+    if backend == "cupy":
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    import gc
+
+    gc.collect()
+
+
+def _largest_square(free_bytes: int, bytes_per_cell: float) -> int:
+    n = int(math.sqrt(free_bytes * 0.95 / bytes_per_cell))
+    return n - n % 32
+
+
+def _markdown(data: dict) -> str:
+    bw = data["copy_bandwidth_GBps"]
+    lines = [f"LBM D2Q9 lid-driven cavity, {data['device']}; copy bandwidth {bw:,.0f} GB/s "
+             f"(read + write, same run). Bytes per cell per step from each kernel's header.", "",
+             "| backend | precision | grid | MLUPS | GB/s | % of copy | B/cell/step | speedup vs NumPy | check vs ref |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    cpu = {r["precision"]: r for r in data["cpu_reference"]}
+    for r in data["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['backend']} | {r['precision']} | {r.get('size', '')}^2 | failed: {r['error'][:80]} |"
+                         " | | | | |")
+            continue
+        ref = cpu.get(r["precision"]) or cpu.get("fp32")
+        speed = f"{r['mlups'] / ref['mlups']:,.0f}x" if ref else ""
+        chk = data["checks"].get(f"{r['backend']}/{r['precision']}", {})
+        chk_s = f"u {chk['u_rel_l2']:.1e} ({chk['against']})" if "u_rel_l2" in chk else chk.get("error", "")[:60]
+        pct = 100.0 * r["effective_bandwidth_GBps"] / bw if bw else float("nan")
+        lines.append(f"| {r['backend']} | {r['precision']} | {r['size']}^2 | {r['mlups']:,.0f} | "
+                     f"{r['effective_bandwidth_GBps']:,.0f} | {pct:.0f}% | {r['bytes_per_cell_step']:g} | {speed} | {chk_s} |")
+    for r in data["cpu_reference"]:
+        lines.append(f"| numpy (CPU) | {r['precision']} | {r['size']}^2 | {r['mlups']:,.2f} | | | | 1x | reference |")
+    if data.get("memory"):
+        lines += ["", "| backend | precision | resident B/cell | largest square grid that fits |",
+                  "| --- | --- | ---: | ---: |"]
+        for m in data["memory"]:
+            lines.append(f"| {m['backend']} | {m['precision']} | {m['bytes_per_cell_resident']:g} | "
+                         f"{m['largest_square']:,}^2 ({m['largest_square']**2 / 1e9:.2f} G cells) |")
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    quick = bool(getattr(args, "quick", False))
+    out = _out_dir(args)
+    sizes = tuple(getattr(args, "sizes", None) or (QUICK_SIZES if quick else DEFAULT_SIZES))
+    precisions = tuple(getattr(args, "precisions", None) or DEFAULT_PRECISIONS)
+    for p in precisions:
+        get_precision(p, "lbm", field="--precisions")
+    wanted = tuple(getattr(args, "backends", None) or GPU_BACKENDS)
+    gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
+    skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
+    steps = 20 if quick else 100
+    repeats = 3 if quick else 7
+    warmup = 5 if quick else 20
+
+    bw_backend = gpu[0] if gpu else "numpy"
+    bw = copy_bandwidth(bw_backend, nbytes=(256 if quick else 2048) * 1024**2, repeats=5 if quick else 10)
+    device = backends.device_name(bw_backend) if gpu else platform.processor() or "CPU"
+    print(f"copy bandwidth ({bw_backend}): {bw['bandwidth_GBps']:,.0f} GB/s", file=sys.stderr)
+
+    cpu_size = 64 if quick else CPU_SIZE
+    cpu_rows = [time_numpy(p, cpu_size, steps=5 if quick else 20) for p in precisions if p in ("fp64", "fp32")]
+
+    checks, rows, memory = {}, [], []
+    for backend in gpu:
+        for precision in precisions:
+            key = f"{backend}/{precision}"
+            try:
+                chk = check_against_reference(backend, precision)
+                chk["bound"] = _bound(precision)
+                chk["passed"] = bool(chk["finite"] and chk["u_rel_l2"] <= chk["bound"])
+            except Exception as exc:  # report, don't hide: the row says why
+                chk = {"error": f"{type(exc).__name__}: {exc}", "passed": False}
+            checks[key] = chk
+            print(f"check {key}: {chk}", file=sys.stderr)
+            if not chk["passed"]:
+                rows.append({"backend": backend, "precision": precision, "size": "",
+                             "error": "not timed: check against the reference failed " + chk.get("error", "")})
+                continue
+            for n in sizes:
+                try:
+                    row = time_backend(backend, precision, n, steps=steps, repeats=repeats, warmup=warmup)
+                    row["percent_of_copy"] = 100.0 * row["effective_bandwidth_GBps"] / bw["bandwidth_GBps"]
+                except Exception as exc:
+                    row = {"backend": backend, "precision": precision, "size": n, "error": f"{type(exc).__name__}: {exc}"}
+                    _free(backend)
+                rows.append(row)
+                print(f"time {key} {n}^2: {row.get('mlups', row.get('error'))}", file=sys.stderr)
+            last = next((r for r in reversed(rows) if r["backend"] == backend and r["precision"] == precision
+                         and "bytes_per_cell_resident" in r), None)
+            mem = backends.device_memory_bytes(backend)
+            if last and mem:
+                memory.append({"backend": backend, "precision": precision,
+                               "bytes_per_cell_resident": last["bytes_per_cell_resident"],
+                               "device_free_bytes": mem[0], "device_total_bytes": mem[1],
+                               "largest_square": _largest_square(mem[0], last["bytes_per_cell_resident"])})
+
+    data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
+            "copy_bandwidth_GBps": bw["bandwidth_GBps"], "copy_bandwidth": bw, "sizes": list(sizes),
+            "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
+            "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
+            "packages": backends.package_versions()}
+    (out / "bench_lbm.json").write_text(json.dumps(data, indent=2, default=str))
+    md = _markdown(data)
+    if skipped:
+        md += "\n" + "\n".join(f"- {b} not timed: {why}" for b, why in skipped.items()) + "\n"
+    (out / "bench_lbm.md").write_text(md)
+    print(md)
+    failed = [k for k, c in checks.items() if not c.get("passed")]
+    return 1 if failed or any("error" in r for r in rows) else 0
