@@ -1,0 +1,420 @@
+"""CuPy kernels for the FEM Krylov solvers: own CSR SpMV (int32 indices), fused CG vector work,
+device-resident scalars and CUDA graphs (CuPy stream capture).
+
+The algorithm (fused CG, reliable updates, restarted refinement, convergence checks) lives once in
+``hpcsolve.fem.device_cg``; this module only supplies the kernels (``CupyOps``). Bytes per iteration
+are counted in ``device_cg.bytes_per_iteration`` and in docs/fem_gpu.md.
+
+Kernels (T = float or double, the working precision; scalars are float64 in device memory):
+- ``spmv_dot``: q = A p and pq += p.q            (one pass over A and p; q written once)
+- ``update_r``: r -= alpha q, rr += r.r [, rz += r.D^-1 r]   alpha = rho_j / pq_j read on the device
+- ``update_xp``: x += alpha p, p = [D^-1] r + beta p          beta = rho_{j+1} / rho_j on the device
+- ``residual``: r_out = b - A64 x64 in float64, stored as float or double, rr [, rz] in float64
+- dot products: per-thread partial sums in T, block sums in float64, one atomicAdd per block.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from hpcsolve.fem import device_cg
+
+THREADS = 256
+
+_SOURCE = r"""
+#define FULL_MASK 0xffffffffu
+#define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(FULL_MASK, v, o);
+    return v;
+}
+// Block-wide sums of a and b, then one atomicAdd per block into ws[ia] (and ws[ib]); negative index: skip.
+__device__ __forceinline__ void block_add2(double a, double b, double* ws, int ia, int ib) {
+    __shared__ double sa[32], sb[32];
+    a = warp_sum(a); b = warp_sum(b);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) { sa[wid] = a; sb[wid] = b; }
+    __syncthreads();
+    if (wid == 0) {
+        const int nw = blockDim.x >> 5;
+        a = lane < nw ? sa[lane] : 0.0;
+        b = lane < nw ? sb[lane] : 0.0;
+        a = warp_sum(a); b = warp_sum(b);
+        if (lane == 0) {
+            if (ia >= 0) atomicAdd(ws + ia, a);
+            if (ib >= 0) atomicAdd(ws + ib, b);
+        }
+    }
+}
+// coefficient c * ws[inum] / ws[iden] (iden < 0: c * ws[inum]; inum < 0: c); x / 0 -> 0
+__device__ __forceinline__ double coef(const double* ws, int inum, int iden, double c) {
+    if (inum < 0) return c;
+    if (iden < 0) return c * ws[inum];
+    const double d = ws[iden];
+    return d != 0.0 ? c * ws[inum] / d : 0.0;
+}
+
+// q = A p (CSR, int32 indices, one thread per row, grid-stride); ws[i_pq] += p.q
+// bytes: nnz*(sizeof(T)+4) + (n+1)*4 + n*sizeof(T) (p; neighbour gathers hit L1/L2) + n*sizeof(T) (q)
+template<typename T>
+__global__ void spmv_dot(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const T* __restrict__ vals, const T* __restrict__ p, T* __restrict__ q, double* ws, const int i_pq) {
+    T acc = 0;
+    GRID_STRIDE(i, n) {
+        T s = 0;
+        const int end = indptr[i + 1];
+        for (int k = indptr[i]; k < end; ++k) s += vals[k] * __ldg(p + indices[k]);
+        q[i] = s;
+        acc += p[i] * s;
+    }
+    if (i_pq >= 0) block_add2((double)acc, 0.0, ws, i_pq, -1);
+}
+
+// r = b - A x computed in TA (A, x, b in TA), stored as TO; ws[i_rr] += r.r; with dinv: ws[i_rz] += r.dinv.r
+template<typename TA, typename TO>
+__global__ void residual(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const TA* __restrict__ vals, const TA* __restrict__ x, const TA* __restrict__ b, TO* __restrict__ r,
+        const TA* __restrict__ dinv, double* ws, const int i_rz, const int i_rr) {
+    TA acc_rr = 0, acc_rz = 0;
+    GRID_STRIDE(i, n) {
+        TA s = 0;
+        const int end = indptr[i + 1];
+        for (int k = indptr[i]; k < end; ++k) s += vals[k] * __ldg(x + indices[k]);
+        const TA ri = b[i] - s;
+        r[i] = (TO)ri;
+        acc_rr += ri * ri;
+        if (dinv) acc_rz += ri * ri * dinv[i];
+    }
+    block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
+}
+
+template<typename T>
+__global__ void dot(const int n, const T* __restrict__ x, const T* __restrict__ y, double* ws, const int i) {
+    T acc = 0;
+    GRID_STRIDE(k, n) acc += x[k] * y[k];
+    block_add2((double)acc, 0.0, ws, i, -1);
+}
+
+// y += a x, computed in TY (x is cast)
+template<typename TX, typename TY>
+__global__ void axpy(const int n, const TX* __restrict__ x, TY* __restrict__ y, const double* ws,
+        const int inum, const int iden, const double c) {
+    const TY a = (TY)coef(ws, inum, iden, c);
+    GRID_STRIDE(i, n) y[i] += a * (TY)x[i];
+}
+
+// z = dinv r; ws[i] += r.z
+template<typename T>
+__global__ void precondition(const int n, const T* __restrict__ dinv, const T* __restrict__ r, T* __restrict__ z,
+        double* ws, const int i_rz) {
+    T acc = 0;
+    GRID_STRIDE(i, n) { const T zi = dinv[i] * r[i]; z[i] = zi; acc += r[i] * zi; }
+    block_add2((double)acc, 0.0, ws, i_rz, -1);
+}
+
+// p = [dinv] r; ws[i_rr] += r.r; with dinv ws[i_rz] += r.dinv.r (start of a CG run)
+template<typename T>
+__global__ void precondition_init(const int n, const T* __restrict__ r, T* __restrict__ p, const T* __restrict__ dinv,
+        double* ws, const int i_rz, const int i_rr) {
+    T acc_rr = 0, acc_rz = 0;
+    GRID_STRIDE(i, n) {
+        const T ri = r[i];
+        const T zi = dinv ? dinv[i] * ri : ri;
+        p[i] = zi;
+        acc_rr += ri * ri;
+        acc_rz += ri * zi;
+    }
+    block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
+}
+
+// Ops seam: x += alpha p; r -= alpha q; [z = dinv r]; ws[i_rr] += r.r; [ws[i_rz] += r.z]. bytes 6 n s (+2 n s)
+template<typename T>
+__global__ void update_xr(const int n, T* __restrict__ x, T* __restrict__ r, const T* __restrict__ p,
+        const T* __restrict__ q, const double* ws_c, const int inum, const int iden, const double c,
+        const T* __restrict__ dinv, T* __restrict__ z, double* ws, const int i_rz, const int i_rr) {
+    const T alpha = (T)coef(ws_c, inum, iden, c);
+    T acc_rr = 0, acc_rz = 0;
+    GRID_STRIDE(i, n) {
+        x[i] += alpha * p[i];
+        const T ri = r[i] - alpha * q[i];
+        r[i] = ri;
+        acc_rr += ri * ri;
+        if (dinv) { const T zi = dinv[i] * ri; z[i] = zi; acc_rz += ri * zi; }
+    }
+    block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
+}
+
+// Ops seam: p = z + beta p. bytes 3 n s
+template<typename T>
+__global__ void update_p(const int n, T* __restrict__ p, const T* __restrict__ z, const double* ws,
+        const int inum, const int iden, const double c) {
+    const T beta = (T)coef(ws, inum, iden, c);
+    GRID_STRIDE(i, n) p[i] = z[i] + beta * p[i];
+}
+
+// fused CG: r -= alpha q (alpha = ws[i_rho]/ws[i_pq]); ws[i_rr] += r.r; [ws[i_rz] += r.dinv.r]. bytes 3 n s (+ n s)
+template<typename T>
+__global__ void update_r(const int n, T* __restrict__ r, const T* __restrict__ q, const T* __restrict__ dinv,
+        double* ws, const int i_rho, const int i_pq, const int i_rz, const int i_rr) {
+    const T alpha = (T)coef(ws, i_rho, i_pq, 1.0);
+    T acc_rr = 0, acc_rz = 0;
+    GRID_STRIDE(i, n) {
+        const T ri = r[i] - alpha * q[i];
+        r[i] = ri;
+        acc_rr += ri * ri;
+        if (dinv) acc_rz += ri * ri * dinv[i];
+    }
+    block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
+}
+
+// fused CG: x += alpha p; p = [dinv] r + beta p (beta = ws[i_rho1]/ws[i_rho]). bytes 5 n s (+ n s)
+template<typename T>
+__global__ void update_xp(const int n, T* __restrict__ x, T* __restrict__ p, const T* __restrict__ r,
+        const T* __restrict__ dinv, const double* ws, const int i_rho, const int i_pq, const int i_rho1) {
+    const T alpha = (T)coef(ws, i_rho, i_pq, 1.0);
+    const T beta = (T)coef(ws, i_rho1, i_rho, 1.0);
+    GRID_STRIDE(i, n) {
+        const T pi = p[i];
+        x[i] += alpha * pi;
+        p[i] = (dinv ? dinv[i] * r[i] : r[i]) + beta * pi;
+    }
+}
+
+// x64 += y; y = 0 (fold a float32 correction into the float64 solution)
+template<typename T>
+__global__ void fold(const int n, double* __restrict__ x, T* __restrict__ y) {
+    GRID_STRIDE(i, n) { x[i] += (double)y[i]; y[i] = 0; }
+}
+
+// zero the block's accumulators: rho[1..K], pq[0..K-1], rr[1..K]
+__global__ void block_start(double* ws, const int i_rho, const int i_pq, const int i_rr, const int K) {
+    for (int j = threadIdx.x; j < K; j += blockDim.x) {
+        ws[i_rho + 1 + j] = 0.0; ws[i_pq + j] = 0.0; ws[i_rr + 1 + j] = 0.0;
+    }
+}
+// carry the last iteration's scalars into slot 0 for the next block
+__global__ void block_end(double* ws, const int i_rho, const int i_rr, const int k) {
+    if (threadIdx.x == 0) { ws[i_rho] = ws[i_rho + k]; ws[i_rr] = ws[i_rr + k]; }
+}
+"""
+
+_CT = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_ONE = ("spmv_dot", "dot", "precondition", "precondition_init", "update_xr", "update_p", "update_r", "update_xp",
+        "fold")
+_TWO = ("residual", "axpy")
+
+
+def _names():
+    out = [f"{k}<{t}>" for k in _ONE for t in ("float", "double")]
+    out += [f"{k}<{a},{b}>" for k in _TWO for a in ("float", "double") for b in ("float", "double")]
+    return out + ["block_start", "block_end"]
+
+
+@functools.lru_cache(maxsize=None)
+def _module():
+    import cupy
+
+    return cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=_names())
+
+
+class CupyOps(device_cg.DeviceOps):
+    """The fused kernels as CuPy RawKernels on one non-blocking stream; CUDA graphs by stream capture."""
+
+    name = "cupy"
+    supports_graphs = True
+
+    def __init__(self, graphs: bool = True):
+        import cupy
+
+        self.cp = cupy
+        self.mod = _module()
+        self._k = {}
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self.max_blocks = sms * (2048 // THREADS)
+        self.graphs = graphs
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def _kernel(self, name, *dtypes):
+        key = (name,) + tuple(np.dtype(d) for d in dtypes)
+        k = self._k.get(key)
+        if k is None:
+            expr = name if not dtypes else f"{name}<{','.join(_CT[np.dtype(d)] for d in dtypes)}>"
+            k = self._k[key] = self.mod.get_function(expr)
+        return k
+
+    def _launch(self, kernel, n, args):
+        grid = (max(1, min((n + THREADS - 1) // THREADS, self.max_blocks)),)
+        kernel(grid, (THREADS,), args, stream=self.stream)
+
+    @staticmethod
+    def _ptr(a):
+        return np.uintp(0) if a is None else a
+
+    # ---- arrays
+    def to_device(self, a):
+        with self.stream:
+            return self.cp.asarray(a)
+
+    def to_host(self, a):
+        out = self.cp.asnumpy(a, stream=self.stream)
+        self.stream.synchronize()
+        return out
+
+    def zeros(self, n, dtype):
+        with self.stream:
+            return self.cp.zeros(n, dtype=dtype)
+
+    def astype(self, a, dtype):
+        with self.stream:
+            return a.astype(dtype)
+
+    def scale_copy(self, src, dst, scale=1.0):
+        with self.stream:
+            if scale == 1.0:
+                self.cp.copyto(dst, src, casting="unsafe")
+            elif dst.dtype.itemsize >= src.dtype.itemsize:
+                self.cp.copyto(dst, src, casting="unsafe")
+                dst *= scale
+            else:
+                self.cp.multiply(src, scale, out=dst, casting="unsafe")
+
+    def fill_zero(self, a):
+        with self.stream:
+            a.fill(0)
+
+    def zero_range(self, a, start, count):
+        with self.stream:
+            a[start:start + count].fill(0)
+
+    def sync(self):
+        self.stream.synchronize()
+
+    def diagonal(self, A):
+        import scipy.sparse as sp
+
+        M = sp.csr_matrix((self.to_host(A.vals[np.dtype(np.float64)]), self.to_host(A.indices),
+                           self.to_host(A.indptr)), shape=(A.n, A.n))
+        return M.diagonal().astype(np.float64)
+
+    # ---- kernels (see the CUDA source above for what each fuses and the bytes it moves)
+    def spmv_dot(self, A, p, q, ws, i_pq):
+        self._launch(self._kernel("spmv_dot", p.dtype), A.n,
+                     (np.int32(A.n), A.indptr, A.indices, A.vals[p.dtype], p, q, ws, np.int32(i_pq)))
+
+    def residual(self, A, x, b, r_out, dinv, ws, i_rz, i_rr):
+        self._launch(self._kernel("residual", x.dtype, r_out.dtype), A.n,
+                     (np.int32(A.n), A.indptr, A.indices, A.vals[x.dtype], x, b, r_out, self._ptr(dinv), ws,
+                      np.int32(i_rz), np.int32(i_rr)))
+
+    def dot(self, x, y, ws, i):
+        self._launch(self._kernel("dot", x.dtype), x.size, (np.int32(x.size), x, y, ws, np.int32(i)))
+
+    def axpy(self, coef, x, y, ws):
+        inum, iden, c = coef
+        self._launch(self._kernel("axpy", x.dtype, y.dtype), y.size,
+                     (np.int32(y.size), x, y, ws, np.int32(inum), np.int32(iden), np.float64(c)))
+
+    def precondition(self, dinv, r, z, ws, i_rz):
+        self._launch(self._kernel("precondition", r.dtype), r.size, (np.int32(r.size), dinv, r, z, ws, np.int32(i_rz)))
+
+    def precondition_init(self, r, p, dinv, ws, i_rz, i_rr):
+        self._launch(self._kernel("precondition_init", r.dtype), r.size,
+                     (np.int32(r.size), r, p, self._ptr(dinv), ws, np.int32(i_rz), np.int32(i_rr)))
+
+    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
+        inum, iden, c = coef
+        self._launch(self._kernel("update_xr", r.dtype), r.size,
+                     (np.int32(r.size), x, r, p, q, ws, np.int32(inum), np.int32(iden), np.float64(c),
+                      self._ptr(dinv), self._ptr(z), ws, np.int32(i_rz), np.int32(i_rr)))
+
+    def update_p(self, p, z, coef, ws):
+        inum, iden, c = coef
+        self._launch(self._kernel("update_p", p.dtype), p.size,
+                     (np.int32(p.size), p, z, ws, np.int32(inum), np.int32(iden), np.float64(c)))
+
+    def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        self._launch(self._kernel("update_r", r.dtype), r.size,
+                     (np.int32(r.size), r, q, self._ptr(dinv), ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rz),
+                      np.int32(i_rr)))
+
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+        self._launch(self._kernel("update_xp", r.dtype), r.size,
+                     (np.int32(r.size), x, p, r, self._ptr(dinv), ws, np.int32(i_rho), np.int32(i_pq),
+                      np.int32(i_rho1)))
+
+    def fold(self, x64, y):
+        self._launch(self._kernel("fold", y.dtype), y.size, (np.int32(y.size), x64, y))
+
+    def block_start(self, ws, i_rho, i_pq, i_rr, K):
+        self._kernel("block_start")((1,), (128,), (ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rr), np.int32(K)),
+                                    stream=self.stream)
+
+    def block_end(self, ws, i_rho, i_rr, k):
+        self._kernel("block_end")((1,), (32,), (ws, np.int32(i_rho), np.int32(i_rr), np.int32(k)), stream=self.stream)
+
+    # ---- graphs and timing
+    def capture(self, fn):
+        """Record what ``fn()`` launches on the stream into a CUDA graph; returns its launcher."""
+        if not self.graphs:
+            return None
+        s = self.stream
+        s.synchronize()
+        with s:
+            s.begin_capture()
+            try:
+                fn()
+            finally:
+                graph = s.end_capture()
+        return lambda: graph.launch(stream=s)
+
+    def timer(self):
+        cp = self.cp
+        return device_cg.EventTimer(cp.cuda.Event, lambda e: e.record(self.stream),
+                                    lambda a, b: cp.cuda.get_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
+
+
+@functools.lru_cache(maxsize=2)
+def get_ops(graphs: bool = True) -> CupyOps:
+    return CupyOps(graphs=graphs)
+
+
+def make_ops(A, dtype=np.float64):
+    """The ``hpcsolve.fem.ops.Ops`` seam on CuPy (krylov's algorithms unchanged, fused kernels, no graphs)."""
+    return device_cg.make_seam_ops(get_ops(), A, dtype)
+
+
+def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
+    """A host CSR matrix on the device, float64 and float32 values sharing one int32 index pair."""
+    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
+
+
+def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, graphs=True, **options):
+    """Fused, graph-captured CG on CuPy (see ``device_cg.solve_fused``). A: host CSR or a DeviceCSR."""
+    ops = get_ops(graphs)
+    dA = A if isinstance(A, device_cg.DeviceCSR) else upload(A)
+    return device_cg.solve_fused(ops, dA, b, precision=precision, method=method, rtol=rtol, maxiter=maxiter,
+                                 x0=x0, **options)
+
+
+def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
+    """The 2D Poisson 5-point matrix (Dirichlet, m x m interior nodes, stencil [4, -1, -1, -1, -1]) built
+    directly on the device (the P1 stiffness matrix of a uniform right-triangle mesh is the same)."""
+    import cupy as cp
+
+    ops = get_ops()
+    n = m * m
+    with ops.stream:
+        i = cp.arange(n, dtype=cp.int32)
+        iy, ix = i // m, i % m
+        cols = cp.stack([i - m, i - 1, i, i + 1, i + m], axis=1)
+        mask = cp.stack([iy > 0, ix > 0, cp.ones(n, dtype=bool), ix < m - 1, iy < m - 1], axis=1)
+        vals = cp.where(cp.arange(5) == 2, 4.0, -1.0)[None, :].repeat(n, axis=0)
+        indices = cols[mask].astype(cp.int32)
+        v64 = vals[mask].astype(cp.float64)
+        indptr = cp.zeros(n + 1, dtype=cp.int32)
+        cp.cumsum(mask.sum(axis=1, dtype=cp.int32), out=indptr[1:])
+        del cols, mask, vals, i, iy, ix
+    return device_cg.DeviceCSR.from_device_arrays(ops, n, indptr, indices, v64, dtypes)

@@ -1,0 +1,418 @@
+"""Numba-CUDA kernels for the FEM Krylov solvers: the same fused kernels as ``kernels_cupy`` (own CSR
+SpMV with int32 indices, p.Ap fused into the SpMV, r.r fused into the r update, alpha/beta read from
+float64 scalars in device memory, one atomicAdd per block), written with ``numba.cuda.jit``.
+
+The algorithm lives in ``hpcsolve.fem.device_cg``. CUDA graphs: numba-cuda 0.30 has no stream-capture
+API of its own (one could call cuStreamBeginCapture through cuda-python on the stream handle and
+instantiate the graph by hand; not done here), so each block of k iterations is 3k kernel launches
+from Python on one stream, with no host synchronization until the convergence check. Python launch
+overhead (tens of microseconds per launch) therefore dominates at small sizes.
+
+Kernels are generated per dtype by small factories (T = np.float32 / np.float64), so float32 work
+really is float32: accumulators and coefficients are cast to T. Block sums use a shared-memory tree
+(it also runs under the CUDA simulator), then one float64 atomicAdd per block.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from hpcsolve.backends import cuda_simulator_enabled
+from hpcsolve.fem import device_cg
+
+THREADS = 256          # the shared-memory size of the block reduction (power of two)
+cuda = None            # numba.cuda, imported lazily by _core(); a module global so that the CUDA
+                       # simulator can substitute its own module inside the kernels
+
+
+@functools.lru_cache(maxsize=None)
+def _core():
+    global cuda
+    from numba import cuda as numba_cuda, float64
+
+    cuda = numba_cuda
+
+    @cuda.jit(device=True, inline=True)
+    def block_add2(a, b, ws, ia, ib):
+        sa = cuda.shared.array(THREADS, float64)
+        sb = cuda.shared.array(THREADS, float64)
+        t = cuda.threadIdx.x
+        sa[t] = a
+        sb[t] = b
+        cuda.syncthreads()
+        s = cuda.blockDim.x // 2
+        while s > 0:
+            if t < s:
+                sa[t] += sa[t + s]
+                sb[t] += sb[t + s]
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            if ia >= 0:
+                cuda.atomic.add(ws, ia, sa[0])
+            if ib >= 0:
+                cuda.atomic.add(ws, ib, sb[0])
+
+    @cuda.jit(device=True, inline=True)
+    def coef(ws, inum, iden, c):
+        if inum < 0:
+            return c
+        if iden < 0:
+            return c * ws[inum]
+        d = ws[iden]
+        return c * ws[inum] / d if d != 0.0 else 0.0
+
+    @cuda.jit
+    def block_start(ws, i_rho, i_pq, i_rr, K):
+        j = cuda.threadIdx.x
+        while j < K:
+            ws[i_rho + 1 + j] = 0.0
+            ws[i_pq + j] = 0.0
+            ws[i_rr + 1 + j] = 0.0
+            j += cuda.blockDim.x
+
+    @cuda.jit
+    def block_end(ws, i_rho, i_rr, k):
+        if cuda.threadIdx.x == 0:
+            ws[i_rho] = ws[i_rho + k]
+            ws[i_rr] = ws[i_rr + k]
+
+    @cuda.jit
+    def fill_zero(a, start, count):
+        i = cuda.grid(1)
+        while i < count:
+            a[start + i] = 0
+            i += cuda.gridsize(1)
+
+    return cuda, block_add2, coef, block_start, block_end, fill_zero
+
+
+@functools.lru_cache(maxsize=None)
+def _typed(T):
+    """Kernels in working precision T (np.float32 or np.float64)."""
+    _, block_add2, coef, _, _, _ = _core()
+
+    @cuda.jit
+    def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
+        # q = A p, ws[i_pq] += p.q. bytes: nnz (s + 4) + (n+1) 4 + 2 n s
+        acc = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            s = T(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                s += vals[k] * p[indices[k]]
+            q[i] = s
+            acc += p[i] * s
+            i += cuda.gridsize(1)
+        if i_pq >= 0:
+            block_add2(float(acc), 0.0, ws, i_pq, -1)
+
+    @cuda.jit
+    def dot(n, x, y, ws, j):
+        acc = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            acc += x[i] * y[i]
+            i += cuda.gridsize(1)
+        block_add2(float(acc), 0.0, ws, j, -1)
+
+    @cuda.jit
+    def precondition(n, dinv, r, z, ws, i_rz):
+        acc = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            zi = dinv[i] * r[i]
+            z[i] = zi
+            acc += r[i] * zi
+            i += cuda.gridsize(1)
+        block_add2(float(acc), 0.0, ws, i_rz, -1)
+
+    @cuda.jit
+    def precondition_init(n, r, p, dinv, has_dinv, ws, i_rz, i_rr):
+        acc_rr = T(0)
+        acc_rz = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            ri = r[i]
+            zi = dinv[i] * ri if has_dinv else ri
+            p[i] = zi
+            acc_rr += ri * ri
+            acc_rz += ri * zi
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @cuda.jit
+    def update_xr(n, x, r, p, q, ws_c, inum, iden, c, dinv, has_dinv, z, ws, i_rz, i_rr):
+        # Ops seam: x += alpha p; r -= alpha q; [z = dinv r]; r.r [, r.z]
+        alpha = T(coef(ws_c, inum, iden, c))
+        acc_rr = T(0)
+        acc_rz = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            x[i] += alpha * p[i]
+            ri = r[i] - alpha * q[i]
+            r[i] = ri
+            acc_rr += ri * ri
+            if has_dinv:
+                zi = dinv[i] * ri
+                z[i] = zi
+                acc_rz += ri * zi
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @cuda.jit
+    def update_p(n, p, z, ws, inum, iden, c):
+        beta = T(coef(ws, inum, iden, c))
+        i = cuda.grid(1)
+        while i < n:
+            p[i] = z[i] + beta * p[i]
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def update_r(n, r, q, dinv, has_dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        # fused CG: r -= alpha q (alpha = rho/pq from device memory); r.r [, r.dinv.r]. bytes 3 n s
+        alpha = T(coef(ws, i_rho, i_pq, 1.0))
+        acc_rr = T(0)
+        acc_rz = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            ri = r[i] - alpha * q[i]
+            r[i] = ri
+            acc_rr += ri * ri
+            if has_dinv:
+                acc_rz += ri * ri * dinv[i]
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @cuda.jit
+    def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, i_rho1):
+        # fused CG: x += alpha p; p = [dinv] r + beta p. bytes 5 n s
+        alpha = T(coef(ws, i_rho, i_pq, 1.0))
+        beta = T(coef(ws, i_rho1, i_rho, 1.0))
+        i = cuda.grid(1)
+        while i < n:
+            pi = p[i]
+            x[i] += alpha * pi
+            zi = dinv[i] * r[i] if has_dinv else r[i]
+            p[i] = zi + beta * pi
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def fold(n, x64, y):
+        i = cuda.grid(1)
+        while i < n:
+            x64[i] += float(y[i])
+            y[i] = T(0)
+            i += cuda.gridsize(1)
+
+    return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
+                update_xr=update_xr, update_p=update_p, update_r=update_r, update_xp=update_xp, fold=fold)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(TA, TO):
+    """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA)."""
+    _, block_add2, coef, _, _, _ = _core()
+
+    @cuda.jit
+    def residual(n, indptr, indices, vals, x, b, r, dinv, has_dinv, ws, i_rz, i_rr):
+        acc_rr = TA(0)
+        acc_rz = TA(0)
+        i = cuda.grid(1)
+        while i < n:
+            s = TA(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                s += vals[k] * x[indices[k]]
+            ri = b[i] - s
+            r[i] = TO(ri)
+            acc_rr += ri * ri
+            if has_dinv:
+                acc_rz += ri * ri * dinv[i]
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @cuda.jit
+    def axpy(n, x, y, ws, inum, iden, c):
+        a = TO(coef(ws, inum, iden, c))
+        i = cuda.grid(1)
+        while i < n:
+            y[i] += a * TO(x[i])
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def cast_copy(n, src, dst, scale):
+        # dst = scale * src, computed in the wider type
+        i = cuda.grid(1)
+        while i < n:
+            dst[i] = src[i] * scale
+            i += cuda.gridsize(1)
+
+    return dict(residual=residual, axpy=axpy, cast_copy=cast_copy)
+
+
+_TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
+
+
+class NumbaOps(device_cg.DeviceOps):
+    """The fused kernels as numba.cuda.jit kernels on one stream; no CUDA graphs (see module docstring)."""
+
+    name = "numba-cuda"
+    supports_graphs = False
+    graphs = False
+
+    def __init__(self):
+        self.cuda = _core()[0]
+        self.sim = cuda_simulator_enabled()
+        self.threads = 8 if self.sim else THREADS
+        if self.sim:
+            self.max_blocks = 2
+            self.stream = 0
+        else:
+            sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+            self.max_blocks = sms * (2048 // THREADS)
+            self.stream = cuda.stream()
+        self._dummy = {}
+
+    def _grid(self, n):
+        return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))
+
+    def _go(self, kernel, n, *args):
+        kernel[self._grid(n), self.threads, self.stream](*args)
+
+    def _dinv(self, dinv, dtype):
+        if dinv is not None:
+            return dinv, True
+        d = self._dummy.get(np.dtype(dtype))
+        if d is None:
+            d = self._dummy[np.dtype(dtype)] = self.cuda.to_device(np.zeros(1, dtype=dtype))
+        return d, False
+
+    # ---- arrays
+    def to_device(self, a):
+        return self.cuda.to_device(np.ascontiguousarray(a), stream=self.stream)
+
+    def to_host(self, a):
+        out = a.copy_to_host(stream=self.stream)
+        self.sync()
+        return out
+
+    def zeros(self, n, dtype):
+        a = self.cuda.device_array(n, dtype=dtype, stream=self.stream)
+        self.fill_zero(a)
+        return a
+
+    def astype(self, a, dtype):
+        out = self.cuda.device_array(a.size, dtype=dtype, stream=self.stream)
+        self.scale_copy(a, out, 1.0)
+        return out
+
+    def scale_copy(self, src, dst, scale=1.0):
+        wide = src.dtype if src.dtype.itemsize >= dst.dtype.itemsize else dst.dtype
+        k = _pair(_TYPES[np.dtype(wide)], _TYPES[np.dtype(dst.dtype)])["cast_copy"]
+        self._go(k, dst.size, np.int32(dst.size), src, dst, _TYPES[np.dtype(wide)](scale))
+
+    def fill_zero(self, a):
+        self.zero_range(a, 0, a.size)
+
+    def zero_range(self, a, start, count):
+        count = min(count, a.size - start)
+        self._go(_core()[5], count, a, np.int32(start), np.int32(count))
+
+    def sync(self):
+        if self.sim:
+            return
+        self.stream.synchronize()
+
+    def diagonal(self, A):
+        import scipy.sparse as sp
+
+        M = sp.csr_matrix((self.to_host(A.vals[np.dtype(np.float64)]), self.to_host(A.indices),
+                           self.to_host(A.indptr)), shape=(A.n, A.n))
+        return M.diagonal().astype(np.float64)
+
+    # ---- kernels
+    def spmv_dot(self, A, p, q, ws, i_pq):
+        k = _typed(_TYPES[p.dtype])["spmv_dot"]
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[p.dtype], p, q, ws, np.int32(i_pq))
+
+    def residual(self, A, x, b, r_out, dinv, ws, i_rz, i_rr):
+        k = _pair(_TYPES[x.dtype], _TYPES[r_out.dtype])["residual"]
+        d, has = self._dinv(dinv, x.dtype)
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[x.dtype], x, b, r_out, d, has, ws,
+                 np.int32(i_rz), np.int32(i_rr))
+
+    def dot(self, x, y, ws, i):
+        self._go(_typed(_TYPES[x.dtype])["dot"], x.size, np.int32(x.size), x, y, ws, np.int32(i))
+
+    def axpy(self, coef, x, y, ws):
+        inum, iden, c = coef
+        k = _pair(_TYPES[x.dtype], _TYPES[y.dtype])["axpy"]
+        self._go(k, y.size, np.int32(y.size), x, y, ws, np.int32(inum), np.int32(iden), np.float64(c))
+
+    def precondition(self, dinv, r, z, ws, i_rz):
+        self._go(_typed(_TYPES[r.dtype])["precondition"], r.size, np.int32(r.size), dinv, r, z, ws, np.int32(i_rz))
+
+    def precondition_init(self, r, p, dinv, ws, i_rz, i_rr):
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["precondition_init"], r.size, np.int32(r.size), r, p, d, has, ws,
+                 np.int32(i_rz), np.int32(i_rr))
+
+    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
+        inum, iden, c = coef
+        d, has = self._dinv(dinv, r.dtype)
+        zz = z if z is not None else d
+        self._go(_typed(_TYPES[r.dtype])["update_xr"], r.size, np.int32(r.size), x, r, p, q, ws, np.int32(inum),
+                 np.int32(iden), np.float64(c), d, has, zz, ws, np.int32(i_rz), np.int32(i_rr))
+
+    def update_p(self, p, z, coef, ws):
+        inum, iden, c = coef
+        self._go(_typed(_TYPES[p.dtype])["update_p"], p.size, np.int32(p.size), p, z, ws, np.int32(inum),
+                 np.int32(iden), np.float64(c))
+
+    def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["update_r"], r.size, np.int32(r.size), r, q, d, has, ws, np.int32(i_rho),
+                 np.int32(i_pq), np.int32(i_rz), np.int32(i_rr))
+
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["update_xp"], r.size, np.int32(r.size), x, p, r, d, has, ws,
+                 np.int32(i_rho), np.int32(i_pq), np.int32(i_rho1))
+
+    def fold(self, x64, y):
+        self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)
+
+    def block_start(self, ws, i_rho, i_pq, i_rr, K):
+        _core()[3][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rr), np.int32(K))
+
+    def block_end(self, ws, i_rho, i_rr, k):
+        _core()[4][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_rr), np.int32(k))
+
+    def timer(self):
+        c = self.cuda
+        return device_cg.EventTimer(c.event, lambda e: e.record(self.stream),
+                                    lambda a, b: c.event_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
+
+
+@functools.lru_cache(maxsize=1)
+def get_ops() -> NumbaOps:
+    return NumbaOps()
+
+
+def make_ops(A, dtype=np.float64):
+    """The ``hpcsolve.fem.ops.Ops`` seam on Numba-CUDA (krylov's algorithms unchanged, fused kernels)."""
+    return device_cg.make_seam_ops(get_ops(), A, dtype)
+
+
+def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
+    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
+
+
+def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, **options):
+    """Fused CG on Numba-CUDA (see ``device_cg.solve_fused``; no graphs). A: host CSR or a DeviceCSR."""
+    options.pop("graphs", None)
+    dA = A if isinstance(A, device_cg.DeviceCSR) else upload(A)
+    return device_cg.solve_fused(get_ops(), dA, b, precision=precision, method=method, rtol=rtol, maxiter=maxiter,
+                                 x0=x0, **options)

@@ -1,0 +1,214 @@
+"""``hpcsolve bench fem``: GPU conjugate gradients on 2D Poisson vs the copy bandwidth of the same run.
+
+For 2D Poisson (5-point stencil = P1 stiffness of a uniform right-triangle mesh, m x m interior
+unknowns, random right-hand side with a fixed seed):
+
+1. time per CG iteration at a fixed iteration count, for each backend x precision: the fused
+   device CG (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA), ``cupyx.scipy.sparse.linalg.cg``
+   (cuSPARSE), the Ops seam (hpcsolve.fem.solve: krylov's algorithm on our kernels, no graphs) at
+   the smallest size, and SciPy on the CPU at the sizes the CPU can do;
+2. % of the copy bandwidth from the bytes per iteration of ``device_cg.bytes_per_iteration``;
+3. time to a float64 true relative residual of 1e-10: fp64 CG, mixed (cg-reliable, ir-restarted)
+   and fp32 CG (which stalls: its floor is reported).
+
+JSON + markdown into --out (or $OUT, else bench/); the markdown table is printed last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve import backends
+from hpcsolve.fem import device_cg
+from hpcsolve.report.bandwidth import copy_bandwidth
+
+SIZES = (1024, 2048, 4096)
+QUICK_SIZES = (256, 512)
+
+
+def _host_poisson(m: int):
+    import scipy.sparse as sp
+
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m), dtype=np.float64)
+    I = sp.identity(m, dtype=np.float64)
+    A = (sp.kron(I, T) + sp.kron(T, I)).tocsr()
+    A.indices = A.indices.astype(np.int32)
+    A.indptr = A.indptr.astype(np.int32)
+    return A
+
+
+def _numba_view(dA: device_cg.DeviceCSR) -> device_cg.DeviceCSR:
+    """The CuPy-built matrix seen by Numba (zero-copy through the CUDA array interface)."""
+    from hpcsolve.fem import kernels_numba
+
+    ops = kernels_numba.get_ops()
+    c = ops.cuda
+    vals = {d: c.as_cuda_array(v) for d, v in dA.vals.items()}
+    return device_cg.DeviceCSR(dA.n, dA.nnz, c.as_cuda_array(dA.indptr), c.as_cuda_array(dA.indices), vals,
+                               None, ops)
+
+
+def _cupyx_cg_time(dA, dtype, n_iter: int, repeats: int) -> float:
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+    from cupyx.scipy.sparse.linalg import cg
+
+    A = csp.csr_matrix((dA.vals[np.dtype(dtype)], dA.indices, dA.indptr), shape=(dA.n, dA.n))
+    b = cp.asarray(np.random.default_rng(0).standard_normal(dA.n), dtype=dtype)
+    kw = {"tol": 1e-30, "atol": 0.0}
+    try:
+        cg(A, b, maxiter=2, **kw)
+    except TypeError:
+        kw = {"rtol": 1e-30, "atol": 0.0}
+        cg(A, b, maxiter=2, **kw)
+    times = []
+    for _ in range(repeats):
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        cg(A, b, maxiter=n_iter, **kw)
+        cp.cuda.Device().synchronize()
+        times.append((time.perf_counter() - t0) / n_iter)
+    return statistics.median(times)
+
+
+def _scipy_cg_time(A, dtype, n_iter: int) -> float:
+    import scipy.sparse.linalg as spla
+
+    Aw = A.astype(dtype)
+    b = np.random.default_rng(0).standard_normal(A.shape[0]).astype(dtype)
+    t0 = time.perf_counter()
+    try:
+        spla.cg(Aw, b, rtol=1e-30, atol=0.0, maxiter=n_iter)
+    except TypeError:
+        spla.cg(Aw, b, tol=1e-30, atol=0.0, maxiter=n_iter)
+    return (time.perf_counter() - t0) / n_iter
+
+
+def _seam_time(A, precision: str, n_iter: int) -> float:
+    from hpcsolve.fem import solve
+
+    b = np.random.default_rng(0).standard_normal(A.shape[0])
+    solve(A, b, precision=precision, backend="cupy", rtol=1e-14, maxiter=20)   # warm up
+    _, rep = solve(A, b, precision=precision, backend="cupy", rtol=1e-14, maxiter=n_iter)
+    return rep.time_s / max(rep.iterations, 1)
+
+
+def main(args) -> int:
+    out = Path(args.out or os.environ.get("OUT") or "bench")
+    out.mkdir(parents=True, exist_ok=True)
+    quick = bool(getattr(args, "quick", False))
+    sizes = tuple(args.sizes) if getattr(args, "sizes", None) else (QUICK_SIZES if quick else SIZES)
+    precisions = tuple(getattr(args, "precisions", None) or ("fp64", "fp32"))
+    wanted = tuple(getattr(args, "backends", None) or ("cupy", "numba-cuda"))
+    usable = [b for b in wanted if backends.probe(b).available and not backends.probe(b).simulator]
+    n_iter = 100 if quick else 400
+    repeats = 3
+    result = {"host": platform.node(), "sizes": list(sizes), "iterations_timed": n_iter, "rows": [], "solve": [],
+              "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")}}
+    if "cupy" not in usable:
+        msg = "bench fem needs a usable CuPy GPU backend: " + backends.probe("cupy").reason
+        print(msg)
+        (out / "bench_fem.md").write_text(msg + "\n")
+        return 0
+    from hpcsolve.fem import kernels_cupy
+
+    bw = copy_bandwidth("cupy", nbytes=(512 if quick else 2048) * 1024**2)
+    result["copy_bandwidth"] = bw
+    bwBps = bw["bandwidth_Bps"]
+    print(f"copy bandwidth (read + write): {bw['bandwidth_GBps']:.0f} GB/s", flush=True)
+    ops = kernels_cupy.get_ops(True)
+    ops_nograph = kernels_cupy.get_ops(False)
+
+    def row(m, backend, variant, precision, seconds, nbytes=None, note=""):
+        r = {"m": m, "unknowns": m * m, "backend": backend, "variant": variant, "precision": precision,
+             "ms_per_iteration": seconds * 1e3, "bytes_per_iteration": nbytes,
+             "pct_of_copy_bandwidth": (100 * nbytes / seconds / bwBps) if nbytes else None, "note": note}
+        result["rows"].append(r)
+        pct = f"{r['pct_of_copy_bandwidth']:.0f}%" if nbytes else "-"
+        print(f"  {m}^2 {backend:<10} {variant:<22} {precision:<5} {seconds * 1e3:8.4f} ms/it  {pct}", flush=True)
+
+    for m in sizes:
+        print(f"== 2D Poisson {m}^2 = {m * m:,} unknowns", flush=True)
+        dA = kernels_cupy.poisson_5point_device(m)
+        host = _host_poisson(m) if m <= 2048 else None
+        for prec in precisions:
+            dt = np.float64 if prec == "fp64" else np.float32
+            nb = device_cg.bytes_per_iteration(dA.n, dA.nnz, dt)
+            t = device_cg.time_iterations(ops, dA, dt, n_iter=n_iter, k=50, repeats=repeats)
+            row(m, "cupy", "fused+graphs", prec, t["seconds_per_iteration"], nb)
+            t = device_cg.time_iterations(ops_nograph, dA, dt, n_iter=n_iter, k=50, repeats=repeats)
+            row(m, "cupy", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
+            if "numba-cuda" in usable:
+                try:
+                    from hpcsolve.fem import kernels_numba
+
+                    nA = _numba_view(dA)
+                    t = device_cg.time_iterations(kernels_numba.get_ops(), nA, dt, n_iter=n_iter, k=50,
+                                                  repeats=repeats)
+                    row(m, "numba-cuda", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
+                except Exception as exc:  # report, keep benchmarking the rest
+                    print(f"  numba-cuda failed: {type(exc).__name__}: {exc}")
+                    result.setdefault("errors", []).append(f"numba-cuda {m} {prec}: {exc}")
+            row(m, "cupy", "cupyx cg (cuSPARSE)", prec, _cupyx_cg_time(dA, dt, min(n_iter, 200), repeats))
+            if m == sizes[0] and host is not None:
+                row(m, "cupy", "Ops seam (krylov.py)", prec, _seam_time(host, prec, min(n_iter, 200)),
+                    device_cg.bytes_per_iteration(dA.n, dA.nnz, dt) + dA.n * np.dtype(dt).itemsize)
+            if host is not None and m <= (512 if quick else 2048):
+                row(m, "numpy", "scipy cg (CPU)", prec, _scipy_cg_time(host, dt, 10 if m > 1024 else 20))
+        # time to solution to a true relative residual of 1e-10
+        b = np.random.default_rng(1).standard_normal(dA.n)
+        ref_its = None
+        for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted"), ("fp32", "cg")):
+            maxiter = 50_000 if ref_its is None else int(3 * ref_its)
+            x, rep = device_cg.solve_fused(ops, dA, b, precision=prec, method=method, rtol=1e-10, maxiter=maxiter)
+            if ref_its is None:
+                ref_its = rep.iterations
+                ref_t = rep.time_s
+            s = {"m": m, "precision": prec, "method": method, "converged": rep.converged,
+                 "iterations": rep.iterations, "outer": rep.outer_iterations, "time_s": rep.time_s,
+                 "time_vs_fp64": rep.time_s / ref_t, "iterations_vs_fp64": rep.iterations / ref_its,
+                 "true_residual": rep.true_residual, "kappa_estimate": rep.kappa_estimate,
+                 "fallback": rep.fallback, "reason": rep.reason}
+            result["solve"].append(s)
+            print(f"  solve {prec:<5} {method:<13} its {rep.iterations:6d} ({s['iterations_vs_fp64']:.2f}x)  "
+                  f"{rep.time_s * 1e3:9.1f} ms ({s['time_vs_fp64']:.2f}x)  true {rep.true_residual:.2e}  "
+                  f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
+        del dA
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+
+    (out / "bench_fem.json").write_text(json.dumps(result, indent=2, default=float))
+    md = _markdown(result)
+    (out / "bench_fem.md").write_text(md)
+    print()
+    print(md)
+    return 0
+
+
+def _markdown(res: dict) -> str:
+    bw = res["copy_bandwidth"]["bandwidth_GBps"]
+    lines = [f"### FEM CG on 2D Poisson (copy bandwidth of this run: {bw:.0f} GB/s, "
+             f"{res['iterations_timed']} iterations timed)", "",
+             "| unknowns | backend | variant | precision | ms / iteration | % of copy bandwidth |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in res["rows"]:
+        pct = f"{r['pct_of_copy_bandwidth']:.0f}" if r["pct_of_copy_bandwidth"] else "-"
+        lines.append(f"| {r['m']}^2 | {r['backend']} | {r['variant']} | {r['precision']} | "
+                     f"{r['ms_per_iteration']:.4f} | {pct} |")
+    lines += ["", "Time to a float64 true relative residual of 1e-10 (fused CuPy, random b):", "",
+              "| unknowns | precision | method | iterations (vs fp64) | time ms (vs fp64) | true residual | "
+              "kappa est. | note |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for s in res["solve"]:
+        note = s["fallback"] or ("" if s["converged"] else s["reason"])
+        lines.append(f"| {s['m']}^2 | {s['precision']} | {s['method']} | {s['iterations']} "
+                     f"({s['iterations_vs_fp64']:.2f}x) | {s['time_s'] * 1e3:.1f} ({s['time_vs_fp64']:.2f}x) | "
+                     f"{s['true_residual']:.2e} | {s['kappa_estimate']:.2e} | {note[:110]} |")
+    return "\n".join(lines) + "\n"
