@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hpcsolve import __version__, backends, precision
-from hpcsolve.errors import HpcsolveError
+from hpcsolve.errors import CaseError, HpcsolveError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,8 +22,12 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _add_case_args(p):
-    p.add_argument("case", help="path to a .toml case file (see cases/)")
+def _add_case_args(p, optional: bool = False):
+    if optional:
+        p.add_argument("case", nargs="?", help="path to a .toml case file (see cases/); "
+                       "with --resume, optional (the checkpoint's case is used)")
+    else:
+        p.add_argument("case", help="path to a .toml case file (see cases/)")
     p.add_argument("--backend", choices=backends.CHOICES, help="override run.backend (default: the case's, else auto)")
     p.add_argument("--precision", choices=list(precision.POLICIES), help="override run.precision")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -36,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
-    _add_case_args(p)
+    _add_case_args(p, optional=True)
+    p.add_argument("--resume", type=Path, metavar="DIR",
+                   help="continue the run in DIR from its newest checkpoint (results are written there)")
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: continue even if the case, backend, precision or version differ")
     p.add_argument("--out", type=Path, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
@@ -87,6 +95,17 @@ def _print_kv(title: str, mapping: dict) -> None:
 def cmd_run(args) -> int:
     from hpcsolve import run as runmod
 
+    if args.case is None and args.resume is None:
+        raise CaseError.invalid("case", None, "a case file, or --resume DIR", why="no case given")
+    if args.resume is not None:
+        case, backend, policy, ckpt = runmod.prepare_resume(args.resume, args.case, args.backend, args.precision,
+                                                            args.overrides, args.force)
+        if not args.quiet:
+            print(f"hpcsolve: resuming {case.name} from step {ckpt.step} ({ckpt.path}) on {backend} in {policy.name}",
+                  file=sys.stderr)
+        result = runmod.run_case(case, backend, policy, progress=not args.quiet, plots=not args.no_plots,
+                                 resume=args.resume, force=args.force)
+        return _report(args, case, result, args.resume)
     if args.dry_run:
         info = runmod.describe(args.case, args.backend, args.precision, args.overrides, estimate=True)
         need, free = runmod.memory_needed(info), info.get("device_memory_free_bytes")
@@ -103,6 +122,10 @@ def cmd_run(args) -> int:
         print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
     result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
                              plots=not args.no_plots)
+    return _report(args, case, result, out)
+
+
+def _report(args, case, result, out) -> int:
     if not args.quiet:
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**result.derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
@@ -186,7 +209,8 @@ def main(argv=None) -> int:
     try:
         return handler(args)
     except HpcsolveError as exc:
-        print(f"hpcsolve: error: {exc}", file=sys.stderr)
+        label = "interrupted" if exc.exit_code == 130 else "error"
+        print(f"hpcsolve: {label}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hpcsolve: interrupted", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
+import inspect
 import math
 import os
 import platform
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import __version__, backends
-from hpcsolve.cases import CaseBase, load_case
+from hpcsolve.cases import CaseBase, load_case, parse_case_text
+from hpcsolve.checkpoint import check_compatible, latest_checkpoint
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
@@ -126,21 +128,38 @@ def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict
     return {}
 
 
+class StopRequest:
+    """Set by SIGINT/SIGTERM; a runner polls ``requested`` between chunks of work and stops cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self.signal = None
+
+
 @contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt in the main thread, so a run stops the same way as on Ctrl-C."""
+def _stop_on_signals(graceful: bool):
+    """SIGINT and SIGTERM: with a graceful runner, the first one asks it to stop at the next
+    monitor point (it writes a checkpoint and a summary marked 'interrupted'); a second one, or
+    any with a runner that cannot stop gracefully, raises KeyboardInterrupt at once."""
+    stop = StopRequest()
+
     def handler(signum, frame):
+        if graceful and not stop.requested:
+            stop.requested, stop.signal = True, signum
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = {}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, h in previous.items():
+            signal.signal(sig, h)
 
 
 _GPU_ERROR_MODULES = ("cupy", "cupy_backends", "cupyx", "numba.cuda", "cuda")
@@ -185,19 +204,55 @@ def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
     }
 
 
-def run_case(case: CaseBase | str | Path, backend: str | None = None, precision: str | Precision | None = None,
+def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=None, overrides=(),
+                   force: bool = False):
+    """The case, backend, precision and checkpoint to continue the run in ``resume_dir``.
+
+    Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``)."""
+    ckpt = latest_checkpoint(resume_dir)
+    meta = ckpt.meta
+    if case is None:
+        case_file = Path(meta["case_file"]) if meta.get("case_file") else None
+        case = parse_case_text(meta["case_text"], meta.get("overrides", []), path=case_file)
+        if overrides:
+            case = case.with_overrides(*overrides)
+    case, backend, policy = prepare(case, backend or meta.get("backend"), precision or meta.get("precision"),
+                                    overrides if not isinstance(case, CaseBase) else ())
+    check_compatible(ckpt, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
+    return case, backend, policy, ckpt
+
+
+def run_case(case: CaseBase | str | Path | None, backend: str | None = None, precision: str | Precision | None = None,
              *, out: str | Path | None = None, overrides=(), progress: bool = True, overwrite: bool = False,
-             plots: bool = True) -> Result:
-    """Run a case and return its Result; with ``out``, also write the result files there."""
-    case, backend, policy = prepare(case, backend, precision, overrides)
+             plots: bool = True, resume: str | Path | None = None, force: bool = False) -> Result:
+    """Run a case and return its Result; with ``out``, also write the result files there.
+
+    ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
+    its results there (``case`` may be None: the checkpoint's case is used)."""
+    ckpt = None
+    if resume is not None:
+        case, backend, policy, ckpt = prepare_resume(resume, case, backend, precision, overrides, force)
+        out, overwrite = Path(resume), True
+    else:
+        case, backend, policy = prepare(case, backend, precision, overrides)
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         check_out_dir(out_path, overwrite)
     runner = family_runner(case.solver)
     check_memory(runner.describe(case, backend, policy), backend)
+    accepts = inspect.signature(runner.run).parameters
+    kwargs = {}
+    if "checkpoint_dir" in accepts:
+        kwargs["checkpoint_dir"] = out_path
+    if ckpt is not None:
+        if "resume" not in accepts:
+            raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
+        kwargs["resume"] = ckpt
     try:
-        with _sigterm_as_interrupt():
-            result = runner.run(case, backend, policy, progress=progress)
+        with _stop_on_signals(graceful="stop" in accepts) as stop:
+            if "stop" in accepts:
+                kwargs["stop"] = stop
+            result = runner.run(case, backend, policy, progress=progress, **kwargs)
     except KeyboardInterrupt:
         raise RunInterrupted(f"{case.name}: interrupted") from None
     except HpcsolveError as exc:

@@ -153,7 +153,10 @@ def test_cli_info_and_usage_errors(capsys):
     assert data["backends"]["numpy"]["available"] is True
     assert set(data["precisions"]) == {"fp64", "fp32", "fp16s", "mixed"}
     with pytest.raises(SystemExit) as exc:
-        cli.main(["run"])
+        cli.main(["run", "--precision", "fp128"])
     assert exc.value.code == 2
+    capsys.readouterr()
+    assert cli.main(["run"]) == 2
+    assert "case: no case given (got None; allowed: a case file, or --resume DIR)" in capsys.readouterr().err
     assert cli.main(["run", "does/not/exist.toml"]) == 2
     assert "case: file not found (got 'does/not/exist.toml'" in capsys.readouterr().err

@@ -95,6 +95,8 @@ class TimeSection(StrictModel):
     steps: int | None = Field(None, ge=1, description="number of steps (overrides end_time)")
     output_interval: float = Field(0.0, ge=0, description="snapshot interval, s (0: final fields only)")
     monitor_interval: int = Field(100, ge=1, description="steps between monitor points (series, NaN check)")
+    checkpoint_interval: int = Field(0, ge=0, description="steps between checkpoints of the full state in "
+                                     "<out>/checkpoints (0: none; the last two are kept)")
 
     @model_validator(mode="after")
     def _has_length(self):

@@ -108,6 +108,12 @@ class NumpyStepper(Stepper):
     def populations(self) -> np.ndarray:
         return self.g.copy()
 
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        g = self._check_loadable(g)
+        self.g = np.ascontiguousarray(g).copy()
+        self.g_next = self.g.copy()
+        self.time_step = int(time_step)
+
 
 def make_stepper(setup: LBMSetup) -> NumpyStepper:
     return NumpyStepper(setup)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 import time as _time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from hpcsolve import backends
-from hpcsolve.errors import BlowUpError
+from hpcsolve.checkpoint import Checkpoint, write_checkpoint
+from hpcsolve.errors import BlowUpError, RunInterrupted
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
@@ -49,14 +51,19 @@ def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometr
 
 def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
     derived = derive(case)
-    geo = geom.build(case, derived)
     info = derived.summary()
     cells = derived.nx * derived.ny
-    info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
-    info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
     info["collision"] = case.lattice.collision
     info["memory_bytes"] = int(2 * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
     info["memory"] = f"{info['memory_bytes'] / 2**20:.1f} MiB (2 population buffers + flags + boundary velocity)"
+    try:
+        geo = geom.build(case, derived)
+    except MemoryError:  # the geometry alone does not fit in host memory: report the size, count no cells
+        info["fluid_cells"] = cells
+        info["note"] = "geometry too large to build in host memory; fluid_cells is the grid size"
+        return info
+    info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
+    info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
     return info
 
 
@@ -114,7 +121,15 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry) -> dict[str, np.n
     }
 
 
-def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True) -> Result:
+# A lattice speed this high (Mach ~0.87) at a monitor point means the run has gone unstable.
+BLOW_UP_LATTICE_SPEED = 0.5
+
+
+def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True, stop=None,
+        checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
+    """Run the case. ``stop`` (an object with a ``requested`` attribute, set by a signal handler) is
+    polled between step chunks; ``checkpoint_dir`` receives checkpoints every
+    ``time.checkpoint_interval`` steps and on a requested stop; ``resume`` continues from one."""
     t_start = _time.perf_counter()
     policy.require("lbm")
     derived, geo, setup = build_setup(case, policy)
@@ -132,30 +147,45 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
 
     result.plotter = plot_result
     monitor = _Monitor(case, derived, geo)
-    rho, ux, uy = stepper.macroscopic()
-    mass0 = float(np.sum(rho[geo.fluid]))
-    monitor.record(stepper, 0, rho, ux, uy)
     total = derived.steps
     every = case.time.monitor_interval
     out_every = derived.output_every
+    ckpt_every = case.time.checkpoint_interval if checkpoint_dir is not None else 0
     step_seconds = 0.0
-    step = 0
-    last_good = (rho, ux, uy, 0)
+    if resume is None:
+        step = 0
+        rho, ux, uy = stepper.macroscopic()
+        mass0 = float(np.sum(rho[geo.fluid]))
+        monitor.record(stepper, 0, rho, ux, uy)
+    else:
+        step, mass0, step_seconds = _restore(resume, stepper, monitor, result)
+        rho, ux, uy = stepper.macroscopic()
+    last_good = (rho, ux, uy, step)
     status, message = "completed", ""
-    bar = tqdm(total=total, disable=not progress, delay=2, unit="step", desc=case.name)
+    bar = tqdm(total=total, initial=step, disable=not progress, delay=2, unit="step", desc=case.name)
+
+    def checkpoint():
+        write_checkpoint(checkpoint_dir, _checkpoint(case, backend, policy, stepper, monitor, result, step,
+                                                     mass0, step_seconds))
+
     try:
         while step < total:
             nxt = min(total, (step // every + 1) * every)
-            if out_every:
-                nxt = min(nxt, (step // out_every + 1) * out_every)
+            for interval in (out_every, ckpt_every):
+                if interval:
+                    nxt = min(nxt, (step // interval + 1) * interval)
             with backends.Timer(backend) as timer:
                 stepper.step(nxt - step)
             step_seconds += timer.seconds
             bar.update(nxt - step)
             step = nxt
             if not stepper.finite():
-                _blow_up(result, case, derived, geo, monitor, last_good, step)
+                _blow_up(result, case, derived, geo, monitor, last_good, step, "NaN/Inf in the populations")
             rho, ux, uy = stepper.macroscopic()
+            peak = float(np.max(obs.speed(ux, uy)[geo.fluid]))
+            if peak > BLOW_UP_LATTICE_SPEED:
+                _blow_up(result, case, derived, geo, monitor, last_good, step,
+                         f"lattice speed {peak:.3g} > {BLOW_UP_LATTICE_SPEED} (Mach {peak / math.sqrt(lattice.CS2):.2f})")
             last_good = (rho, ux, uy, step)
             monitor.record(stepper, step, rho, ux, uy)
             if out_every and step % out_every == 0:
@@ -166,9 +196,18 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
                 message = (f"steady state at step {step}: relative velocity change {monitor.steady_change:.3g} "
                            f"per {case.steady.interval} steps < {case.steady.tolerance:g}")
                 break
+            if ckpt_every and step % ckpt_every == 0 and step < total:
+                checkpoint()
+            if stop is not None and getattr(stop, "requested", False):
+                status = "interrupted"
+                message = f"interrupted at step {step} of {total}"
+                if checkpoint_dir is not None:
+                    checkpoint()
+                    message += f"; resume with: hpcsolve run --resume {Path(checkpoint_dir)}"
+                break
     finally:
         bar.close()
-    if case.steady.enabled and status != "converged":
+    if case.steady.enabled and status == "completed":
         message = (f"steady state not reached in {step} steps (last relative change {monitor.steady_change:.3g}, "
                    f"tolerance {case.steady.tolerance:g}); raise time.end_time")
     result.status, result.message = status, message
@@ -181,11 +220,48 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
          "max_lattice_speed": float(np.max(obs.speed(ux, uy)[geo.fluid])),
          "mass_relative_drift": float(np.sum(rho[geo.fluid]) / mass0 - 1.0),
          "steady_state_reached": status == "converged" if case.steady.enabled else None}
+    if resume is not None:
+        m["resumed_from_step"] = resume.step
     if case.steady.enabled:
         m["steady_change"] = monitor.steady_change
     m.update(reference_metrics(case, derived, geo, stepper, rho, ux, uy, step, result))
     result.metrics = {k: v for k, v in m.items() if v is not None}
+    if status == "interrupted":
+        exc = RunInterrupted(f"{case.name}: {message}")
+        exc.result = result
+        raise exc
     return result
+
+
+def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, step_seconds) -> Checkpoint:
+    """The full state at ``step``: populations, monitor series, steady-state tracking, snapshots."""
+    arrays = {"populations": stepper.populations()}
+    if monitor.last_steady_u is not None:
+        arrays["steady_last_u"] = monitor.last_steady_u
+    snaps = []
+    for i, snap in enumerate(result.snapshots):
+        for name, a in snap.fields.items():
+            arrays[f"snapshot_{i:06d}_{name}"] = a
+        snaps.append({"time": snap.time, "step": snap.step, "fields": list(snap.fields)})
+    state = {"series": monitor.series, "mass0": mass0, "step_seconds": step_seconds, "snapshots": snaps,
+             "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change}
+    meta = {"backend": backend, "precision": policy.name, "case_text": case.text,
+            "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
+            "case_file": str(case.path) if case.path else ""}
+    return Checkpoint(step=step, arrays=arrays, state=state, meta=meta)
+
+
+def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, float]:
+    stepper.load_populations(ckpt.arrays["populations"], ckpt.step)
+    st = ckpt.state
+    monitor.series = {k: [float(v) for v in vals] for k, vals in st["series"].items()}
+    monitor.last_steady_u = ckpt.arrays.get("steady_last_u")
+    monitor.last_steady_step = int(st["last_steady_step"])
+    monitor.steady_change = float(st["steady_change"])
+    for i, snap in enumerate(st["snapshots"]):
+        fields = {name: ckpt.arrays[f"snapshot_{i:06d}_{name}"] for name in snap["fields"]}
+        result.snapshots.append(Snapshot(time=float(snap["time"]), step=int(snap["step"]), fields=fields))
+    return ckpt.step, float(st["mass0"]), float(st["step_seconds"])
 
 
 def _snapshot_fields(rho, ux, uy, derived, geo):
@@ -193,19 +269,20 @@ def _snapshot_fields(rho, ux, uy, derived, geo):
     return {k: f[k] for k in ("velocity", "pressure", "vorticity")}
 
 
-def _blow_up(result, case, derived, geo, monitor, last_good, step):
+def _blow_up(result, case, derived, geo, monitor, last_good, step, cause):
     rho, ux, uy, good_step = last_good
     result.status = "blew_up"
     tau = derived.units.relaxation_time
     suggestion = (f"tau = {tau:.4f}, peak lattice velocity {derived.peak_lattice_velocity:.3g}: raise lattice.resolution "
                   f"(tau further from 1/2), lower lattice.velocity"
                   + (", or use lattice.collision = 'trt'" if case.lattice.collision == "bgk" else ""))
-    result.message = f"NaN/Inf in the populations between step {good_step} and step {step}"
+    result.message = f"{cause} between step {good_step} and step {step}"
     result.fields = _fields(rho, ux, uy, derived, geo)
     result.series = monitor.arrays()
     result.metrics = {"steps": step, "last_finite_step": good_step}
-    exc = BlowUpError(f"{case.name}: the run blew up (NaN/Inf) between step {good_step} and step {step}. "
-                      f"Suggestion: {suggestion}", step=step, cause="NaN/Inf in populations", suggestion=suggestion)
+    exc = BlowUpError(f"{case.name}: the run blew up ({cause}) between step {good_step} and step {step}; "
+                      f"the fields of step {good_step} are kept. Suggestion: {suggestion}",
+                      step=step, cause=cause, suggestion=suggestion)
     exc.result = result
     raise exc
 

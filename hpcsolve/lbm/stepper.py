@@ -118,6 +118,19 @@ class Stepper(abc.ABC):
     def populations(self) -> np.ndarray:
         """Host copy of the stored state g (9, ny, nx), in the storage dtype (shifted, scaled)."""
 
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        """Replace the stored state by ``g`` (storage dtype, shape (9, ny, nx)) at ``time_step``
+        (restart from a checkpoint). Both buffers must hold it, as after construction."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart from a checkpoint")
+
+    def _check_loadable(self, g: np.ndarray) -> np.ndarray:
+        g = np.asarray(g)
+        want = (lattice.Q,) + tuple(self.setup.shape)
+        if g.shape != want or g.dtype != np.dtype(self.policy.storage):
+            raise CaseError.invalid("checkpoint populations", f"{g.dtype} {g.shape}",
+                                    f"{np.dtype(self.policy.storage)} {want}")
+        return g
+
     def macroscopic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rho, ux, uy) host float64 arrays (ny, nx) computed from the stored state with the
         compute-dtype physics (moments of h = g / scale). Non-fluid cells read rho = 1, u = 0."""

@@ -1,0 +1,119 @@
+"""Checkpoints and restart of LBM runs: an interrupted-then-resumed run gives bitwise the same
+fields, series and snapshots as an uninterrupted one; a killed run leaves readable files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcsolve import cli
+from hpcsolve.cases import load_case
+from hpcsolve.checkpoint import latest_checkpoint, list_checkpoints
+from hpcsolve.errors import RunInterrupted
+from hpcsolve.lbm import runner
+from hpcsolve.precision import get_precision
+from hpcsolve.results import read_h5
+
+ROOT = Path(__file__).parent.parent
+CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
+SMALL = ["lattice.resolution=20", "time.steps=700", "time.monitor_interval=50", "time.checkpoint_interval=200",
+         "time.output_interval=0.5", "steady.enabled=true", "steady.interval=100", "steady.tolerance=1e-9"]
+
+
+class StopAfter:
+    """A stop request that turns on at the n-th time the runner looks at it."""
+
+    def __init__(self, n):
+        self.n, self.seen = n, 0
+
+    @property
+    def requested(self):
+        self.seen += 1
+        return self.seen >= self.n
+
+
+def _same(a, b):
+    assert set(a.fields) == set(b.fields)
+    for k in a.fields:
+        assert np.array_equal(a.fields[k], b.fields[k]), k
+    assert set(a.series) == set(b.series)
+    for k in a.series:
+        assert np.array_equal(a.series[k], b.series[k], equal_nan=True), k
+    assert [(s.step, s.time) for s in a.snapshots] == [(s.step, s.time) for s in b.snapshots]
+    for sa, sb in zip(a.snapshots, b.snapshots):
+        for k in sa.fields:
+            assert np.array_equal(sa.fields[k], sb.fields[k]), (sa.step, k)
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16s"])
+def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, precision):
+    case = load_case(CAVITY, SMALL)
+    policy = get_precision(precision)
+    full = runner.run(case, "numpy", policy, progress=False)
+    with pytest.raises(RunInterrupted) as info:
+        runner.run(case, "numpy", policy, progress=False, stop=StopAfter(5), checkpoint_dir=tmp_path)
+    partial = info.value.result
+    assert partial.status == "interrupted" and partial.metrics["steps"] == 250
+    ckpts = list_checkpoints(tmp_path)
+    assert [p.name for p in ckpts] == ["checkpoint_0000000200.h5", "checkpoint_0000000250.h5"]
+    resumed = runner.run(case, "numpy", policy, progress=False, checkpoint_dir=tmp_path,
+                         resume=latest_checkpoint(tmp_path))
+    assert resumed.metrics["resumed_from_step"] == 250 and resumed.metrics["steps"] == full.metrics["steps"] == 700
+    _same(full, resumed)
+    # the last checkpoint written during the resumed run holds the state of step 600 (two kept)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_0000000400.h5", "checkpoint_0000000600.h5"]
+
+
+def test_resume_refuses_another_precision_unless_forced(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        runner.run(load_case(CAVITY, SMALL), "numpy", get_precision("fp32"), progress=False, stop=StopAfter(5),
+                   checkpoint_dir=out)
+    assert cli.main(["run", "--resume", str(out), "--precision", "fp64", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "the checkpoint does not match this run" in err and "precision" in err
+    assert cli.main(["run", str(CAVITY), "--resume", str(out), "--quiet"]) == 2  # case without the overrides
+    assert "case differs in" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_killed_run_keeps_readable_files_and_resumes_bitwise(tmp_path):
+    out = tmp_path / "run"
+    args = ["--set", "lattice.resolution=24", "--set", "time.steps=6000", "--set", "time.monitor_interval=100",
+            "--set", "time.checkpoint_interval=500", "--set", "time.output_interval=2", "--set", "steady.enabled=false"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    proc = subprocess.Popen([sys.executable, "-m", "hpcsolve.cli", "run", str(CAVITY), "--out", str(out), "--quiet",
+                             "--no-plots", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list_checkpoints(out) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted at step" in err and "--resume" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    stopped = summary["metrics"]["steps"]
+    assert 0 < stopped < 6000
+    partial = read_h5(out / "result.h5")
+    assert partial["attrs"]["status"] == "interrupted" and np.isfinite(partial["fields"]["velocity"]).all()
+    assert latest_checkpoint(out).step == stopped and len(list_checkpoints(out)) <= 2
+
+    code = cli.main(["run", "--resume", str(out), "--quiet", "--no-plots"])
+    assert code == 0
+    resumed = read_h5(out / "result.h5")
+    assert resumed["attrs"]["status"] == "completed" and resumed["metrics"]["resumed_from_step"] == stopped
+    full_dir = tmp_path / "full"
+    assert cli.main(["run", str(CAVITY), "--out", str(full_dir), "--quiet", "--no-plots", *args]) == 0
+    full = read_h5(full_dir / "result.h5")
+    for k, v in full["fields"].items():
+        assert np.array_equal(v, resumed["fields"][k]), k
+    for k, v in full["series"].items():
+        assert np.array_equal(v, resumed["series"][k], equal_nan=True), k
