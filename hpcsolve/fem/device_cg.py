@@ -11,10 +11,10 @@ front ends for the CuPy and Numba-CUDA backends:
    (CuPy) and replayed; alpha and beta are computed inside the kernels from scalars in device
    memory; the host looks only every k iterations (k adaptive near convergence). The mixed
    strategies and the convergence rules follow ``krylov`` (same options, same report fields);
-   decisions happen at block ends. A residual substitution at a block end keeps p as it is: p was
-   already formed from the recursive r (p = r_rec + beta p_old), which differs from the true r only
-   by the gap, so krylov's re-orthogonalization (meant for p_old, before the direction update) is
-   not applied. ``cg-reliable`` also watches the Lanczos kappa estimate and
+   decisions happen at block ends. A residual substitution at a block end comes after p was formed
+   from the recursive r (p = z_rec + beta p_old), so the same kernel that computes the true residual
+   also corrects p += M^-1 (r_true - r_rec), giving the p the true residual would have given
+   (krylov's re-orthogonalization is not applied). ``cg-reliable`` also watches the Lanczos kappa estimate and
    promotes the recurrences to float64 (keeping x, p and the Krylov space) when
    kappa * u_32 exceeds ``kappa_limit * u_32`` (default kappa > 3e6), where float32 recurrences
    lose more iterations than they save.
@@ -337,6 +337,16 @@ class FusedCG:
         self.rho_host = float(h[self.RHO])
         return float(h[self.RR])
 
+    def replace_residual(self, x64, b64):
+        """Reliable update: r = b - A64 x64 and p += M^-1 (r_true - r_rec), as if p had been formed from the
+        true residual (p = z_true + beta p_old); returns r.r (syncs)."""
+        self.low.fill_zero(self.ws)
+        dinv64 = self.A.dinv(F64) if self.dinv is not None else None
+        self.low.replace_residual(self.A, x64, b64, self.r, self.p, dinv64, self.ws, self.RHO, self.RR)
+        h = self.low.to_host(self.ws)
+        self.rho_host = float(h[self.RHO])
+        return float(h[self.RR])
+
     # -- the iteration
     def _launch_block(self, k):
         low, ws = self.low, self.ws
@@ -576,9 +586,10 @@ def _promote(run: _Run, eng32: FusedCG, jacobi, why: str):
     low.fold(run.x64, eng32.x)
     eng64 = FusedCG(low, run.A, F64, jacobi, eng32.K, x=run.x64)
     low.scale_copy(eng32.p, eng64.p, 1.0)
+    low.scale_copy(eng32.r, eng64.r, 1.0)
     eng64.iterations = eng32.iterations
     eng64.alpha, eng64.beta = list(eng32.alpha), list(eng32.beta)
-    rr = eng64.set_residual_from(run.x64, run.b)
+    rr = eng64.replace_residual(run.x64, run.b)
     run.report.fallback = f"promoted the recurrences to float64 (x, p and the Krylov space kept): {why}"
     run.report.notes.append(run.report.fallback)
     t = math.sqrt(max(rr, 0.0)) / run.bnorm
@@ -618,7 +629,7 @@ def _solve_reliable(run: _Run, jacobi):
                     break
             if rel <= opts.reliable_delta * max_r or rel <= opts.rtol:
                 low.fold(run.x64, eng.x)                         # x64 += y; y = 0
-                rr = eng.set_residual_from(run.x64, run.b)       # r = b - A x64 in float64, stored float32
+                rr = eng.replace_residual(run.x64, run.b)        # r = b - A x64 in float64, stored float32
                 t = math.sqrt(max(rr, 0.0)) / run.bnorm
                 run.add_true(it, t)
                 rep.outer_iterations += 1

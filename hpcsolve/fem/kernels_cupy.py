@@ -91,6 +91,28 @@ __global__ void residual(const int n, const int* __restrict__ indptr, const int*
     block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
 }
 
+// reliable update: r_true = b - A x in float64; p += [dinv] (r_true - r_old) so that p is the direction
+// the true residual would have given; r = r_true (stored TO); ws[i_rr] += r.r; [ws[i_rz] += r.dinv.r]
+template<typename TO>
+__global__ void replace_residual(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const double* __restrict__ vals, const double* __restrict__ x, const double* __restrict__ b,
+        TO* __restrict__ r, TO* __restrict__ p, const double* __restrict__ dinv, double* ws, const int i_rz,
+        const int i_rr) {
+    double acc_rr = 0, acc_rz = 0;
+    GRID_STRIDE(i, n) {
+        double s = 0;
+        const int end = indptr[i + 1];
+        for (int k = indptr[i]; k < end; ++k) s += vals[k] * __ldg(x + indices[k]);
+        const double ri = b[i] - s;
+        const double d = ri - (double)r[i];
+        r[i] = (TO)ri;
+        p[i] = (TO)((double)p[i] + (dinv ? dinv[i] * d : d));
+        acc_rr += ri * ri;
+        if (dinv) acc_rz += ri * ri * dinv[i];
+    }
+    block_add2(acc_rr, acc_rz, ws, i_rr, dinv ? i_rz : -1);
+}
+
 template<typename T>
 __global__ void dot(const int n, const T* __restrict__ x, const T* __restrict__ y, double* ws, const int i) {
     T acc = 0;
@@ -202,7 +224,7 @@ __global__ void block_end(double* ws, const int i_rho, const int i_rr, const int
 """
 
 _CT = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-_ONE = ("spmv_dot", "dot", "precondition", "precondition_init", "update_xr", "update_p", "update_r", "update_xp",
+_ONE = ("replace_residual", "spmv_dot", "dot", "precondition", "precondition_init", "update_xr", "update_p", "update_r", "update_xp",
         "fold")
 _TWO = ("residual", "axpy")
 
@@ -308,6 +330,11 @@ class CupyOps(device_cg.DeviceOps):
         self._launch(self._kernel("residual", x.dtype, r_out.dtype), A.n,
                      (np.int32(A.n), A.indptr, A.indices, A.vals[x.dtype], x, b, r_out, self._ptr(dinv), ws,
                       np.int32(i_rz), np.int32(i_rr)))
+
+    def replace_residual(self, A, x64, b64, r, p, dinv64, ws, i_rz, i_rr):
+        self._launch(self._kernel("replace_residual", r.dtype), A.n,
+                     (np.int32(A.n), A.indptr, A.indices, A.vals[np.dtype(np.float64)], x64, b64, r, p,
+                      self._ptr(dinv64), ws, np.int32(i_rz), np.int32(i_rr)))
 
     def dot(self, x, y, ws, i):
         self._launch(self._kernel("dot", x.dtype), x.size, (np.int32(x.size), x, y, ws, np.int32(i)))

@@ -234,6 +234,28 @@ def _pair(TA, TO):
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
     @cuda.jit
+    def replace_residual(n, indptr, indices, vals, x, b, r, p, dinv, has_dinv, ws, i_rz, i_rr):
+        # reliable update (TA = float64): r_true = b - A x; p += [dinv] (r_true - r_old); r = r_true
+        acc_rr = TA(0)
+        acc_rz = TA(0)
+        i = cuda.grid(1)
+        while i < n:
+            s = TA(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                s += vals[k] * x[indices[k]]
+            ri = b[i] - s
+            d = ri - TA(r[i])
+            r[i] = TO(ri)
+            if has_dinv:
+                p[i] = TO(TA(p[i]) + dinv[i] * d)
+                acc_rz += ri * ri * dinv[i]
+            else:
+                p[i] = TO(TA(p[i]) + d)
+            acc_rr += ri * ri
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @cuda.jit
     def axpy(n, x, y, ws, inum, iden, c):
         a = TO(coef(ws, inum, iden, c))
         i = cuda.grid(1)
@@ -249,7 +271,7 @@ def _pair(TA, TO):
             dst[i] = src[i] * scale
             i += cuda.gridsize(1)
 
-    return dict(residual=residual, axpy=axpy, cast_copy=cast_copy)
+    return dict(residual=residual, replace_residual=replace_residual, axpy=axpy, cast_copy=cast_copy)
 
 
 _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
@@ -342,6 +364,12 @@ class NumbaOps(device_cg.DeviceOps):
         d, has = self._dinv(dinv, x.dtype)
         self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[x.dtype], x, b, r_out, d, has, ws,
                  np.int32(i_rz), np.int32(i_rr))
+
+    def replace_residual(self, A, x64, b64, r, p, dinv64, ws, i_rz, i_rr):
+        k = _pair(np.float64, _TYPES[r.dtype])["replace_residual"]
+        d, has = self._dinv(dinv64, np.float64)
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[np.dtype(np.float64)], x64, b64, r, p, d, has,
+                 ws, np.int32(i_rz), np.int32(i_rr))
 
     def dot(self, x, y, ws, i):
         self._go(_typed(_TYPES[x.dtype])["dot"], x.size, np.int32(x.size), x, y, ws, np.int32(i))
