@@ -47,6 +47,11 @@ from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Steppe
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 BLOCK_X = 256
+#: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
+#: (cavity 8192^2, MLUPS): fp64 1x256 28,271 (1x128 28,207; 2x 27,965; 4x 27,897); fp32 1x256 54,856
+#: (2x 53,872; 4x 52,949); fp16s 1x128 79,156 (1x256 77,507; 2x128 70,713; 4x128 65,467). More cells
+#: per thread raises registers (32 -> 48 -> 64) and lowers occupancy more than it adds bytes in flight.
+LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,8 +163,10 @@ def _collision_fn(P, collision):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source(storage: str, compute: str, scale: float, collision: str) -> str:
-    """CUDA C of the step, moments and force kernels for one policy and collision model."""
+def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt: int = 1,
+                  block_x: int = 256) -> str:
+    """CUDA C of the step, moments and gather kernels for one policy and collision model;
+    ``cpt`` cells per thread, ``block_x`` threads per block (both along x)."""
     from types import SimpleNamespace
 
     pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
@@ -186,9 +193,9 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str) -> s
     boundary = []
     for i in range(Q):
         s = src_offset(i)
-        interior.append(f"h{i} = load_pop(A[{i} * N + {s}]);")
+        interior.append(f"h[{i}] = load_pop(A[{i} * N + {s}]);")
         if i == 0:
-            boundary.append(f"h{i} = load_pop(A[cell]);")
+            boundary.append(f"h[{i}] = load_pop(A[cell]);")
             continue
         o = OPP[i]
         w_i, cx_i, cy_i = P.W[i], P.CX[i], P.CY[i]
@@ -201,21 +208,21 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str) -> s
       const long long s = {s};
       const int fs = flags[s] & 0x7f;
       if (fs == {FLUID}) {{
-        h{i} = load_pop(A[{i} * N + s]);
+        h[{i}] = load_pop(A[{i} * N + s]);
       }} else {{
         const real_t hop = load_pop(A[{o} * N + cell]);
         if (fs == {WALL}) {{
           {' '.join(wbb_lines)}
-          h{i} = {wbb_out[0]};
+          h[{i}] = {wbb_out[0]};
         }} else if (fs == {VELOCITY}) {{
           real_t uwx, uwy;
           boundary_velocity(vel_cells, vel_u, n_vel, s, &uwx, &uwy);
           {' '.join(vbb_lines)}
-          h{i} = {vbb_out[0]};
+          h[{i}] = {vbb_out[0]};
         }} else {{
           if (!have_own) {{ own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }}
           {' '.join(abb_lines)}
-          h{i} = {abb_out[0]};
+          h[{i}] = {abb_out[0]};
         }}
       }}
     }}""")
@@ -242,25 +249,14 @@ __device__ void own_velocity(const store_t* __restrict__ A, const long long N, c
   *ux = {own_out[1]}; *uy = {own_out[2]};
 }}
 
-// One fused LBM step (pull + boundaries + {collision.upper()} + store); see the module docstring.
-// Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag).
-extern "C" __global__ void __launch_bounds__({BLOCK_X})
-lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned char* __restrict__ flags,
-         const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-         const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
-  const int x = blockIdx.x * blockDim.x + threadIdx.x;
-  const int y = blockIdx.y;
-  if (x >= nx) return;
-  const long long N = (long long)nx * ny;
-  const long long row = (long long)y * nx;
+// Pull streaming + boundary rules for one fluid cell: h[0..8] = populations arriving at (x, y).
+__device__ __forceinline__ void pull_cell(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
+    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
+    const long long N, const int nx, const int x, const long long row, const long long rowm, const long long rowp,
+    const int code, real_t* h) {{
   const long long cell = row + x;
-  const int code = flags[cell];
-  if ((code & 0x7f) != {FLUID}) return;
   const int xm = (x == 0) ? nx - 1 : x - 1;
   const int xp = (x == nx - 1) ? 0 : x + 1;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  real_t h0, h1, h2, h3, h4, h5, h6, h7, h8;
   if (!(code & {BOUNDARY_BIT})) {{
     {nl.join(interior)}
   }} else {{
@@ -268,8 +264,47 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
     real_t own_ux = 0, own_uy = 0;
     {nl.join(boundary)}
   }}
+}}
+
+// {collision.upper()} collision of h[0..8] and the store of the 9 post-collision populations of one cell.
+__device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restrict__ B, const long long N,
+    const long long cell, const real_t omega_plus, const real_t omega_minus) {{
+  {' '.join(f'const real_t h{i} = hh[{i}];' for i in range(Q))}
   {nl.join(col_lines)}
   {nl.join(f'B[{i} * N + cell] = store_pop({col_out[i]});' for i in range(Q))}
+}}
+
+// One fused LBM step (pull + boundaries + {collision.upper()} + store); see the module docstring.
+// Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag). Each thread updates CPT cells of one
+// row, BLOCK_X apart (every load instruction of a warp stays contiguous); all their loads are
+// issued before the first collision, to keep enough bytes in flight for 16-bit storage.
+extern "C" __global__ void __launch_bounds__({block_x})
+lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned char* __restrict__ flags,
+         const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
+         const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+  const int y = blockIdx.y;
+  const int x0 = blockIdx.x * ({block_x} * {cpt}) + threadIdx.x;
+  const long long N = (long long)nx * ny;
+  const long long row = (long long)y * nx;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  int code[{cpt}];
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    const int x = x0 + k * {block_x};
+    code[k] = (x < nx) ? (int)flags[row + x] : {WALL};
+  }}
+  real_t h[{cpt}][{Q}];
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    if ((code[k] & 0x7f) == {FLUID})
+      pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x0 + k * {block_x}, row, rowm, rowp, code[k], h[k]);
+  }}
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    if ((code[k] & 0x7f) == {FLUID})
+      collide_store(h[k], B, N, row + x0 + k * {block_x}, omega_plus, omega_minus);
+  }}
 }}
 
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
@@ -360,14 +395,17 @@ def bytes_per_cell(policy) -> tuple[int, int]:
 class CupyStepper(Stepper):
     backend = "cupy"
 
-    def __init__(self, setup: LBMSetup):
+    def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None):
         import cupy
 
         super().__init__(setup)
         self.cp = cupy
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
-        src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision)
+        cpt0, bx0 = LAUNCH[pol.storage_bytes]
+        self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
+        src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
+                            self.cells_per_thread, self.block_x)
         self.source = src
         module = cupy.RawModule(code=src, options=("--std=c++17",))
         self._k_step = module.get_function("lbm_step")
@@ -383,8 +421,9 @@ class CupyStepper(Stepper):
         self.b = self.a.copy()   # non-fluid cells hold the initial value (0) in both buffers
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
-        self.grid = ((nx + BLOCK_X - 1) // BLOCK_X, ny)
-        self.block = (BLOCK_X, 1)
+        per_block = self.block_x * self.cells_per_thread
+        self.grid = ((nx + per_block - 1) // per_block, ny)
+        self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}
 

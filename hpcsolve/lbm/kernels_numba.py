@@ -29,50 +29,57 @@ from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.kernels_cupy import BOUNDARY_BIT, bytes_per_cell, device_flags, force_links, velocity_table
 from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
 
-BLOCK = (256, 1)
 
 
-def _kernel_python(collision: str, scaled: bool, half: bool) -> str:
-    """Python source of the step kernel, unrolled over the directions (see the module docstring)."""
+def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: int) -> str:
+    """Python source of the step kernel, unrolled over the directions and over the ``cpt`` cells
+    each thread updates (``block_x`` apart along x; all their loads are issued before the first
+    collision). See the module docstring."""
     Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
     widen = "CT(A[{k}])" if half else "A[{k}]"
     load = (widen + " * INV_SCALE") if scaled else widen
-    L = []
-    a = L.append
-    a("def lbm_step(A, B, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
-    a("    x, y = cuda.grid(2)")
-    a("    if x >= nx or y >= ny:")
-    a("        return")
-    a("    N = nx * ny")
-    a("    row = y * nx")
-    a("    cell = row + x")
-    a("    code = flags[cell]")
-    a(f"    if (code & 0x7f) != {FLUID}:")
-    a("        return")
-    a("    xm = nx - 1 if x == 0 else x - 1")
-    a("    xp = 0 if x == nx - 1 else x + 1")
-    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
-    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
     srcs = []
     for i in range(Q):
         col = {0: "x", 1: "xm", -1: "xp"}[CX[i]]
         rw = {0: "row", 1: "rowm", -1: "rowp"}[CY[i]]
         srcs.append(f"{rw} + {col}")
+    L = []
+    a = L.append
+    a("def pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x, row, rowm, rowp, code):")
+    a("    cell = row + x")
+    a("    xm = nx - 1 if x == 0 else x - 1")
+    a("    xp = 0 if x == nx - 1 else x + 1")
     a(f"    if (code & {BOUNDARY_BIT}) == 0:")
-    for i in range(Q):
-        a(f"        h{i} = " + load.format(k=f"{i} * N + {srcs[i]}"))
-    a("    else:")
-    a("        h0 = " + load.format(k="cell"))
+    a("        return (" + ", ".join(load.format(k=f"{i} * N + {srcs[i]}") for i in range(Q)) + ")")
+    a("    return (" + load.format(k="cell") + ",")
     for i in range(1, Q):
-        a(f"        h{i} = pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, {srcs[i]}, {i}, {OPP[i]}, "
-          f"W{i}, CX{i}, CY{i})")
-    a("    h = (h0, h1, h2, h3, h4, h5, h6, h7, h8)")
-    if collision == "trt":
-        a("    p = collide_trt(h, omega_plus, omega_minus)")
-    else:
-        a("    p = collide_bgk(h, omega_plus)")
-    for i in range(Q):
-        a(f"    B[{i} * N + cell] = p[{i}]" + (" * SCALE" if scaled else ""))
+        a(f"            pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, {srcs[i]}, {i}, {OPP[i]}, "
+          f"W{i}, CX{i}, CY{i}),")
+    a("            )")
+    a("")
+    a("")
+    a("def lbm_step(A, B, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
+    a("    y = cuda.blockIdx.y")
+    a(f"    x0 = cuda.blockIdx.x * {block_x * cpt} + cuda.threadIdx.x")
+    a("    N = nx * ny")
+    a("    row = y * nx")
+    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
+    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
+    for k in range(cpt):
+        a(f"    x{k} = x0 + {k * block_x}")
+        a(f"    code{k} = flags[row + x{k}] if x{k} < nx else {WALL}")
+    for k in range(cpt):
+        a(f"    h{k} = ZERO9")
+        a(f"    if (code{k} & 0x7f) == {FLUID}:")
+        a(f"        h{k} = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x{k}, row, rowm, rowp, code{k})")
+    for k in range(cpt):
+        a(f"    if (code{k} & 0x7f) == {FLUID}:")
+        if collision == "trt":
+            a(f"        p = collide_trt(h{k}, omega_plus, omega_minus)")
+        else:
+            a(f"        p = collide_bgk(h{k}, omega_plus)")
+        for i in range(Q):
+            a(f"        B[{i} * N + row + x{k}] = p[{i}]" + (" * SCALE" if scaled else ""))
     return "\n".join(L) + "\n"
 
 
@@ -175,8 +182,16 @@ def lbm_nonfinite(A, n, out):
 '''
 
 
+#: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
+#: (cavity 8192^2, MLUPS, 256 threads): fp64 1x 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037
+#: (2x 48,735; 4x 50,398); fp16s 1x 55,921 (2x 48,913; 4x 43,916). Numba's kernel uses 40 registers
+#: where the CuPy one uses 32 (64-bit index arithmetic), hence lower occupancy in fp16s.
+LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 256)}
+
+
 @functools.lru_cache(maxsize=None)
-def compiled_kernels(storage: str, compute: str, scale: float, collision: str):
+def compiled_kernels(storage: str, compute: str, scale: float, collision: str, cpt: int = 1, block_x: int = 256,
+                     max_registers: int | None = None):
     """(step, moments, force, nonfinite, fill_zero, perturb) kernels and the source, for one policy
     and collision model."""
     from numba import cuda, float64
@@ -187,35 +202,39 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str):
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
     ns = {"cuda": cuda, "float64": float64, "CT": ct.type, "ZERO": ct.type(0.0),
-          "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale),
+          "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale), "ZERO9": (ct.type(0.0),) * lattice.Q,
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
           "pressure_anti_bounce_back": P.pressure_anti_bounce_back}
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
-    src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half)
+    src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half, cpt, block_x)
     code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
     exec(code, ns)
-    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary"):
+    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary", "pull_cell"):
         ns[name] = device(ns[name])
-    kernels = tuple(cuda.jit(ns[name]) for name in ("lbm_step", "lbm_moments", "lbm_force", "lbm_nonfinite",
-                                                    "lbm_fill_zero", "lbm_perturb"))
+    step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
+    kernels = (cuda.jit(**step_opts)(ns["lbm_step"]),) + tuple(
+        cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb"))
     return kernels + (src,)
 
 
 class NumbaCudaStepper(Stepper):
     backend = "numba-cuda"
 
-    def __init__(self, setup: LBMSetup):
+    def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
+                 max_registers: int | None = None):
         from numba import cuda
 
         super().__init__(setup)
         self.cuda = cuda
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
+        cpt0, bx0 = LAUNCH[pol.storage_bytes]
+        self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
-                                         setup.collision)
+                                         setup.collision, self.cells_per_thread, self.block_x, max_registers)
         ny, nx = setup.shape
         self.nx, self.ny = nx, ny
         self.stream = cuda.default_stream()
@@ -237,8 +256,8 @@ class NumbaCudaStepper(Stepper):
             self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
-        grid = (math.ceil(nx / BLOCK[0]), math.ceil(ny / BLOCK[1]))
-        self._launch = self._k_step[grid, BLOCK, self.stream]
+        grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)
+        self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}
 

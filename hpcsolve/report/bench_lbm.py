@@ -152,7 +152,8 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
            "repeats": repeats, "seconds_per_step": seconds, "mlups": mlups,
            "seconds_spread": [min(times) / steps, max(times) / steps],
            "bytes_per_cell_step": bpc, "effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e9,
-           "bytes_per_cell_resident": stepper.bytes_per_cell_resident, "finite_after": finite}
+           "bytes_per_cell_resident": stepper.bytes_per_cell_resident, "finite_after": finite,
+           "cells_per_thread": getattr(stepper, "cells_per_thread", None), "block_x": getattr(stepper, "block_x", None)}
     del stepper
     _free(backend)
     return row

@@ -54,3 +54,17 @@ def test_device_observables_match_reference():
     assert abs(f_ref[0]) > 1e-6
     assert np.allclose(f_dev, f_ref, rtol=1e-12, atol=1e-15), (f_dev, f_ref)
     assert dev.finite()
+
+
+@pytest.mark.parametrize("cells_per_thread, block_x", [(3, 4), (2, 32)])
+def test_numba_kernel_launch_shapes(cells_per_thread, block_x):
+    """Several cells per thread and blocks that overhang the grid edge give the same result."""
+    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+
+    setup = channel(nx=13, ny=6, collision="trt", policy=FP16S)
+    ref = get_stepper("numpy", setup)
+    dev = NumbaCudaStepper(setup, cells_per_thread=cells_per_thread, block_x=block_x)
+    ref.step(STEPS)
+    dev.step(STEPS)
+    err = rel_diff(shifted(dev), shifted(ref))
+    assert err <= BOUND["fp16s"], err

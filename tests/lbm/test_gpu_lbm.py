@@ -25,10 +25,12 @@ from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted
 
 STEPS = 200
 SIZE = {"channel": (48, 24), "periodic_couette": (40, 20), "fully_periodic": (32, 24)}
-# relative L2 of the shifted populations against the reference of the same precision
+# relative L2 of the shifted populations against the reference of the same precision; seen on the
+# H200 (both backends, all geometries and collisions): fp64 4.2e-16..1.2e-15, fp32 2.3e-7..1.0e-6,
+# fp16s 4.7e-4..1.0e-3
 BOUND = {"fp64": 1e-12, "fp32": 1e-5, "fp16s": 2e-3}
-# fp16s against the fp64 reference (the cost of 16-bit storage after STEPS steps)
-FP16S_VS_FP64 = 2e-2
+# fp16s against the fp64 reference (the cost of 16-bit storage after STEPS steps): seen 3.8e-4..8.7e-4
+FP16S_VS_FP64 = 2e-3
 
 GPU_BACKENDS = ["cupy", "numba-cuda"]
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Choose the launch shape of the GPU LBM step kernels: cells per thread x threads per block.
+
+For each backend x precision x shape: check the result against the NumPy reference on a
+channel with every boundary type (relative L2 of the shifted populations), then time the
+lid-driven cavity at --size^2 (CUDA events, median of repeats) and print MLUPS and % of the copy
+bandwidth. The defaults in kernels_cupy.LAUNCH / kernels_numba.LAUNCH come from this table.
+
+    python3 scripts/tune_lbm_gpu.py [--size 8192] [--backends cupy numba-cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lbm"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--backends", nargs="+", default=["cupy", "numba-cuda"])
+    ap.add_argument("--precisions", nargs="+", default=["fp64", "fp32", "fp16s"])
+    ap.add_argument("--cpt", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--block", type=int, nargs="+", default=[128, 256])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--max-registers", type=int, default=None, help="numba-cuda: cap the step kernel's registers")
+    args = ap.parse_args(argv)
+    out = Path(os.environ.get("OUT", "."))
+
+    from lbm_gpu_cases import channel, rel_diff, shifted
+
+    from hpcsolve.lbm.kernels_cupy import CupyStepper
+    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.stepper import get_stepper
+    from hpcsolve.precision import get_precision
+    from hpcsolve.report.bandwidth import copy_bandwidth
+    from hpcsolve.report.bench_lbm import _DeviceClock, _free, cavity_setup
+
+    cls = {"cupy": CupyStepper, "numba-cuda": NumbaCudaStepper}
+    bw = copy_bandwidth("cupy")["bandwidth_GBps"]
+    rows = []
+    for prec in args.precisions:
+        pol = get_precision(prec, "lbm")
+        check = channel(nx=517, ny=131, collision="trt", policy=pol)
+        ref = get_stepper("numpy", check)
+        ref.step(30)
+        h_ref = shifted(ref)
+        for backend in args.backends:
+            for cpt in args.cpt:
+                for bx in args.block:
+                    try:
+                        kw = {"max_registers": args.max_registers} if backend == "numba-cuda" and args.max_registers else {}
+                        dev = cls[backend](check, cells_per_thread=cpt, block_x=bx, **kw)
+                        dev.step(30)
+                        err = rel_diff(shifted(dev), h_ref)
+                        st = cls[backend](cavity_setup(args.size, pol), cells_per_thread=cpt, block_x=bx, **kw)
+                        st.perturb(1e-3, seed=1)
+                        st.step(10)
+                        clock = _DeviceClock(backend)
+                        times = [clock.time(lambda: st.step(args.steps), getattr(st, "stream", None)) for _ in range(5)]
+                        sec = statistics.median(times) / args.steps
+                        mlups = args.size**2 / sec / 1e6
+                        pct = 100 * mlups * 1e6 * st.bytes_per_cell_step / 1e9 / bw
+                        row = dict(backend=backend, precision=prec, cpt=cpt, block=bx, max_registers=kw.get("max_registers"), err=err, mlups=mlups, pct=pct,
+                                   finite=st.finite())
+                        del st
+                    except Exception as exc:
+                        row = dict(backend=backend, precision=prec, cpt=cpt, block=bx, error=f"{type(exc).__name__}: {exc}"[:300])
+                    _free(backend)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+    (out / "tune_lbm_gpu.json").write_text(json.dumps({"copy_GBps": bw, "rows": rows}, indent=2))
+    print(f"copy bandwidth {bw:,.0f} GB/s; cavity {args.size}^2")
+    print("| backend | precision | cells/thread | block | MLUPS | % copy | rel err vs numpy |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['backend']} | {r['precision']} | {r['cpt']} | {r['block']} | {r['error'][:60]} | | |")
+        else:
+            print(f"| {r['backend']} | {r['precision']} | {r['cpt']} | {r['block']} | {r['mlups']:,.0f} | {r['pct']:.0f}% | {r['err']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
