@@ -85,14 +85,18 @@ def _method_for(policy: Precision, method: str | None) -> str:
 
 def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rtol: float = 1e-8,
           maxiter: int | None = None, method: str | None = None, *, x0=None, preconditioner: str | None = None,
-          check_every: int = 10, true_every: int = 0, **options) -> tuple[np.ndarray, SolveReport]:
+          check_every: int | None = None, true_every: int = 0, device_path: str = "fused",
+          **options) -> tuple[np.ndarray, SolveReport]:
     """Solve the SPD system A x = b; return (x as a float64 NumPy array, SolveReport).
 
     precision: 'fp64', 'fp32' or 'mixed'. method: 'cg', 'pcg-jacobi', 'spsolve' (fp64 direct) for
     fp64/fp32; 'ir-restarted' or 'cg-reliable' (default) for mixed. preconditioner: 'none' or
     'jacobi' (for any CG method; 'pcg-jacobi' implies it). backend: 'numpy', 'cupy', 'numba-cuda'
     or 'auto'. rtol: target on the float64 true relative residual. maxiter: total Krylov iterations
-    (default 10 n). check_every: host-side convergence checks every k iterations. true_every: also
+    (default 10 n). check_every: host-side convergence checks every k iterations (default 10 on the
+    CPU; on a GPU the largest CUDA-graph block, default 64). device_path (GPU backends): 'fused'
+    (default: fused kernels, CUDA graphs where the backend has them, docs/fem_gpu.md) or 'seam'
+    (the krylov.py algorithms over the backend's Ops, no graphs). true_every: also
     record the true residual every N iterations. Other keywords go to :class:`krylov.KrylovOptions`
     (inner_rtol, max_outer, stagnation, reliable_delta, reliable_patience).
     """
@@ -107,8 +111,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
         maxiter = max(10 * n, 100)
     if not isinstance(maxiter, (int, np.integer)) or maxiter < 1:
         raise CaseError.invalid("maxiter", maxiter, "a positive integer")
-    if not isinstance(check_every, (int, np.integer)) or check_every < 1:
+    if check_every is not None and (not isinstance(check_every, (int, np.integer)) or check_every < 1):
         raise CaseError.invalid("check_every", check_every, "a positive integer")
+    if device_path not in ("fused", "seam"):
+        raise CaseError.invalid("device_path", device_path, "fused, seam")
     precond = (preconditioner or ("jacobi" if method == "pcg-jacobi" else "none")).lower()
     if precond not in ("none", "jacobi"):
         raise CaseError.invalid("preconditioner", preconditioner, "none, jacobi")
@@ -119,6 +125,17 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
     for k in options:
         if k not in known:
             raise CaseError.invalid(k, options[k], ", ".join(sorted(known)), why="unknown solver option")
+    if backends.is_gpu(backend) and device_path == "fused" and method != "spsolve":
+        import importlib
+
+        module = importlib.import_module("hpcsolve.fem.kernels_" + ("cupy" if backend == "cupy" else "numba"))
+        fused = dict(options)
+        if check_every is not None:
+            fused["check_every"] = int(check_every)
+        return module.solve_fused(A, b, precision=policy.name, method=method, rtol=float(rtol), maxiter=int(maxiter),
+                                  x0=x0, true_every=int(true_every), preconditioner=precond, **fused)
+    if check_every is None:
+        check_every = 10
     opts = krylov.KrylovOptions(rtol=float(rtol), maxiter=int(maxiter), check_every=int(check_every),
                                 true_every=int(true_every), preconditioner=precond, **options)
     label = method if precond == "none" or method == "pcg-jacobi" else f"{method}+jacobi"

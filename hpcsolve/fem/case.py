@@ -112,7 +112,8 @@ class SolverSection(StrictModel):
     preconditioner: Literal["none", "jacobi"] = "none"
     rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual")
     maxiter: int | None = Field(None, ge=1, description="total Krylov iterations (default 10 x unknowns)")
-    check_every: int = Field(10, ge=1, le=10000)
+    check_every: int | None = Field(None, ge=1, le=10000, description="iterations between host convergence checks "
+                                     "(default: 10 on the CPU; on a GPU, the largest CUDA-graph block, 64)")
     true_every: int = Field(0, ge=0, description="record the true residual every N iterations (0: at decisions)")
     inner_rtol: float | None = Field(None, gt=0, lt=1)
     max_outer: int | None = Field(None, ge=1)

@@ -50,8 +50,18 @@ def test_seam_numba_runs_krylov_algorithm(tiny):
     from hpcsolve.fem import solve
 
     A, b, x_ref = tiny
-    x, rep = solve(A, b, precision="mixed", method="cg-reliable", backend="numba-cuda", rtol=1e-10, check_every=4)
+    x, rep = solve(A, b, precision="mixed", method="cg-reliable", backend="numba-cuda", rtol=1e-10, check_every=4,
+                   device_path="seam")
     print(f"\nseam mixed cg-reliable: its {rep.iterations} true {rep.true_residual:.2e} err {_rel(x, x_ref):.2e}")
     assert rep.backend == "numba-cuda"
     assert rep.converged, rep.reason
     assert _rel(x, x_ref) < 1e-9
+
+
+def test_solve_api_takes_the_fused_path_on_numba_cuda(tiny):
+    from hpcsolve.fem import solve
+
+    A, b, x_ref = tiny
+    x, rep = solve(A, b, precision="fp64", backend="numba-cuda", rtol=1e-10, check_every=4)
+    assert any("fused device CG" in n for n in rep.notes), rep.notes
+    assert rep.converged and _rel(x, x_ref) < 1e-9

@@ -52,17 +52,21 @@ CASES_METHODS = [("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restart
 
 @pytest.mark.parametrize("name", ["poisson", "cook"])
 @pytest.mark.parametrize("precision,method", CASES_METHODS)
-@pytest.mark.parametrize("path", ["fused", "seam"])
+@pytest.mark.parametrize("path", ["fused", "seam", "api"])
 def test_reaches_fp64_accuracy(systems, gpu_backend_names, name, precision, method, path, record_property):
     A, b, x_ref = systems[name]
     pre = "jacobi" if name == "cook" else "none"
     for backend in gpu_backend_names:
-        if path == "fused":
+        if path == "api":  # hpcsolve.fem.solve on a GPU backend takes the fused path by default
+            x, rep = solve(A, b, precision=precision, backend=backend, method=method, rtol=RTOL, maxiter=40_000,
+                           preconditioner=pre)
+            assert any("fused device CG" in n for n in rep.notes), rep.notes
+        elif path == "fused":
             x, rep = _fused(backend)(A, b, precision=precision, method=method, rtol=RTOL, maxiter=40_000,
                                      preconditioner=pre, check_every=32)
         else:
             x, rep = solve(A, b, precision=precision, backend=backend, method=method, rtol=RTOL, maxiter=40_000,
-                           preconditioner=pre)
+                           preconditioner=pre, device_path="seam")
         err = _rel(x, x_ref)
         bound = 2 * max(rep.kappa_estimate, 1.0) * RTOL
         print(f"\n{name} {backend} {path} {precision}/{method}: its {rep.iterations} outer {rep.outer_iterations} "
