@@ -185,7 +185,9 @@ def lbm_nonfinite(A, n, out):
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
 #: (cavity 8192^2, MLUPS, 256 threads): fp64 1x 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037
 #: (2x 48,735; 4x 50,398); fp16s 1x 55,921 (2x 48,913; 4x 43,916). Numba's kernel uses 40 registers
-#: where the CuPy one uses 32 (64-bit index arithmetic), hence lower occupancy in fp16s.
+#: where the CuPy one uses 32 (64-bit index arithmetic), hence lower occupancy in fp16s. Measured
+#: with max_registers=32 (a few bytes spilled): fp32 53,771 (128 threads) / 53,350 (256), fp16s 57,784
+#: / 56,684; not the default yet (the benchmark table was taken without the cap).
 LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 256)}
 
 
