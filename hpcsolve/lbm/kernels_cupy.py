@@ -30,6 +30,10 @@ that have at least one non-fluid neighbour; cells without it take the branch-fre
 Boundary velocities u_w are kept only for VELOCITY cells (sorted cell index + value table,
 binary-searched by the few links that need them), not as a full (2, ny, nx) field.
 
+Interpolated bounce-back (``setup.links``, hpcsolve/lbm/bouzidi.py): the reference's pre-pass runs on
+the current buffer before each step launch, a gather/scatter over the link list only (no second
+pass over the domain); the force on such a setup uses the host momentum-exchange function.
+
 Observables on the device at monitor intervals: ``macroscopic_device()`` (rho, ux, uy from the
 stored state, one small kernel), ``force(mask)`` (momentum exchange over a link list prepared
 once per mask, reduced on the device in float64), ``finite()`` (one device reduction).
@@ -43,7 +47,7 @@ import functools
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper, momentum_exchange_force
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 BLOCK_X = 256
@@ -378,6 +382,21 @@ def force_links(setup: LBMSetup, mask: np.ndarray):
     return tuple(np.concatenate(a) for a in (pos, cx_l, cy_l, w_l, cu_l))
 
 
+def _has_interpolated_links(setup) -> bool:
+    links = getattr(setup, "links", None)
+    return links is not None and len(links) > 0
+
+
+def _bouzidi_prepass(setup, backend: str, stream=None):
+    """The interpolated bounce-back pre-pass of ``hpcsolve.lbm.bouzidi`` (None without links): a
+    sparse gather/scatter over the links before each step, proportional to the number of links."""
+    if not _has_interpolated_links(setup):
+        return None
+    from hpcsolve.lbm import bouzidi
+
+    return bouzidi.make_prepass(setup, backend, stream)
+
+
 def initial_state(setup: LBMSetup, xp):
     """The stored initial state on the device. At rest (no initial density/velocity given) it is
     exactly zero (h^eq(0, 0) = 0), made on the device; otherwise ``setup.initial_populations()``."""
@@ -426,11 +445,14 @@ class CupyStepper(Stepper):
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}
+        self.bouzidi = _bouzidi_prepass(setup, "cupy")
 
     def step(self, n: int = 1) -> None:
         args_tail = (self.flags, self.vel_cells, self.vel_u, self.n_vel, np.int32(self.nx), np.int32(self.ny),
                      self.omega_plus, self.omega_minus)
         for _ in range(int(n)):
+            if self.bouzidi is not None:
+                self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
             self._k_step(self.grid, self.block, (self.a, self.b) + args_tail)
             self.a, self.b = self.b, self.a
         self.time_step += int(n)
@@ -458,6 +480,8 @@ class CupyStepper(Stepper):
         return rho, ux, uy
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
+        if _has_interpolated_links(self.setup):  # docs/lbm_algorithm.md: the host function sums those terms
+            return momentum_exchange_force(self.populations(), self.setup, mask)
         cp = self.cp
         key = np.asarray(mask, dtype=bool).tobytes()
         if key not in self._links:

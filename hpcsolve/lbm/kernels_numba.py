@@ -26,8 +26,9 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels_cupy import BOUNDARY_BIT, bytes_per_cell, device_flags, force_links, velocity_table
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, _has_interpolated_links, bytes_per_cell,
+                                       device_flags, force_links, velocity_table)
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper, momentum_exchange_force
 
 
 
@@ -262,11 +263,14 @@ class NumbaCudaStepper(Stepper):
         self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}
+        self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
 
     def step(self, n: int = 1) -> None:
         launch = self._launch
         nx, ny = np.int64(self.nx), np.int64(self.ny)
         for _ in range(int(n)):
+            if self.bouzidi is not None:
+                self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
             launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
                    self.omega_plus, self.omega_minus)
             self.a, self.b = self.b, self.a
@@ -290,6 +294,8 @@ class NumbaCudaStepper(Stepper):
         return rho, ux, uy
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
+        if _has_interpolated_links(self.setup):  # docs/lbm_algorithm.md: the host function sums those terms
+            return momentum_exchange_force(self.populations(), self.setup, mask)
         cuda = self.cuda
         key = np.asarray(mask, dtype=bool).tobytes()
         if key not in self._links:

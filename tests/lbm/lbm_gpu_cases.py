@@ -74,3 +74,16 @@ def shifted(stepper):
     """The stored state as the physics sees it: h = g / scale, float64."""
     g = stepper.populations().astype(np.float64)
     return g / stepper.policy.population_scale
+
+
+def channel_with_bouzidi(nx=10, ny=8, collision="bgk", policy=None, seed=1):
+    """``channel`` whose obstacle has interpolated (Bouzidi) links, wall fractions 0.3 and 0.8
+    alternating (both branches of the rule, q < 1/2 with its fall-back where the far cell is solid)."""
+    from hpcsolve.lbm import bouzidi
+
+    setup = channel(nx=nx, ny=ny, collision=collision, policy=policy, seed=seed)
+    links = bouzidi.build_links(setup.flags, [(obstacle_mask(setup),
+                                               lambda j, i, cx, cy: np.where((i + j) % 2 == 0, 0.3, 0.8))])
+    setup.links = links
+    setup.__post_init__()  # validate the links against the flags
+    return setup

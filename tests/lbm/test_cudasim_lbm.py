@@ -68,3 +68,21 @@ def test_numba_kernel_launch_shapes(cells_per_thread, block_x):
     dev.step(STEPS)
     err = rel_diff(shifted(dev), shifted(ref))
     assert err <= BOUND["fp16s"], err
+
+
+@pytest.mark.parametrize("precision", [FP64, FP16S], ids=lambda p: p.name)
+def test_numba_kernel_with_bouzidi_links_matches_reference(precision):
+    pytest.importorskip("hpcsolve.lbm.bouzidi")
+    from lbm_gpu_cases import channel_with_bouzidi
+
+    setup = channel_with_bouzidi(collision="trt", policy=precision)
+    assert len(setup.links) > 0
+    ref = get_stepper("numpy", setup)
+    dev = get_stepper("numba-cuda", setup)
+    ref.step(STEPS)
+    dev.step(STEPS)
+    err = rel_diff(shifted(dev), shifted(ref))
+    assert err <= BOUND[precision.name], err
+    mask = obstacle_mask(setup)
+    f_ref = momentum_exchange_force(ref.populations(), setup, mask)
+    assert np.allclose(dev.force(mask), f_ref, rtol=1e-12, atol=1e-15)

@@ -117,3 +117,21 @@ def test_kernel_source_has_no_retyped_lattice_constant():
     assert "0.1111111111111111" not in src.replace("0.1111111119389534", "")
     src16 = kernel_source("<f2", "<f4", 256.0, "trt")
     assert "__float2half_rn" in src16 and "0.00390625f" in src16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", [FP64, FP32, FP16S], ids=lambda p: p.name)
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_gpu_bouzidi_links_match_reference(backend, precision):
+    """Interpolated bounce-back (the reference's pre-pass on the device before each step)."""
+    pytest.importorskip("hpcsolve.lbm.bouzidi")
+    from lbm_gpu_cases import channel_with_bouzidi
+
+    setup = channel_with_bouzidi(nx=48, ny=24, collision="trt", policy=precision)
+    dev = _stepper_or_skip(backend, setup)
+    ref = get_stepper("numpy", setup)
+    ref.step(STEPS)
+    dev.step(STEPS)
+    err = rel_diff(shifted(dev), shifted(ref))
+    print(f"\nERR {backend} channel+bouzidi trt {precision.name}: {err:.3e}")
+    assert err <= BOUND[precision.name], err
