@@ -117,3 +117,31 @@ def test_killed_run_keeps_readable_files_and_resumes_bitwise(tmp_path):
         assert np.array_equal(v, resumed["fields"][k]), k
     for k, v in full["series"].items():
         assert np.array_equal(v, resumed["series"][k], equal_nan=True), k
+
+
+def _interrupt_resume_compare(tmp_path, backend, precision, overrides, stop_after):
+    case = load_case(CAVITY, overrides)
+    policy = get_precision(precision)
+    full = runner.run(case, backend, policy, progress=False)
+    with pytest.raises(RunInterrupted):
+        runner.run(case, backend, policy, progress=False, stop=StopAfter(stop_after), checkpoint_dir=tmp_path)
+    resumed = runner.run(case, backend, policy, progress=False, checkpoint_dir=tmp_path,
+                         resume=latest_checkpoint(tmp_path))
+    assert resumed.metrics["resumed_from_step"] > 0
+    _same(full, resumed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16s"])
+def test_gpu_restart_is_bitwise_identical(tmp_path, gpu_backend_names, precision):
+    big = ["lattice.resolution=96", "time.steps=1400", "time.monitor_interval=100", "time.checkpoint_interval=400",
+           "time.output_interval=1", "steady.enabled=false"]
+    for backend in gpu_backend_names:
+        _interrupt_resume_compare(tmp_path / backend, backend, precision, big, stop_after=6)
+
+
+@pytest.mark.cudasim
+def test_numba_kernels_restart_bitwise_under_the_simulator(tmp_path):
+    tiny = ["lattice.resolution=6", "time.steps=12", "time.monitor_interval=3", "time.checkpoint_interval=6",
+            "steady.enabled=false"]
+    _interrupt_resume_compare(tmp_path, "numba-cuda", "fp32", tiny, stop_after=3)

@@ -460,6 +460,12 @@ class CupyStepper(Stepper):
     def populations(self) -> np.ndarray:
         return self.a.get()
 
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        g = self._check_loadable(g)
+        self.a = self.cp.asarray(np.ascontiguousarray(g))
+        self.b = self.a.copy()
+        self.time_step = int(time_step)
+
     def populations_device(self):
         return self.a
 

@@ -279,6 +279,15 @@ class NumbaCudaStepper(Stepper):
     def populations(self) -> np.ndarray:
         return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
 
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        from numba import cuda
+
+        g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
+        self.a = cuda.to_device(g, stream=self.stream)
+        self.b = cuda.to_device(g, stream=self.stream)
+        self.stream.synchronize()
+        self.time_step = int(time_step)
+
     def macroscopic_device(self):
         """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0)."""
         n = self.nx * self.ny
