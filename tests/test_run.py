@@ -37,3 +37,30 @@ def test_gpu_library_errors_become_one_backend_error():
     assert "reduce the problem size" in str(err)
     assert runmod._gpu_error(ValueError("x"), "cupy") is None           # not a GPU library error
     assert runmod._gpu_error(OutOfMemoryError("x"), "numpy") is None    # not a GPU backend
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_is_refused_or_reported_clearly(gpu_backend_names, capsys):
+    huge = ["--set", "lattice.resolution=120000", "--set", "time.steps=1", "--dry-run"]   # ~2 TB of populations
+    for backend in gpu_backend_names:
+        # refused before allocation, with the device's free memory in the message
+        assert cli.main(["run", str(CASES / "lid_driven_cavity.toml"), "--backend", backend, *huge]) == 2
+        assert "would not fit" in capsys.readouterr().err
+    # the GPU libraries' own out-of-memory errors (plain cudaMalloc of 1 PiB) become one BackendError
+    for backend in gpu_backend_names:
+        try:
+            if backend == "cupy":
+                import cupy
+
+                cupy.empty(2**50, dtype=cupy.uint8)
+            else:
+                import numpy as np
+                from numba import cuda
+
+                cuda.device_array(2**50, dtype=np.uint8)
+        except Exception as exc:  # noqa: BLE001 - the point is what the library raises
+            err = runmod._gpu_error(exc, backend)
+            assert isinstance(err, BackendError), (backend, type(exc))
+            assert f"{backend}: GPU error (" in str(err)
+        else:
+            pytest.fail(f"{backend}: allocating 1 PiB did not fail")
