@@ -25,6 +25,7 @@ TAU_MARGIN = 0.01
 U_WARN, U_REFUSE = 0.1, 0.3
 
 Side = Literal["periodic", "wall", "moving_wall", "inlet", "outlet"]
+BounceBack = Literal["simple", "bouzidi"]
 REFERENCES = ("none", "taylor_green", "poiseuille", "ghia", "schafer_turek_2d1", "schafer_turek_2d2")
 
 
@@ -40,6 +41,8 @@ class LatticeSection(StrictModel):
     velocity: float = Field(0.05, gt=0, description="characteristic velocity U in lattice units (Mach = u / 0.577)")
     collision: Literal["bgk", "trt"] = "trt"
     magic: float = Field(3.0 / 16.0, gt=0, le=10, description="TRT magic parameter Lambda")
+    bounce_back: BounceBack = Field("simple", description="obstacle walls: 'simple' (half-way, staircase) or 'bouzidi' "
+                                    "(linear interpolated bounce-back at the exact circle/rectangle surface)")
 
 
 class DomainSection(StrictModel):
@@ -73,6 +76,8 @@ class ObstacleSection(StrictModel):
     upper: tuple[float, float] | None = Field(None, description="rectangle upper-right corner (x, y), m")
     file: str | None = Field(None, description="mask: .npy boolean array (ny, nx) over the fluid region, path relative to the case")
     measure_force: bool = Field(True, description="report drag and lift on this obstacle")
+    bounce_back: BounceBack | None = Field(None, description="'simple' or 'bouzidi' for this obstacle "
+                                           "(default: lattice.bounce_back); a mask's surface is its staircase")
 
     @model_validator(mode="after")
     def _fields_for_shape(self):

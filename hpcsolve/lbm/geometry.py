@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hpcsolve.errors import CaseError
+from hpcsolve.lbm import bouzidi
 from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL
 
 _SIDE_FLAG = {"wall": WALL, "moving_wall": VELOCITY, "inlet": VELOCITY, "outlet": OUTLET}
@@ -27,6 +28,8 @@ class Geometry:
     measured: list[int] = field(default_factory=list)           # obstacle indices whose force is reported
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)
     dx: float = 1.0
+    links: bouzidi.BouzidiLinks | None = None                   # interpolated bounce-back links (None: all simple)
+    interpolated: list[int] = field(default_factory=list)       # obstacle indices with bounce_back = "bouzidi"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -99,7 +102,31 @@ def build(case, derived) -> Geometry:
         geo.obstacles.append(mask)
         if obs.measure_force:
             geo.measured.append(k)
+    walls = []
+    for k, obs in enumerate(case.obstacles):
+        if (obs.bounce_back or case.lattice.bounce_back) == "bouzidi":
+            geo.interpolated.append(k)
+            walls.append((geo.obstacles[k], _fraction_function(obs, x, y, geo.dx)))
+    if walls:
+        try:
+            geo.links = bouzidi.build_links(flags, walls)
+        except ValueError as exc:  # a shape whose links wrap around a periodic side, say
+            raise CaseError.invalid("obstacles[].bounce_back", "bouzidi", "'simple' for this geometry",
+                                    why=str(exc)) from None
     return geo
+
+
+def _fraction_function(obs, x: np.ndarray, y: np.ndarray, dx: float):
+    """fraction(j, i, cx, cy): where the obstacle's exact surface crosses the links from the fluid
+    cell centres (x[i], y[j]) along c * dx (q = 1/2 for a mask: its surface is the staircase)."""
+    def fraction(j, i, cx, cy):
+        px, py = x[i], y[j]
+        if obs.shape == "circle":
+            return bouzidi.circle_fraction(px, py, cx * dx, cy * dx, obs.center, obs.diameter / 2)
+        if obs.shape == "rectangle":
+            return bouzidi.rectangle_fraction(px, py, cx * dx, cy * dx, obs.lower, obs.upper)
+        return np.full(np.shape(px), 0.5)
+    return fraction
 
 
 def _obstacle_mask(obs, X, Y, geo: Geometry, case, k: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm import bouzidi, lattice, physics
 from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, LBMSetup, Stepper
 
 
@@ -31,6 +31,7 @@ class NumpyStepper(Stepper):
         self._build_links()
         self.g = setup.initial_populations()
         self.g_next = self.g.copy()
+        self.bouzidi = bouzidi.make_prepass(setup, "numpy")  # None without interpolated links
 
     # -- precomputation: where every population of every fluid cell is pulled from ------------------
     def _build_links(self) -> None:
@@ -73,6 +74,8 @@ class NumpyStepper(Stepper):
     # -- one time step ----------------------------------------------------------------------------
     def _step_once(self) -> None:
         P = self.P
+        if self.bouzidi is not None:
+            self.bouzidi(self.g)  # interpolated bounce-back: link values into the slots the wall rule reads
         n = self.g[0].size
         g_flat = self.g.reshape(-1)
         # 1. pull streaming: f_i(x, t+1) = f*_i(x - c_i, t), or f*_opp(i)(x, t) at a boundary link

@@ -132,13 +132,21 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         cu = cx_i * ux + cy_i * uy
         return -h_opp_post + TWO * w_i * (C45 * cu * cu - C15 * (ux * ux + uy * uy))
 
+    @jit
+    def interpolated_bounce_back(h_near, h_far, a, b):
+        """Interpolated bounce-back on a curved resting wall (Bouzidi, Firdaouss & Lallemand 2001,
+        linear): f_i(x, t+1) = a f*_ib(x) + b f*_j(y) with a + b = 1, so the same weights apply to
+        the shifted values (w_i = w_ib). a, b and the far population (j, y) depend on the wall
+        fraction q of the link (hpcsolve/lbm/bouzidi.py)."""
+        return a * h_near + b * h_far
+
     return SimpleNamespace(
         dtype=np.dtype(T), ZERO=ZERO, ONE=ONE,
         W=tuple(T(w) for w in lattice.WEIGHTS),
         CX=tuple(T(c) for c in lattice.CX), CY=tuple(T(c) for c in lattice.CY),
         moments=moments, equilibrium=equilibrium, collide_bgk=collide_bgk, collide_trt=collide_trt,
         trt_pair=trt_pair, wall_bounce_back=wall_bounce_back, velocity_bounce_back=velocity_bounce_back,
-        pressure_anti_bounce_back=pressure_anti_bounce_back,
+        pressure_anti_bounce_back=pressure_anti_bounce_back, interpolated_bounce_back=interpolated_bounce_back,
     )
 
 

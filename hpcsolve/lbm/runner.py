@@ -45,7 +45,8 @@ def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometr
         u0[0][fluid] = u_lb
     setup = LBMSetup(flags=geo.flags, relaxation_time=derived.units.relaxation_time,
                      collision=case.lattice.collision, magic=case.lattice.magic, policy=policy,
-                     boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0)
+                     boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0,
+                     links=geo.links)
     return derived, geo, setup
 
 
@@ -64,7 +65,18 @@ def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
         return info
     info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
     info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
+    info.update(_bounce_back_summary(geo))
     return info
+
+
+def _bounce_back_summary(geo: geom.Geometry) -> dict:
+    """Which obstacles use interpolated bounce-back and how many links it touches."""
+    if not geo.interpolated:
+        return {}
+    links = geo.links
+    return {"interpolated_obstacles": list(geo.interpolated),
+            "interpolated_links": 0 if links is None else len(links),
+            "interpolated_links_simple_fallback": 0 if links is None else links.fallback}
 
 
 class _Monitor:
@@ -142,7 +154,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
                     grid=StructuredGrid(nx=derived.nx, ny=derived.ny, spacing=units.dx,
                                         origin=(float(x[0]), float(y[0])), unit="m"))
     result.derived = {**derived.summary(), "collision": case.lattice.collision,
-                      "fluid_cells": int(np.count_nonzero(geo.fluid))}
+                      "fluid_cells": int(np.count_nonzero(geo.fluid)), **_bounce_back_summary(geo)}
     from hpcsolve.lbm.plots import plot_result
 
     result.plotter = plot_result

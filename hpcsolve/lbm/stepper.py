@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import importlib
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,9 @@ from hpcsolve import backends
 from hpcsolve.errors import BackendError, CaseError
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.precision import FP64, Precision
+
+if TYPE_CHECKING:
+    from hpcsolve.lbm.bouzidi import BouzidiLinks
 
 # Cell flags (uint8), one per cell of the (ny, nx) grid. The domain always wraps periodically;
 # a side that should not be periodic has a layer of non-fluid cells. Boundaries lie half-way
@@ -43,6 +47,7 @@ class LBMSetup:
     boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64, read at VELOCITY cells only
     initial_density: np.ndarray | None = None    # (ny, nx) float64, default 1
     initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
+    links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)
 
     def __post_init__(self):
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
@@ -61,6 +66,12 @@ class LBMSetup:
         self.boundary_velocity = np.asarray(self.boundary_velocity, dtype=np.float64)
         if self.boundary_velocity.shape != (2, ny, nx):
             raise CaseError.invalid("boundary_velocity", self.boundary_velocity.shape, f"shape (2, {ny}, {nx})")
+        if self.links is not None:
+            if tuple(self.links.shape) != (ny, nx):
+                raise CaseError.invalid("links", self.links.shape, f"links of a ({ny}, {nx}) lattice")
+            flat = self.flags.ravel()
+            if len(self.links) and (np.any(flat[self.links.cell] != FLUID) or np.any(flat[self.links.solid] != WALL)):
+                raise CaseError.invalid("links", "cells", "links from fluid cells into WALL cells")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -104,6 +115,9 @@ class Stepper(abc.ABC):
     """
 
     backend: str = ""
+    #: the interpolated bounce-back pre-pass (``bouzidi.make_prepass(setup, backend)``), run by step()
+    #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
+    bouzidi = None
 
     def __init__(self, setup: LBMSetup):
         self.setup = setup
@@ -169,6 +183,8 @@ def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):
 def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) -> tuple[float, float]:
     """F = sum over links (x fluid, x + c_i in mask) of c_i (f*_i(x) + f_opp(i)(x, t+1)), where the
     bounced population is f_opp(i)(x, t+1) = f*_i(x) - 6 w_i (c_i . u_w(x + c_i)); accumulated in float64.
+    Interpolated links (``setup.links``) into the mask bounce back f_opp(i)(x, t+1) = a f*_i(x) + b f*_partner
+    instead (resting walls), evaluated in float64 from the same state.
 
     The stored state holds f*(t); the result is the force the body receives between t and t+1.
     """
@@ -177,11 +193,19 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
     fluid = setup.flags == FLUID
     uw = setup.boundary_velocity
     fx = fy = 0.0
+    interpolated = None
+    if setup.links is not None and len(setup.links):
+        lk = setup.links
+        into = mask.ravel()[lk.solid]
+        interpolated = np.zeros((lattice.Q,) + mask.shape, dtype=bool)
+        interpolated.reshape(lattice.Q, -1)[lk.direction[into], lk.cell[into]] = True
     for i in range(1, lattice.Q):
         cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
         # cells x whose neighbour x + c_i is in the mask: roll the mask by -c_i
         target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
         links = fluid & target
+        if interpolated is not None:
+            links &= ~interpolated[i]
         if not links.any():
             continue
         f_out = h[i][links] + w
@@ -190,6 +214,15 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
         s = float(np.sum(f_out + f_back))
         fx += cx * s
         fy += cy * s
+    if interpolated is not None and into.any():
+        flat = h.reshape(-1)
+        w = np.asarray(lattice.WEIGHTS)[lk.direction[into]]
+        f_out = flat[lk.slot[into]] + w
+        f_back = physics.physics_for(np.float64).interpolated_bounce_back(
+            flat[lk.slot[into]], flat[lk.partner[into]], lk.a[into], lk.b[into]) + w
+        s = f_out + f_back
+        fx += float(np.sum(np.asarray(lattice.CX)[lk.direction[into]] * s))
+        fy += float(np.sum(np.asarray(lattice.CY)[lk.direction[into]] * s))
     return fx, fy
 
 
@@ -207,4 +240,8 @@ def get_stepper(backend: str, setup: LBMSetup) -> Stepper:
         if exc.name == f"hpcsolve.lbm.{modules[backend]}":
             raise BackendError(f"backend {backend!r}: the LBM kernels for it are not in this build") from None
         raise
-    return mod.make_stepper(setup)
+    stepper = mod.make_stepper(setup)
+    if setup.links is not None and len(setup.links) and getattr(stepper, "bouzidi", None) is None:
+        raise BackendError(f"backend {backend!r} does not implement interpolated (Bouzidi) bounce-back yet; "
+                           f"use lattice.bounce_back = 'simple' or the numpy backend")
+    return stepper
