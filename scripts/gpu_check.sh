@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: install the carried wheels, show the backends, run the GPU tests
-# and the benchmarks, write JSON + markdown under $OUT (when set), print the short tables last.
+# One call on the GPU machine: install the carried wheels, show the backends, run the GPU tests and
+# the benchmarks (optionally the validation runs and the comparisons), write markdown/JSON under
+# $OUT (when set; else gpu_out/) and logs under $LOG, and print the short tables last.
 #   device run:  bash scripts/gpu_check.sh [pytest-args...]     (carry: .whl)
-# Environment: BENCH_ARGS (extra args for `hpcsolve bench`), SKIP_TESTS=1, SKIP_BENCH=1,
-#              BENCH_FAMILIES (default "lbm fem").
+# Environment: SKIP_TESTS=1, SKIP_BENCH=1, BENCH_FAMILIES (default "lbm fem"), BENCH_ARGS (extra args
+# for `hpcsolve bench`), VALIDATE=1 (scripts/validate_lbm_gpu.py), COMPARE=1 (hpcsolve compare on the
+# cavity and the manufactured Poisson case with every backend), LOG (default /tmp/hpcsolve_gpu_logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
+LOG=${LOG:-/tmp/hpcsolve_gpu_logs}
+mkdir -p "$OUT" "$LOG"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl || { echo "wheel install failed"; exit 1; }
@@ -17,19 +20,31 @@ else
 fi
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 status=0
-python3 -m hpcsolve.cli info 2>&1 | tee "$OUT/info.txt"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/info.txt"
+python3 -m hpcsolve.cli info 2>&1 | tee "$LOG/info.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG/info.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest_gpu.txt"
-  status=${PIPESTATUS[0]}
+  python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfE "$@" 2>&1 | tee "$OUT/pytest_gpu.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for fam in ${BENCH_FAMILIES:-lbm fem}; do
-    python3 -m hpcsolve.cli bench "$fam" --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_${fam}.txt" || status=1
+    python3 -m hpcsolve.cli bench "$fam" --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench_${fam}.txt" || status=1
+  done
+fi
+if [ "${VALIDATE:-0}" = 1 ]; then
+  python3 scripts/validate_lbm_gpu.py --out "$LOG" 2>&1 | tee "$LOG/validate.txt" || status=1
+  cp "$LOG/validate_lbm_gpu.md" "$OUT/" 2>/dev/null
+fi
+if [ "${COMPARE:-0}" = 1 ]; then
+  for c in lid_driven_cavity poisson_manufactured; do
+    rm -rf "$LOG/compare_$c"
+    python3 -m hpcsolve.cli compare "cases/$c.toml" --out "$LOG/compare_$c" --quiet 2>&1 | tee "$LOG/compare_$c.txt" \
+      || status=1
+    cp "$LOG/compare_$c/comparison.md" "$OUT/compare_$c.md" 2>/dev/null
   done
 fi
 echo "== pytest -m gpu: $(tail -n 1 "$OUT/pytest_gpu.txt" 2>/dev/null)"
-for fam in ${BENCH_FAMILIES:-lbm fem}; do
-  [ -f "$OUT/bench_${fam}.md" ] && { echo "== bench $fam"; cat "$OUT/bench_${fam}.md"; }
+for f in "$OUT"/bench_*.md "$OUT"/validate_lbm_gpu.md "$OUT"/compare_*.md; do
+  [ -f "$f" ] && { echo "== $(basename "$f")"; cat "$f"; }
 done
 exit $status
