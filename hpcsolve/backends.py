@@ -170,6 +170,21 @@ def device_memory_bytes(name: str) -> tuple[int, int] | None:
     return None
 
 
+def host_memory_available() -> int | None:
+    """Free host memory in bytes (MemAvailable), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def package_versions() -> dict[str, str]:
     """Versions of the packages a result depends on (for provenance)."""
     from importlib import metadata

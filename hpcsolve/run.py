@@ -59,7 +59,8 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
         free = available_memory(backend)
         if free is not None:
             info["device_memory_free_bytes"] = free
-        info.update(estimate_runtime(case, backend, policy, info))
+        if "note" not in info:   # a case too large to describe fully is not probed either
+            info.update(estimate_runtime(case, backend, policy, info))
     return info
 
 
@@ -75,20 +76,24 @@ def available_memory(backend: str) -> int | None:
     mem = backends.device_memory_bytes(backend)
     if mem is not None:
         return mem[0]
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+    return backends.host_memory_available()
 
 
 def check_memory(info: dict, backend: str) -> None:
-    """Refuse a run whose estimated memory does not fit, before anything is allocated."""
+    """Refuse a run whose estimated memory does not fit, before anything is allocated: the solver
+    state where the backend keeps it, and the setup arrays built on the host."""
     need, free = memory_needed(info), available_memory(backend)
-    if need is not None and free is not None and need > free:
-        where = "device" if backends.is_gpu(backend) else "host"
-        raise CaseError(f"the run needs about {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of {where} "
-                        f"memory is free on {backends.device_name(backend)}; reduce the resolution / mesh size, "
-                        f"use a smaller precision, or another backend", field="memory", value=need)
+    checks = [(need, free, "device" if backends.is_gpu(backend) else "host")]
+    host_need = info.get("host_memory_bytes")
+    if host_need:
+        host_total = host_need + (need or 0 if not backends.is_gpu(backend) else 0)
+        checks.append((host_total, backends.host_memory_available(), "host"))
+    for need_b, free_b, where in checks:
+        if need_b is not None and free_b is not None and need_b > free_b:
+            raise CaseError(f"the run needs about {need_b / 2**30:.2f} GiB but only {free_b / 2**30:.2f} GiB of "
+                            f"{where} memory is free on {backends.device_name(backend) if where == 'device' else 'this machine'}; "
+                            f"reduce the resolution / mesh size, use a smaller precision, or another backend",
+                            field="memory", value=need_b)
 
 
 def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict) -> dict:

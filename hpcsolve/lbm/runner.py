@@ -57,11 +57,18 @@ def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
     info["collision"] = case.lattice.collision
     info["memory_bytes"] = int(2 * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
     info["memory"] = f"{info['memory_bytes'] / 2**20:.1f} MiB (2 population buffers + flags + boundary velocity)"
+    # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
+    info["host_memory_bytes"] = int(HOST_BYTES_PER_CELL * cells)
+    free = backends.host_memory_available()
+    if free is not None and info["host_memory_bytes"] > free // 2:
+        info["fluid_cells"] = cells
+        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
+        return info
     try:
         geo = geom.build(case, derived)
-    except MemoryError:  # the geometry alone does not fit in host memory: report the size, count no cells
+    except MemoryError:
         info["fluid_cells"] = cells
-        info["note"] = "geometry too large to build in host memory; fluid_cells is the grid size"
+        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
         return info
     info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
     info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
@@ -132,6 +139,9 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry) -> dict[str, np.n
         "flags": geo.flags.astype(np.int32),
     }
 
+
+# Host bytes per cell for the setup (flags, fluid/obstacle masks, boundary velocity, initial fields).
+HOST_BYTES_PER_CELL = 48
 
 # A lattice speed this high (Mach ~0.87) at a monitor point means the run has gone unstable.
 BLOW_UP_LATTICE_SPEED = 0.5
