@@ -177,25 +177,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
 
 
 def _finish(report: SolveReport, hist, true: float, reason: str) -> None:
-    report.history_recursive = np.asarray(hist.recursive, dtype=np.float64)
-    its = list(hist.true_its)
-    vals = list(hist.true)
-    if not its or its[-1] != report.iterations or vals[-1] != true:
-        its.append(report.iterations)
-        vals.append(true)
-    report.history_true_iterations = np.asarray(its, dtype=np.int64)
-    report.history_true = np.asarray(vals, dtype=np.float64)
-    report.true_residual = float(true)
-    report.recursive_residual = float(hist.recursive[-1]) if hist.recursive else float("nan")
-    report.residual_gap = abs(report.true_residual - report.recursive_residual)
-    report.converged = bool(math.isfinite(true) and true <= report.rtol)
-    if report.converged and not reason.startswith("true residual met"):
-        reason = f"true residual met rtol ({reason})"
-    if not report.converged and reason.startswith("true residual met"):
-        reason = f"true residual {true:.3e} above rtol {report.rtol:.1e}"
-    if not report.converged and math.isfinite(report.kappa_estimate) and report.kappa_estimate > 1e14:
-        reason += f"; the Lanczos estimate kappa ~ {report.kappa_estimate:.1e} suggests a singular matrix"
-    report.reason = reason
+    report.finish(hist.recursive, hist.true_its, hist.true, true, reason)
 
 
 def _spsolve(A, b, report: SolveReport):

@@ -111,6 +111,15 @@ class DeviceCSR:
         vals = {np.dtype(d): (vals64 if np.dtype(d) == F64 else ops.astype(vals64, d)) for d in dtypes}
         return cls(n, int(indices.size), indptr, indices, vals, None, ops)
 
+    def host_diagonal(self) -> np.ndarray:
+        """diag(A) in float64 on the host (for a matrix built on the device; a copy of the matrix)."""
+        import scipy.sparse as sp
+
+        o = self.ops
+        M = sp.csr_matrix((o.to_host(self.vals[F64]), o.to_host(self.indices), o.to_host(self.indptr)),
+                          shape=(self.n, self.n))
+        return M.diagonal().astype(np.float64)
+
     def ensure(self, dtype):
         dtype = np.dtype(dtype)
         if dtype not in self.vals:
@@ -121,7 +130,7 @@ class DeviceCSR:
         dtype = np.dtype(dtype)
         if dtype not in self._dinv:
             if self._diag is None:
-                self._diag = self.ops.diagonal(self)
+                self._diag = self.host_diagonal()
             self._dinv[dtype] = self.ops.to_device((1.0 / self._diag).astype(dtype))
         return self._dinv[dtype]
 
@@ -538,21 +547,7 @@ def solve_fused(low, A: DeviceCSR, b, *, precision="fp64", method=None, rtol=1e-
 
 
 def _finish(run: _Run, true: float, reason: str):
-    rep = run.report
-    rep.history_recursive = np.asarray(run.rec, dtype=np.float64)
-    if not run.true_its or run.true_its[-1] != rep.iterations:
-        run.add_true(rep.iterations, true)
-    rep.history_true_iterations = np.asarray(run.true_its, dtype=np.int64)
-    rep.history_true = np.asarray(run.true, dtype=np.float64)
-    rep.true_residual = float(true)
-    rep.recursive_residual = float(run.rec[-1]) if run.rec else float("nan")
-    rep.residual_gap = abs(rep.true_residual - rep.recursive_residual)
-    rep.converged = bool(math.isfinite(true) and true <= rep.rtol)
-    if rep.converged and not reason.startswith("true residual met"):
-        reason = f"true residual met rtol ({reason})"
-    if not rep.converged and reason.startswith("true residual met"):
-        reason = f"true residual {true:.3e} above rtol {rep.rtol:.1e}"
-    rep.reason = reason
+    run.report.finish(run.rec, run.true_its, run.true, true, reason)
 
 
 def _solve_plain(run: _Run, dtype, jacobi):

@@ -314,13 +314,6 @@ class CupyOps(device_cg.DeviceOps):
     def sync(self):
         self.stream.synchronize()
 
-    def diagonal(self, A):
-        import scipy.sparse as sp
-
-        M = sp.csr_matrix((self.to_host(A.vals[np.dtype(np.float64)]), self.to_host(A.indices),
-                           self.to_host(A.indptr)), shape=(A.n, A.n))
-        return M.diagonal().astype(np.float64)
-
     # ---- kernels (see the CUDA source above for what each fuses and the bytes it moves)
     def spmv_dot(self, A, p, q, ws, i_pq):
         self._launch(self._kernel("spmv_dot", p.dtype), A.n,

@@ -347,13 +347,6 @@ class NumbaOps(device_cg.DeviceOps):
             return
         self.stream.synchronize()
 
-    def diagonal(self, A):
-        import scipy.sparse as sp
-
-        M = sp.csr_matrix((self.to_host(A.vals[np.dtype(np.float64)]), self.to_host(A.indices),
-                           self.to_host(A.indptr)), shape=(A.n, A.n))
-        return M.diagonal().astype(np.float64)
-
     # ---- kernels
     def spmv_dot(self, A, p, q, ws, i_pq):
         k = _typed(_TYPES[p.dtype])["spmv_dot"]

@@ -6,6 +6,7 @@ recursive residual alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -36,6 +37,27 @@ class SolveReport:
     @property
     def time_per_iteration_s(self) -> float:
         return self.time_s / self.iterations if self.iterations else float("nan")
+
+    def finish(self, recursive, true_iterations, true_values, true: float, reason: str) -> None:
+        """Fill the histories and the final figures; 'converged' is decided on the float64 true residual."""
+        its, vals = list(true_iterations), list(true_values)
+        if not its or its[-1] != self.iterations or vals[-1] != true:
+            its.append(self.iterations)
+            vals.append(true)
+        self.history_recursive = np.asarray(recursive, dtype=np.float64)
+        self.history_true_iterations = np.asarray(its, dtype=np.int64)
+        self.history_true = np.asarray(vals, dtype=np.float64)
+        self.true_residual = float(true)
+        self.recursive_residual = float(recursive[-1]) if len(recursive) else float("nan")
+        self.residual_gap = abs(self.true_residual - self.recursive_residual)
+        self.converged = bool(math.isfinite(true) and true <= self.rtol)
+        if self.converged and not reason.startswith("true residual met"):
+            reason = f"true residual met rtol ({reason})"
+        if not self.converged and reason.startswith("true residual met"):
+            reason = f"true residual {true:.3e} above rtol {self.rtol:.1e}"
+        if not self.converged and math.isfinite(self.kappa_estimate) and self.kappa_estimate > 1e14:
+            reason += f"; the Lanczos estimate kappa ~ {self.kappa_estimate:.1e} suggests a singular matrix"
+        self.reason = reason
 
     def to_dict(self, histories: bool = False) -> dict:
         d = asdict(self)
