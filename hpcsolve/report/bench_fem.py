@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import backends
+from hpcsolve.errors import BackendError
 from hpcsolve.fem import device_cg
 from hpcsolve.report.bandwidth import copy_bandwidth
 
@@ -114,9 +115,8 @@ def main(args) -> int:
               "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")}}
     if "cupy" not in usable:
         msg = "bench fem needs a usable CuPy GPU backend: " + backends.probe("cupy").reason
-        print(msg)
         (out / "bench_fem.md").write_text(msg + "\n")
-        return 0
+        raise BackendError(msg)
     from hpcsolve.fem import kernels_cupy
 
     bw = copy_bandwidth("cupy", nbytes=(512 if quick else 2048) * 1024**2)
