@@ -128,6 +128,8 @@ def validation_error_to_case_error(exc: ValidationError, source: str = "") -> Ca
             text = f"{loc}: unknown key (value {value!r}); check the spelling against the documented keys"
         elif typ == "missing":
             text = f"{loc}: required field is missing"
+        elif not loc:  # a rule over several fields: the message names them
+            text = msg
         else:
             shown = value if not isinstance(value, dict) else "{...}"
             text = f"{loc}: got {shown!r}; {msg}"
