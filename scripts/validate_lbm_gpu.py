@@ -49,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", nargs="+", help="subset of run labels' first words+number, e.g. '2D-1' 'Re'")
     ap.add_argument("--quick", action="store_true", help="coarse grids, short times (smoke test)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY.PATH=VALUE",
+                    help="extra case overrides applied after each run's own, e.g. lattice.resolution=80")
     args = ap.parse_args(argv)
     out = args.out or Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
         for precision in args.precisions:
             t0 = time.perf_counter()
             row = {"case": label, "precision": precision, "backend": args.backend, "reference": reference,
-                   "overrides": quick if args.quick else overrides}
+                   "overrides": (quick if args.quick else overrides) + args.extra}
             try:
                 case, backend, policy = runmod.prepare(ROOT / path, args.backend, precision, row["overrides"])
                 result = runner.run(case, backend, policy, progress=False)
