@@ -259,7 +259,15 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
                 kwargs["stop"] = stop
             result = runner.run(case, backend, policy, progress=progress, **kwargs)
     except KeyboardInterrupt:
-        raise RunInterrupted(f"{case.name}: interrupted") from None
+        # a runner that cannot stop gracefully: record that the run was interrupted (nothing else
+        # was computed that could be kept), so the folder does not look like an unfinished run
+        exc = RunInterrupted(f"{case.name}: interrupted before it finished; nothing to resume")
+        if out_path is not None:
+            partial = Result(case.name, case.solver, backend, policy.name, status="interrupted",
+                             message="interrupted by a signal before the solve finished")
+            _finish(partial, case, backend, policy)
+            partial.write(out_path, plots=False)
+        raise exc from None
     except HpcsolveError as exc:
         partial = getattr(exc, "result", None)
         if partial is not None and out_path is not None:

@@ -16,7 +16,7 @@ from hpcsolve.cases import parse_case_text
 from hpcsolve.errors import CaseError, HpcsolveError
 
 CASES = sorted((Path(__file__).parent.parent / "cases").glob("*.toml"))
-FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def toml_value(v) -> str:

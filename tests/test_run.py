@@ -75,3 +75,19 @@ def test_gpu_out_of_memory_is_refused_or_reported_clearly(gpu_backend_names, cap
             assert f"{backend}: GPU error (" in str(err)
         else:
             pytest.fail(f"{backend}: allocating 256 GiB did not fail")
+
+
+def test_an_interrupted_fem_run_leaves_a_summary_marked_interrupted(tmp_path, monkeypatch):
+    import json
+
+    from hpcsolve.errors import RunInterrupted
+    from hpcsolve.fem import runner as fem_runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fem_runner, "run", interrupted)
+    with pytest.raises(RunInterrupted, match="interrupted before it finished"):
+        runmod.run_case(CASES / "poisson_manufactured.toml", "numpy", out=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["case"] == "poisson_manufactured"

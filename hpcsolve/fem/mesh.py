@@ -192,6 +192,10 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     remap[used] = np.arange(len(used))
     pts = pts[used]
     tris = remap[tris].astype(np.int32)
+    check_triangles(pts, tris, field_name, str(path))
+    p = pts[tris]
+    inverted = int(np.count_nonzero((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1])
+                                    - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]) < 0))
     tris = _orient(pts, tris)
     edges = boundary_edges_of(tris)
     tags = np.full(len(edges), "boundary", dtype=object)
@@ -209,4 +213,22 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
         codes = codes[:, 0] * n + codes[:, 1]
         for k, c in enumerate(codes):
             tags[k] = ekey.get(int(c), "boundary")
-    return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path))
+    return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path),
+                info={"reoriented_triangles": inverted} if inverted else {})
+
+
+def check_triangles(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:
+    """Refuse triangles that are not triangles: repeated nodes, or (near) zero area."""
+    if not np.all(np.isfinite(points)):
+        raise CaseError.invalid(field_name, where, "finite node coordinates", why="the mesh has NaN/Inf coordinates")
+    repeated = (tris[:, 0] == tris[:, 1]) | (tris[:, 1] == tris[:, 2]) | (tris[:, 0] == tris[:, 2])
+    p = points[tris]
+    a2 = np.abs((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+    e = np.stack([p[:, 1] - p[:, 0], p[:, 2] - p[:, 1], p[:, 0] - p[:, 2]], axis=1)
+    longest2 = (e ** 2).sum(-1).max(axis=1)
+    degenerate = repeated | (a2 <= 1e-12 * longest2)   # area relative to the squared longest edge
+    if degenerate.any():
+        k = np.flatnonzero(degenerate)
+        raise CaseError.invalid(field_name, where, "a mesh of non-degenerate triangles",
+                                why=f"{k.size} degenerate triangle(s) (repeated nodes or zero area), first: "
+                                    f"triangle {int(k[0])} with nodes {tris[k[0]].tolist()}")

@@ -168,6 +168,22 @@ def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
     return coef
 
 
+def check_selections(case, mesh: Mesh) -> None:
+    """Every boundary condition and region selects something on this mesh (raises CaseError otherwise);
+    cheap, no assembly: what `hpcsolve validate` checks."""
+    coefficient_per_cell(case, mesh)
+    for i, bc in enumerate(case.boundary.neumann):
+        if select_edges(mesh, bc.where, f"boundary.neumann[{i}]").size == 0:
+            raise CaseError.invalid(f"boundary.neumann[{i}].where", bc.where.model_dump(exclude_none=True),
+                                    f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
+                                    why="selects no boundary edge")
+    for i, bc in enumerate(case.boundary.dirichlet):
+        if select_boundary_nodes(mesh, bc.where, f"boundary.dirichlet[{i}]").size == 0:
+            raise CaseError.invalid(f"boundary.dirichlet[{i}].where", bc.where.model_dump(exclude_none=True),
+                                    f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
+                                    why="selects no boundary node")
+
+
 def build(case, mesh: Mesh | None = None) -> Discrete:
     import time
 

@@ -24,6 +24,7 @@ def describe(case, backend: str, policy: Precision) -> dict:
 
     _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
     mesh = prob.build_mesh(case)
+    prob.check_selections(case, mesh)
     ncomp = 1 if case.problem.kind == "poisson" else 2
     ndofs = mesh.n_points * ncomp
     nnz_est = ndofs * (7 if ncomp == 1 else 14)     # P1 on triangles: about 7 neighbours per node
