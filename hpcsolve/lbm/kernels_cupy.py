@@ -32,7 +32,7 @@ binary-searched by the few links that need them), not as a full (2, ny, nx) fiel
 
 Interpolated bounce-back (``setup.links``, hpcsolve/lbm/bouzidi.py): the reference's pre-pass runs on
 the current buffer before each step launch, a gather/scatter over the link list only (no second
-pass over the domain); the force on such a setup uses the host momentum-exchange function.
+pass over the domain); drag and lift include the interpolated links (``force_links``), reduced on the device.
 
 Observables on the device at monitor intervals: ``macroscopic_device()`` (rho, ux, uy from the
 stored state, one small kernel), ``force(mask)`` (momentum exchange over a link list prepared
@@ -47,7 +47,7 @@ import functools
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper, momentum_exchange_force
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 BLOCK_X = 256
@@ -355,19 +355,27 @@ def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
 
 
 def force_links(setup: LBMSetup, mask: np.ndarray):
-    """Link list of the momentum exchange on ``mask``: positions i*N + x of f*_i(x) for fluid x with
-    x + c_i in the mask, and per link c_x, c_y, w_i and c_i . u_w(x + c_i) (float64), in the
-    order of ``stepper.momentum_exchange_force``."""
+    """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
+    h the stored shifted populations (positions i*N + x), float64 coefficients. The same terms as
+    ``stepper.momentum_exchange_force``:
+      simple link (x fluid, x + c_i in the mask): c_i (f*_i + f*_i - 6 w_i c_i.u_w)  -> m = 2, k = 2 w_i - 6 w_i c_i.u_w
+      interpolated link (setup.links): c_ib (f*_ib + a f*_ib + b f*_partner)           -> two terms:
+          pos = slot, m = 1 + a, k = 2 w_ib;   pos = partner, m = b, k = 0."""
     mask = np.asarray(mask, dtype=bool)
     ny, nx = setup.shape
     n = ny * nx
     fluid = setup.flags == FLUID
     uw = setup.boundary_velocity
-    pos, cx_l, cy_l, w_l, cu_l = [], [], [], [], []
+    interpolated = np.zeros((lattice.Q, n), dtype=bool)
+    lk = setup.links if _has_interpolated_links(setup) else None
+    if lk is not None:
+        into = mask.ravel()[lk.solid]
+        interpolated[lk.direction[into], lk.cell[into]] = True
+    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
     for i in range(1, lattice.Q):
         cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
         target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
-        links = np.flatnonzero((fluid & target).ravel())
+        links = np.flatnonzero((fluid & target).ravel() & ~interpolated[i])
         if links.size == 0:
             continue
         cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
@@ -375,11 +383,22 @@ def force_links(setup: LBMSetup, mask: np.ndarray):
         pos.append(i * n + links)
         cx_l.append(np.full(links.size, float(cx)))
         cy_l.append(np.full(links.size, float(cy)))
-        w_l.append(np.full(links.size, w))
-        cu_l.append(cu)
+        m_l.append(np.full(links.size, 2.0))
+        k_l.append(2.0 * w - 6.0 * w * cu)
+    if lk is not None and into.any():
+        d = lk.direction[into]
+        cx = np.asarray(lattice.CX, dtype=np.float64)[d]
+        cy = np.asarray(lattice.CY, dtype=np.float64)[d]
+        w = np.asarray(lattice.WEIGHTS, dtype=np.float64)[d]
+        pos += [lk.slot[into], lk.partner[into]]
+        cx_l += [cx, cx]
+        cy_l += [cy, cy]
+        m_l += [1.0 + lk.a[into], lk.b[into]]
+        k_l += [2.0 * w, np.zeros_like(w)]
     if not pos:
         return None
-    return tuple(np.concatenate(a) for a in (pos, cx_l, cy_l, w_l, cu_l))
+    return (np.concatenate(pos).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
+                                                           for a in (cx_l, cy_l, m_l, k_l))
 
 
 def _has_interpolated_links(setup) -> bool:
@@ -486,8 +505,6 @@ class CupyStepper(Stepper):
         return rho, ux, uy
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
-        if _has_interpolated_links(self.setup):  # docs/lbm_algorithm.md: the host function sums those terms
-            return momentum_exchange_force(self.populations(), self.setup, mask)
         cp = self.cp
         key = np.asarray(mask, dtype=bool).tobytes()
         if key not in self._links:
@@ -496,11 +513,10 @@ class CupyStepper(Stepper):
         links = self._links[key]
         if links is None:
             return 0.0, 0.0
-        pos, cx, cy, w, cu = links
+        pos, cx, cy, m, k = links
         h = cp.empty(pos.size, dtype=cp.float64)
         self._k_gather(((pos.size + 255) // 256,), (256,), (self.a, pos, h, np.int64(pos.size)))
-        f_out = h + w
-        s = f_out + (f_out - 6.0 * w * cu)
+        s = m * h + k
         f = cp.stack((cp.sum(cx * s), cp.sum(cy * s))).get()
         return float(f[0]), float(f[1])
 

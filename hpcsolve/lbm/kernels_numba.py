@@ -26,9 +26,9 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, _has_interpolated_links, bytes_per_cell,
+from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, bytes_per_cell,
                                        device_flags, force_links, velocity_table)
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper, momentum_exchange_force
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
 
 
 
@@ -141,12 +141,11 @@ def lbm_moments(A, flags, out, N):
     out[2 * N + cell] = uy
 
 
-def lbm_force(A, pos, cx, cy, w, cu, n, out):
+def lbm_force(A, pos, cx, cy, m, c, n, out):
     k = cuda.grid(1)
     if k >= n:
         return
-    f_out = float64(load_pop(A, pos[k])) + w[k]
-    s = f_out + (f_out - 6.0 * w[k] * cu[k])
+    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # kernels_cupy.force_links: the momentum-exchange terms
     cuda.atomic.add(out, 0, cx[k] * s)
     cuda.atomic.add(out, 1, cy[k] * s)
 
@@ -303,8 +302,6 @@ class NumbaCudaStepper(Stepper):
         return rho, ux, uy
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
-        if _has_interpolated_links(self.setup):  # docs/lbm_algorithm.md: the host function sums those terms
-            return momentum_exchange_force(self.populations(), self.setup, mask)
         cuda = self.cuda
         key = np.asarray(mask, dtype=bool).tobytes()
         if key not in self._links:
@@ -313,10 +310,10 @@ class NumbaCudaStepper(Stepper):
         links = self._links[key]
         if links is None:
             return 0.0, 0.0
-        pos, cx, cy, w, cu = links
+        pos, cx, cy, m, c = links
         out = cuda.to_device(np.zeros(2), stream=self.stream)
         n = pos.shape[0]
-        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, w, cu, np.int64(n), out)
+        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, np.int64(n), out)
         f = out.copy_to_host(stream=self.stream)
         return float(f[0]), float(f[1])
 

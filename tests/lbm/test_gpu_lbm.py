@@ -135,3 +135,11 @@ def test_gpu_bouzidi_links_match_reference(backend, precision):
     err = rel_diff(shifted(dev), shifted(ref))
     print(f"\nERR {backend} channel+bouzidi trt {precision.name}: {err:.3e}")
     assert err <= BOUND[precision.name], err
+    # drag and lift with interpolated links, reduced on the device, against the host reference on the same state
+    from lbm_gpu_cases import obstacle_mask
+
+    from hpcsolve.lbm.stepper import momentum_exchange_force
+
+    mask = obstacle_mask(setup)
+    f_ref = momentum_exchange_force(dev.populations(), setup, mask)
+    assert np.allclose(dev.force(mask), f_ref, rtol=1e-12, atol=1e-15), (dev.force(mask), f_ref)
