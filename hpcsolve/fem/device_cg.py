@@ -14,7 +14,11 @@ front ends for the CuPy and Numba-CUDA backends:
    decisions happen at block ends. A residual substitution at a block end comes after p was formed
    from the recursive r (p = z_rec + beta p_old), so the same kernel that computes the true residual
    also corrects p += M^-1 (r_true - r_rec), giving the p the true residual would have given
-   (krylov's re-orthogonalization is not applied). ``cg-reliable`` also watches the Lanczos kappa estimate and
+   (krylov's re-orthogonalization is not applied). When a replacement is due is
+   ``reliable_criterion``: van der Vorst & Ye's rounding estimate (default; on 2D Poisson it fires at
+   every block end, so the float32 partial solution never accumulates more than one block) or
+   QUDA's ``reliable_delta`` drop; docs/fem_gpu.md has the measured iteration ratios of each variant
+   (``reliable_p``, ``accumulate``). ``cg-reliable`` also watches the Lanczos kappa estimate and
    promotes the recurrences to float64 (keeping x, p and the Krylov space) when
    kappa * u_32 exceeds ``kappa_limit * u_32`` (default kappa > 3e6), where float32 recurrences
    lose more iterations than they save.
@@ -424,6 +428,17 @@ class FusedOptions:
     kappa_limit: float = 3e6       # cg-reliable: promote to float64 recurrences above this kappa estimate
     kappa_min_iterations: int = 256
     stall_checks: int = 3          # fp32 plain CG: true checks without 10% improvement -> stalled
+    reliable_criterion: str = "vdvye"   # "vdvye" (accumulated rounding estimate, van der Vorst & Ye) | "delta" (QUDA)
+    reliable_p: str = "correct"    # at a replacement: "correct" p += M^-1 (r_true - r_rec) | "keep" | "rebeta"
+    accumulate: str = "replace"    # where x is accumulated: "replace" (y fp32, fold at replacements) | "block" | "fp64"
+
+    CHOICES = {"reliable_criterion": ("delta", "vdvye"), "reliable_p": ("correct", "keep", "rebeta"),
+               "accumulate": ("replace", "block", "fp64")}
+
+    def __post_init__(self):
+        from hpcsolve.fem.krylov import _check_choices
+
+        _check_choices(self, self.CHOICES)
     extra: dict = field(default_factory=dict)
 
 
@@ -518,6 +533,11 @@ def solve_fused(low, A: DeviceCSR, b, *, precision="fp64", method=None, rtol=1e-
     method = method or ("cg-reliable" if precision == "mixed" else "cg")
     opts = FusedOptions(rtol=float(rtol), maxiter=int(maxiter or max(10 * A.n, 100)), **options)
     jacobi = method == "pcg-jacobi" or opts.preconditioner == "jacobi"
+    if opts.accumulate == "fp64" and low.name != "numpy":
+        from hpcsolve.errors import CaseError
+
+        raise CaseError.invalid("accumulate", "fp64", "replace, block",
+                                why="x64 += alpha p32 in the fused kernels exists only in the NumPy low ops (a study option)")
     report = SolveReport(method=method + ("+jacobi" if jacobi and method != "pcg-jacobi" else ""),
                          precision=precision, backend=low.name, rtol=float(rtol))
     report.notes.append(f"fused device CG, {'CUDA graphs' if low.supports_graphs and low.graphs else 'no graphs'}, "
@@ -578,7 +598,8 @@ def _solve_plain(run: _Run, dtype, jacobi):
 def _promote(run: _Run, eng32: FusedCG, jacobi, why: str):
     """Continue from the float32 recurrences in float64: x64 += y, r = b - A x64, p kept (cast)."""
     low = run.low
-    low.fold(run.x64, eng32.x)
+    if eng32.x is not run.x64:
+        low.fold(run.x64, eng32.x)
     eng64 = FusedCG(low, run.A, F64, jacobi, eng32.K, x=run.x64)
     low.scale_copy(eng32.p, eng64.p, 1.0)
     low.scale_copy(eng32.r, eng64.r, 1.0)
@@ -592,9 +613,38 @@ def _promote(run: _Run, eng32: FusedCG, jacobi, why: str):
     return eng64, t
 
 
+def _replace(run: _Run, eng: FusedCG, mode: str) -> float:
+    """Substitute the float64 true residual b - A x64 into eng.r (after a block); returns r.r (syncs).
+
+    mode "correct": p += M^-1 (r_true - r_rec) (one fused pass); "keep": p as it is;
+    "rebeta": p = M^-1 r_true + (rz_true / rz_rec) (p - M^-1 r_rec), i.e. beta recomputed from the new r."""
+    low = run.low
+    if mode == "correct":
+        return eng.replace_residual(run.x64, run.b)
+    if mode == "keep":
+        return eng.set_residual_from(run.x64, run.b)
+    rz_rec = eng.rho_host
+    tmp = low.zeros(2, F64)
+    if eng.dinv is not None:
+        low.precondition(eng.dinv, eng.r, eng.q, tmp, 0)
+        low.axpy((-1, -1, -1.0), eng.q, eng.p, tmp)
+    else:
+        low.axpy((-1, -1, -1.0), eng.r, eng.p, tmp)
+    rr = eng.set_residual_from(run.x64, run.b)
+    low.scale_copy(eng.p, eng.p, eng.rho_host / rz_rec if rz_rec > 0 else 0.0)
+    if eng.dinv is not None:
+        low.precondition(eng.dinv, eng.r, eng.q, tmp, 0)
+        low.axpy((-1, -1, 1.0), eng.q, eng.p, tmp)
+    else:
+        low.axpy((-1, -1, 1.0), eng.r, eng.p, tmp)
+    return rr
+
+
 def _solve_reliable(run: _Run, jacobi):
     low, opts, rep = run.low, run.opts, run.report
-    eng = FusedCG(low, run.A, F32, jacobi, opts.check_every)    # eng.x is y: float32 partial solution
+    x_fp64 = opts.accumulate == "fp64"
+    eng = FusedCG(low, run.A, F32, jacobi, opts.check_every,   # eng.x is y: float32 partial solution
+                  x=run.x64 if x_fp64 else None)               # (or x64 itself, accumulate="fp64")
     rr = eng.set_residual_from(run.x64, run.b)
     res = math.sqrt(max(rr, 0.0)) / run.bnorm
     run.rec.append(res)
@@ -602,17 +652,30 @@ def _solve_reliable(run: _Run, jacobi):
     if res <= opts.rtol:
         return run.x64, "true residual met rtol at the initial guess"
     eng.start_from_r()
-    max_r, best, since_best = res, res, 0
+    max_r, best, since_best, min_rec = res, res, 0, res
     reason, fallback_why, promote_why = "maxiter reached", "", ""
     next_kappa = opts.kappa_min_iterations
+    vdvye = opts.reliable_criterion == "vdvye"
+    if vdvye:
+        from hpcsolve.fem.krylov import _RoundingEstimate, lanczos_extremes
+
+        rate = None       # ||A||: the largest Ritz value after the first block (no host copy of A needed)
+        ytmp = low.zeros(1, F64)
+
+    def fold():
+        if not x_fp64:
+            low.fold(run.x64, eng.x)
+
     try:
         while eng.iterations < opts.maxiter:
-            k = min(run.block_size(eng, opts.reliable_delta * max_r), opts.maxiter - eng.iterations)
+            target = opts.reliable_delta * max_r if not vdvye else opts.rtol
+            k = min(run.block_size(eng, target), opts.maxiter - eng.iterations)
             eng.launch(k)
             rr = eng.read(k)
             new = (np.sqrt(np.maximum(rr, 0.0)) / run.bnorm).tolist()
             run.rec.extend(new)
             rel, it = run.rec[-1], eng.iterations
+            min_rec = min(min_rec, min(new))
             if opts.kappa_limit and it >= next_kappa:
                 kap = eng.kappa()
                 rep.kappa_estimate = kap
@@ -622,13 +685,31 @@ def _solve_reliable(run: _Run, jacobi):
                                    f"(kappa * u32 = {kap * U32:.2f}): float32 recurrences would cost more iterations "
                                    "than they save")
                     break
-            if rel <= opts.reliable_delta * max_r or rel <= opts.rtol:
-                low.fold(run.x64, eng.x)                         # x64 += y; y = 0
-                rr = eng.replace_residual(run.x64, run.b)        # r = b - A x64 in float64, stored float32
+            if vdvye:
+                if x_fp64:
+                    ynorm = 0.0
+                else:
+                    low.fill_zero(ytmp)
+                    low.dot(eng.x, eng.x, ytmp, 0)
+                    ynorm = math.sqrt(max(float(low.to_host(ytmp)[0]), 0.0)) / run.bnorm
+                if rate is None:
+                    hi = lanczos_extremes(eng.alpha, eng.beta)[1] if eng.dinv is None else math.nan
+                    if not (math.isfinite(hi) and hi > 0):   # Jacobi: T is of D^-1 A; bound ||A|| by 2 max a_ii
+                        diag = run.A._diag if run.A._diag is not None else run.A.host_diagonal()
+                        hi = 2.0 * float(np.max(np.abs(diag)))
+                    rate = _RoundingEstimate(None, res, norm_a=hi, row_nnz=run.A.nnz / run.A.n)
+                due = rate.due(k, ynorm, new, rel) or rel <= opts.rtol
+            else:
+                due = rel <= opts.reliable_delta * max_r or rel <= opts.rtol
+            if due:
+                fold()                                           # x64 += y; y = 0
+                rr = _replace(run, eng, opts.reliable_p)         # r = b - A x64 in float64, stored float32
                 t = math.sqrt(max(rr, 0.0)) / run.bnorm
                 run.add_true(it, t)
                 rep.outer_iterations += 1
                 run.rec[-1] = t
+                if vdvye:
+                    rate.reset(t)
                 if t <= opts.rtol:
                     reason = "true residual met rtol"
                     break
@@ -637,22 +718,24 @@ def _solve_reliable(run: _Run, jacobi):
                     break
                 if t < 0.5 * best:
                     best, since_best = t, 0
-                else:
+                elif not vdvye or min_rec < 0.5 * best:          # (vdvye: only if the recurrences claimed a halving)
                     since_best += 1
                     if since_best >= opts.reliable_patience:
                         fallback_why = (f"reliable updates stagnated: {since_best} replacements without halving the "
                                         f"true residual (best {best:.3e})")
                         break
-                max_r = t
+                max_r = min_rec = t
             else:
                 max_r = max(max_r, max(new))
+                if opts.accumulate == "block":
+                    fold()
     except _Breakdown as exc:
         fallback_why = f"breakdown in the float32 recurrences: {exc}"
     rep.iterations = eng.iterations
     if rep.kappa_estimate != rep.kappa_estimate:
         rep.kappa_estimate = eng.kappa()
     if reason == "true residual met rtol":
-        low.fold(run.x64, eng.x)
+        fold()
         return run.x64, reason
     if promote_why and eng.iterations < opts.maxiter:
         eng64, t = _promote(run, eng, jacobi, promote_why)
@@ -664,7 +747,7 @@ def _solve_reliable(run: _Run, jacobi):
             reason = f"breakdown: {exc}"
         rep.iterations = eng64.iterations
         return run.x64, reason + " (float64 recurrences after promotion)"
-    low.fold(run.x64, eng.x)
+    fold()
     if fallback_why and eng.iterations < opts.maxiter:
         return run.x64, _fallback_fp64(run, jacobi, fallback_why)
     return run.x64, fallback_why or reason

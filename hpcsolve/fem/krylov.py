@@ -47,6 +47,24 @@ class KrylovOptions:
     # cg-reliable
     reliable_delta: float = 0.1    # replace the residual when it has fallen by this factor since the last update
     reliable_patience: int = 8     # replacements without halving the best true residual -> fall back to fp64 CG
+    reliable_criterion: str = "vdvye"  # "vdvye" (rounding estimate, van der Vorst & Ye) | "delta" (QUDA: r fell by reliable_delta)
+    reliable_p: str = "reorth"     # p at a replacement: "reorth" | "correct" | "keep" | "rebeta" (docs/fem_gpu.md)
+    accumulate: str = "replace"    # fold the float32 partial solution into x64: "replace" | "block" (every check)
+
+    CHOICES = {"reliable_criterion": ("delta", "vdvye"), "reliable_p": ("reorth", "correct", "keep", "rebeta"),
+               "accumulate": ("replace", "block")}
+
+    def __post_init__(self):
+        _check_choices(self, self.CHOICES)
+
+
+def _check_choices(opts, choices: dict) -> None:
+    from hpcsolve.errors import CaseError
+
+    for name, allowed in choices.items():
+        value = getattr(opts, name)
+        if value not in allowed:
+            raise CaseError.invalid(name, value, ", ".join(allowed))
 
 
 class _Breakdown(Exception):
@@ -107,15 +125,36 @@ class _CGCore:
         self.rz = self._rz_new
         self._pending["beta"].append(beta)
 
-    def replaced(self, r, rr):
-        """r now holds a substituted (true) residual with r.r = rr: keep p, make it orthogonal to r."""
+    def replaced(self, r, rr, mode: str = "reorth"):
+        """r now holds a substituted (true) residual with r.r = rr; the next ``direction`` forms p from it.
+
+        mode "reorth" (QUDA): p made orthogonal to r, beta from the new r; "rebeta": beta from the new r;
+        "correct": beta of the recursive r (p = M^-1 r_true + beta_rec p, as device_cg's block-end kernel);
+        "keep": call ``direction`` with the recursive r before substituting it (``keep_direction``)."""
         ops = self.ops
-        rr_h = ops.to_float(rr)
-        if rr_h > 0:
-            ops.axpy(-ops.to_float(ops.dot(r, self.p)) / rr_h, r, self.p)
-        self._rz_new = ops.precondition(self.dinv, r, self.z) if self.dinv is not None else rr
+        if mode == "reorth":
+            rr_h = ops.to_float(rr)
+            if rr_h > 0:
+                ops.axpy(-ops.to_float(ops.dot(r, self.p)) / rr_h, r, self.p)
+        if self.dinv is not None:
+            rz = ops.precondition(self.dinv, r, self.z)
+        else:
+            rz = rr
+        if mode != "correct":
+            self._rz_new = rz
         if self._pending["rr"]:
             self._pending["rr"][-1] = rr
+
+    def keep_direction(self, r):
+        """reliable_p = "keep": p from the recursive r now; returns a function to call after r is replaced."""
+        self.direction(r)
+
+        def after(r_true, rr):
+            ops = self.ops
+            self.rz = ops.precondition(self.dinv, r_true, self.z) if self.dinv is not None else rr
+            if self._pending["rr"]:
+                self._pending["rr"][-1] = rr
+        return after
 
     def flush(self) -> None:
         """Bring the pending device scalars to the host (one sync) and check for breakdown."""
@@ -149,13 +188,22 @@ class _CGCore:
 
 def lanczos_kappa(alpha, beta) -> float:
     """Condition number estimate of the (preconditioned) matrix from CG's alpha/beta (Lanczos T)."""
+    lo, hi = lanczos_extremes(alpha, beta)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return float("nan")
+    return float(hi / lo) if lo > 0 else float("inf")
+
+
+def lanczos_extremes(alpha, beta) -> tuple[float, float]:
+    """Smallest and largest Ritz values of the Lanczos T built from CG's alpha/beta (nan if unusable)."""
+    nan = (float("nan"), float("nan"))
     a = np.asarray(alpha, dtype=np.float64)
     m = len(a)
     if m < 2:
-        return float("nan")
+        return nan
     b = np.asarray(beta, dtype=np.float64)[: m - 1]
     if len(b) < m - 1 or np.any(~np.isfinite(a)) or np.any(a <= 0) or np.any(b < 0):
-        return float("nan")
+        return nan
     diag = 1.0 / a
     diag[1:] += b / a[:-1]
     off = np.sqrt(b) / a[:-1]
@@ -165,8 +213,8 @@ def lanczos_kappa(alpha, beta) -> float:
         lo = eigvalsh_tridiagonal(diag, off, select="i", select_range=(0, 0))[0]
         hi = eigvalsh_tridiagonal(diag, off, select="i", select_range=(m - 1, m - 1))[0]
     except Exception:  # LAPACK failure on a pathological T
-        return float("nan")
-    return float(hi / lo) if lo > 0 else float("inf")
+        return nan
+    return float(lo), float(hi)
 
 
 class _History:
@@ -364,26 +412,41 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
     core = _CGCore(ops32, dinv)
     core.begin(r)
     max_r = res                            # largest recursive residual since the last update (QUDA's maxrr)
+    min_rec = res                          # smallest recursive residual since the last update
     best, since_best = res, 0
     next_true = opts.true_every if opts.true_every > 0 else None
     reason = "maxiter reached"
     fallback_why = ""
+    vdvye = opts.reliable_criterion == "vdvye"
+    if vdvye:
+        rate = _RoundingEstimate(o64, res)
+    last_check = 0
     try:
         while core.iterations < opts.maxiter:
             core.step(y, r)
             it = core.iterations
+            skip_direction = False
             if it % opts.check_every == 0 or it == opts.maxiter:
                 core.flush()
                 new = [math.sqrt(max(v, 0.0)) / prob.bnorm for v in core.rr[len(hist.recursive) - 1:]]
                 hist.recursive.extend(new)
                 rel = hist.recursive[-1]
-                if rel <= opts.reliable_delta * max_r or rel <= opts.rtol:
+                min_rec = min([min_rec, *new])
+                if vdvye:
+                    ynorm = math.sqrt(max(ops32.to_float(ops32.dot(y, y)), 0.0)) / prob.bnorm
+                    due = rate.due(it - last_check, ynorm, new, rel) or rel <= opts.rtol
+                else:
+                    due = rel <= opts.reliable_delta * max_r or rel <= opts.rtol
+                last_check = it
+                if due:
                     o64.axpy(1.0, y, x64)
                     ops32.zero(y)
                     rr64 = o64.residual(prob.b, x64, prob.r64)
                     t = math.sqrt(max(o64.to_float(rr64), 0.0)) / prob.bnorm
                     hist.add_true(it, t)
                     report.outer_iterations += 1
+                    if vdvye:
+                        rate.reset(t)
                     if t <= opts.rtol:
                         reason = "true residual met rtol"
                         break
@@ -392,18 +455,27 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
                         break
                     if t < 0.5 * best:
                         best, since_best = t, 0
-                    else:
+                    elif not vdvye or min_rec < 0.5 * best:      # (vdvye: only if the recurrences claimed a halving)
                         since_best += 1
                         if since_best >= opts.reliable_patience:
                             fallback_why = (f"reliable updates stagnated: {since_best} replacements without halving the "
                                             f"true residual (best {best:.3e})")
                             break
-                    ops32.copy(prob.r64, r)
-                    core.replaced(r, ops32.dot(r, r))
+                    if opts.reliable_p == "keep":
+                        after = core.keep_direction(r)
+                        ops32.copy(prob.r64, r)
+                        after(r, ops32.dot(r, r))
+                        skip_direction = True
+                    else:
+                        ops32.copy(prob.r64, r)
+                        core.replaced(r, ops32.dot(r, r), opts.reliable_p)
                     hist.recursive[-1] = t
-                    max_r = t
+                    max_r = min_rec = t
                 else:
                     max_r = max(max_r, max(new) if new else rel)
+                    if opts.accumulate == "block":
+                        o64.axpy(1.0, y, x64)
+                        ops32.zero(y)
                 if next_true is not None and it >= next_true:
                     if report.outer_iterations == 0 or hist.true_its[-1] != it:
                         x_now = o64.vector()
@@ -411,7 +483,8 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
                         o64.axpy(1.0, y, x_now)
                         hist.add_true(it, prob.true_residual(x_now))
                     next_true += opts.true_every
-            core.direction(r)
+            if not skip_direction:
+                core.direction(r)
     except _Breakdown as exc:
         if exc.kind == "indefinite":
             reason = f"breakdown: {exc}"
@@ -426,3 +499,36 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
     if fallback_why:
         reason = fallback_why
     return x64, hist, reason
+
+
+U32 = 2.0 ** -24
+
+
+class _RoundingEstimate:
+    """van der Vorst & Ye (2000) residual-replacement test, with their group update (x64 += y).
+
+    d accumulates an estimate of the rounding error of the float32 recurrences since the last
+    replacement, relative to ||b||: d += u32 (k N ||A|| ||y|| + sum_j ||r_j||) over the k iterations
+    since the last check (N = mean nonzeros per row, ||A|| <= 2 max |a_ii| for a diagonally dominant
+    matrix, ||y|| at the check). A replacement is due when d > sqrt(u32) ||r|| and d > 1.1 d_init
+    (d_init = u32 ||r|| after the last replacement): the residual gap may then be sqrt(u32) of ||r||.
+    Used by krylov (at checks) and device_cg (at block ends) alike."""
+
+    def __init__(self, ops64, res0: float, norm_a: float | None = None, row_nnz: float | None = None):
+        if norm_a is None or row_nnz is None:
+            A = getattr(ops64, "A", None)
+            if A is not None and hasattr(A, "nnz"):
+                row_nnz = A.nnz / (A.shape[0] if hasattr(A, "shape") else A.n)
+            else:
+                row_nnz = 5.0
+            dinv = ops64.to_host(ops64.inverse_diagonal())
+            norm_a = 2.0 / float(np.min(np.abs(dinv)))
+        self.norm_a, self.row_nnz = float(norm_a), float(row_nnz)
+        self.reset(res0)
+
+    def reset(self, res: float):
+        self.d = self.d_init = U32 * res
+
+    def due(self, k: int, ynorm: float, recent, rel: float) -> bool:
+        self.d += U32 * (k * self.row_nnz * self.norm_a * ynorm + float(sum(recent)))
+        return self.d > math.sqrt(U32) * rel and self.d > 1.1 * self.d_init

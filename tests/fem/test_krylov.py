@@ -120,7 +120,8 @@ def test_ir_falls_back_to_fp64_and_says_so(poisson128):
 def test_reliable_falls_back_to_fp64_and_says_so(poisson128):
     # replacements every 10% drop that must halve the true residual each time: forces the stagnation rule
     A, b = poisson128
-    x, rep = solve(A, b, precision="mixed", method="cg-reliable", rtol=RTOL, reliable_delta=0.9, reliable_patience=1)
+    x, rep = solve(A, b, precision="mixed", method="cg-reliable", rtol=RTOL, reliable_criterion="delta",
+                   reliable_delta=0.9, reliable_patience=1)
     assert rep.fallback.startswith("fell back to float64 CG: reliable updates stagnated")
     assert rep.converged and rep.true_residual <= RTOL
     assert rep.true_residual == pytest.approx(np.linalg.norm(b - A @ x) / np.linalg.norm(b), rel=1e-6)

@@ -1,0 +1,196 @@
+"""The low-level ops of ``device_cg`` (the interface ``CupyOps`` / ``NumbaOps`` implement) in NumPy/SciPy.
+
+With it, ``device_cg.solve_fused`` (fused CG, block-end decisions, reliable updates, promotion,
+restarted refinement) runs on the CPU and takes the same decisions as on a GPU: iteration counts do
+not depend on the hardware, so the mixed-precision strategies can be studied here
+(``solve_fused(A, b, ...)`` below; docs/fem_gpu.md has the measured ratios).
+
+Arithmetic follows the GPU kernels: vector work in the working dtype T (float32 really computes in
+float32: SciPy's csr_matvec is templated on the data type), coefficients computed in float64 from
+the scalar slots and cast to T, dot products as products in T summed in float64 (the GPU sums a few
+products per thread in T, then in float64 across threads; the summation order differs, the
+precision does not). "Device" arrays are NumPy arrays; there are no graphs (``capture`` returns None).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from hpcsolve.fem import device_cg
+
+F64 = np.dtype(np.float64)
+
+
+def _coef(ws, inum, iden, c):
+    """c * ws[inum] / ws[iden] as the kernels compute it (float64; x / 0 -> 0)."""
+    if inum < 0:
+        return float(c)
+    if iden < 0:
+        return float(c) * float(ws[inum])
+    d = float(ws[iden])
+    return float(c) * float(ws[inum]) / d if d != 0.0 else 0.0
+
+
+def _sum64(a):
+    return float(np.add.reduce(a, dtype=np.float64))
+
+
+class NumpyLowOps(device_cg.DeviceOps):
+    """The fused kernels of kernels_cupy/kernels_numba as NumPy operations (CPU, no graphs)."""
+
+    name = "numpy"
+    supports_graphs = False
+    graphs = False
+
+    def __init__(self):
+        self._mats = {}
+
+    # ---- arrays
+    def to_device(self, a):
+        return np.array(a, copy=True)
+
+    def to_host(self, a):
+        return np.array(a, copy=True)
+
+    def zeros(self, n, dtype):
+        return np.zeros(n, dtype=dtype)
+
+    def astype(self, a, dtype):
+        return a.astype(dtype)
+
+    def scale_copy(self, src, dst, scale=1.0):
+        wide = src.dtype if src.dtype.itemsize >= dst.dtype.itemsize else dst.dtype
+        if scale == 1.0:
+            dst[:] = src
+        else:
+            dst[:] = src.astype(wide, copy=False) * wide.type(scale)
+
+    def fill_zero(self, a):
+        a.fill(0)
+
+    def zero_range(self, a, start, count):
+        a[start:start + count] = 0
+
+    def sync(self):
+        pass
+
+    def _mat(self, A, dtype):
+        vals = A.vals[np.dtype(dtype)]
+        key = id(vals)
+        hit = self._mats.get(key)
+        if hit is None or hit[0] is not vals:
+            M = sp.csr_matrix((vals, A.indices, A.indptr), shape=(A.n, A.n))
+            hit = self._mats[key] = (vals, M)
+        return hit[1]
+
+    # ---- kernels (names, arguments and slot conventions as in kernels_cupy)
+    def spmv_dot(self, A, p, q, ws, i_pq):
+        q[:] = self._mat(A, p.dtype) @ p
+        if i_pq >= 0:
+            ws[i_pq] += _sum64(p * q)
+
+    def residual(self, A, x, b, r_out, dinv, ws, i_rz, i_rr):
+        ri = b - self._mat(A, x.dtype) @ x           # computed in x's precision, stored as r_out's
+        r_out[:] = ri
+        rr = ri * ri
+        ws[i_rr] += _sum64(rr)
+        if dinv is not None:
+            ws[i_rz] += _sum64(rr * dinv)
+
+    def replace_residual(self, A, x64, b64, r, p, dinv64, ws, i_rz, i_rr):
+        ri = b64 - self._mat(A, F64) @ x64
+        d = ri - r.astype(F64)
+        r[:] = ri
+        p[:] = p.astype(F64) + (dinv64 * d if dinv64 is not None else d)
+        rr = ri * ri
+        ws[i_rr] += _sum64(rr)
+        if dinv64 is not None:
+            ws[i_rz] += _sum64(rr * dinv64)
+
+    def dot(self, x, y, ws, i):
+        ws[i] += _sum64(x * y)
+
+    def axpy(self, coef, x, y, ws):
+        a = y.dtype.type(_coef(ws, *coef))
+        y += a * x.astype(y.dtype, copy=False)
+
+    def precondition(self, dinv, r, z, ws, i_rz):
+        np.multiply(dinv, r, out=z)
+        ws[i_rz] += _sum64(r * z)
+
+    def precondition_init(self, r, p, dinv, ws, i_rz, i_rr):
+        if dinv is not None:
+            np.multiply(dinv, r, out=p)
+            ws[i_rz] += _sum64(r * p)
+        else:
+            p[:] = r
+        ws[i_rr] += _sum64(r * r)
+
+    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
+        T = r.dtype.type
+        alpha = T(_coef(ws, *coef))
+        x += alpha * p
+        r -= alpha * q
+        ws[i_rr] += _sum64(r * r)
+        if dinv is not None:
+            np.multiply(dinv, r, out=z)
+            ws[i_rz] += _sum64(r * z)
+
+    def update_p(self, p, z, coef, ws):
+        beta = p.dtype.type(_coef(ws, *coef))
+        p *= beta
+        p += z
+
+    def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        alpha = r.dtype.type(_coef(ws, i_rho, i_pq, 1.0))
+        r -= alpha * q
+        rr = r * r
+        ws[i_rr] += _sum64(rr)
+        if dinv is not None:
+            ws[i_rz] += _sum64(rr * dinv)
+
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+        T = p.dtype.type
+        alpha = T(_coef(ws, i_rho, i_pq, 1.0))
+        beta = T(_coef(ws, i_rho1, i_rho, 1.0))
+        x += alpha * p
+        p *= beta
+        p += dinv * r if dinv is not None else r
+
+    def fold(self, x64, y):
+        x64 += y
+        y.fill(0)
+
+    def block_start(self, ws, i_rho, i_pq, i_rr, K):
+        ws[i_rho + 1:i_rho + 1 + K] = 0.0
+        ws[i_pq:i_pq + K] = 0.0
+        ws[i_rr + 1:i_rr + 1 + K] = 0.0
+
+    def block_end(self, ws, i_rho, i_rr, k):
+        ws[i_rho] = ws[i_rho + k]
+        ws[i_rr] = ws[i_rr + k]
+
+    def timer(self):
+        return device_cg.EventTimer(lambda: [0.0], lambda e: e.__setitem__(0, time.perf_counter()),
+                                    lambda a, b: b[0] - a[0], lambda e: None)
+
+
+@functools.lru_cache(maxsize=1)
+def get_ops() -> NumpyLowOps:
+    return NumpyLowOps()
+
+
+def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
+    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
+
+
+def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, **options):
+    """``device_cg.solve_fused`` on the CPU (same algorithm and decisions as on the GPU, no graphs)."""
+    options.pop("graphs", None)
+    dA = A if isinstance(A, device_cg.DeviceCSR) else upload(A)
+    return device_cg.solve_fused(get_ops(), dA, b, precision=precision, method=method, rtol=rtol, maxiter=maxiter,
+                                 x0=x0, **options)
