@@ -168,20 +168,34 @@ def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
     return coef
 
 
+def neumann_edges(mesh: Mesh, bc, i: int) -> np.ndarray:
+    """The boundary edges of ``boundary.neumann[i]``; a selection of none is a CaseError."""
+    edges = select_edges(mesh, bc.where, f"boundary.neumann[{i}]")
+    if edges.size == 0:
+        raise CaseError.invalid(f"boundary.neumann[{i}].where", bc.where.model_dump(exclude_none=True),
+                                f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
+                                why="selects no boundary edge")
+    return edges
+
+
+def dirichlet_nodes(mesh: Mesh, bc, i: int) -> np.ndarray:
+    """The boundary nodes of ``boundary.dirichlet[i]``; a selection of none is a CaseError."""
+    nodes = select_boundary_nodes(mesh, bc.where, f"boundary.dirichlet[{i}]")
+    if nodes.size == 0:
+        raise CaseError.invalid(f"boundary.dirichlet[{i}].where", bc.where.model_dump(exclude_none=True),
+                                f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
+                                why="selects no boundary node")
+    return nodes
+
+
 def check_selections(case, mesh: Mesh) -> None:
     """Every boundary condition and region selects something on this mesh (raises CaseError otherwise);
     cheap, no assembly: what `hpcsolve validate` checks."""
     coefficient_per_cell(case, mesh)
     for i, bc in enumerate(case.boundary.neumann):
-        if select_edges(mesh, bc.where, f"boundary.neumann[{i}]").size == 0:
-            raise CaseError.invalid(f"boundary.neumann[{i}].where", bc.where.model_dump(exclude_none=True),
-                                    f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
-                                    why="selects no boundary edge")
+        neumann_edges(mesh, bc, i)
     for i, bc in enumerate(case.boundary.dirichlet):
-        if select_boundary_nodes(mesh, bc.where, f"boundary.dirichlet[{i}]").size == 0:
-            raise CaseError.invalid(f"boundary.dirichlet[{i}].where", bc.where.model_dump(exclude_none=True),
-                                    f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
-                                    why="selects no boundary node")
+        dirichlet_nodes(mesh, bc, i)
 
 
 def build(case, mesh: Mesh | None = None) -> Discrete:
@@ -212,12 +226,7 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     t2 = time.perf_counter()
 
     for i, bc in enumerate(case.boundary.neumann):
-        field = f"boundary.neumann[{i}]"
-        edges = select_edges(mesh, bc.where, field)
-        if edges.size == 0:
-            raise CaseError.invalid(f"{field}.where", bc.where.model_dump(exclude_none=True),
-                                    f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
-                                    why="selects no boundary edge")
+        edges = neumann_edges(mesh, bc, i)
         if bc.flux is not None:
             b += assembly.edge_load(mesh, edges, bc.flux)
         elif bc.traction is not None:
@@ -229,12 +238,7 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     fixed_arr = np.zeros(0, dtype=np.int64)
     vals_arr = np.zeros(0)
     for i, bc in enumerate(case.boundary.dirichlet):
-        field = f"boundary.dirichlet[{i}]"
-        nodes = select_boundary_nodes(mesh, bc.where, field)
-        if nodes.size == 0:
-            raise CaseError.invalid(f"{field}.where", bc.where.model_dump(exclude_none=True),
-                                    f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
-                                    why="selects no boundary node")
+        nodes = dirichlet_nodes(mesh, bc, i)
         if p.kind == "poisson":
             dofs, vals = [nodes], [np.full(nodes.size, bc.value)]
         else:
