@@ -246,11 +246,12 @@ class Prepass:
             blocks = math.ceil(self.n / 256)
             self._gather = gather[blocks, 256, self.stream]
             self._scatter = scatter[blocks, 256, self.stream]
-        elif backend in ("numpy", "cupy"):
-            xp = np
-            if backend == "cupy":
-                import cupy as xp
-            self.arrays = links.device_arrays(ct, xp)
+        elif backend == "cupy":
+            from hpcsolve.lbm.kernels_cupy import CupyBouzidi
+
+            self._device = CupyBouzidi(links, policy)
+        elif backend == "numpy":
+            self.arrays = links.device_arrays(ct, np)
         else:
             raise ValueError(f"no Bouzidi pre-pass for backend {backend!r}")
 
@@ -260,6 +261,8 @@ class Prepass:
             n = np.int64(self.n)
             self._gather(A.reshape(-1) if A.ndim > 1 else A, slot, partner, a, b, self.values, n)
             self._scatter(A.reshape(-1) if A.ndim > 1 else A, slot, self.values, n)
+        elif self.backend == "cupy":
+            self._device(A)
         else:
             prepass(A, *self.arrays, self.policy)
 

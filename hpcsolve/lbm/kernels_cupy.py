@@ -56,6 +56,15 @@ BLOCK_X = 256
 #: (2x 53,872; 4x 52,949); fp16s 1x128 79,156 (1x256 77,507; 2x128 70,713; 4x128 65,467). More cells
 #: per thread raises registers (32 -> 48 -> 64) and lowers occupancy more than it adds bytes in flight.
 LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
+#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair). H200, cavity 8192^2,
+#: copy 4,110 GB/s: 64 threads 93,021 MLUPS (84%); 128: 87,950; 256: 85,778; 128 with 40 registers:
+#: 86,589; the per-cell kernel (1 x 128): 78,969 (71%). 55 registers (BGK), 56 (TRT).
+LAUNCH_PAIRS = (2, 64)
+
+
+def pair_kernel_applies(policy, nx: int) -> bool:
+    """The two-cells-per-thread __half2 kernel serves 16-bit storage on grids with an even nx."""
+    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,12 +279,21 @@ __device__ __forceinline__ void pull_cell(const store_t* __restrict__ A, const u
   }}
 }}
 
+// {collision.upper()} collision of one cell: post-collision populations out[0..8] from h[0..8].
+__device__ __forceinline__ void collide_values(const real_t* hh, real_t* out, const real_t omega_plus,
+                                               const real_t omega_minus) {{
+  {' '.join(f'const real_t h{i} = hh[{i}];' for i in range(Q))}
+  {nl.join(col_lines)}
+  {nl.join(f'out[{i}] = {col_out[i]};' for i in range(Q))}
+}}
+
 // {collision.upper()} collision of h[0..8] and the store of the 9 post-collision populations of one cell.
 __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restrict__ B, const long long N,
     const long long cell, const real_t omega_plus, const real_t omega_minus) {{
-  {' '.join(f'const real_t h{i} = hh[{i}];' for i in range(Q))}
-  {nl.join(col_lines)}
-  {nl.join(f'B[{i} * N + cell] = store_pop({col_out[i]});' for i in range(Q))}
+  real_t o[{Q}];
+  collide_values(hh, o, omega_plus, omega_minus);
+#pragma unroll
+  for (int i = 0; i < {Q}; ++i) B[i * N + cell] = store_pop(o[i]);
 }}
 
 // One fused LBM step (pull + boundaries + {collision.upper()} + store); see the module docstring.
@@ -311,6 +329,7 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
   }}
 }}
 
+{_pair_kernel_c(block_x, scale, suffix) if store_t == "__half" else ""}
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
 extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
                                        real_t* __restrict__ out, const long long N) {{
@@ -330,6 +349,151 @@ extern "C" __global__ void lbm_gather(const store_t* __restrict__ A, const long 
 }}
 """
     return src
+
+
+def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
+    """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
+    cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
+    source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
+    (``__floats2half2_rn``, the same round-to-nearest as ``store_pop``). A population pulled from
+    x - 1 (c_x = +1) or x + 2 (c_x = -1) is the other half of the neighbouring thread's word, passed
+    by a warp shuffle; the first / last lane of a warp (and the pair at the periodic wrap, pair
+    index modulo nx / 2) loads that half itself. So DRAM sees each 4-byte word once. Every lane
+    executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
+    (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell`` + ``collide_store``)
+    as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
+    Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
+    inv = "" if scale == 1.0 else f" * {repr(1.0 / scale)}{suffix}"
+    sc = "" if scale == 1.0 else f" * {repr(float(scale))}{suffix}"
+    loads = []
+    for i in range(Q):
+        prow = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]
+        base = f"A2 + {i} * NP + {prow}"
+        loads.append(f"const float2 u{i} = __half22float2(({base})[px]);")
+        if CX[i] == 0:
+            loads.append(f"ha[{i}] = u{i}.x{inv}; hb[{i}] = u{i}.y{inv};")
+        elif CX[i] == 1:       # source (x - 1, x): the high half of the previous lane's word, our low half
+            loads.append(f"{{ const float up = __shfl_up_sync(0xffffffffu, u{i}.y, 1);"
+                         f" ha[{i}] = (lane == 0 ? __high2float(({base})[pm]) : up){inv}; hb[{i}] = u{i}.x{inv}; }}")
+        else:                  # source (x + 1, x + 2): our high half, the low half of the next lane's word
+            loads.append(f"{{ const float dn = __shfl_down_sync(0xffffffffu, u{i}.x, 1);"
+                         f" ha[{i}] = u{i}.y{inv}; hb[{i}] = (last ? __low2float(({base})[pp]) : dn){inv}; }}")
+    nl = "\n    "
+    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn(oa[{i}]{sc}, ob[{i}]{sc});"
+                           for i in range(Q))
+    return f"""
+// 16-bit storage, nx even: two adjacent cells per thread with __half2 loads and stores (see
+// kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
+extern "C" __global__ void __launch_bounds__({block_x})
+lbm_step_pair(const __half* __restrict__ A, __half* __restrict__ B, const unsigned char* __restrict__ flags,
+              const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
+              const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+  const int npairs = nx >> 1;
+  const int p_raw = blockIdx.x * {block_x} + threadIdx.x;
+  const bool active = p_raw < npairs;
+  const int px = active ? p_raw : npairs - 1;        // inactive lanes still join the shuffles
+  const int lane = threadIdx.x & 31;
+  const bool last = (lane == 31) || (px == npairs - 1);
+  const int y = blockIdx.y;
+  const int x = 2 * px;
+  const long long N = (long long)nx * ny;
+  const long long NP = N >> 1;
+  const long long row = (long long)y * nx;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  const long long prow = row >> 1, prowm = rowm >> 1, prowp = rowp >> 1;
+  const int pm = (px == 0) ? npairs - 1 : px - 1;
+  const int pp = (px == npairs - 1) ? 0 : px + 1;
+  const __half2* __restrict__ A2 = reinterpret_cast<const __half2*>(A);
+  real_t ha[{Q}], hb[{Q}];
+  {nl.join(loads)}
+  if (!active) return;
+  const uchar2 fl = *reinterpret_cast<const uchar2*>(flags + row + x);
+  if (fl.x == {FLUID} && fl.y == {FLUID}) {{
+    __half2* __restrict__ B2 = reinterpret_cast<__half2*>(B);
+    real_t oa[{Q}], ob[{Q}];
+    collide_values(ha, oa, omega_plus, omega_minus);
+    collide_values(hb, ob, omega_plus, omega_minus);
+    {stores}
+  }} else {{
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {{
+      const int code = k ? fl.y : fl.x;
+      if ((code & 0x7f) == {FLUID}) {{
+        real_t h[{Q}];
+        pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + k, row, rowm, rowp, code, h);
+        collide_store(h, B, N, row + x + k, omega_plus, omega_minus);
+      }}
+    }}
+  }}
+}}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def bouzidi_source(storage: str, compute: str, scale: float) -> str:
+    """CUDA C of the interpolated bounce-back pre-pass (``bouzidi.prepass``) for one policy: a gather
+    kernel (link value = ``physics.interpolated_bounce_back`` of the two stored populations, traced
+    like the step kernel) into V and a scatter kernel V -> the links' slots. Two launches per step
+    instead of the ~15 array operations of the NumPy-style pre-pass (whose launch overhead, not its
+    bytes, dominated small grids: 180 us per step on the 2D-1 cylinder at D = 80, H200)."""
+    from types import SimpleNamespace
+
+    pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
+    _, ct, real_t, suffix, store_t = _types(pol)
+    P = physics.physics_for(ct)
+    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), real_t, suffix,
+                        {"hn": "hn", "hf": "hf", "a": "ak", "b": "bk"}, "ib_")
+    header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
+    nl = "\n    "
+    return f"""{header}
+typedef {real_t} real_t;
+typedef {store_t} store_t;
+{_load_store_c(store_t, real_t, scale, suffix)}
+extern "C" __global__ void bouzidi_gather(const store_t* __restrict__ A, const long long* __restrict__ slot,
+    const long long* __restrict__ partner, const real_t* __restrict__ a, const real_t* __restrict__ b,
+    store_t* __restrict__ V, const long long n) {{
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) {{
+    const real_t hn = load_pop(A[slot[k]]);
+    const real_t hf = load_pop(A[partner[k]]);
+    const real_t ak = a[k];
+    const real_t bk = b[k];
+    {nl.join(lines)}
+    V[k] = store_pop({out[0]});
+  }}
+}}
+
+extern "C" __global__ void bouzidi_scatter(store_t* __restrict__ A, const long long* __restrict__ slot,
+                                           const store_t* __restrict__ V, const long long n) {{
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) A[slot[k]] = V[k];
+}}
+"""
+
+
+class CupyBouzidi:
+    """The pre-pass on the device with two RawKernels (gather into V, then scatter: every link value
+    is read before any slot is written, as ``bouzidi.prepass`` requires)."""
+
+    def __init__(self, links, policy):
+        import cupy
+
+        ct = np.dtype(policy.compute)
+        self.n = len(links)
+        self.arrays = links.device_arrays(ct, cupy)
+        self.values = cupy.empty(self.n, dtype=policy.storage)
+        module = cupy.RawModule(code=bouzidi_source(np.dtype(policy.storage).str, ct.str,
+                                                    float(policy.population_scale)), options=("--std=c++17",))
+        self._gather = module.get_function("bouzidi_gather")
+        self._scatter = module.get_function("bouzidi_scatter")
+        self.grid = ((self.n + 255) // 256,)
+
+    def __call__(self, A) -> None:
+        slot, partner, a, b = self.arrays
+        n = np.int64(self.n)
+        self._gather(self.grid, (256,), (A, slot, partner, a, b, self.values, n))
+        self._scatter(self.grid, (256,), (A, slot, self.values, n))
 
 
 def device_flags(flags: np.ndarray) -> np.ndarray:
@@ -433,23 +597,29 @@ def bytes_per_cell(policy) -> tuple[int, int]:
 class CupyStepper(Stepper):
     backend = "cupy"
 
-    def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None):
+    def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
+                 pairs: bool | None = None, max_registers: int | None = None):
         import cupy
 
         super().__init__(setup)
         self.cp = cupy
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
-        cpt0, bx0 = LAUNCH[pol.storage_bytes]
+        ny, nx = setup.shape
+        # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
+        self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
+        cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
         self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
+        if self.pairs:
+            self.cells_per_thread = 2
         src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
-                            self.cells_per_thread, self.block_x)
+                            1 if self.pairs else self.cells_per_thread, self.block_x)
         self.source = src
-        module = cupy.RawModule(code=src, options=("--std=c++17",))
-        self._k_step = module.get_function("lbm_step")
+        opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
+        module = cupy.RawModule(code=src, options=opts)
+        self._k_step = module.get_function("lbm_step_pair" if self.pairs else "lbm_step")
         self._k_moments = module.get_function("lbm_moments")
         self._k_gather = module.get_function("lbm_gather")
-        ny, nx = setup.shape
         self.nx, self.ny = nx, ny
         self.flags = cupy.asarray(device_flags(setup.flags))
         cells, uw = velocity_table(setup, ct)
@@ -460,7 +630,7 @@ class CupyStepper(Stepper):
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
         per_block = self.block_x * self.cells_per_thread
-        self.grid = ((nx + per_block - 1) // per_block, ny)
+        self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}

@@ -26,8 +26,8 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, bytes_per_cell,
-                                       device_flags, force_links, velocity_table)
+from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, bytes_per_cell, device_flags,
+                                       force_links, pair_kernel_applies, velocity_table)
 from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
 
 
@@ -82,6 +82,155 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
         for i in range(Q):
             a(f"        B[{i} * N + row + x{k}] = p[{i}]" + (" * SCALE" if scaled else ""))
     return "\n".join(L) + "\n"
+
+
+def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: str) -> str:
+    """Python source of ``lbm_step_pair`` (16-bit storage, nx even), the algorithm of
+    ``kernels_cupy._pair_kernel_c``: two adjacent cells (x, x + 1) per thread, one aligned 4-byte
+    word (an int32 view of the float16 buffer: g[x], g[x + 1]) loaded per population, one packed
+    word stored. The half pulled from x - 1 or x + 2 (c_x = +-1) is the neighbouring thread's word,
+    exchanged by warp shuffles (``exchange="shfl"``, GPU only) or through shared memory and one
+    barrier (``"smem"``, also under the simulator, which has no shuffles); the thread at the edge of
+    the warp / block, and the pair at the periodic wrap (pair index modulo nx / 2), loads it itself.
+    ``half_lo`` / ``half_hi`` widen the low / high float16 of a word to float32 and ``pack_halves``
+    rounds two float32 to float16 (nearest even) and packs them (LLVM bitcast/fpext/fptrunc
+    intrinsics on the GPU, NumPy views under the simulator)."""
+    Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
+    inv = " * INV_SCALE" if scaled else ""
+    sc = " * SCALE" if scaled else ""
+    shifted = [i for i in range(Q) if CX[i] != 0]
+    L = []
+    a = L.append
+    a("def lbm_step_pair(A, B, A32, B32, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
+    a("    npairs = nx >> 1")
+    a("    tid = cuda.threadIdx.x")
+    a(f"    p_raw = cuda.blockIdx.x * {block_x} + tid")
+    a("    active = p_raw < npairs")
+    a("    px = p_raw if active else npairs - 1")
+    if exchange == "shfl":
+        a("    edge_lo = (tid & 31) == 0")
+        a("    edge_hi = (tid & 31) == 31 or px == npairs - 1")
+    else:
+        a(f"    xch = cuda.shared.array(({len(shifted)}, {block_x}), int32)")
+        a("    edge_lo = tid == 0")
+        a(f"    edge_hi = tid == {block_x - 1} or px == npairs - 1")
+    a("    y = cuda.blockIdx.y")
+    a("    x = 2 * px")
+    a("    N = nx * ny")
+    a("    NP = N >> 1")
+    a("    row = y * nx")
+    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
+    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
+    a("    prow = row >> 1")
+    a("    prowm = rowm >> 1")
+    a("    prowp = rowp >> 1")
+    a("    pm = npairs - 1 if px == 0 else px - 1")
+    a("    pp = 0 if px == npairs - 1 else px + 1")
+    base = {i: f"{i} * NP + " + {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]] for i in range(Q)}
+    for i in range(Q):
+        a(f"    u{i} = A32[{base[i]} + px]")
+    if exchange == "smem":
+        for j, i in enumerate(shifted):
+            a(f"    xch[{j}, tid] = u{i}")
+        a("    cuda.syncthreads()")
+    for j, i in enumerate(shifted):
+        # every lane executes the shuffle (outside the conditional: all 32 lanes must take part)
+        if CX[i] == 1:     # source (x - 1, x): the high half of the previous thread's word
+            if exchange == "shfl":
+                a(f"    s{i} = cuda.shfl_up_sync(-1, u{i}, 1)")
+            nb = f"s{i}" if exchange == "shfl" else f"xch[{j}, tid - 1]"
+            a(f"    n{i} = A32[{base[i]} + pm] if edge_lo else {nb}")
+        else:              # source (x + 1, x + 2): the low half of the next thread's word
+            if exchange == "shfl":
+                a(f"    s{i} = cuda.shfl_down_sync(-1, u{i}, 1)")
+            nb = f"s{i}" if exchange == "shfl" else f"xch[{j}, tid + 1]"
+            a(f"    n{i} = A32[{base[i]} + pp] if edge_hi else {nb}")
+    a("    if not active:")
+    a("        return")
+    a("    c0 = flags[row + x]")
+    a("    c1 = flags[row + x + 1]")
+    a(f"    if c0 == {FLUID} and c1 == {FLUID}:")
+    ha, hb = [], []
+    for i in range(Q):
+        if CX[i] == 0:
+            ha.append(f"half_lo(u{i}){inv}"), hb.append(f"half_hi(u{i}){inv}")
+        elif CX[i] == 1:
+            ha.append(f"half_hi(n{i}){inv}"), hb.append(f"half_lo(u{i}){inv}")
+        else:
+            ha.append(f"half_hi(u{i}){inv}"), hb.append(f"half_lo(n{i}){inv}")
+    col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
+    a(f"        pa = {col.format('(' + ', '.join(ha) + ')')}")
+    a(f"        pb = {col.format('(' + ', '.join(hb) + ')')}")
+    for i in range(Q):
+        a(f"        B32[{i} * NP + prow + px] = pack_halves(pa[{i}]{sc}, pb[{i}]{sc})")
+    a("    else:")
+    for k, c in ((0, "c0"), (1, "c1")):
+        a(f"        if ({c} & 0x7f) == {FLUID}:")
+        a(f"            h = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
+        a(f"            p = {col.format('h')}")
+        for i in range(Q):
+            a(f"            B[{i} * N + row + x + {k}] = p[{i}]{sc}")
+    return "\n".join(L) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def _half_bits():
+    """(half_lo, half_hi, pack_halves): float16 halves of an int32 word <-> float32. On the GPU, Numba
+    intrinsics (LLVM trunc/bitcast/fpext, fptrunc = cvt.rn.f16.f32); under the simulator, NumPy views."""
+    if backends.cuda_simulator_enabled():
+        def half_lo(u):
+            return np.float32(np.array(int(u) & 0xFFFF, dtype=np.uint16).view(np.float16))
+
+        def half_hi(u):
+            return np.float32(np.array((int(u) >> 16) & 0xFFFF, dtype=np.uint16).view(np.float16))
+
+        def pack_halves(lo, hi):
+            bits = np.array([lo, hi], dtype=np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+            return np.array(bits[0] | (bits[1] << 16), dtype=np.uint32).view(np.int32)[()]
+
+        return half_lo, half_hi, pack_halves
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    def _widen(builder, v16):
+        return builder.fpext(builder.bitcast(v16, ir.HalfType()), ir.FloatType())
+
+    @intrinsic
+    def half_lo(typingctx, u):
+        if not isinstance(u, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _widen(builder, builder.trunc(args[0], ir.IntType(16)))
+        return types.float32(u), codegen
+
+    @intrinsic
+    def half_hi(typingctx, u):
+        if not isinstance(u, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = builder.lshr(args[0], ir.Constant(args[0].type, 16))
+            return _widen(builder, builder.trunc(v, ir.IntType(16)))
+        return types.float32(u), codegen
+
+    @intrinsic
+    def pack_halves(typingctx, lo, hi):
+        if not (isinstance(lo, types.Float) and isinstance(hi, types.Float)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+
+            def bits(v):
+                h = builder.fptrunc(v, ir.HalfType())
+                return builder.zext(builder.bitcast(h, ir.IntType(16)), i32)
+            return builder.or_(bits(args[0]), builder.shl(bits(args[1]), ir.Constant(i32, 16)))
+        return types.int32(lo, hi), codegen
+
+    return half_lo, half_hi, pack_halves
 
 
 def _helpers_python(scaled: bool, half: bool) -> str:
@@ -189,21 +338,29 @@ def lbm_nonfinite(A, n, out):
 #: with max_registers=32 (a few bytes spilled): fp32 53,771 (128 threads) / 53,350 (256), fp16s 57,784
 #: / 56,684; not the default yet (the benchmark table was taken without the cap).
 LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 256)}
+#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair), and how it passes a
+#: word's half to the neighbouring thread ("shfl" or "smem"). H200, cavity 8192^2, copy 4,142 GB/s,
+#: MLUPS: smem 128 threads 79,054, smem 64 78,803, shfl 64 78,833, shfl 128 77,848 (CuPy's pair kernel
+#: 93,784 in the same run; Numba's per-cell kernel 55,799). smem: the path the simulator tests run.
+LAUNCH_PAIRS = (2, 128)
+PAIR_EXCHANGE = "smem"
 
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(storage: str, compute: str, scale: float, collision: str, cpt: int = 1, block_x: int = 256,
-                     max_registers: int | None = None):
+                     max_registers: int | None = None, pairs: bool = False, exchange: str = "smem"):
     """(step, moments, force, nonfinite, fill_zero, perturb) kernels and the source, for one policy
-    and collision model."""
-    from numba import cuda, float64
+    and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
+    from numba import cuda, float64, int32
 
     ct = np.dtype(compute)
     half = np.dtype(storage) == np.float16
     scaled = scale != 1.0
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
-    ns = {"cuda": cuda, "float64": float64, "CT": ct.type, "ZERO": ct.type(0.0),
+    if backends.cuda_simulator_enabled():
+        exchange = "smem"      # the simulator has no warp shuffles
+    ns = {"cuda": cuda, "float64": float64, "int32": int32, "CT": ct.type, "ZERO": ct.type(0.0),
           "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale), "ZERO9": (ct.type(0.0),) * lattice.Q,
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
@@ -211,12 +368,15 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str, c
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
     src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half, cpt, block_x)
+    if pairs:
+        src += "\n\n" + _pair_kernel_python(collision, scaled, block_x, exchange)
+        ns["half_lo"], ns["half_hi"], ns["pack_halves"] = _half_bits()
     code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
     exec(code, ns)
     for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary", "pull_cell"):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
-    kernels = (cuda.jit(**step_opts)(ns["lbm_step"]),) + tuple(
+    kernels = (cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs else "lbm_step"]),) + tuple(
         cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb"))
     return kernels + (src,)
 
@@ -225,19 +385,24 @@ class NumbaCudaStepper(Stepper):
     backend = "numba-cuda"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
-                 max_registers: int | None = None):
+                 max_registers: int | None = None, pairs: bool | None = None, exchange: str | None = None):
         from numba import cuda
 
         super().__init__(setup)
         self.cuda = cuda
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
-        cpt0, bx0 = LAUNCH[pol.storage_bytes]
+        ny, nx = setup.shape
+        # 16-bit storage on an even nx: two adjacent cells per thread with 4-byte loads (lbm_step_pair)
+        self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
+        cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
         self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
+        if self.pairs:
+            self.cells_per_thread = 2
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
-                                         setup.collision, self.cells_per_thread, self.block_x, max_registers)
-        ny, nx = setup.shape
+                                         setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
+                                         max_registers, self.pairs, exchange or PAIR_EXCHANGE)
         self.nx, self.ny = nx, ny
         self.stream = cuda.default_stream()
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
@@ -258,10 +423,11 @@ class NumbaCudaStepper(Stepper):
             self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
-        grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)
+        grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
         self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
         self._links: dict = {}
+        self._word_views: dict = {}
         self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
 
     def step(self, n: int = 1) -> None:
@@ -270,10 +436,21 @@ class NumbaCudaStepper(Stepper):
         for _ in range(int(n)):
             if self.bouzidi is not None:
                 self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
-            launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
-                   self.omega_plus, self.omega_minus)
+            if self.pairs:
+                launch(self.a, self.b, self._words(self.a), self._words(self.b), self.flags, self.vel_cells,
+                       self.vel_u, self.n_vel, nx, ny, self.omega_plus, self.omega_minus)
+            else:
+                launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
+                       self.omega_plus, self.omega_minus)
             self.a, self.b = self.b, self.a
         self.time_step += int(n)
+
+    def _words(self, arr):
+        """The int32 view of a float16 population buffer (pairs of halves), made once per buffer."""
+        v = self._word_views.get(id(arr))
+        if v is None or v[0] is not arr:
+            v = self._word_views[id(arr)] = (arr, arr.view(np.int32))
+        return v[1]
 
     def populations(self) -> np.ndarray:
         return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
