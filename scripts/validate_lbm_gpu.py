@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 # (label, case file, overrides, quick overrides, metrics to show, reference text)
 RUNS = [
     ("cylinder 2D-1", "cases/cylinder_2d1.toml", ["lattice.resolution=40"], ["lattice.resolution=20"],
-     ["drag_coefficient", "lift_coefficient"], "c_D [5.57, 5.59], c_L [0.0104, 0.0110]"),
+     ["drag_coefficient", "lift_coefficient", "drag_coefficient_window_mean", "lift_coefficient_window_mean",
+      "lift_coefficient_window_spread"], "c_D [5.57, 5.59], c_L [0.0104, 0.0110]"),
     ("cylinder 2D-2", "cases/cylinder_2d2.toml", ["lattice.resolution=40", "time.monitor_interval=50"],
      ["lattice.resolution=20", "time.end_time=4.0", "time.monitor_interval=25"],
      ["drag_coefficient_max", "lift_coefficient_max", "strouhal"], "c_D max [3.22, 3.24], c_L max [0.99, 1.01], St [0.295, 0.305]"),

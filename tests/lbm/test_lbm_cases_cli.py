@@ -130,3 +130,19 @@ def test_blow_up_exits_3_with_step_and_keeps_partial_result(tmp_path, capsys):
     data = read_h5(out / "result.h5")
     assert data["attrs"]["status"] == "blew_up"
     assert data["metrics"]["last_finite_step"] < data["metrics"]["steps"] <= 3000
+
+
+def test_window_metrics_average_out_an_acoustic_swing():
+    """c_D / c_L over the last quarter of the monitor samples: an oscillation of whole periods in the
+    window averages out, the final sample does not (what the 2D-1 lift needs, see runner._window_metrics)."""
+    from hpcsolve.lbm.runner import _window_metrics
+
+    t = np.arange(400)
+    lift = 0.0106 + 0.002 * np.sin(2 * np.pi * t / 25.0 + 1.82) * np.exp(-t / 2000.0)   # last sample near a crest
+    drag = np.full(400, 5.58)
+    m = _window_metrics({"lift_coefficient": lift, "drag_coefficient": drag})
+    assert abs(m["lift_coefficient_window_mean"] - 0.0106) < 2e-5
+    assert abs(lift[-1] - 0.0106) > 5e-4                 # a single final sample is far off
+    assert 0.0025 < m["lift_coefficient_window_spread"] < 0.004
+    assert m["drag_coefficient_window_mean"] == pytest.approx(5.58) and m["drag_coefficient_window_spread"] == 0.0
+    assert _window_metrics({"lift_coefficient": lift[:5]}) == {}
