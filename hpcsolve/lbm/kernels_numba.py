@@ -222,12 +222,12 @@ def _half_bits():
             return None
 
         def codegen(context, builder, sig, args):
-            i32 = ir.IntType(32)
-
-            def bits(v):
-                h = builder.fptrunc(v, ir.HalfType())
-                return builder.zext(builder.bitcast(h, ir.IntType(16)), i32)
-            return builder.or_(bits(args[0]), builder.shl(bits(args[1]), ir.Constant(i32, 16)))
+            # one <2 x float> -> <2 x half> fptrunc (sm_80+: a single cvt.rn.f16x2.f32), bitcast to i32
+            f2 = ir.VectorType(ir.FloatType(), 2)
+            v = builder.insert_element(ir.Constant(f2, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
+            v = builder.insert_element(v, args[1], ir.Constant(ir.IntType(32), 1))
+            h2 = builder.fptrunc(v, ir.VectorType(ir.HalfType(), 2))
+            return builder.bitcast(h2, ir.IntType(32))
         return types.int32(lo, hi), codegen
 
     return half_lo, half_hi, pack_halves
