@@ -29,10 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 # (label, case file, overrides, quick overrides, metrics to show, reference text)
 RUNS = [
-    # 2D-1 at D = 80 with U_mean = 0.025 (tau 0.8 as at D = 40 with 0.05; Mach halved): the window means
-    # of c_D and c_L (H200, fp64: 5.5813, 0.01093) are in the published ranges; at D = 40 c_L is 0.0114
-    ("cylinder 2D-1", "cases/cylinder_2d1.toml", ["lattice.resolution=80", "lattice.velocity=0.025",
-                                                  "time.monitor_interval=1000", "time.end_time=60"],
+    # 2D-1 at D = 80 with U_mean = 0.025 (tau 0.8 as at D = 40 with 0.05; Mach halved), monitored every 200
+    # steps: the window means of c_D and c_L (H200, fp64 and fp32: 5.5813, 0.01093) are in the published
+    # ranges; at D = 40 the c_L mean is 0.0114. c_L swings with an acoustic mode (window spread ~0.009):
+    # sampled every 1000 steps the same run gives a mean of 0.01114.
+    ("cylinder 2D-1", "cases/cylinder_2d1.toml", ["lattice.resolution=80", "lattice.velocity=0.025"],
      ["lattice.resolution=20"],
      ["drag_coefficient", "lift_coefficient", "drag_coefficient_window_mean", "lift_coefficient_window_mean",
       "lift_coefficient_window_spread"], "c_D [5.57, 5.59], c_L [0.0104, 0.0110]"),

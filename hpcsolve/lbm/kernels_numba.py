@@ -8,7 +8,8 @@ shift and scale) is generated as Python source, unrolled over the 9 directions w
 constants of ``lattice.py``, and compiled once per (storage, compute, scale, collision).
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
-``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch;
+``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
+``lbm_step_pair``, two cells per thread on int32 words of float16 pairs, see ``_pair_kernel_python``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). fp16s: float16 arrays, every load widened to float32,
 arithmetic in float32, stores rounded to nearest. Two buffers, no in-place streaming.
