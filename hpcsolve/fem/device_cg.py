@@ -655,10 +655,13 @@ def _solve_reliable(run: _Run, jacobi):
     if res <= opts.rtol:
         return run.x64, "true residual met rtol at the initial guess"
     eng.start_from_r()
-    max_r, best, since_best, min_rec = res, res, 0, res
+    max_r, min_rec = res, res
     reason, fallback_why, promote_why = "maxiter reached", "", ""
     next_kappa = opts.kappa_min_iterations
     vdvye = opts.reliable_criterion == "vdvye"
+    from hpcsolve.fem.krylov import ReplacementWatch
+
+    watch = ReplacementWatch(opts, vdvye, res)
     if vdvye:
         from hpcsolve.fem.krylov import _RoundingEstimate, lanczos_extremes
 
@@ -724,20 +727,10 @@ def _solve_reliable(run: _Run, jacobi):
                 run.rec[-1] = t
                 if vdvye:
                     rate.reset(t)
-                if t <= opts.rtol:
-                    reason = "true residual met rtol"
+                done, fallback_why = watch.after(t, min_rec, rep.outer_iterations)
+                if done or fallback_why:
+                    reason = done or reason
                     break
-                if not math.isfinite(t):
-                    fallback_why = f"the true residual became {t} after reliable update {rep.outer_iterations}"
-                    break
-                if t < 0.5 * best:
-                    best, since_best = t, 0
-                elif not vdvye or min_rec < 0.5 * best:          # (vdvye: only if the recurrences claimed a halving)
-                    since_best += 1
-                    if since_best >= opts.reliable_patience:
-                        fallback_why = (f"reliable updates stagnated: {since_best} replacements without halving the "
-                                        f"true residual (best {best:.3e})")
-                        break
                 max_r = min_rec = t
             else:
                 max_r = max(max_r, max(new))

@@ -186,6 +186,34 @@ class _CGCore:
         return lanczos_kappa(self.alpha, self.beta)
 
 
+class ReplacementWatch:
+    """What cg-reliable decides after each residual replacement, shared by the seam (this module) and
+    the fused device path (device_cg): converged, non-finite, or stagnating (``reliable_patience``
+    replacements without halving the best true residual; with the van der Vorst-Ye criterion only
+    replacements after which the recurrences had claimed a halving count)."""
+
+    def __init__(self, opts, vdvye: bool, start: float):
+        self.opts, self.vdvye = opts, vdvye
+        self.best, self.since_best = start, 0
+
+    def after(self, t: float, min_rec: float, count: int) -> tuple[str, str]:
+        """(reason, fallback_why) after replacement number ``count`` gave the true residual ``t``
+        (``min_rec``: the smallest recursive residual since the previous one). reason non-empty:
+        converged, stop; fallback_why non-empty: fall back to float64; both empty: go on."""
+        if t <= self.opts.rtol:
+            return "true residual met rtol", ""
+        if not math.isfinite(t):
+            return "", f"the true residual became {t} after reliable update {count}"
+        if t < 0.5 * self.best:
+            self.best, self.since_best = t, 0
+        elif not self.vdvye or min_rec < 0.5 * self.best:
+            self.since_best += 1
+            if self.since_best >= self.opts.reliable_patience:
+                return "", (f"reliable updates stagnated: {self.since_best} replacements without halving the "
+                            f"true residual (best {self.best:.3e})")
+        return "", ""
+
+
 def lanczos_kappa(alpha, beta) -> float:
     """Condition number estimate of the (preconditioned) matrix from CG's alpha/beta (Lanczos T)."""
     lo, hi = lanczos_extremes(alpha, beta)
@@ -413,11 +441,11 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
     core.begin(r)
     max_r = res                            # largest recursive residual since the last update (QUDA's maxrr)
     min_rec = res                          # smallest recursive residual since the last update
-    best, since_best = res, 0
     next_true = opts.true_every if opts.true_every > 0 else None
     reason = "maxiter reached"
     fallback_why = ""
     vdvye = opts.reliable_criterion == "vdvye"
+    watch = ReplacementWatch(opts, vdvye, res)
     if vdvye:
         rate = _RoundingEstimate(o64, res)
     last_check = 0
@@ -447,20 +475,10 @@ def solve_cg_reliable(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOptions
                     report.outer_iterations += 1
                     if vdvye:
                         rate.reset(t)
-                    if t <= opts.rtol:
-                        reason = "true residual met rtol"
+                    done, fallback_why = watch.after(t, min_rec, report.outer_iterations)
+                    if done or fallback_why:
+                        reason = done or reason
                         break
-                    if not math.isfinite(t):
-                        fallback_why = f"the true residual became {t} after reliable update {report.outer_iterations}"
-                        break
-                    if t < 0.5 * best:
-                        best, since_best = t, 0
-                    elif not vdvye or min_rec < 0.5 * best:      # (vdvye: only if the recurrences claimed a halving)
-                        since_best += 1
-                        if since_best >= opts.reliable_patience:
-                            fallback_why = (f"reliable updates stagnated: {since_best} replacements without halving the "
-                                            f"true residual (best {best:.3e})")
-                            break
                     if opts.reliable_p == "keep":
                         after = core.keep_direction(r)
                         ops32.copy(prob.r64, r)

@@ -227,3 +227,22 @@ def test_argument_errors():
 def test_zero_right_hand_side():
     x, rep = solve(poisson2d(3), np.zeros(9))
     assert rep.converged and np.all(x == 0)
+
+
+def test_replacement_watch_decisions():
+    """The after-replacement rule shared by the seam and the fused device path."""
+    from types import SimpleNamespace
+
+    from hpcsolve.fem.krylov import ReplacementWatch
+
+    opts = SimpleNamespace(rtol=1e-10, reliable_patience=3)
+    w = ReplacementWatch(opts, vdvye=False, start=1.0)
+    assert w.after(0.4, 0.4, 1) == ("", "") and w.best == 0.4          # halved: new best
+    out = [w.after(0.3, 0.3, k) for k in (2, 3, 4)]                    # 0.3 > 0.5 * 0.4: no halving
+    assert out[:2] == [("", "")] * 2
+    assert out[2] == ("", "reliable updates stagnated: 3 replacements without halving the true residual (best 4.000e-01)")
+    assert ReplacementWatch(opts, False, 1.0).after(5e-11, 1.0, 1) == ("true residual met rtol", "")
+    assert "became nan" in ReplacementWatch(opts, False, 1.0).after(float("nan"), 1.0, 2)[1]
+    v = ReplacementWatch(opts, vdvye=True, start=1.0)
+    assert [v.after(0.9, 0.8, k) for k in range(1, 10)] == [("", "")] * 9   # vdvye: recurrences never claimed a halving
+    assert v.since_best == 0
