@@ -6,11 +6,9 @@ import datetime as _dt
 import importlib
 import inspect
 import math
-import os
 import platform
 import signal
 import socket
-import time
 from contextlib import contextmanager
 from pathlib import Path
 

@@ -39,6 +39,12 @@ def main(argv=None) -> int:
                 opts[k] = float(v)
             except ValueError:
                 opts[k] = v
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(device_cg.FusedOptions)} - {"rtol", "maxiter"}
+    for k in opts:
+        if k not in known:
+            ap.error(f"--set {k}=...: not a FusedOptions field; allowed: {', '.join(sorted(known))}")
     ops = kernels_cupy.get_ops(True)
     rows = []
     for m in args.sizes:

@@ -18,8 +18,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lbm"))
 
@@ -63,7 +61,12 @@ def main(argv=None) -> int:
             kw = {}
             for item in filter(None, rest.split(",")):
                 k, _, val = item.partition("=")
-                kw[k] = val if k == "exchange" else int(val)
+                try:
+                    kw[k] = val if k == "exchange" else int(val)
+                except ValueError:
+                    ap.error(f"--variant {v!r}: {k} must be an integer, got {val!r}")
+            if backend not in cls:
+                ap.error(f"--variant {v!r}: backend must be one of {', '.join(cls)}")
             variants.append((backend, kw))
         if not variants:
             for backend in args.backends:

@@ -50,7 +50,7 @@ import functools
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 BLOCK_X = 256
@@ -568,6 +568,31 @@ def force_links(setup: LBMSetup, mask: np.ndarray):
                                                            for a in (cx_l, cy_l, m_l, k_l))
 
 
+class ForceTerms:
+    """``force_links`` per obstacle mask, built once and moved to the device with ``to_device``
+    (shared by the CuPy and Numba steppers; None for a mask without links)."""
+
+    def __init__(self, setup: LBMSetup, to_device):
+        self.setup, self.to_device = setup, to_device
+        self._by_mask: dict = {}
+
+    def __call__(self, mask: np.ndarray):
+        key = np.asarray(mask, dtype=bool).tobytes()
+        if key not in self._by_mask:
+            links = force_links(self.setup, mask)
+            self._by_mask[key] = None if links is None else tuple(self.to_device(a) for a in links)
+        return self._by_mask[key]
+
+
+def host_macroscopic(m: np.ndarray, flags: np.ndarray):
+    """(rho, ux, uy) as float64 host arrays from the device moments (drho, ux, uy) of one (3, ny, nx)
+    array; non-fluid cells get rho = 1."""
+    rho = 1.0 + m[0].astype(np.float64)
+    ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
+    rho[flags != FLUID] = 1.0
+    return rho, ux, uy
+
+
 def _has_interpolated_links(setup) -> bool:
     links = getattr(setup, "links", None)
     return links is not None and len(links) > 0
@@ -636,7 +661,7 @@ class CupyStepper(Stepper):
         self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
-        self._links: dict = {}
+        self._force_terms = ForceTerms(setup, cupy.asarray)
         self.bouzidi = _bouzidi_prepass(setup, "cupy")
 
     def step(self, n: int = 1) -> None:
@@ -670,20 +695,11 @@ class CupyStepper(Stepper):
         return out
 
     def macroscopic(self):
-        m = self.macroscopic_device().get()
-        rho = 1.0 + m[0].astype(np.float64)
-        ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
-        solid = self.setup.flags != FLUID
-        rho[solid] = 1.0
-        return rho, ux, uy
+        return host_macroscopic(self.macroscopic_device().get(), self.setup.flags)
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cp = self.cp
-        key = np.asarray(mask, dtype=bool).tobytes()
-        if key not in self._links:
-            links = force_links(self.setup, mask)
-            self._links[key] = None if links is None else tuple(cp.asarray(a) for a in links)
-        links = self._links[key]
+        links = self._force_terms(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, k = links

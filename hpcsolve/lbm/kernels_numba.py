@@ -27,9 +27,9 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, _bouzidi_prepass, bytes_per_cell, device_flags,
-                                       force_links, pair_kernel_applies, velocity_table)
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, _bouzidi_prepass, bytes_per_cell, device_flags,
+                                       host_macroscopic, pair_kernel_applies, velocity_table)
+from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 
 
@@ -427,7 +427,7 @@ class NumbaCudaStepper(Stepper):
         grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
         self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
-        self._links: dict = {}
+        self._force_terms = ForceTerms(setup, cuda.to_device)
         self._word_views: dict = {}
         self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
 
@@ -474,18 +474,11 @@ class NumbaCudaStepper(Stepper):
 
     def macroscopic(self):
         m = self.macroscopic_device().copy_to_host(stream=self.stream).reshape(3, self.ny, self.nx)
-        rho = 1.0 + m[0].astype(np.float64)
-        ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
-        rho[self.setup.flags != FLUID] = 1.0
-        return rho, ux, uy
+        return host_macroscopic(m, self.setup.flags)
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cuda = self.cuda
-        key = np.asarray(mask, dtype=bool).tobytes()
-        if key not in self._links:
-            links = force_links(self.setup, mask)
-            self._links[key] = None if links is None else tuple(cuda.to_device(a) for a in links)
-        links = self._links[key]
+        links = self._force_terms(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, c = links

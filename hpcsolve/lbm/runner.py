@@ -22,7 +22,7 @@ from hpcsolve.errors import BlowUpError, RunInterrupted
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
-from hpcsolve.lbm.stepper import FLUID, LBMSetup, get_stepper
+from hpcsolve.lbm.stepper import LBMSetup, get_stepper
 from hpcsolve.precision import Precision
 from hpcsolve.results import Result, Snapshot, StructuredGrid
 
@@ -313,7 +313,6 @@ def reference_metrics(case, derived, geo, stepper, rho, ux, uy, step, result) ->
     """Errors against analytic or published references, by ``validation.reference``."""
     ref = case.validation.reference
     u_lb = case.lattice.velocity
-    fluid = geo.fluid
     m: dict = {}
     if ref == "taylor_green":
         ny, nx = geo.shape

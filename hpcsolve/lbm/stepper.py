@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import importlib
 from typing import TYPE_CHECKING
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
