@@ -58,6 +58,10 @@ class BoundarySection(StrictModel):
     moving_wall_velocity: float = Field(1.0, ge=-10, le=10,
                                         description="tangential speed of moving walls in units of U (+x on top/bottom, +y on left/right)")
     inlet_profile: Literal["parabolic", "uniform"] = Field("parabolic", description="inlet profile; mean speed = U")
+    ramp_time: float = Field(0.0, ge=0, description="smooth start, s: inlet and moving-wall velocities rise as "
+                             "sin^2(pi/2 t / ramp_time) to their full value (0: impulsive start). Over several "
+                             "acoustic periods 4 L / c_s it avoids exciting standing sound waves between inlet "
+                             "and outlet")
 
     @model_validator(mode="after")
     def _periodic_in_pairs(self):
@@ -153,6 +157,7 @@ class Derived:
     output_every: int            # steps between snapshots (0: none)
     peak_lattice_velocity: float
     warnings: list[str] = field(default_factory=list)
+    ramp_steps: int = 0          # smooth start of the boundary velocities (boundaries.ramp_time)
 
     def summary(self) -> dict:
         u = self.units
@@ -163,7 +168,8 @@ class Derived:
             "lattice_mach": self.peak_lattice_velocity / math.sqrt(1.0 / 3.0),
             "dx_m": u.dx, "dt_s": u.dt, "viscosity_m2_s": u.viscosity, "steps": self.steps,
             "end_time_s": u.time_of(self.steps), "output_every_steps": self.output_every,
-            "characteristic_time_s": u.characteristic_time, "warnings": list(self.warnings),
+            "characteristic_time_s": u.characteristic_time, "ramp_steps": self.ramp_steps,
+            "warnings": list(self.warnings),
         }
 
 
@@ -217,8 +223,17 @@ def derive(case: LBMCase) -> Derived:
     if out_every and steps // out_every > 1000:
         raise CaseError.invalid("time.output_interval", case.time.output_interval, "at most 1000 snapshots per run",
                                 why=f"{steps // out_every} snapshots")
+    ramp = units.steps_for(b.ramp_time) if b.ramp_time > 0 else 0
+    if ramp:
+        driven = [s for s in ("left", "right", "bottom", "top") if getattr(b, s) in ("inlet", "moving_wall")]
+        if not driven:
+            raise CaseError.invalid("boundaries.ramp_time", b.ramp_time, "0 when no side is an inlet or a moving wall",
+                                    why="the smooth start ramps inlet and moving-wall velocities; this case has neither")
+        if ramp >= steps:
+            warnings.append(f"boundaries.ramp_time {b.ramp_time:g} s ({ramp} steps) is not shorter than the run "
+                            f"({steps} steps): the boundary velocities never reach their full value")
     _check_reference(case)
-    return Derived(units=units, nx=nx, ny=ny, pad=pad, steps=steps, output_every=out_every,
+    return Derived(units=units, nx=nx, ny=ny, pad=pad, steps=steps, output_every=out_every, ramp_steps=ramp,
                    peak_lattice_velocity=peak, warnings=warnings)
 
 

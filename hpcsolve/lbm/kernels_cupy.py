@@ -511,6 +511,13 @@ def device_flags(flags: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def _scale_kernel():
+    import cupy
+
+    return cupy.ElementwiseKernel("float64 u, float64 s", "T out", "out = (T)(u * s)", "hpcsolve_lbm_scale_velocity")
+
+
 def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
     """Sorted linear indices of VELOCITY cells and their (2, n) boundary velocities (compute dtype)."""
     cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
@@ -652,6 +659,7 @@ class CupyStepper(Stepper):
         self.flags = cupy.asarray(device_flags(setup.flags))
         cells, uw = velocity_table(setup, ct)
         self.vel_cells, self.vel_u = cupy.asarray(cells), cupy.asarray(uw)
+        self._vel_full = None   # float64 copy on the device, made at the first smooth-start step
         self.n_vel = np.int32(cells.size)
         self.a = initial_state(setup, cupy)
         self.b = self.a.copy()   # non-fluid cells hold the initial value (0) in both buffers
@@ -664,15 +672,21 @@ class CupyStepper(Stepper):
         self._force_terms = ForceTerms(setup, cupy.asarray)
         self.bouzidi = _bouzidi_prepass(setup, "cupy")
 
-    def step(self, n: int = 1) -> None:
+    def _advance(self, n: int) -> None:
         args_tail = (self.flags, self.vel_cells, self.vel_u, self.n_vel, np.int32(self.nx), np.int32(self.ny),
                      self.omega_plus, self.omega_minus)
-        for _ in range(int(n)):
+        for _ in range(n):
             if self.bouzidi is not None:
                 self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
             self._k_step(self.grid, self.block, (self.a, self.b) + args_tail)
             self.a, self.b = self.b, self.a
-        self.time_step += int(n)
+
+    def _set_velocity_scale(self, factor: float) -> None:
+        cp = self.cp
+        if self._vel_full is None:
+            self._vel_full = cp.asarray(velocity_table(self.setup, np.float64)[1])
+        # float64 product rounded to the compute dtype in place (the kernel keeps its pointer)
+        _scale_kernel()(self._vel_full, np.float64(factor), self.vel_u)
 
     def populations(self) -> np.ndarray:
         return self.a.get()

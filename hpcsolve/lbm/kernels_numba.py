@@ -300,6 +300,12 @@ def lbm_force(A, pos, cx, cy, m, c, n, out):
     cuda.atomic.add(out, 1, cy[k] * s)
 
 
+def lbm_scale_velocity(full, s, out, n):
+    k = cuda.grid(1)
+    if k < n:
+        out[k] = CT(full[k] * s)
+
+
 def lbm_fill_zero(A, n):
     k = cuda.grid(1)
     if k < n:
@@ -350,7 +356,7 @@ PAIR_EXCHANGE = "smem"
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(storage: str, compute: str, scale: float, collision: str, cpt: int = 1, block_x: int = 256,
                      max_registers: int | None = None, pairs: bool = False, exchange: str = "smem"):
-    """(step, moments, force, nonfinite, fill_zero, perturb) kernels and the source, for one policy
+    """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
     and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
     from numba import cuda, float64, int32
 
@@ -378,7 +384,8 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str, c
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
     kernels = (cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs else "lbm_step"]),) + tuple(
-        cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb"))
+        cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb",
+                                          "lbm_scale_velocity"))
     return kernels + (src,)
 
 
@@ -401,7 +408,7 @@ class NumbaCudaStepper(Stepper):
         if self.pairs:
             self.cells_per_thread = 2
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
-         self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
+         self._k_scale, self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
                                          setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
                                          max_registers, self.pairs, exchange or PAIR_EXCHANGE)
         self.nx, self.ny = nx, ny
@@ -410,6 +417,7 @@ class NumbaCudaStepper(Stepper):
         cells, uw = velocity_table(setup, ct)
         self.vel_cells, self.vel_u = cuda.to_device(cells), cuda.to_device(uw.ravel())
         self.n_vel = np.int64(cells.size)
+        self._vel_full = None   # float64 copy on the device, made at the first smooth-start step
         if setup.initial_density is None and setup.initial_velocity is None:
             # at rest the stored state is exactly 0 (h^eq(0, 0) = 0): make it on the device
             n = lattice.Q * nx * ny
@@ -431,10 +439,17 @@ class NumbaCudaStepper(Stepper):
         self._word_views: dict = {}
         self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
 
-    def step(self, n: int = 1) -> None:
+    def _set_velocity_scale(self, factor: float) -> None:
+        if self._vel_full is None:
+            self._vel_full = self.cuda.to_device(velocity_table(self.setup, np.float64)[1].ravel(), stream=self.stream)
+        n = self.vel_u.shape[0]
+        # float64 product rounded to the compute dtype in place (the step kernel keeps its pointer)
+        self._k_scale[math.ceil(n / 256), 256, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
+
+    def _advance(self, n: int) -> None:
         launch = self._launch
         nx, ny = np.int64(self.nx), np.int64(self.ny)
-        for _ in range(int(n)):
+        for _ in range(n):
             if self.bouzidi is not None:
                 self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
             if self.pairs:
@@ -444,7 +459,6 @@ class NumbaCudaStepper(Stepper):
                 launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
                        self.omega_plus, self.omega_minus)
             self.a, self.b = self.b, self.a
-        self.time_step += int(n)
 
     def _words(self, arr):
         """The int32 view of a float16 population buffer (pairs of halves), made once per buffer."""

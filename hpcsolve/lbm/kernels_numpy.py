@@ -61,6 +61,7 @@ class NumpyStepper(Stepper):
         uw = setup.boundary_velocity.reshape(2, n)
         self.vel = dict(pos=np.concatenate(vel_pos).astype(np.int64), w=W[vi], cx=CX[vi], cy=CY[vi],
                         uwx=uw[0][vs].astype(ct), uwy=uw[1][vs].astype(ct))
+        self._vel_full = (uw[0][vs], uw[1][vs])   # float64, for the smooth start
         oi = np.concatenate(out_i).astype(np.int64)
         oc = np.concatenate(out_cell).astype(np.int64)
         cells, inverse = np.unique(oc, return_inverse=True)
@@ -103,10 +104,13 @@ class NumpyStepper(Stepper):
         self.g_next.reshape(lattice.Q, n)[:, self.fluid] = post.astype(self.policy.storage, copy=False)
         self.g, self.g_next = self.g_next, self.g
 
-    def step(self, n: int = 1) -> None:
-        for _ in range(int(n)):
+    def _advance(self, n: int) -> None:
+        for _ in range(n):
             self._step_once()
-        self.time_step += int(n)
+
+    def _set_velocity_scale(self, factor: float) -> None:
+        self.vel["uwx"] = (self._vel_full[0] * factor).astype(self.ct)
+        self.vel["uwy"] = (self._vel_full[1] * factor).astype(self.ct)
 
     def populations(self) -> np.ndarray:
         return self.g.copy()

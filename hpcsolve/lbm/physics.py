@@ -19,6 +19,7 @@ keeps float32 arrays float32 when multiplied by np.float32 scalars.
 from __future__ import annotations
 
 import functools
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -164,6 +165,20 @@ def trt_omegas(tau: float, magic: float = 3.0 / 16.0) -> tuple[float, float]:
     lam_plus = tau - 0.5
     lam_minus = magic / lam_plus
     return 1.0 / tau, 1.0 / (lam_minus + 0.5)
+
+
+def ramp_factor(step: int, ramp_steps: int) -> float:
+    """Factor on every boundary velocity (velocity inlets, moving walls) during the time step that
+    ends at ``step`` (1, 2, ...): a smooth start sin^2(pi/2 step / ramp_steps), 1 from ``ramp_steps``
+    on (and always when ``ramp_steps`` is 0). Its time derivative is a half-sine pulse, so a ramp
+    over several acoustic periods of the domain barely excites the weakly damped standing sound
+    waves an impulsive start leaves between a velocity inlet and a pressure outlet
+    (docs/lbm_algorithm.md, "Smooth start")."""
+    if ramp_steps <= 0 or step >= ramp_steps:
+        return 1.0
+    if step <= 0:
+        return 0.0
+    return math.sin(0.5 * math.pi * step / ramp_steps) ** 2
 
 
 def viscosity_from_tau(tau: float) -> float:

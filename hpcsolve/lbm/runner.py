@@ -46,7 +46,7 @@ def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometr
     setup = LBMSetup(flags=geo.flags, relaxation_time=derived.units.relaxation_time,
                      collision=case.lattice.collision, magic=case.lattice.magic, policy=policy,
                      boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0,
-                     links=geo.links)
+                     links=geo.links, ramp_steps=derived.ramp_steps)
     return derived, geo, setup
 
 
@@ -213,7 +213,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
             if out_every and step % out_every == 0:
                 result.snapshots.append(Snapshot(time=units.time_of(step), step=step,
                                                  fields=_snapshot_fields(rho, ux, uy, derived, geo)))
-            if case.steady.enabled and monitor.steady_change < case.steady.tolerance:
+            if case.steady.enabled and monitor.steady_change < case.steady.tolerance and step > derived.ramp_steps:
                 status = "converged"
                 message = (f"steady state at step {step}: relative velocity change {monitor.steady_change:.3g} "
                            f"per {case.steady.interval} steps < {case.steady.tolerance:g}")

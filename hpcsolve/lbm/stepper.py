@@ -48,6 +48,7 @@ class LBMSetup:
     initial_density: np.ndarray | None = None    # (ny, nx) float64, default 1
     initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
     links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)
+    ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
 
     def __post_init__(self):
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
@@ -60,6 +61,10 @@ class LBMSetup:
             raise CaseError.invalid("collision", self.collision, ", ".join(COLLISIONS))
         if not self.relaxation_time > 0.5:
             raise CaseError.invalid("relaxation_time", self.relaxation_time, "> 0.5")
+        if isinstance(self.ramp_steps, bool) or not isinstance(self.ramp_steps, (int, np.integer)) \
+                or self.ramp_steps < 0:
+            raise CaseError.invalid("ramp_steps", self.ramp_steps, "an integer >= 0")
+        self.ramp_steps = int(self.ramp_steps)
         ny, nx = self.flags.shape
         if self.boundary_velocity is None:
             self.boundary_velocity = np.zeros((2, ny, nx))
@@ -123,10 +128,41 @@ class Stepper(abc.ABC):
         self.setup = setup
         self.policy = setup.policy
         self.time_step = 0
+        self.velocity_scale = 1.0   # the factor the backend's boundary-velocity table carries now
+
+    def step(self, n: int = 1) -> None:
+        """Advance n time steps; no host synchronization (GPU backends just enqueue work).
+
+        During the smooth start (``setup.ramp_steps``) every step first sets the boundary velocities
+        to ``physics.ramp_factor(step, ramp_steps)`` times their full value (on the device: a small
+        kernel over the velocity table, no host synchronization); afterwards steps go in one batch."""
+        n = int(n)
+        if n < 0:
+            raise CaseError.invalid("steps", n, "an integer >= 0")
+        ramp = self.setup.ramp_steps
+        while n > 0 and self.time_step < ramp:
+            self._scale_velocity(physics.ramp_factor(self.time_step + 1, ramp))
+            self._advance(1)
+            self.time_step += 1
+            n -= 1
+        if n > 0:
+            self._scale_velocity(1.0)
+            self._advance(n)
+            self.time_step += n
+
+    def _scale_velocity(self, factor: float) -> None:
+        if factor != self.velocity_scale:
+            self._set_velocity_scale(factor)
+            self.velocity_scale = factor
 
     @abc.abstractmethod
-    def step(self, n: int = 1) -> None:
-        """Advance n time steps; no host synchronization (GPU backends just enqueue work)."""
+    def _advance(self, n: int) -> None:
+        """The backend's n time steps at the current boundary velocities (``step`` counts them)."""
+
+    def _set_velocity_scale(self, factor: float) -> None:
+        """Make the boundary-velocity table ``factor`` times the setup's (float64 product, then the
+        compute dtype, so every backend uses the same values)."""
+        raise NotImplementedError(f"{type(self).__name__} has no smooth start (setup.ramp_steps)")
 
     @abc.abstractmethod
     def populations(self) -> np.ndarray:

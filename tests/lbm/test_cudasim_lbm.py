@@ -109,3 +109,18 @@ def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision):
     assert np.abs(shifted(ref)).max() > 1e-3
     assert np.array_equal(g_pair.view(np.uint16), g_cell.view(np.uint16))
     assert rel_diff(shifted(pair), shifted(ref)) <= BOUND["fp16s"]
+
+
+@pytest.mark.parametrize("precision", [FP64, FP32], ids=lambda p: p.name)
+def test_numba_smooth_start_matches_reference(precision):
+    """Boundary velocities ramped on the device (setup.ramp_steps) as in the reference: two ramp
+    steps, then full velocities."""
+    setup = channel(collision="trt", policy=precision)
+    setup.ramp_steps = 2
+    ref = get_stepper("numpy", setup)
+    dev = get_stepper("numba-cuda", setup)
+    ref.step(STEPS)
+    dev.step(STEPS)
+    err = rel_diff(shifted(dev), shifted(ref))
+    assert err <= BOUND[precision.name], err
+    assert dev.velocity_scale == 1.0 and dev.time_step == STEPS

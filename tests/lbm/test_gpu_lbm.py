@@ -95,6 +95,23 @@ def test_gpu_observables_match_reference(backend, precision):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("precision", [FP64, FP32, FP16S], ids=lambda p: p.name)
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_gpu_smooth_start_matches_reference(backend, precision):
+    """Boundary velocities ramped over setup.ramp_steps on the device, then full, as in the reference."""
+    setup = channel(nx=48, ny=24, collision="trt", policy=precision)
+    setup.ramp_steps = STEPS // 2
+    dev = _stepper_or_skip(backend, setup)
+    ref = get_stepper("numpy", setup)
+    for n in (1, STEPS // 2 - 1, STEPS // 2):   # inside the ramp, to its end, past it
+        ref.step(n)
+        dev.step(n)
+        err = rel_diff(shifted(dev), shifted(ref))
+        print(f"\nERR {backend} ramp {precision.name} step {ref.time_step}: {err:.3e}")
+        assert err <= BOUND[precision.name], err
+
+
+@pytest.mark.gpu
 def test_fp64_tight_agreement_on_larger_grid():
     """The ~1e-12 claim on a grid of many warps and rows (block edges, wrap across blocks)."""
     setup = GEOMETRIES["channel"](nx=300, ny=70, collision="bgk", policy=FP64)

@@ -21,7 +21,7 @@ SHORT = {
     "lid_driven_cavity_re1000": (["lattice.resolution=64", "time.steps=200"], "max_lattice_speed", 0.05, 0.1),
     "taylor_green": (["lattice.resolution=16", "time.steps=100"], "velocity_rel_l2_error", 0.0, 0.05),
     "poiseuille": (["time.steps=400"], "max_lattice_speed", 0.06, 0.09),
-    "cylinder_2d1": (["lattice.resolution=10", "time.steps=300"], "drag_coefficient", 1.0, 20.0),
+    "cylinder_2d1": (["lattice.resolution=10", "time.steps=300", "boundaries.ramp_time=0.5"], "drag_coefficient", 1.0, 20.0),
     "cylinder_2d2": (["lattice.resolution=10", "lattice.velocity=0.1", "time.steps=200", "time.output_interval=0",
                       "time.monitor_interval=20"], "drag_coefficient", 0.5, 10.0),
 }
@@ -92,6 +92,9 @@ BAD = {
     "unpaired periodic": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nleft = \"periodic\"\n", "boundaries"),
     "obstacle incomplete": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[[obstacles]]\nshape = \"circle\"\ncenter = [0.5, 0.5]\n",
                             "obstacles"),
+    "ramp without inlet or moving wall": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\ntop = \"wall\"\n"
+                                          "ramp_time = 1.0\n", "boundaries.ramp_time"),
+    "negative ramp": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nramp_time = -1.0\n", "boundaries.ramp_time"),
     "reference mismatch": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[validation]\nreference = \"poiseuille\"\n",
                            "validation.reference"),
 }
@@ -146,3 +149,21 @@ def test_window_metrics_average_out_an_acoustic_swing():
     assert 0.0025 < m["lift_coefficient_window_spread"] < 0.004
     assert m["drag_coefficient_window_mean"] == pytest.approx(5.58) and m["drag_coefficient_window_spread"] == 0.0
     assert _window_metrics({"lift_coefficient": lift[:5]}) == {}
+
+
+def test_ramp_time_becomes_ramp_steps_and_delays_the_steady_check():
+    """boundaries.ramp_time -> Derived.ramp_steps (steps_for(ramp_time)); the steady-state stop never
+    fires while the boundary velocities still rise, and a ramp longer than the run is warned about."""
+    from hpcsolve.lbm.case import derive
+
+    case = load_case(CASES / "lid_driven_cavity.toml", ["lattice.resolution=16", "boundaries.ramp_time=2.0"])
+    d = derive(case)
+    assert d.ramp_steps == d.units.steps_for(2.0) > 0
+    r = run_case(CASES / "lid_driven_cavity.toml", "numpy", progress=False, overrides=[
+        "lattice.resolution=16", "boundaries.ramp_time=2.0", "steady.enabled=true", "steady.interval=10",
+        "steady.tolerance=0.5", "time.monitor_interval=10"])
+    assert r.status == "converged" and r.metrics["steps"] > d.ramp_steps
+    with pytest.warns(UserWarning, match="ramp_time"):
+        run_case(CASES / "lid_driven_cavity.toml", "numpy", progress=False, overrides=[
+            "lattice.resolution=16", "boundaries.ramp_time=2.0", f"time.steps={d.ramp_steps // 2}",
+            "steady.enabled=false"])

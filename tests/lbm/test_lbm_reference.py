@@ -110,3 +110,68 @@ def test_low_precision_close_to_fp64_on_cavity(policy):
 def test_lattice_constants():
     assert sum(lattice.WEIGHTS) == pytest.approx(1.0, abs=1e-15)
     assert all(lattice.CX[lattice.OPPOSITE[i]] == -lattice.CX[i] for i in range(9))
+
+
+# -- smooth start (boundary velocities ramped over setup.ramp_steps) ---------------------------------
+
+def test_ramp_factor_is_a_smooth_monotone_start():
+    R = 40
+    s = np.array([physics.ramp_factor(k, R) for k in range(0, R + 5)])
+    assert s[0] == 0.0 and s[R] == 1.0 and np.all(s[R:] == 1.0)
+    assert abs(s[R // 2] - 0.5) < 1e-15
+    assert np.all(np.diff(s) >= 0)
+    # C1 at both ends: the first and last increments are O(1/R^2), not O(1/R)
+    assert s[1] < 5 / R**2 and 1 - s[R - 1] < 5 / R**2
+    assert physics.ramp_factor(3, 0) == 1.0
+
+
+def test_ramped_step_uses_the_scaled_boundary_velocity():
+    """Step k of a smooth start equals a plain step with boundary velocities ramp_factor(k) * u_w."""
+    from lbm_gpu_cases import channel
+
+    R = 6
+    base = channel(nx=12, ny=8, collision="trt", policy=FP64)
+    ramped = get_stepper("numpy", LBMSetup(**{**base.__dict__, "ramp_steps": R}))
+    for k in range(1, 4):
+        g0 = ramped.populations()
+        ramped.step(1)
+        plain = get_stepper("numpy", LBMSetup(**{**base.__dict__, "boundary_velocity":
+                                                 base.boundary_velocity * physics.ramp_factor(k, R)}))
+        plain.load_populations(g0, k - 1)
+        plain.step(1)
+        assert np.array_equal(ramped.populations(), plain.populations())
+    ramped.step(R)   # past the ramp: full boundary velocities again
+    full = get_stepper("numpy", base)
+    full.load_populations(ramped.populations(), ramped.time_step)
+    ramped.step(2)
+    full.step(2)
+    assert np.array_equal(ramped.populations(), full.populations())
+
+
+def _plug_channel(ramp_steps, nx=80, ny=4):
+    flags = np.zeros((ny, nx), np.uint8)   # periodic in y: no walls, so sound is damped by viscosity only
+    flags[:, 0] = VELOCITY
+    flags[:, -1] = OUTLET
+    bv = np.zeros((2, ny, nx))
+    bv[0, :, 0] = 0.05
+    return LBMSetup(flags=flags, relaxation_time=0.8, collision="trt", boundary_velocity=bv, ramp_steps=ramp_steps)
+
+
+def test_smooth_start_avoids_the_standing_sound_wave():
+    """An impulsive start leaves a quarter-wave density oscillation between the velocity inlet and
+    the pressure outlet (period 4 L / c_s); a ramp over 4 periods leaves it >= 10x smaller."""
+    nx = 80
+    period = int(4 * (nx - 2) / np.sqrt(lattice.CS2))    # 540 steps
+    ramp = 4 * period
+    amplitude = {}
+    for r in (0, ramp):
+        st = get_stepper("numpy", _plug_channel(r, nx))
+        st.step(ramp)
+        trace = []
+        for _ in range(2 * period // 10):
+            st.step(10)
+            trace.append(st.macroscopic()[0][:, nx // 4].mean())
+        amplitude[r] = np.ptp(trace)
+    print(amplitude)
+    assert amplitude[0] > 1e-4                          # the impulsive start rings
+    assert amplitude[ramp] < amplitude[0] / 10, amplitude
