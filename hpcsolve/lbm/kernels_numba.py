@@ -11,7 +11,9 @@ Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of
 ``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
 ``lbm_step_pair``, two cells per thread on int32 words of float16 pairs, see ``_pair_kernel_python``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
-(fp64 145 B, fp32 73 B, fp16s 37 B). fp16s: float16 arrays, every load widened to float32,
+(fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
+(``_raw_access``): Numba's indexing adds a negative-index wraparound to every access, which cost the
+16-bit pair kernel 16 % of its speed. fp16s: float16 arrays, every load widened to float32,
 arithmetic in float32, stores rounded to nearest. Two buffers, no in-place streaming.
 
 Runs unchanged under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which the CI tests use on
@@ -38,7 +40,7 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
     each thread updates (``block_x`` apart along x; all their loads are issued before the first
     collision). See the module docstring."""
     Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
-    widen = "CT(A[{k}])" if half else "A[{k}]"
+    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
     load = (widen + " * INV_SCALE") if scaled else widen
     srcs = []
     for i in range(Q):
@@ -81,7 +83,7 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
         else:
             a(f"        p = collide_bgk(h{k}, omega_plus)")
         for i in range(Q):
-            a(f"        B[{i} * N + row + x{k}] = p[{i}]" + (" * SCALE" if scaled else ""))
+            a(f"        store_at(B, {i} * N + row + x{k}, p[{i}]" + (" * SCALE)" if scaled else ")"))
     return "\n".join(L) + "\n"
 
 
@@ -112,7 +114,7 @@ def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: st
         a("    edge_lo = (tid & 31) == 0")
         a("    edge_hi = (tid & 31) == 31 or px == npairs - 1")
     else:
-        a(f"    xch = cuda.shared.array(({len(shifted)}, {block_x}), int32)")
+        a(f"    xch = cuda.shared.array({len(shifted) * block_x}, int32)")
         a("    edge_lo = tid == 0")
         a(f"    edge_hi = tid == {block_x - 1} or px == npairs - 1")
     a("    y = cuda.blockIdx.y")
@@ -129,27 +131,27 @@ def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: st
     a("    pp = 0 if px == npairs - 1 else px + 1")
     base = {i: f"{i} * NP + " + {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]] for i in range(Q)}
     for i in range(Q):
-        a(f"    u{i} = A32[{base[i]} + px]")
+        a(f"    u{i} = load_at(A32, {base[i]} + px)")
     if exchange == "smem":
         for j, i in enumerate(shifted):
-            a(f"    xch[{j}, tid] = u{i}")
+            a(f"    store_at(xch, {j * block_x} + tid, u{i})")
         a("    cuda.syncthreads()")
     for j, i in enumerate(shifted):
         # every lane executes the shuffle (outside the conditional: all 32 lanes must take part)
         if CX[i] == 1:     # source (x - 1, x): the high half of the previous thread's word
             if exchange == "shfl":
                 a(f"    s{i} = cuda.shfl_up_sync(-1, u{i}, 1)")
-            nb = f"s{i}" if exchange == "shfl" else f"xch[{j}, tid - 1]"
-            a(f"    n{i} = A32[{base[i]} + pm] if edge_lo else {nb}")
+            nb = f"s{i}" if exchange == "shfl" else f"load_at(xch, {j * block_x - 1} + tid)"
+            a(f"    n{i} = load_at(A32, {base[i]} + pm) if edge_lo else {nb}")
         else:              # source (x + 1, x + 2): the low half of the next thread's word
             if exchange == "shfl":
                 a(f"    s{i} = cuda.shfl_down_sync(-1, u{i}, 1)")
-            nb = f"s{i}" if exchange == "shfl" else f"xch[{j}, tid + 1]"
-            a(f"    n{i} = A32[{base[i]} + pp] if edge_hi else {nb}")
+            nb = f"s{i}" if exchange == "shfl" else f"load_at(xch, {j * block_x + 1} + tid)"
+            a(f"    n{i} = load_at(A32, {base[i]} + pp) if edge_hi else {nb}")
     a("    if not active:")
     a("        return")
-    a("    c0 = flags[row + x]")
-    a("    c1 = flags[row + x + 1]")
+    a("    c0 = load_at(flags, row + x)")
+    a("    c1 = load_at(flags, row + x + 1)")
     a(f"    if c0 == {FLUID} and c1 == {FLUID}:")
     ha, hb = [], []
     for i in range(Q):
@@ -163,14 +165,14 @@ def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: st
     a(f"        pa = {col.format('(' + ', '.join(ha) + ')')}")
     a(f"        pb = {col.format('(' + ', '.join(hb) + ')')}")
     for i in range(Q):
-        a(f"        B32[{i} * NP + prow + px] = pack_halves(pa[{i}]{sc}, pb[{i}]{sc})")
+        a(f"        store_at(B32, {i} * NP + prow + px, pack_halves(pa[{i}]{sc}, pb[{i}]{sc}))")
     a("    else:")
     for k, c in ((0, "c0"), (1, "c1")):
         a(f"        if ({c} & 0x7f) == {FLUID}:")
         a(f"            h = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
         a(f"            p = {col.format('h')}")
         for i in range(Q):
-            a(f"            B[{i} * N + row + x + {k}] = p[{i}]{sc}")
+            a(f"            store_at(B, {i} * N + row + x + {k}, p[{i}]{sc})")
     return "\n".join(L) + "\n"
 
 
@@ -234,8 +236,58 @@ def _half_bits():
     return half_lo, half_hi, pack_halves
 
 
+@functools.lru_cache(maxsize=None)
+def _raw_access():
+    """(load_at, store_at): ``arr[k]`` / ``arr[k] = v`` on 1D arrays without the negative-index
+    wraparound Numba adds to every access with a signed index (a shift, an and and an add, in 64-bit
+    integers, per load and store). The step kernels index with k >= 0 only; under the simulator, plain
+    indexing."""
+    if backends.cuda_simulator_enabled():
+        def load_at(arr, k):
+            return arr[k]
+
+        def store_at(arr, k, v):
+            arr[k] = v
+
+        return load_at, store_at
+
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _item_pointer(context, builder, aryty, ary_val, kty, k):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [context.cast(builder, k, kty, types.intp)])
+
+    @intrinsic
+    def load_at(typingctx, arr, k):
+        """arr[k] of a 1D array without Numba's negative-index wraparound (three 64-bit integer
+        instructions per access; every index here is >= 0)."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(k, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.load(_item_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
+        return arr.dtype(arr, k), codegen
+
+    @intrinsic
+    def store_at(typingctx, arr, k, v):
+        """arr[k] = v of a 1D array without the wraparound (see load_at); v converted to arr.dtype."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(k, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            aryty = sig.args[0]
+            ptr = _item_pointer(context, builder, aryty, args[0], sig.args[1], args[1])
+            builder.store(context.cast(builder, args[2], sig.args[2], aryty.dtype), ptr)
+            return context.get_dummy_value()
+        return types.void(arr, k, v), codegen
+
+    return load_at, store_at
+
+
 def _helpers_python(scaled: bool, half: bool) -> str:
-    widen = "CT(A[{k}])" if half else "A[{k}]"
+    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
     load = (widen + " * INV_SCALE") if scaled else widen
     own = "\n".join(f"    o{i} = " + load.format(k=f"{i} * N + cell") for i in range(lattice.Q))
     return f'''
@@ -339,17 +391,19 @@ def lbm_nonfinite(A, n, out):
 
 
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
-#: (cavity 8192^2, MLUPS, 256 threads): fp64 1x 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037
-#: (2x 48,735; 4x 50,398); fp16s 1x 55,921 (2x 48,913; 4x 43,916). Numba's kernel uses 40 registers
-#: where the CuPy one uses 32 (64-bit index arithmetic), hence lower occupancy in fp16s. Measured
-#: with max_registers=32 (a few bytes spilled): fp32 53,771 (128 threads) / 53,350 (256), fp16s 57,784
-#: / 56,684; not the default yet (the benchmark table was taken without the cap).
-LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 256)}
+#: (cavity 8192^2, MLUPS). With Numba's indexing (negative-index wraparound on every access): fp64 1x
+#: 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037 (2x 48,735; 4x 50,398), 256 threads. With load_at /
+#: store_at (no wraparound, _raw_access), copy 4,193 GB/s: fp32 256 threads 53,663, 128 threads 54,288,
+#: 256 threads capped at 32 registers 54,683 (CuPy 54,774 in the same run).
+LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 256)}
 #: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair), and how it passes a
-#: word's half to the neighbouring thread ("shfl" or "smem"). H200, cavity 8192^2, copy 4,142 GB/s,
-#: MLUPS: smem 128 threads 79,054, smem 64 78,803, shfl 64 78,833, shfl 128 77,848 (CuPy's pair kernel
-#: 93,784 in the same run; Numba's per-cell kernel 55,799). smem: the path the simulator tests run.
-LAUNCH_PAIRS = (2, 128)
+#: word's half to the neighbouring thread ("shfl" or "smem"). H200, cavity 8192^2, MLUPS. With Numba's
+#: indexing (copy 4,142 GB/s): smem 128 threads 79,054, smem 64 78,803, shfl 64 78,833, shfl 128 77,848;
+#: CuPy 93,784. With load_at / store_at (copy 4,193 GB/s; 680 -> 524 PTX instructions on the fluid path,
+#: 54 -> 48 registers): smem 64 95,351, smem 128 94,584, smem 256 90,272, shfl 64 92,280, shfl 128
+#: 91,479; CuPy 93,924. Loading the words through the read-only cache (ld.global.nc by inline PTX) was
+#: slower: 71,094 against 79,530 (62 registers instead of 54). smem: the path the simulator tests run.
+LAUNCH_PAIRS = (2, 64)
 PAIR_EXCHANGE = "smem"
 
 
@@ -372,6 +426,7 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str, c
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
           "pressure_anti_bounce_back": P.pressure_anti_bounce_back}
+    ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
     src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half, cpt, block_x)
