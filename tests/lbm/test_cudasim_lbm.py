@@ -22,6 +22,15 @@ STEPS = 3
 BOUND = {"fp64": 1e-14, "fp32": 1e-6, "fp16s": 1e-3}
 
 
+def _reference_and_numba(setup, steps=STEPS):
+    """The NumPy reference and the Numba-CUDA stepper on ``setup``, both advanced ``steps`` steps."""
+    ref = get_stepper("numpy", setup)
+    dev = get_stepper("numba-cuda", setup)
+    ref.step(steps)
+    dev.step(steps)
+    return ref, dev
+
+
 @pytest.mark.parametrize("precision", [FP64, FP32, FP16S], ids=lambda p: p.name)
 @pytest.mark.parametrize("collision", ["bgk", "trt"])
 @pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
@@ -29,10 +38,7 @@ def test_numba_kernel_matches_reference(geometry, collision, precision):
     if geometry == "fully_periodic" and precision is not FP64:
         pytest.skip("wrap logic is precision-independent; checked in fp64 (keeps the simulator run short)")
     setup = GEOMETRIES[geometry](collision=collision, policy=precision)
-    ref = get_stepper("numpy", setup)
-    dev = get_stepper("numba-cuda", setup)
-    ref.step(STEPS)
-    dev.step(STEPS)
+    ref, dev = _reference_and_numba(setup)
     h_ref, h_dev = shifted(ref), shifted(dev)
     assert np.abs(h_ref).max() > 1e-3   # the state moved away from rest
     err = rel_diff(h_dev, h_ref)
@@ -77,10 +83,7 @@ def test_numba_kernel_with_bouzidi_links_matches_reference(precision):
 
     setup = channel_with_bouzidi(collision="trt", policy=precision)
     assert len(setup.links) > 0
-    ref = get_stepper("numpy", setup)
-    dev = get_stepper("numba-cuda", setup)
-    ref.step(STEPS)
-    dev.step(STEPS)
+    ref, dev = _reference_and_numba(setup)
     err = rel_diff(shifted(dev), shifted(ref))
     assert err <= BOUND[precision.name], err
     mask = obstacle_mask(setup)
@@ -117,10 +120,7 @@ def test_numba_smooth_start_matches_reference(precision):
     steps, then full velocities."""
     setup = channel(collision="trt", policy=precision)
     setup.ramp_steps = 2
-    ref = get_stepper("numpy", setup)
-    dev = get_stepper("numba-cuda", setup)
-    ref.step(STEPS)
-    dev.step(STEPS)
+    ref, dev = _reference_and_numba(setup)
     err = rel_diff(shifted(dev), shifted(ref))
     assert err <= BOUND[precision.name], err
     assert dev.velocity_scale == 1.0 and dev.time_step == STEPS
