@@ -229,8 +229,13 @@ def derive(case: LBMCase) -> Derived:
         if not driven:
             raise CaseError.invalid("boundaries.ramp_time", b.ramp_time, "0 when no side is an inlet or a moving wall",
                                     why="the smooth start ramps inlet and moving-wall velocities; this case has neither")
-        if ramp >= steps:
-            warnings.append(f"boundaries.ramp_time {b.ramp_time:g} s ({ramp} steps) is not shorter than the run "
+        if case.initial.condition == "inflow":
+            raise CaseError.invalid("boundaries.ramp_time", b.ramp_time, "0 with initial.condition = 'inflow'",
+                                    why="the inflow start sets the interior to full speed; ramping the inlet up "
+                                        "from 0 would stop it impulsively. Use initial.condition = 'rest' or "
+                                        "boundaries.ramp_time = 0")
+        if ramp > steps:
+            warnings.append(f"boundaries.ramp_time {b.ramp_time:g} s ({ramp} steps) is longer than the run "
                             f"({steps} steps): the boundary velocities never reach their full value")
     _check_reference(case)
     return Derived(units=units, nx=nx, ny=ny, pad=pad, steps=steps, output_every=out_every, ramp_steps=ramp,

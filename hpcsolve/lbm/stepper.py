@@ -223,6 +223,8 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
     instead (resting walls), evaluated in float64 from the same state.
 
     The stored state holds f*(t); the result is the force the body receives between t and t+1.
+    u_w is the setup's full boundary velocity: measured masks are obstacles (resting walls, u_w = 0);
+    a force on moving-wall cells during a smooth start (``ramp_steps``) would miss the ramp factor.
     """
     mask = np.asarray(mask, dtype=bool)
     h = shifted_populations(g, setup.policy).astype(np.float64)

@@ -95,6 +95,8 @@ BAD = {
     "ramp without inlet or moving wall": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\ntop = \"wall\"\n"
                                           "ramp_time = 1.0\n", "boundaries.ramp_time"),
     "negative ramp": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nramp_time = -1.0\n", "boundaries.ramp_time"),
+    "ramp with inflow start": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nramp_time = 1.0\n"
+                               "[initial]\ncondition = \"inflow\"\n", "boundaries.ramp_time"),
     "reference mismatch": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[validation]\nreference = \"poiseuille\"\n",
                            "validation.reference"),
 }
@@ -156,14 +158,16 @@ def test_ramp_time_becomes_ramp_steps_and_delays_the_steady_check():
     fires while the boundary velocities still rise, and a ramp longer than the run is warned about."""
     from hpcsolve.lbm.case import derive
 
-    case = load_case(CASES / "lid_driven_cavity.toml", ["lattice.resolution=16", "boundaries.ramp_time=2.0"])
+    case = load_case(CASES / "lid_driven_cavity.toml", ["lattice.resolution=16", "boundaries.ramp_time=10.0"])
     d = derive(case)
-    assert d.ramp_steps == d.units.steps_for(2.0) > 0
+    assert d.ramp_steps == d.units.steps_for(10.0) == 1600
+    # a tolerance that the comparison of steps 1400 and 1600 (inside the ramp) already meets; the steady
+    # interval is longer than the monitor interval, so the first valid comparison is 1600 -> 1800
     r = run_case(CASES / "lid_driven_cavity.toml", "numpy", progress=False, overrides=[
-        "lattice.resolution=16", "boundaries.ramp_time=2.0", "steady.enabled=true", "steady.interval=10",
-        "steady.tolerance=0.5", "time.monitor_interval=10"])
-    assert r.status == "converged" and r.metrics["steps"] > d.ramp_steps
+        "lattice.resolution=16", "boundaries.ramp_time=10.0", "steady.enabled=true", "steady.interval=200",
+        "steady.tolerance=0.1", "time.monitor_interval=50"])
+    assert r.status == "converged" and r.metrics["steps"] >= d.ramp_steps + 200, (r.metrics["steps"], d.ramp_steps)
     with pytest.warns(UserWarning, match="ramp_time"):
         run_case(CASES / "lid_driven_cavity.toml", "numpy", progress=False, overrides=[
-            "lattice.resolution=16", "boundaries.ramp_time=2.0", f"time.steps={d.ramp_steps // 2}",
+            "lattice.resolution=16", "boundaries.ramp_time=10.0", f"time.steps={d.ramp_steps // 2}",
             "steady.enabled=false"])

@@ -175,3 +175,21 @@ def test_smooth_start_avoids_the_standing_sound_wave():
     print(amplitude)
     assert amplitude[0] > 1e-4                          # the impulsive start rings
     assert amplitude[ramp] < amplitude[0] / 10, amplitude
+
+
+def test_restart_inside_the_smooth_start_continues_the_ramp():
+    """A stepper restored mid-ramp (checkpoint restart) sets the ramp factor from its time step: the
+    run continues bit for bit as without the restart."""
+    from lbm_gpu_cases import channel
+
+    base = channel(nx=12, ny=8, collision="trt", policy=FP32)
+    setup = LBMSetup(**{**base.__dict__, "ramp_steps": 6})
+    whole = get_stepper("numpy", setup)
+    whole.step(3)
+    g3 = whole.populations()
+    whole.step(5)
+    restarted = get_stepper("numpy", setup)
+    restarted.load_populations(g3, 3)
+    restarted.step(5)
+    assert np.array_equal(restarted.populations(), whole.populations())
+    assert restarted.velocity_scale == 1.0
