@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
     p.add_argument("--precisions", nargs="+", help="precisions to time")
     p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (smoke test)")
+    p.add_argument("--in-place", action="store_true", help="lbm: time the GPU steppers with in-place streaming "
+                   "(one population array, lattice.streaming = 'in-place')")
     return parser
 
 
@@ -192,6 +194,9 @@ def cmd_info(args) -> int:
 
 def cmd_bench(args) -> int:
     import importlib
+
+    if getattr(args, "in_place", False) and args.family != "lbm":
+        raise CaseError.invalid("--in-place", True, "bench lbm only", why="in-place streaming is an LBM option")
 
     try:
         mod = importlib.import_module(f"hpcsolve.report.bench_{args.family}")

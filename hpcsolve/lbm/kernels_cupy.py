@@ -180,9 +180,10 @@ def _collision_fn(P, collision):
 
 @functools.lru_cache(maxsize=None)
 def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt: int = 1,
-                  block_x: int = 256) -> str:
+                  block_x: int = 256, in_place: bool = False) -> str:
     """CUDA C of the step, moments and gather kernels for one policy and collision model;
-    ``cpt`` cells per thread, ``block_x`` threads per block (both along x)."""
+    ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: also the
+    AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py)."""
     from types import SimpleNamespace
 
     pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
@@ -205,14 +206,24 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
         row = {0: "row", 1: "rowm", -1: "rowp"}[CY[i]]
         return f"{row} + {col}"
 
-    interior = []
-    boundary = []
-    for i in range(Q):
+    def dst_offset(j):
+        # x + c_j: where an even in-place step writes f*_j(x) (slot opp(j))
+        col = {0: "x", 1: "xp", -1: "xm"}[CX[j]]
+        row = {0: "row", 1: "rowp", -1: "rowm"}[CY[j]]
+        return f"{row} + {col}"
+
+    def boundary_pulls(fluid_pos, hop_pos, own_stmt):
+        """The boundary branch of the pull for each direction: ``fluid_pos`` / ``hop_pos`` format
+        strings (i, o = opp(i), s = x - c_i) of f*_i(x - c_i) and of the rule's f*_opp(i)(x)."""
+        out = []
+        for i in range(1, Q):
+            out.append(boundary_pull(i, fluid_pos.format(i=i, o=OPP[i]), hop_pos.format(i=i, o=OPP[i]), own_stmt))
+        return out
+
+    interior = [f"h[{i}] = load_pop(A[{i} * N + {src_offset(i)}]);" for i in range(Q)]
+
+    def boundary_pull(i, fluid_pos, hop_pos, own_stmt):
         s = src_offset(i)
-        interior.append(f"h[{i}] = load_pop(A[{i} * N + {s}]);")
-        if i == 0:
-            boundary.append(f"h[{i}] = load_pop(A[cell]);")
-            continue
         o = OPP[i]
         w_i, cx_i, cy_i = P.W[i], P.CX[i], P.CY[i]
         vbb_lines, vbb_out = _trace(lambda hop, uwx, uwy: P.velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy),
@@ -220,13 +231,13 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
         abb_lines, abb_out = _trace(lambda hop, ux, uy: P.pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy),
                                     real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy"}, f"a{i}_")
         wbb_lines, wbb_out = _trace(lambda hop: P.wall_bounce_back(hop), real_t, suffix, {"hop": "hop"}, f"w{i}_")
-        boundary.append(f"""{{
+        return f"""{{
       const long long s = {s};
       const int fs = flags[s] & 0x7f;
       if (fs == {FLUID}) {{
-        h[{i}] = load_pop(A[{i} * N + s]);
+        h[{i}] = load_pop(A[{fluid_pos}]);
       }} else {{
-        const real_t hop = load_pop(A[{o} * N + cell]);
+        const real_t hop = load_pop(A[{hop_pos}]);
         if (fs == {WALL}) {{
           {' '.join(wbb_lines)}
           h[{i}] = {wbb_out[0]};
@@ -236,15 +247,20 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
           {' '.join(vbb_lines)}
           h[{i}] = {vbb_out[0]};
         }} else {{
-          if (!have_own) {{ own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }}
+          {own_stmt}
           {' '.join(abb_lines)}
           h[{i}] = {abb_out[0]};
         }}
       }}
-    }}""")
+    }}"""
+
+    boundary = [f"h[0] = load_pop(A[cell]);"] + boundary_pulls(
+        "{i} * N + s", "{o} * N + cell",
+        "if (!have_own) { own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }")
 
     header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
     nl = "\n    "
+    aa = _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) if in_place else ""
     src = f"""{header}
 typedef {real_t} real_t;
 typedef {store_t} store_t;
@@ -333,6 +349,7 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
 }}
 
 {_pair_kernel_c(block_x, scale, suffix) if store_t == "__half" else ""}
+{aa}
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
 extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
                                        real_t* __restrict__ out, const long long N) {{
@@ -352,6 +369,104 @@ extern "C" __global__ void lbm_gather(const store_t* __restrict__ A, const long 
 }}
 """
     return src
+
+
+def _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) -> str:
+    """CUDA C of the in-place (AA pattern) kernels: ``lbm_step_aa_even`` / ``lbm_step_aa_odd`` (one cell
+    per thread, layouts in hpcsolve/lbm/inplace.py) and ``lbm_moments_odd``. The pull and the boundary
+    rules are those of ``lbm_step`` with the layout's positions; the outlet rule takes the cell's
+    velocity from the ``own_u`` table, which outlet cells rewrite after their collision from the
+    populations they just stored."""
+    Q, OPP = lattice.Q, lattice.OPPOSITE
+    nl = "\n    "
+    own = "if (!have_own) { outlet_velocity(out_cells, own_u, n_out, cell, &own_ux, &own_uy); have_own = true; }"
+    parts = ["""
+// the outlet cell's entry in the sorted table out_cells (-1: not an outlet cell)
+__device__ __forceinline__ int outlet_index(const long long* __restrict__ out_cells, const int n_out,
+                                            const long long cell) {
+  int lo = 0, hi = n_out - 1;
+  while (lo < hi) { const int mid = (lo + hi) >> 1; if (out_cells[mid] < cell) lo = mid + 1; else hi = mid; }
+  return out_cells[lo] == cell ? lo : -1;
+}
+
+__device__ __forceinline__ void outlet_velocity(const long long* __restrict__ out_cells, const real_t* own_u,
+                                                const int n_out, const long long cell, real_t* ux, real_t* uy) {
+  const int k = outlet_index(out_cells, n_out, cell);
+  *ux = own_u[k]; *uy = own_u[n_out + k];
+}
+"""]
+    for parity in ("even", "odd"):
+        if parity == "even":
+            pulls = interior
+            bnd = boundary_pulls("{i} * N + s", "{o} * N + cell", own)
+            stores = [f"{OPP[j]} * N + {dst_offset(j)}" for j in range(Q)]
+        else:
+            pulls = [f"h[{i}] = load_pop(A[{OPP[i]} * N + cell]);" for i in range(Q)]
+            bnd = boundary_pulls("{o} * N + cell", "{i} * N + s", own)
+            stores = [f"{j} * N + cell" for j in range(Q)]
+        parts.append(f"""
+// In-place (AA) step from the {parity} layout; bytes per cell per step as lbm_step.
+extern "C" __global__ void __launch_bounds__({block_x})
+lbm_step_aa_{parity}(store_t* __restrict__ A, const unsigned char* __restrict__ flags,
+    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
+    const long long* __restrict__ out_cells, real_t* __restrict__ own_u, const int n_out,
+    const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+  const int y = blockIdx.y;
+  const int x = blockIdx.x * {block_x} + threadIdx.x;
+  if (x >= nx) return;
+  const long long N = (long long)nx * ny;
+  const long long row = (long long)y * nx;
+  const long long cell = row + x;
+  const int code = flags[cell];
+  if ((code & 0x7f) != {FLUID}) return;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  const int xm = (x == 0) ? nx - 1 : x - 1;
+  const int xp = (x == nx - 1) ? 0 : x + 1;
+  real_t h[{Q}];
+  if (!(code & {BOUNDARY_BIT})) {{
+    {nl.join(pulls)}
+  }} else {{
+    bool have_own = false;
+    real_t own_ux = 0, own_uy = 0;
+    h[0] = load_pop(A[cell]);
+    {nl.join(bnd)}
+  }}
+  real_t o[{Q}];
+  collide_values(h, o, omega_plus, omega_minus);
+  {nl.join(f"A[{stores[j]}] = store_pop(o[{j}]);" for j in range(Q))}
+  if (code & {BOUNDARY_BIT}) {{
+    const int k = outlet_index(out_cells, n_out, cell);
+    if (k >= 0) {{   // the outlet rule's velocity at t + 1: moments of the populations just stored
+      {' '.join(f'const real_t h{j} = load_pop(A[{stores[j]}]);' for j in range(Q))}
+      {' '.join(mom_lines)}
+      own_u[k] = {mom_out[1]}; own_u[n_out + k] = {mom_out[2]};
+    }}
+  }}
+}}
+""")
+    odd_loads = " ".join(f"const real_t h{i} = load_pop(A[{OPP[i]} * N + {dst_offset(i)}]);" for i in range(Q))
+    parts.append(f"""
+// drho, ux, uy of the odd in-place layout (f*_i(x) in slot opp(i) of x + c_i); non-fluid cells: 0
+extern "C" __global__ void lbm_moments_odd(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
+                                           real_t* __restrict__ out, const int nx, const int ny) {{
+  const long long N = (long long)nx * ny;
+  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (cell >= N) return;
+  if ((flags[cell] & 0x7f) != {FLUID}) {{ out[cell] = 0; out[N + cell] = 0; out[2 * N + cell] = 0; return; }}
+  const int y = (int)(cell / nx);
+  const int x = (int)(cell - (long long)y * nx);
+  const long long row = (long long)y * nx;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  const int xm = (x == 0) ? nx - 1 : x - 1;
+  const int xp = (x == nx - 1) ? 0 : x + 1;
+  {odd_loads}
+  {nl.join(mom_lines)}
+  out[cell] = {mom_out[0]}; out[N + cell] = {mom_out[1]}; out[2 * N + cell] = {mom_out[2]};
+}}
+""")
+    return "".join(parts)
 
 
 def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
@@ -579,16 +694,61 @@ class ForceTerms:
     """``force_links`` per obstacle mask, built once and moved to the device with ``to_device``
     (shared by the CuPy and Numba steppers; None for a mask without links)."""
 
-    def __init__(self, setup: LBMSetup, to_device):
-        self.setup, self.to_device = setup, to_device
+    def __init__(self, setup: LBMSetup, to_device, position_map=None):
+        self.setup, self.to_device, self.position_map = setup, to_device, position_map
         self._by_mask: dict = {}
 
     def __call__(self, mask: np.ndarray):
+        """(pos, cx, cy, m, c) on the device; ``position_map`` (in-place streaming, odd layout) moves the
+        positions to where the populations are stored."""
         key = np.asarray(mask, dtype=bool).tobytes()
         if key not in self._by_mask:
             links = force_links(self.setup, mask)
+            if links is not None and self.position_map is not None:
+                links = (self.position_map(links[0]),) + tuple(links[1:])
             self._by_mask[key] = None if links is None else tuple(self.to_device(a) for a in links)
         return self._by_mask[key]
+
+
+class InPlaceTables:
+    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
+    their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/inplace.py).
+    ``to_device`` copies a host array to the backend's device."""
+
+    def __init__(self, setup: LBMSetup, backend: str, to_device, stream=None):
+        from hpcsolve.lbm import bouzidi, inplace
+
+        self.setup, self.to_device = setup, to_device
+        self.cells = inplace.check(setup)
+        shape = setup.shape
+        self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
+        self.bouzidi_odd = (bouzidi.Prepass(inplace.OddLinks(setup.links), setup.policy, backend, stream)
+                            if _has_interpolated_links(setup) else None)
+        self.n_out = max(self.cells.size, 1)
+        self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))
+
+    def outlet_velocity(self, fetch):
+        """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
+        returns the stored even-layout populations (9, n) of those cells on the host (called only
+        when the lattice has outlet cells)."""
+        from hpcsolve.lbm import inplace
+
+        ct = np.dtype(self.setup.policy.compute)
+        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
+             else np.zeros((2, 1), dtype=ct))
+        return self.to_device(np.ascontiguousarray(u.ravel()))
+
+
+def in_place_populations(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
+    """The even-layout state (what ``populations()`` returns) from an in-place array of ``parity``;
+    non-fluid cells 0 (in place they hold values the step wrote there and nobody reads)."""
+    from hpcsolve.lbm import inplace
+
+    if parity:
+        return inplace.to_even(g, flags, FLUID)
+    g = g.copy()
+    g[:, flags != FLUID] = 0
+    return g
 
 
 def host_macroscopic(m: np.ndarray, flags: np.ndarray):
@@ -623,10 +783,11 @@ def initial_state(setup: LBMSetup, xp):
     return xp.asarray(setup.initial_populations())
 
 
-def bytes_per_cell(policy) -> tuple[int, int]:
-    """(moved per step, resident) bytes per cell: see the module docstring."""
+def bytes_per_cell(policy, in_place: bool = False) -> tuple[int, int]:
+    """(moved per step, resident) bytes per cell: see the module docstring. In-place streaming
+    (``hpcsolve.lbm.inplace``) moves the same bytes and keeps one population array."""
     s = np.dtype(policy.storage).itemsize
-    return 2 * lattice.Q * s + 1, 2 * lattice.Q * s + 1
+    return 2 * lattice.Q * s + 1, (1 if in_place else 2) * lattice.Q * s + 1
 
 
 class CupyStepper(Stepper):
@@ -641,18 +802,26 @@ class CupyStepper(Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
+        self.in_place = bool(setup.in_place)
         # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
         self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
+        self.pairs = self.pairs and not self.in_place
         cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
         self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
         if self.pairs:
             self.cells_per_thread = 2
+        if self.in_place:
+            self.cells_per_thread = 1
         src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
-                            1 if self.pairs else self.cells_per_thread, self.block_x)
+                            1 if self.pairs else self.cells_per_thread, self.block_x, self.in_place)
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)
-        self._k_step = module.get_function("lbm_step_pair" if self.pairs else "lbm_step")
+        if self.in_place:
+            self._k_aa = (module.get_function("lbm_step_aa_even"), module.get_function("lbm_step_aa_odd"))
+            self._k_moments_odd = module.get_function("lbm_moments_odd")
+        else:
+            self._k_step = module.get_function("lbm_step_pair" if self.pairs else "lbm_step")
         self._k_moments = module.get_function("lbm_moments")
         self._k_gather = module.get_function("lbm_gather")
         self.nx, self.ny = nx, ny
@@ -662,17 +831,33 @@ class CupyStepper(Stepper):
         self._vel_full = None   # float64 copy on the device, made at the first smooth-start step
         self.n_vel = np.int32(cells.size)
         self.a = initial_state(setup, cupy)
-        self.b = self.a.copy()   # non-fluid cells hold the initial value (0) in both buffers
+        # non-fluid cells hold the initial value (0) in both buffers; in place: one array
+        self.b = None if self.in_place else self.a.copy()
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
         per_block = self.block_x * self.cells_per_thread
         self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
-        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
+        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cupy.asarray)
         self.bouzidi = _bouzidi_prepass(setup, "cupy")
+        if self.in_place:
+            self.parity = 0
+            self._aa = InPlaceTables(setup, "cupy", cupy.asarray)
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
     def _advance(self, n: int) -> None:
+        if self.in_place:
+            aa = self._aa
+            tail = (self.out_cells_args() + (np.int32(self.nx), np.int32(self.ny), self.omega_plus, self.omega_minus))
+            for _ in range(n):
+                prepass = self.bouzidi if self.parity == 0 else aa.bouzidi_odd
+                if prepass is not None:
+                    prepass(self.a)
+                self._k_aa[self.parity](self.grid, self.block, (self.a, self.flags, self.vel_cells, self.vel_u,
+                                                                 self.n_vel) + tail)
+                self.parity ^= 1
+            return
         args_tail = (self.flags, self.vel_cells, self.vel_u, self.n_vel, np.int32(self.nx), np.int32(self.ny),
                      self.omega_plus, self.omega_minus)
         for _ in range(n):
@@ -688,16 +873,30 @@ class CupyStepper(Stepper):
         # float64 product rounded to the compute dtype in place (the kernel keeps its pointer)
         _scale_kernel()(self._vel_full, np.float64(factor), self.vel_u)
 
+    def _fetch_cells(self, cells: np.ndarray) -> np.ndarray:
+        """Stored populations (9, n) of ``cells`` (even layout) on the host."""
+        return self.a.reshape(lattice.Q, -1)[:, self.cp.asarray(cells)].get()
+
+    def out_cells_args(self) -> tuple:
+        return (self._aa.out_cells, self.own_u, np.int32(self._aa.n_out))
+
     def populations(self) -> np.ndarray:
+        if self.in_place:
+            return in_place_populations(self.a.get(), self.setup.flags, self.parity)
         return self.a.get()
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         g = self._check_loadable(g)
         self.a = self.cp.asarray(np.ascontiguousarray(g))
-        self.b = self.a.copy()
+        if self.in_place:
+            self.parity = 0
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+        else:
+            self.b = self.a.copy()
         self.time_step = int(time_step)
 
     def populations_device(self):
+        """The device population array (in place: in the layout of the current parity)."""
         return self.a
 
     def macroscopic_device(self):
@@ -705,7 +904,11 @@ class CupyStepper(Stepper):
         cp = self.cp
         n = self.nx * self.ny
         out = cp.empty((3, self.ny, self.nx), dtype=self.ct)
-        self._k_moments(((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int64(n)))
+        if self.in_place and self.parity == 1:
+            self._k_moments_odd(((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int32(self.nx),
+                                                              np.int32(self.ny)))
+        else:
+            self._k_moments(((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int64(n)))
         return out
 
     def macroscopic(self):
@@ -713,7 +916,7 @@ class CupyStepper(Stepper):
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cp = self.cp
-        links = self._force_terms(mask)
+        links = (self._aa.force_terms_odd if self.in_place and self.parity == 1 else self._force_terms)(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, k = links
@@ -730,6 +933,8 @@ class CupyStepper(Stepper):
         """Add amplitude * w_i * U(-1, 1) to every fluid population (benchmarks: never time on zeros)."""
         cp = self.cp
         pol = self.policy
+        if self.in_place and self.parity == 1:
+            raise RuntimeError("perturb() needs the even layout: call it before stepping or after an even number of steps")
         rng = cp.random.default_rng(seed)
         fluid = cp.asarray(self.setup.flags == FLUID)
         w = cp.asarray(lattice.weights(self.ct)).reshape(lattice.Q, 1, 1)
@@ -737,6 +942,8 @@ class CupyStepper(Stepper):
         h = self.a.astype(self.ct) + (amplitude * pol.population_scale) * w * noise * fluid
         self.a[...] = h.astype(self.a.dtype)
         del noise, h
+        if self.in_place:
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
 
 def make_stepper(setup: LBMSetup) -> CupyStepper:

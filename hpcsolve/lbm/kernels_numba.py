@@ -29,7 +29,8 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, _bouzidi_prepass, bytes_per_cell, device_flags,
+from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, InPlaceTables, _bouzidi_prepass, bytes_per_cell,
+                                       device_flags, in_place_populations,
                                        host_macroscopic, pair_kernel_applies, velocity_table)
 from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
@@ -84,6 +85,114 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
             a(f"        p = collide_bgk(h{k}, omega_plus)")
         for i in range(Q):
             a(f"        store_at(B, {i} * N + row + x{k}, p[{i}]" + (" * SCALE)" if scaled else ")"))
+    return "\n".join(L) + "\n"
+
+
+def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) -> str:
+    """Python source of the in-place (AA pattern) step kernels ``lbm_step_aa_even`` / ``_odd`` and
+    their boundary pull (``hpcsolve.lbm.inplace`` has the layouts). One cell per thread; the outlet
+    rule takes the cell's velocity from the ``own_u`` table, which outlet cells rewrite after their
+    collision from their just-stored populations."""
+    Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
+    load = (widen + " * INV_SCALE") if scaled else widen
+    sc = " * SCALE" if scaled else ""
+    src, dst = [], []
+    for i in range(Q):
+        src.append({0: "row", 1: "rowm", -1: "rowp"}[CY[i]] + " + " + {0: "x", 1: "xm", -1: "xp"}[CX[i]])
+        dst.append({0: "row", 1: "rowp", -1: "rowm"}[CY[i]] + " + " + {0: "x", 1: "xp", -1: "xm"}[CX[i]])
+    col = "collide_trt(h, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk(h, omega_plus)"
+    L = []
+    a = L.append
+    a("def outlet_index(out_cells, n_out, cell):")
+    a("    lo = 0")
+    a("    hi = n_out - 1")
+    a("    while lo < hi:")
+    a("        mid = (lo + hi) >> 1")
+    a("        if out_cells[mid] < cell:")
+    a("            lo = mid + 1")
+    a("        else:")
+    a("            hi = mid")
+    a("    return lo if out_cells[lo] == cell else -1")
+    for parity in ("even", "odd"):
+        # where f*_i(x - c_i) (fluid source) and the rule's f*_opp(i)(x) (boundary link) are
+        own_pull, rule_in = (("i * N + s", "opp * N + cell") if parity == "even" else ("opp * N + cell", "i * N + s"))
+        a("")
+        a("")
+        a(f"def aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, s, i, opp,"
+          " w_i, cx_i, cy_i):")
+        a(f"    fs = load_at(flags, s) & 0x7f")
+        a(f"    if fs == {FLUID}:")
+        a(f"        return load_pop(A, {own_pull})")
+        a(f"    hop = load_pop(A, {rule_in})")
+        a(f"    if fs == {WALL}:")
+        a("        return wall_bounce_back(hop)")
+        a(f"    if fs == {VELOCITY}:")
+        a("        uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)")
+        a("        return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)")
+        a("    k = outlet_index(out_cells, n_out, cell)")
+        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, own_u[k], own_u[n_out + k])")
+        a("")
+        a("")
+        a(f"def lbm_step_aa_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, nx, ny, "
+          "omega_plus, omega_minus):")
+        a("    y = cuda.blockIdx.y")
+        a(f"    x = cuda.blockIdx.x * {block_x} + cuda.threadIdx.x")
+        a("    if x >= nx:")
+        a("        return")
+        a("    N = nx * ny")
+        a("    row = y * nx")
+        a("    cell = row + x")
+        a("    code = load_at(flags, cell)")
+        a(f"    if (code & 0x7f) != {FLUID}:")
+        a("        return")
+        a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
+        a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
+        a("    xm = nx - 1 if x == 0 else x - 1")
+        a("    xp = 0 if x == nx - 1 else x + 1")
+        a(f"    if (code & {BOUNDARY_BIT}) == 0:")
+        pulls = [load.format(k=(f"{i} * N + {src[i]}" if parity == "even" else f"{OPP[i]} * N + cell"))
+                 for i in range(Q)]
+        a("        h = (" + ", ".join(pulls) + ")")
+        a("    else:")
+        a("        h = (" + load.format(k="cell") + ",")
+        for i in range(1, Q):
+            a(f"             aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, "
+              f"{src[i]}, {i}, {OPP[i]}, W{i}, CX{i}, CY{i}),")
+        a("             )")
+        a(f"    p = {col}")
+        stores = [(f"{OPP[j]} * N + {dst[j]}" if parity == "even" else f"{j} * N + cell") for j in range(Q)]
+        for j in range(Q):
+            a(f"    store_at(A, {stores[j]}, p[{j}]{sc})")
+        a(f"    if (code & {BOUNDARY_BIT}) != 0:")
+        a("        k = outlet_index(out_cells, n_out, cell)")
+        a("        if k >= 0:   # the outlet rule's velocity at t + 1: moments of the populations just stored")
+        a("            drho, ux, uy = moments((" + ", ".join(load.format(k=stores[j]) for j in range(Q)) + "))")
+        a("            own_u[k] = ux")
+        a("            own_u[n_out + k] = uy")
+    a("")
+    a("")
+    a("def lbm_moments_odd(A, flags, out, nx, ny):")
+    a("    cell = cuda.grid(1)")
+    a("    N = nx * ny")
+    a("    if cell >= N:")
+    a("        return")
+    a(f"    if (flags[cell] & 0x7f) != {FLUID}:")
+    a("        out[cell] = ZERO")
+    a("        out[N + cell] = ZERO")
+    a("        out[2 * N + cell] = ZERO")
+    a("        return")
+    a("    y = cell // nx")
+    a("    x = cell - y * nx")
+    a("    row = y * nx")
+    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
+    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
+    a("    xm = nx - 1 if x == 0 else x - 1")
+    a("    xp = 0 if x == nx - 1 else x + 1")
+    a("    drho, ux, uy = moments((" + ", ".join(load.format(k=f"{OPP[i]} * N + {dst[i]}") for i in range(Q)) + "))")
+    a("    out[cell] = drho")
+    a("    out[N + cell] = ux")
+    a("    out[2 * N + cell] = uy")
     return "\n".join(L) + "\n"
 
 
@@ -409,9 +518,12 @@ PAIR_EXCHANGE = "smem"
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(storage: str, compute: str, scale: float, collision: str, cpt: int = 1, block_x: int = 256,
-                     max_registers: int | None = None, pairs: bool = False, exchange: str = "smem"):
+                     max_registers: int | None = None, pairs: bool = False, exchange: str = "smem",
+                     in_place: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
-    and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
+    and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``;
+    ``in_place``: step is the pair (lbm_step_aa_even, lbm_step_aa_odd) and moments the pair (lbm_moments,
+    lbm_moments_odd)."""
     from numba import cuda, float64, int32
 
     ct = np.dtype(compute)
@@ -430,17 +542,26 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str, c
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
     src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half, cpt, block_x)
-    if pairs:
+    if in_place:
+        src += "\n\n" + _aa_kernel_python(collision, scaled, half, block_x)
+    elif pairs:
         src += "\n\n" + _pair_kernel_python(collision, scaled, block_x, exchange)
         ns["half_lo"], ns["half_hi"], ns["pack_halves"] = _half_bits()
     code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
     exec(code, ns)
-    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary", "pull_cell"):
+    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary", "pull_cell") + (
+            ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
-    kernels = (cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs else "lbm_step"]),) + tuple(
-        cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb",
-                                          "lbm_scale_velocity"))
+    if in_place:
+        step = tuple(cuda.jit(**step_opts)(ns[f"lbm_step_aa_{p}"]) for p in ("even", "odd"))
+        moments = (cuda.jit(ns["lbm_moments"]), cuda.jit(ns["lbm_moments_odd"]))
+    else:
+        step = cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs else "lbm_step"])
+        moments = cuda.jit(ns["lbm_moments"])
+    kernels = (step, moments) + tuple(
+        cuda.jit(ns[name]) for name in ("lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb",
+                                        "lbm_scale_velocity"))
     return kernels + (src,)
 
 
@@ -456,16 +577,20 @@ class NumbaCudaStepper(Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
+        self.in_place = bool(setup.in_place)
         # 16-bit storage on an even nx: two adjacent cells per thread with 4-byte loads (lbm_step_pair)
         self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
+        self.pairs = self.pairs and not self.in_place
         cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
         self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
         if self.pairs:
             self.cells_per_thread = 2
+        if self.in_place:
+            self.cells_per_thread = 1
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
                                          setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
-                                         max_registers, self.pairs, exchange or PAIR_EXCHANGE)
+                                         max_registers, self.pairs, exchange or PAIR_EXCHANGE, self.in_place)
         self.nx, self.ny = nx, ny
         self.stream = cuda.default_stream()
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
@@ -473,26 +598,40 @@ class NumbaCudaStepper(Stepper):
         self.vel_cells, self.vel_u = cuda.to_device(cells), cuda.to_device(uw.ravel())
         self.n_vel = np.int64(cells.size)
         self._vel_full = None   # float64 copy on the device, made at the first smooth-start step
+        self.b = None   # in place: one population array
         if setup.initial_density is None and setup.initial_velocity is None:
             # at rest the stored state is exactly 0 (h^eq(0, 0) = 0): make it on the device
             n = lattice.Q * nx * ny
-            self.a = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
-            self.b = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
             grid1 = math.ceil(n / 256)
+            self.a = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
             self._k_fill[grid1, 256, self.stream](self.a, np.int64(n))
-            self._k_fill[grid1, 256, self.stream](self.b, np.int64(n))
+            if not self.in_place:
+                self.b = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
+                self._k_fill[grid1, 256, self.stream](self.b, np.int64(n))
         else:
             g0 = setup.initial_populations().ravel()
             self.a = cuda.to_device(g0)
-            self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
+            if not self.in_place:
+                self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
         grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
-        self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
-        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol)
+        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cuda.to_device)
         self._word_views: dict = {}
         self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
+        if self.in_place:
+            self._launch = tuple(k[grid, (self.block_x, 1), self.stream] for k in self._k_step)
+            self.parity = 0
+            self._aa = InPlaceTables(setup, "numba-cuda", lambda v: cuda.to_device(v, stream=self.stream), self.stream)
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+        else:
+            self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
+
+    def _fetch_cells(self, cells: np.ndarray) -> np.ndarray:
+        """Stored populations (9, n) of ``cells`` (even layout) on the host (the runs with outlets are
+        small next to the device; the whole array is copied)."""
+        return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, -1)[:, cells]
 
     def _set_velocity_scale(self, factor: float) -> None:
         if self._vel_full is None:
@@ -504,6 +643,17 @@ class NumbaCudaStepper(Stepper):
     def _advance(self, n: int) -> None:
         launch = self._launch
         nx, ny = np.int64(self.nx), np.int64(self.ny)
+        if self.in_place:
+            aa = self._aa
+            n_out = np.int64(aa.n_out)
+            for _ in range(n):
+                prepass = self.bouzidi if self.parity == 0 else aa.bouzidi_odd
+                if prepass is not None:
+                    prepass(self.a)
+                launch[self.parity](self.a, self.flags, self.vel_cells, self.vel_u, self.n_vel, aa.out_cells,
+                                    self.own_u, n_out, nx, ny, self.omega_plus, self.omega_minus)
+                self.parity ^= 1
+            return
         for _ in range(n):
             if self.bouzidi is not None:
                 self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
@@ -523,14 +673,21 @@ class NumbaCudaStepper(Stepper):
         return v[1]
 
     def populations(self) -> np.ndarray:
-        return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
+        g = self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
+        if self.in_place:
+            return in_place_populations(g, self.setup.flags, self.parity)
+        return g
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         from numba import cuda
 
         g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
         self.a = cuda.to_device(g, stream=self.stream)
-        self.b = cuda.to_device(g, stream=self.stream)
+        if self.in_place:
+            self.parity = 0
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+        else:
+            self.b = cuda.to_device(g, stream=self.stream)
         self.stream.synchronize()
         self.time_step = int(time_step)
 
@@ -538,7 +695,12 @@ class NumbaCudaStepper(Stepper):
         """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0)."""
         n = self.nx * self.ny
         out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
-        self._k_moments[math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(n))
+        if self.in_place and self.parity == 1:
+            self._k_moments[1][math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(self.nx),
+                                                                     np.int64(self.ny))
+        else:
+            k = self._k_moments[0] if self.in_place else self._k_moments
+            k[math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(n))
         return out
 
     def macroscopic(self):
@@ -547,7 +709,7 @@ class NumbaCudaStepper(Stepper):
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cuda = self.cuda
-        links = self._force_terms(mask)
+        links = (self._aa.force_terms_odd if self.in_place and self.parity == 1 else self._force_terms)(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, c = links
@@ -562,8 +724,12 @@ class NumbaCudaStepper(Stepper):
         never time on zeros)."""
         n = self.nx * self.ny
         weights = self.cuda.to_device(lattice.weights(self.ct), stream=self.stream)
+        if self.in_place and self.parity == 1:
+            raise RuntimeError("perturb() needs the even layout: call it before stepping or after an even number of steps")
         self._k_perturb[math.ceil(lattice.Q * n / 256), 256, self.stream](
             self.a, self.flags, weights, np.int64(n), self.ct.type(amplitude), np.int64(seed))
+        if self.in_place:
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
     def finite(self) -> bool:
         out = self.cuda.to_device(np.zeros(1, dtype=np.int32), stream=self.stream)

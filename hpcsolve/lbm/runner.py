@@ -46,7 +46,8 @@ def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometr
     setup = LBMSetup(flags=geo.flags, relaxation_time=derived.units.relaxation_time,
                      collision=case.lattice.collision, magic=case.lattice.magic, policy=policy,
                      boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0,
-                     links=geo.links, ramp_steps=derived.ramp_steps)
+                     links=geo.links, ramp_steps=derived.ramp_steps,
+                     in_place=case.lattice.streaming == "in-place")
     return derived, geo, setup
 
 
@@ -55,8 +56,10 @@ def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
     info = derived.summary()
     cells = derived.nx * derived.ny
     info["collision"] = case.lattice.collision
-    info["memory_bytes"] = int(2 * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
-    info["memory"] = f"{info['memory_bytes'] / 2**20:.1f} MiB (2 population buffers + flags + boundary velocity)"
+    arrays = 1 if case.lattice.streaming == "in-place" and backend != "numpy" else 2
+    info["memory_bytes"] = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
+    info["memory"] = (f"{info['memory_bytes'] / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
+                      f"+ flags + boundary velocity)")
     # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
     info["host_memory_bytes"] = int(HOST_BYTES_PER_CELL * cells)
     free = backends.host_memory_available()
@@ -165,6 +168,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
                     grid=StructuredGrid(nx=derived.nx, ny=derived.ny, spacing=units.dx,
                                         origin=(float(x[0]), float(y[0])), unit="m"))
     result.derived = {**derived.summary(), "collision": case.lattice.collision,
+                      "streaming": "in-place" if getattr(stepper, "in_place", False) else "two-buffer",
                       "fluid_cells": int(np.count_nonzero(geo.fluid)), **_bounce_back_summary(geo)}
     from hpcsolve.lbm.plots import plot_result
 

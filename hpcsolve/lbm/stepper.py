@@ -49,6 +49,7 @@ class LBMSetup:
     initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
     links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)
     ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
+    in_place: bool = False                       # GPU steppers: one population array (hpcsolve/lbm/inplace.py)
 
     def __post_init__(self):
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
@@ -65,6 +66,9 @@ class LBMSetup:
                 or self.ramp_steps < 0:
             raise CaseError.invalid("ramp_steps", self.ramp_steps, "an integer >= 0")
         self.ramp_steps = int(self.ramp_steps)
+        if not isinstance(self.in_place, (bool, np.bool_)):
+            raise CaseError.invalid("in_place", self.in_place, "True or False")
+        self.in_place = bool(self.in_place)
         ny, nx = self.flags.shape
         if self.boundary_velocity is None:
             self.boundary_velocity = np.zeros((2, ny, nx))

@@ -48,9 +48,11 @@ def _out_dir(args) -> Path:
     return path
 
 
-def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1):
+def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1,
+                 in_place: bool = False):
     """Lid-driven cavity on an n x n lattice: resting walls left, right and bottom, the lid (a
-    VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells across."""
+    VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells across.
+    ``in_place``: the GPU steppers stream in place (one population array)."""
     from hpcsolve.lbm import physics
     from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
 
@@ -62,7 +64,7 @@ def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.
     uw = np.zeros((2, n, n))
     uw[0, -1, :] = lid_velocity
     tau = physics.tau_from_viscosity(lid_velocity * (n - 2) / reynolds)
-    return LBMSetup(flags, tau, collision=collision, policy=policy, boundary_velocity=uw)
+    return LBMSetup(flags, tau, collision=collision, policy=policy, boundary_velocity=uw, in_place=in_place)
 
 
 class _DeviceClock:
@@ -108,7 +110,8 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / (den if den > 0 else 1.0))
 
 
-def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS) -> dict:
+def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS,
+                            in_place: bool = False) -> dict:
     """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
     (same precision; fp16s against fp64 NumPy). Relative L2 differences."""
     from hpcsolve.lbm.stepper import get_stepper
@@ -116,7 +119,7 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
     policy = get_precision(precision, "lbm")
     ref_policy = policy if precision != "fp16s" else get_precision("fp64", "lbm")
     ref = get_stepper("numpy", cavity_setup(n, ref_policy))
-    dev = get_stepper(backend, cavity_setup(n, policy))
+    dev = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
     ref.step(steps)
     dev.step(steps)
     rho_r, ux_r, uy_r = ref.macroscopic()
@@ -132,11 +135,12 @@ def _bound(precision: str) -> float:
     return {"fp64": 1e-10, "fp32": 1e-4, "fp16s": 5e-2}[precision]
 
 
-def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int) -> dict:
+def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,
+                 in_place: bool = False) -> dict:
     from hpcsolve.lbm.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
-    stepper = get_stepper(backend, cavity_setup(n, policy))
+    stepper = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
     stepper.perturb(1e-3, seed=n)   # the cavity starts at rest (all zeros): never time on zeros
     clock = _DeviceClock(backend)
     stream = getattr(stepper, "stream", None)
@@ -153,7 +157,8 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
            "seconds_spread": [min(times) / steps, max(times) / steps],
            "bytes_per_cell_step": bpc, "effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e9,
            "bytes_per_cell_resident": stepper.bytes_per_cell_resident, "finite_after": finite,
-           "cells_per_thread": getattr(stepper, "cells_per_thread", None), "block_x": getattr(stepper, "block_x", None)}
+           "cells_per_thread": getattr(stepper, "cells_per_thread", None), "block_x": getattr(stepper, "block_x", None),
+           "in_place": bool(getattr(stepper, "in_place", False))}
     del stepper
     _free(backend)
     return row
@@ -208,7 +213,8 @@ def _markdown(data: dict) -> str:
         chk = data["checks"].get(f"{r['backend']}/{r['precision']}", {})
         chk_s = f"u {chk['u_rel_l2']:.1e} ({chk['against']})" if "u_rel_l2" in chk else chk.get("error", "")[:60]
         pct = 100.0 * r["effective_bandwidth_GBps"] / bw if bw else float("nan")
-        lines.append(f"| {r['backend']} | {r['precision']} | {r['size']}^2 | {r['mlups']:,.0f} | "
+        label = r["backend"] + (" (in place)" if r.get("in_place") else "")
+        lines.append(f"| {label} | {r['precision']} | {r['size']}^2 | {r['mlups']:,.0f} | "
                      f"{r['effective_bandwidth_GBps']:,.0f} | {pct:.0f}% | {r['bytes_per_cell_step']:g} | {speed} | {chk_s} |")
     for r in data["cpu_reference"]:
         lines.append(f"| numpy (CPU) | {r['precision']} | {r['size']}^2 | {r['mlups']:,.2f} | | | | 1x | reference |")
@@ -231,6 +237,7 @@ def main(args) -> int:
     wanted = tuple(getattr(args, "backends", None) or GPU_BACKENDS)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
+    in_place = bool(getattr(args, "in_place", False))
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
     warmup = 5 if quick else 20
@@ -248,7 +255,7 @@ def main(args) -> int:
         for precision in precisions:
             key = f"{backend}/{precision}"
             try:
-                chk = check_against_reference(backend, precision)
+                chk = check_against_reference(backend, precision, in_place=in_place)
                 chk["bound"] = _bound(precision)
                 chk["passed"] = bool(chk["finite"] and chk["u_rel_l2"] <= chk["bound"])
             except Exception as exc:  # report, don't hide: the row says why
@@ -261,7 +268,8 @@ def main(args) -> int:
                 continue
             for n in sizes:
                 try:
-                    row = time_backend(backend, precision, n, steps=steps, repeats=repeats, warmup=warmup)
+                    row = time_backend(backend, precision, n, steps=steps, repeats=repeats, warmup=warmup,
+                                       in_place=in_place)
                     row["percent_of_copy"] = 100.0 * row["effective_bandwidth_GBps"] / bw["bandwidth_GBps"]
                 except Exception as exc:
                     row = {"backend": backend, "precision": precision, "size": n, "error": f"{type(exc).__name__}: {exc}"}
@@ -272,12 +280,13 @@ def main(args) -> int:
                          and "bytes_per_cell_resident" in r), None)
             mem = backends.device_memory_bytes(backend)
             if last and mem:
-                memory.append({"backend": backend, "precision": precision,
+                memory.append({"backend": backend + (" (in place)" if in_place else ""), "precision": precision,
                                "bytes_per_cell_resident": last["bytes_per_cell_resident"],
                                "device_free_bytes": mem[0], "device_total_bytes": mem[1],
                                "largest_square": _largest_square(mem[0], last["bytes_per_cell_resident"])})
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
+            "in_place": in_place,
             "copy_bandwidth_GBps": bw["bandwidth_GBps"], "copy_bandwidth": bw, "sizes": list(sizes),
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,

@@ -124,3 +124,63 @@ def test_numba_smooth_start_matches_reference(precision):
     err = rel_diff(shifted(dev), shifted(ref))
     assert err <= BOUND[precision.name], err
     assert dev.velocity_scale == 1.0 and dev.time_step == STEPS
+
+
+# -- in-place streaming (AA pattern, hpcsolve/lbm/inplace.py) ----------------------------------------
+
+IN_PLACE_CASES = [(g, p) for g in sorted(GEOMETRIES) for p in (FP64, FP32)] + [("channel", FP16S), ("bouzidi", FP64),
+                                                                                 ("bouzidi", FP16S)]
+
+
+@pytest.mark.parametrize("geometry, precision", IN_PLACE_CASES, ids=lambda v: v if isinstance(v, str) else v.name)
+def test_numba_in_place_matches_reference(geometry, precision):
+    """One population array, layouts alternating every step: populations, moments and the device
+    force equal the reference after an odd (odd layout) and an even (even layout) number of steps."""
+    from lbm_gpu_cases import channel_with_bouzidi
+
+    setup = (channel_with_bouzidi if geometry == "bouzidi" else GEOMETRIES[geometry])(collision="trt", policy=precision)
+    setup.in_place = True
+    ref, dev = _reference_and_numba(setup)
+    assert dev.in_place and dev.b is None and not dev.pairs
+    for parity in (1, 0):
+        assert dev.parity == parity
+        h_ref, h_dev = shifted(ref), shifted(dev)
+        assert np.abs(h_ref).max() > 1e-3
+        assert rel_diff(h_dev, h_ref) <= BOUND[precision.name]
+        for a, b in zip(dev.macroscopic(), ref.macroscopic()):
+            assert rel_diff(a, b) <= BOUND[precision.name]
+        if geometry in ("channel", "bouzidi"):
+            mask = obstacle_mask(setup)
+            f_ref = momentum_exchange_force(ref.populations(), setup, mask)
+            assert np.allclose(dev.force(mask), f_ref, rtol=1e-12, atol=1e-15), (dev.force(mask), f_ref)
+        ref.step(1)
+        dev.step(1)
+
+
+def test_numba_in_place_restart_and_smooth_start():
+    """A state loaded at an odd step count (checkpoint restart) continues in place as the reference;
+    the smooth start works in place."""
+    setup = channel(collision="bgk", policy=FP64)
+    setup.in_place = True
+    setup.ramp_steps = 4
+    ref, dev = _reference_and_numba(setup)   # 3 steps: odd layout
+    dev.load_populations(ref.populations(), ref.time_step)
+    assert dev.parity == 0
+    ref.step(3)
+    dev.step(3)
+    assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp64"]
+
+
+def test_in_place_refuses_a_cell_with_outlet_and_interpolated_links():
+    from hpcsolve.errors import CaseError
+    from hpcsolve.lbm import bouzidi
+    from hpcsolve.lbm.stepper import WALL
+
+    setup = channel(nx=10, ny=8, policy=FP64)
+    setup.flags[3:5, 7:9] = WALL          # an obstacle next to the outlet column (x = 9)
+    mask = np.zeros(setup.flags.shape, dtype=bool)
+    mask[3:5, 7:9] = True
+    setup.links = bouzidi.build_links(setup.flags, [(mask, lambda j, i, cx, cy: np.full(np.shape(j), 0.4))])
+    setup.in_place = True
+    with pytest.raises(CaseError, match="lattice.streaming"):
+        get_stepper("numba-cuda", setup)
