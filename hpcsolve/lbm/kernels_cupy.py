@@ -25,8 +25,10 @@ Bytes moved per cell per step (the benchmark's count):
 Neighbour flags and the populations of boundary-adjacent cells re-read from L1/L2 are not
 counted: each byte of device memory is fetched once per step. Non-fluid cells are read (flag)
 and skipped. Two population buffers (A, B, swapped each step): resident bytes per cell are
-``2 * 9 * sizeof(storage) + 1`` plus O(boundary) for the velocity-boundary table. In-place
-streaming (AA pattern / esoteric pull) is not implemented: this stepper keeps two buffers.
+``2 * 9 * sizeof(storage) + 1`` plus O(boundary) for the velocity-boundary table. With
+``LBMSetup.in_place`` (case: ``lattice.streaming = "in-place"``) the step kernels are the AA-pattern
+pair ``lbm_step_aa_even`` / ``_odd`` on one array (hpcsolve/lbm/inplace.py): the same bytes moved,
+``9 * sizeof(storage) + 1`` resident; one cell per thread (no 16-bit pair kernel).
 
 The flag array on the device is the setup's flag code (bits 0-6) plus bit 7 set on fluid cells
 that have at least one non-fluid neighbour; cells without it take the branch-free interior path.

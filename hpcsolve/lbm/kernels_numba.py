@@ -14,7 +14,8 @@ bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
 (``_raw_access``): Numba's indexing adds a negative-index wraparound to every access, which cost the
 16-bit pair kernel 16 % of its speed. fp16s: float16 arrays, every load widened to float32,
-arithmetic in float32, stores rounded to nearest. Two buffers, no in-place streaming.
+arithmetic in float32, stores rounded to nearest. Two buffers, or one with in-place streaming
+(``LBMSetup.in_place``: the AA-pattern kernels of ``_aa_kernel_python``, hpcsolve/lbm/inplace.py).
 
 Runs unchanged under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which the CI tests use on
 tiny grids.

@@ -97,6 +97,7 @@ BAD = {
     "negative ramp": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nramp_time = -1.0\n", "boundaries.ramp_time"),
     "ramp with inflow start": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nramp_time = 1.0\n"
                                "[initial]\ncondition = \"inflow\"\n", "boundaries.ramp_time"),
+    "bad streaming": ("[lattice]\nresolution = 32\nvelocity = 0.1\nstreaming = \"aa\"\n", "lattice.streaming"),
     "reference mismatch": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[validation]\nreference = \"poiseuille\"\n",
                            "validation.reference"),
 }
@@ -171,3 +172,9 @@ def test_ramp_time_becomes_ramp_steps_and_delays_the_steady_check():
         run_case(CASES / "lid_driven_cavity.toml", "numpy", progress=False, overrides=[
             "lattice.resolution=16", "boundaries.ramp_time=10.0", f"time.steps={d.ramp_steps // 2}",
             "steady.enabled=false"])
+
+
+def test_bench_in_place_is_an_lbm_option(capsys):
+    rc = main(["bench", "fem", "--in-place", "--quick"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--in-place" in err and "Traceback" not in err
