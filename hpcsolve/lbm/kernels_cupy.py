@@ -226,7 +226,6 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
 
     def boundary_pull(i, fluid_pos, hop_pos, own_stmt):
         s = src_offset(i)
-        o = OPP[i]
         w_i, cx_i, cy_i = P.W[i], P.CX[i], P.CY[i]
         vbb_lines, vbb_out = _trace(lambda hop, uwx, uwy: P.velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy),
                                     real_t, suffix, {"hop": "hop", "uwx": "uwx", "uwy": "uwy"}, f"v{i}_")
@@ -256,7 +255,7 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
       }}
     }}"""
 
-    boundary = [f"h[0] = load_pop(A[cell]);"] + boundary_pulls(
+    boundary = ["h[0] = load_pop(A[cell]);"] + boundary_pulls(
         "{i} * N + s", "{o} * N + cell",
         "if (!have_own) { own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }")
 

@@ -37,18 +37,24 @@ from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 
 
+def _neighbour_offsets() -> tuple[list[str], list[str]]:
+    """Per direction i, the source x - c_i and the destination x + c_i as ``row* + col`` expressions of
+    the kernels' locals (row, rowm, rowp; x, xm, xp)."""
+    src = [{0: "row", 1: "rowm", -1: "rowp"}[cy] + " + " + {0: "x", 1: "xm", -1: "xp"}[cx]
+           for cx, cy in zip(lattice.CX, lattice.CY)]
+    dst = [{0: "row", 1: "rowp", -1: "rowm"}[cy] + " + " + {0: "x", 1: "xp", -1: "xm"}[cx]
+           for cx, cy in zip(lattice.CX, lattice.CY)]
+    return src, dst
+
+
 def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: int) -> str:
     """Python source of the step kernel, unrolled over the directions and over the ``cpt`` cells
     each thread updates (``block_x`` apart along x; all their loads are issued before the first
     collision). See the module docstring."""
-    Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+    Q, OPP = lattice.Q, lattice.OPPOSITE
     widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
     load = (widen + " * INV_SCALE") if scaled else widen
-    srcs = []
-    for i in range(Q):
-        col = {0: "x", 1: "xm", -1: "xp"}[CX[i]]
-        rw = {0: "row", 1: "rowm", -1: "rowp"}[CY[i]]
-        srcs.append(f"{rw} + {col}")
+    srcs = _neighbour_offsets()[0]
     L = []
     a = L.append
     a("def pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x, row, rowm, rowp, code):")
@@ -94,26 +100,16 @@ def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) ->
     their boundary pull (``hpcsolve.lbm.inplace`` has the layouts). One cell per thread; the outlet
     rule takes the cell's velocity from the ``own_u`` table, which outlet cells rewrite after their
     collision from their just-stored populations."""
-    Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+    Q, OPP = lattice.Q, lattice.OPPOSITE
     widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
     load = (widen + " * INV_SCALE") if scaled else widen
     sc = " * SCALE" if scaled else ""
-    src, dst = [], []
-    for i in range(Q):
-        src.append({0: "row", 1: "rowm", -1: "rowp"}[CY[i]] + " + " + {0: "x", 1: "xm", -1: "xp"}[CX[i]])
-        dst.append({0: "row", 1: "rowp", -1: "rowm"}[CY[i]] + " + " + {0: "x", 1: "xp", -1: "xm"}[CX[i]])
+    src, dst = _neighbour_offsets()
     col = "collide_trt(h, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk(h, omega_plus)"
     L = []
     a = L.append
     a("def outlet_index(out_cells, n_out, cell):")
-    a("    lo = 0")
-    a("    hi = n_out - 1")
-    a("    while lo < hi:")
-    a("        mid = (lo + hi) >> 1")
-    a("        if out_cells[mid] < cell:")
-    a("            lo = mid + 1")
-    a("        else:")
-    a("            hi = mid")
+    a("    lo = lower_bound(out_cells, n_out, cell)")
     a("    return lo if out_cells[lo] == cell else -1")
     for parity in ("even", "odd"):
         # where f*_i(x - c_i) (fluid source) and the rule's f*_opp(i)(x) (boundary link) are
@@ -122,7 +118,7 @@ def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) ->
         a("")
         a(f"def aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, s, i, opp,"
           " w_i, cx_i, cy_i):")
-        a(f"    fs = load_at(flags, s) & 0x7f")
+        a("    fs = load_at(flags, s) & 0x7f")
         a(f"    if fs == {FLUID}:")
         a(f"        return load_pop(A, {own_pull})")
         a(f"    hop = load_pop(A, {rule_in})")
@@ -411,15 +407,21 @@ def own_velocity(A, N, cell):
     return ux, uy
 
 
-def boundary_velocity(vel_cells, vel_u, n_vel, s):
+def lower_bound(cells, n, key):
+    # first index of the sorted table cells[0:n] whose value is >= key (n - 1 if none)
     lo = 0
-    hi = n_vel - 1
+    hi = n - 1
     while lo < hi:
         mid = (lo + hi) >> 1
-        if vel_cells[mid] < s:
+        if cells[mid] < key:
             lo = mid + 1
         else:
             hi = mid
+    return lo
+
+
+def boundary_velocity(vel_cells, vel_u, n_vel, s):
+    lo = lower_bound(vel_cells, n_vel, s)
     return vel_u[lo], vel_u[n_vel + lo]
 
 
@@ -550,7 +552,7 @@ def compiled_kernels(storage: str, compute: str, scale: float, collision: str, c
         ns["half_lo"], ns["half_hi"], ns["pack_halves"] = _half_bits()
     code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
     exec(code, ns)
-    for name in ("load_pop", "own_velocity", "boundary_velocity", "pull_boundary", "pull_cell") + (
+    for name in ("load_pop", "own_velocity", "lower_bound", "boundary_velocity", "pull_boundary", "pull_cell") + (
             ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
