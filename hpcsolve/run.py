@@ -101,7 +101,8 @@ def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict
 
         n = 1024 if backends.is_gpu(backend) else 128
         stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
-                                                collision=case.lattice.collision, policy=policy))
+                                                collision=case.lattice.collision, policy=policy,
+                                                in_place=case.lattice.streaming == "in-place"))
         stepper.step(2)
         with backends.Timer(backend) as t:
             stepper.step(10)

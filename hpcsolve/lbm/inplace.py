@@ -48,14 +48,17 @@ def odd_positions(pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 
 def to_even(g_odd: np.ndarray, flags: np.ndarray, fluid_code: int) -> np.ndarray:
-    """The even-layout state (9, ny, nx) from an odd-layout array; non-fluid cells 0."""
+    """The even-layout state (9, ny, nx) from an odd-layout array; non-fluid cells 0. One direction
+    at a time (f*_i(x) = slot opp(i) at x + c_i: a roll by -c_i), so the host needs one population
+    array plus one (ny, nx) plane."""
     ny, nx = flags.shape
-    flat = np.asarray(g_odd).reshape(-1)
-    fluid = np.flatnonzero(np.asarray(flags).ravel() == fluid_code)
-    out = np.zeros((lattice.Q, ny * nx), dtype=flat.dtype)
+    g = np.asarray(g_odd).reshape(lattice.Q, ny, nx)
+    solid = np.asarray(flags) != fluid_code
+    out = np.empty_like(g)
     for i in range(lattice.Q):
-        out[i, fluid] = flat[odd_positions(i * ny * nx + fluid, (ny, nx))]
-    return out.reshape(lattice.Q, ny, nx)
+        out[i] = np.roll(g[lattice.OPPOSITE[i]], shift=(-lattice.CY[i], -lattice.CX[i]), axis=(0, 1))
+        out[i][solid] = 0
+    return out
 
 
 def outlet_cells(setup) -> np.ndarray:

@@ -627,13 +627,15 @@ class NumbaCudaStepper(Stepper):
             self._launch = tuple(k[grid, (self.block_x, 1), self.stream] for k in self._k_step)
             self.parity = 0
             self._aa = InPlaceTables(setup, "numba-cuda", lambda v: cuda.to_device(v, stream=self.stream), self.stream)
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
+                      and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))
+            self.own_u = self._aa.outlet_velocity(lambda cells: g_host[:, cells])
         else:
             self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
 
     def _fetch_cells(self, cells: np.ndarray) -> np.ndarray:
-        """Stored populations (9, n) of ``cells`` (even layout) on the host (the runs with outlets are
-        small next to the device; the whole array is copied)."""
+        """Stored populations (9, n) of ``cells`` (even layout) on the host (after perturb(): the whole
+        array is copied; construction and restarts use the host state they already have)."""
         return self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, -1)[:, cells]
 
     def _set_velocity_scale(self, factor: float) -> None:
@@ -688,7 +690,7 @@ class NumbaCudaStepper(Stepper):
         self.a = cuda.to_device(g, stream=self.stream)
         if self.in_place:
             self.parity = 0
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.own_u = self._aa.outlet_velocity(lambda cells: g.reshape(lattice.Q, -1)[:, cells])
         else:
             self.b = cuda.to_device(g, stream=self.stream)
         self.stream.synchronize()

@@ -11,8 +11,8 @@ What one run does, in order:
 4. reports MLUPS, effective bandwidth (bytes per cell per step from the kernel header,
    ``stepper.bytes_per_cell_step``) as % of the copy bandwidth, resident bytes per cell and the
    largest square grid that fits the device;
-5. writes ``bench_lbm.json`` and ``bench_lbm.md`` to ``--out`` (or ``$OUT``, or ``bench/``) and
-   prints the markdown table last.
+5. writes ``bench_lbm.json`` and ``bench_lbm.md`` (``bench_lbm_in_place.*`` with ``--in-place``) to
+   ``--out`` (or ``$OUT``, or ``bench/``) and prints the markdown table last.
 """
 
 from __future__ import annotations
@@ -205,7 +205,8 @@ def _markdown(data: dict) -> str:
     cpu = {r["precision"]: r for r in data["cpu_reference"]}
     for r in data["rows"]:
         if "error" in r:
-            lines.append(f"| {r['backend']} | {r['precision']} | {r.get('size', '')}^2 | failed: {r['error'][:80]} |"
+            label = r["backend"] + (" (in place)" if r.get("in_place") else "")
+            lines.append(f"| {label} | {r['precision']} | {r.get('size', '')}^2 | failed: {r['error'][:80]} |"
                          " | | | | |")
             continue
         ref = cpu.get(r["precision"]) or cpu.get("fp32")
@@ -263,7 +264,7 @@ def main(args) -> int:
             checks[key] = chk
             print(f"check {key}: {chk}", file=sys.stderr)
             if not chk["passed"]:
-                rows.append({"backend": backend, "precision": precision, "size": "",
+                rows.append({"backend": backend, "precision": precision, "size": "", "in_place": in_place,
                              "error": "not timed: check against the reference failed " + chk.get("error", "")})
                 continue
             for n in sizes:
@@ -272,7 +273,8 @@ def main(args) -> int:
                                        in_place=in_place)
                     row["percent_of_copy"] = 100.0 * row["effective_bandwidth_GBps"] / bw["bandwidth_GBps"]
                 except Exception as exc:
-                    row = {"backend": backend, "precision": precision, "size": n, "error": f"{type(exc).__name__}: {exc}"}
+                    row = {"backend": backend, "precision": precision, "size": n, "in_place": in_place,
+                           "error": f"{type(exc).__name__}: {exc}"}
                     _free(backend)
                 rows.append(row)
                 print(f"time {key} {n}^2: {row.get('mlups', row.get('error'))}", file=sys.stderr)
@@ -291,11 +293,12 @@ def main(args) -> int:
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
             "packages": backends.package_versions()}
-    (out / "bench_lbm.json").write_text(json.dumps(data, indent=2, default=str))
+    stem = "bench_lbm_in_place" if in_place else "bench_lbm"   # --in-place keeps the two-buffer results
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
     md = _markdown(data)
     if skipped:
         md += "\n" + "\n".join(f"- {b} not timed: {why}" for b, why in skipped.items()) + "\n"
-    (out / "bench_lbm.md").write_text(md)
+    (out / f"{stem}.md").write_text(md)
     print(md)
     failed = [k for k, c in checks.items() if not c.get("passed")]
     return 1 if failed or any("error" in r for r in rows) else 0

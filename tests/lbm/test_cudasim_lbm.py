@@ -158,9 +158,11 @@ def test_numba_in_place_matches_reference(geometry, precision):
 
 
 def test_numba_in_place_restart_and_smooth_start():
-    """A state loaded at an odd step count (checkpoint restart) continues in place as the reference;
-    the smooth start works in place."""
-    setup = channel(collision="bgk", policy=FP64)
+    """A state loaded at an odd step count (checkpoint restart) continues in place as the reference,
+    through the even and the odd Bouzidi pre-pass; the smooth start works in place."""
+    from lbm_gpu_cases import channel_with_bouzidi
+
+    setup = channel_with_bouzidi(collision="bgk", policy=FP64)
     setup.in_place = True
     setup.ramp_steps = 4
     ref, dev = _reference_and_numba(setup)   # 3 steps: odd layout
