@@ -526,12 +526,16 @@ def _run_cg(run: _Run, eng: FusedCG, maxiter: int, it0: int, x_is_solution: bool
     return "maxiter reached", False
 
 
-def solve_fused(low, A: DeviceCSR, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None,
+def solve_fused(low, A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None,
                 **options):
-    """Fused, graph-captured device CG. A is a DeviceCSR (float64 values present); b, x0 host arrays.
+    """Fused, graph-captured device CG. A is a DeviceCSR (float64 values present) or a host CSR
+    matrix (uploaded here); b, x0 host arrays. ``options.graphs`` is the low ops' business (dropped).
 
     Returns (x as a float64 NumPy array, SolveReport). Methods: cg, pcg-jacobi (fp64/fp32);
     cg-reliable (default), ir-restarted (mixed)."""
+    options.pop("graphs", None)
+    if not isinstance(A, DeviceCSR):
+        A = DeviceCSR.from_scipy(low, A)
     precision = str(precision)
     method = method or ("cg-reliable" if precision == "mixed" else "cg")
     opts = FusedOptions(rtol=float(rtol), maxiter=int(maxiter or max(10 * A.n, 100)), **options)
@@ -778,20 +782,24 @@ def _fallback_fp64(run: _Run, jacobi, why: str) -> str:
 
 
 def _solve_ir(run: _Run, jacobi):
+    from hpcsolve.fem.krylov import RefinementWatch
+
     low, opts, rep = run.low, run.opts, run.report
     eng = FusedCG(low, run.A, F32, jacobi, opts.check_every)
     rr = eng.set_residual_from(run.x64, run.b)
     res = math.sqrt(max(rr, 0.0)) / run.bnorm
     run.rec.append(res)
     run.add_true(0, res)
-    floor, longest, reason = opts.inner_rtol, 0, ""
+    watch = RefinementWatch(opts, res)
+    longest, reason = 0, ""
     total = 0
     for outer in range(1, opts.max_outer + 1):
+        res = watch.res
         if res <= opts.rtol:
             return run.x64, "true residual met rtol"
         if not math.isfinite(res) or total >= opts.maxiter:
             break
-        tol = min(0.5, max(0.5 * opts.rtol / res, floor))
+        tol = watch.inner_tol()
         # the float32 residual is b - A x64 as computed; the inner solve finds d with A d = r (d in eng.x)
         low.fill_zero(eng.x)
         rr0 = eng.start_from_r()
@@ -818,20 +826,10 @@ def _solve_ir(run: _Run, jacobi):
         low.fold(run.x64, eng.x)
         new = math.sqrt(max(eng.set_residual_from(run.x64, run.b), 0.0)) / run.bnorm
         run.add_true(total, new)
-        rho = new / res if res > 0 else 0.0
-        rep.notes.append(f"refinement step {outer}: inner tol {tol:.1e}, {eng.iterations} float32 iterations, "
-                         f"true residual {res:.3e} -> {new:.3e}")
-        if not math.isfinite(new) or rho > 1.0:
-            res = new
-            reason = f"refinement diverged at step {outer} (true residual {new:.3e}, factor {rho:.3g})"
-            break
-        if rho > 10 * tol:
-            floor = min(0.5, 2 * rho)
-        res = new
-        if res <= opts.rtol:
-            return run.x64, "true residual met rtol"
-        if rho > opts.stagnation:
-            reason = f"refinement stagnated at step {outer} (true residual fell only by a factor {rho:.3g})"
+        done, reason = watch.after(outer, tol, eng.iterations, new, rep.notes)
+        if done:
+            return run.x64, done
+        if reason:
             break
     else:
         reason = f"no convergence after {opts.max_outer} refinement steps (MAGMA dsposv's limit)"

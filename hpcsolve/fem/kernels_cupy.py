@@ -413,10 +413,8 @@ def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
 
 def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, graphs=True, **options):
     """Fused, graph-captured CG on CuPy (see ``device_cg.solve_fused``). A: host CSR or a DeviceCSR."""
-    ops = get_ops(graphs)
-    dA = A if isinstance(A, device_cg.DeviceCSR) else upload(A)
-    return device_cg.solve_fused(ops, dA, b, precision=precision, method=method, rtol=rtol, maxiter=maxiter,
-                                 x0=x0, **options)
+    return device_cg.solve_fused(get_ops(graphs), A, b, precision=precision, method=method, rtol=rtol,
+                                 maxiter=maxiter, x0=x0, **options)
 
 
 def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:

@@ -431,9 +431,6 @@ def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
     return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
 
 
-def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, **options):
+def solve_fused(A, b, **options):
     """Fused CG on Numba-CUDA (see ``device_cg.solve_fused``; no graphs). A: host CSR or a DeviceCSR."""
-    options.pop("graphs", None)
-    dA = A if isinstance(A, device_cg.DeviceCSR) else upload(A)
-    return device_cg.solve_fused(get_ops(), dA, b, precision=precision, method=method, rtol=rtol, maxiter=maxiter,
-                                 x0=x0, **options)
+    return device_cg.solve_fused(get_ops(), A, b, **options)

@@ -214,6 +214,36 @@ class ReplacementWatch:
         return "", ""
 
 
+class RefinementWatch:
+    """ir-restarted's decisions between refinement steps, shared by the seam (this module) and the
+    fused device path (device_cg): the inner tolerance to ask for (what is still needed, but not less
+    than float32 has been seen to deliver) and, after a step, converged / diverged / stagnated."""
+
+    def __init__(self, opts, res: float):
+        self.opts, self.res, self.floor = opts, res, opts.inner_rtol
+
+    def inner_tol(self) -> float:
+        return min(0.5, max(0.5 * self.opts.rtol / self.res, self.floor))
+
+    def after(self, outer: int, tol: float, inner_iterations: int, new: float, notes: list) -> tuple[str, str]:
+        """(reason, failure) after refinement step ``outer`` took the true residual from ``self.res`` to
+        ``new``; a note goes to ``notes``. reason non-empty: converged; failure non-empty: stop the
+        refinement (diverged or stagnated); both empty: go on."""
+        rho = new / self.res if self.res > 0 else 0.0
+        notes.append(f"refinement step {outer}: inner tol {tol:.1e}, {inner_iterations} float32 iterations, "
+                     f"true residual {self.res:.3e} -> {new:.3e}")
+        self.res = new
+        if not math.isfinite(new) or rho > 1.0:
+            return "", f"refinement diverged at step {outer} (true residual {new:.3e}, factor {rho:.3g})"
+        if rho > 10 * tol:
+            self.floor = min(0.5, 2 * rho)   # float32 could not deliver the requested reduction: ask for less
+        if new <= self.opts.rtol:
+            return "true residual met rtol", ""
+        if rho > self.opts.stagnation:
+            return "", f"refinement stagnated at step {outer} (true residual fell only by a factor {rho:.3g})"
+        return "", ""
+
+
 def lanczos_kappa(alpha, beta) -> float:
     """Condition number estimate of the (preconditioned) matrix from CG's alpha/beta (Lanczos T)."""
     lo, hi = lanczos_extremes(alpha, beta)
@@ -357,19 +387,19 @@ def solve_ir_restarted(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOption
     res = math.sqrt(max(o64.to_float(o64.residual(prob.b, x64, prob.r64)), 0.0)) / prob.bnorm
     hist.recursive.append(res)
     hist.add_true(0, res)
-    floor = opts.inner_rtol
+    watch = RefinementWatch(opts, res)
     kappa = float("nan")
     longest = 0
     reason = ""
     for outer in range(1, opts.max_outer + 1):
+        res = watch.res
         if res <= opts.rtol:
             return x64, hist, "true residual met rtol"
         if not math.isfinite(res):
             break
         if report.iterations >= opts.maxiter:
             return x64, hist, "maxiter reached"
-        # ask only for what is still needed, but not less than float32 has been seen to deliver
-        tol = min(0.5, max(0.5 * opts.rtol / res, floor))
+        tol = watch.inner_tol()
         rnorm = res * prob.bnorm
         ops32.copy(prob.r64, r32, scale=1.0 / rnorm)   # unit-norm right-hand side: no fp32 range trouble
         ops32.zero(d)
@@ -401,20 +431,10 @@ def solve_ir_restarted(prob: _Problem, ops32, x0: np.ndarray, opts: KrylovOption
         o64.axpy(rnorm, d, x64)
         new = math.sqrt(max(o64.to_float(o64.residual(prob.b, x64, prob.r64)), 0.0)) / prob.bnorm
         hist.add_true(report.iterations, new)
-        rho = new / res if res > 0 else 0.0
-        report.notes.append(f"refinement step {outer}: inner tol {tol:.1e}, {core.iterations} float32 iterations, "
-                            f"true residual {res:.3e} -> {new:.3e}")
-        if not math.isfinite(new) or rho > 1.0:
-            res = new
-            reason = f"refinement diverged at step {outer} (true residual {new:.3e}, factor {rho:.3g})"
-            break
-        if rho > 10 * tol:
-            floor = min(0.5, 2 * rho)   # float32 could not deliver the requested reduction: ask for less
-        res = new
-        if res <= opts.rtol:
-            return x64, hist, "true residual met rtol"
-        if rho > opts.stagnation:
-            reason = f"refinement stagnated at step {outer} (true residual fell only by a factor {rho:.3g})"
+        done, reason = watch.after(outer, tol, core.iterations, new, report.notes)
+        if done:
+            return x64, hist, done
+        if reason:
             break
     else:
         reason = f"no convergence after {opts.max_outer} refinement steps (MAGMA dsposv's limit)"

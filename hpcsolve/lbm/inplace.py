@@ -61,6 +61,19 @@ def to_even(g_odd: np.ndarray, flags: np.ndarray, fluid_code: int) -> np.ndarray
     return out
 
 
+def even_layout(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
+    """The even-layout state (what a stepper's ``populations()`` returns) from the in-place array ``g``
+    (9, ny, nx) after steps of ``parity``; non-fluid cells 0 (in place they hold values a step wrote
+    there and nobody reads)."""
+    from hpcsolve.lbm.stepper import FLUID
+
+    if parity:
+        return to_even(g, flags, FLUID)
+    g = g.copy()
+    g[:, flags != FLUID] = 0
+    return g
+
+
 def outlet_cells(setup) -> np.ndarray:
     """Sorted flat indices of the fluid cells with an OUTLET neighbour x - c_i (periodic wrap)."""
     from hpcsolve.lbm.stepper import FLUID, OUTLET

@@ -51,7 +51,7 @@ import functools
 
 import numpy as np
 
-from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm import inplace, lattice, physics
 from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
@@ -711,13 +711,25 @@ class ForceTerms:
         return self._by_mask[key]
 
 
+def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
+    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: the 16-bit pair kernel
+    on an even nx unless ``pairs`` is False or the setup streams in place (one cell per thread then);
+    explicit ``cells_per_thread`` / ``block_x`` override the backend's tuned ``launch`` / ``launch_pairs``."""
+    pol, nx = setup.policy, setup.shape[1]
+    in_place = bool(setup.in_place)
+    use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
+    cpt0, bx0 = launch_pairs if use_pairs else launch[pol.storage_bytes]
+    cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
+    return in_place, use_pairs, cpt, int(block_x or bx0)
+
+
 class InPlaceTables:
     """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
     their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/inplace.py).
     ``to_device`` copies a host array to the backend's device."""
 
     def __init__(self, setup: LBMSetup, backend: str, to_device, stream=None):
-        from hpcsolve.lbm import bouzidi, inplace
+        from hpcsolve.lbm import bouzidi
 
         self.setup, self.to_device = setup, to_device
         self.cells = inplace.check(setup)
@@ -732,24 +744,10 @@ class InPlaceTables:
         """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
         returns the stored even-layout populations (9, n) of those cells on the host (called only
         when the lattice has outlet cells)."""
-        from hpcsolve.lbm import inplace
-
         ct = np.dtype(self.setup.policy.compute)
         u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
              else np.zeros((2, 1), dtype=ct))
         return self.to_device(np.ascontiguousarray(u.ravel()))
-
-
-def in_place_populations(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
-    """The even-layout state (what ``populations()`` returns) from an in-place array of ``parity``;
-    non-fluid cells 0 (in place they hold values the step wrote there and nobody reads)."""
-    from hpcsolve.lbm import inplace
-
-    if parity:
-        return inplace.to_even(g, flags, FLUID)
-    g = g.copy()
-    g[:, flags != FLUID] = 0
-    return g
 
 
 def host_macroscopic(m: np.ndarray, flags: np.ndarray):
@@ -803,16 +801,9 @@ class CupyStepper(Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
-        self.in_place = bool(setup.in_place)
         # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
-        self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
-        self.pairs = self.pairs and not self.in_place
-        cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
-        self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
-        if self.pairs:
-            self.cells_per_thread = 2
-        if self.in_place:
-            self.cells_per_thread = 1
+        self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
+            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
         src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
                             1 if self.pairs else self.cells_per_thread, self.block_x, self.in_place)
         self.source = src
@@ -850,7 +841,8 @@ class CupyStepper(Stepper):
     def _advance(self, n: int) -> None:
         if self.in_place:
             aa = self._aa
-            tail = (self.out_cells_args() + (np.int32(self.nx), np.int32(self.ny), self.omega_plus, self.omega_minus))
+            tail = (aa.out_cells, self.own_u, np.int32(aa.n_out), np.int32(self.nx), np.int32(self.ny),
+                    self.omega_plus, self.omega_minus)
             for _ in range(n):
                 prepass = self.bouzidi if self.parity == 0 else aa.bouzidi_odd
                 if prepass is not None:
@@ -878,12 +870,9 @@ class CupyStepper(Stepper):
         """Stored populations (9, n) of ``cells`` (even layout) on the host."""
         return self.a.reshape(lattice.Q, -1)[:, self.cp.asarray(cells)].get()
 
-    def out_cells_args(self) -> tuple:
-        return (self._aa.out_cells, self.own_u, np.int32(self._aa.n_out))
-
     def populations(self) -> np.ndarray:
         if self.in_place:
-            return in_place_populations(self.a.get(), self.setup.flags, self.parity)
+            return inplace.even_layout(self.a.get(), self.setup.flags, self.parity)
         return self.a.get()
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:

@@ -29,10 +29,10 @@ import math
 import numpy as np
 
 from hpcsolve import backends
-from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm import inplace, lattice, physics
 from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, InPlaceTables, _bouzidi_prepass, bytes_per_cell,
-                                       device_flags, in_place_populations,
-                                       host_macroscopic, pair_kernel_applies, velocity_table)
+                                       device_flags, step_kernel_shape,
+                                       host_macroscopic, velocity_table)
 from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 
@@ -580,16 +580,9 @@ class NumbaCudaStepper(Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
-        self.in_place = bool(setup.in_place)
         # 16-bit storage on an even nx: two adjacent cells per thread with 4-byte loads (lbm_step_pair)
-        self.pairs = pair_kernel_applies(pol, nx) if pairs is None else bool(pairs) and pair_kernel_applies(pol, nx)
-        self.pairs = self.pairs and not self.in_place
-        cpt0, bx0 = LAUNCH_PAIRS if self.pairs else LAUNCH[pol.storage_bytes]
-        self.cells_per_thread, self.block_x = int(cells_per_thread or cpt0), int(block_x or bx0)
-        if self.pairs:
-            self.cells_per_thread = 2
-        if self.in_place:
-            self.cells_per_thread = 1
+        self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
+            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
                                          setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
@@ -680,7 +673,7 @@ class NumbaCudaStepper(Stepper):
     def populations(self) -> np.ndarray:
         g = self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
         if self.in_place:
-            return in_place_populations(g, self.setup.flags, self.parity)
+            return inplace.even_layout(g, self.setup.flags, self.parity)
         return g
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
