@@ -1,22 +1,29 @@
-"""Backends: names, the availability probe, array modules, synchronization and timers.
+"""Backends: one object per backend, chosen once from its name.
 
-Nothing else in hpcsolve imports cupy or numba.cuda at module level; GPU imports happen here,
-lazily, and their absence becomes a reason string (``hpcsolve info``) or a BackendError.
+``get("cupy")`` (or ``resolve("auto")``) returns the :class:`Backend` that knows everything
+name-dependent: the array module, transfers, synchronization, timers (wall clock and device events),
+memory queries, the copy-bandwidth probe, and the factories of what the solver families run on it
+(the LBM stepper, the Bouzidi pre-pass, the FEM low-level ops). Code below the CLI/API asks the
+object; it never compares backend names. A new backend is one subclass here, registered in
+``REGISTRY``, plus the kernels its factories import.
+
+Nothing else in hpcsolve imports cupy or numba.cuda at module level; GPU imports happen in the
+methods below, lazily, and their absence becomes a reason string (``hpcsolve info``) or a
+BackendError.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import statistics
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from hpcsolve.errors import BackendError
-
-BACKENDS = ("numpy", "cupy", "numba-cuda")
-CHOICES = ("auto",) + BACKENDS
 
 
 @dataclass(frozen=True)
@@ -32,12 +39,172 @@ def cuda_simulator_enabled() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
-def probe(name: str) -> BackendStatus:
-    """Say whether backend ``name`` can run here, and why not."""
-    if name == "numpy":
+class Timer:
+    """Wall-clock timer that synchronizes the backend's device before reading the clock."""
+
+    def __init__(self, backend: "Backend | str" = "numpy"):
+        self.backend = get(backend) if isinstance(backend, str) else backend
+        self.seconds = 0.0
+
+    def __enter__(self):
+        self.backend.synchronize()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.backend.synchronize()
+        self.seconds = time.perf_counter() - self._t0
+        return False
+
+
+class Backend:
+    """What one backend provides. Subclasses override what differs; the base class is the CPU."""
+
+    name: str = ""
+    gpu: bool = False                 #: state lives in device memory (GPU backends)
+    lbm_module: str = ""              #: module with ``make_stepper(setup)``
+    fem_module: str = ""              #: module with ``low_ops()`` (the fused CG's kernels)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+    def __reduce__(self):             # pickles (multiprocessing, deep copies) as the registered instance
+        return get, (self.name,)
+
+    # ---- availability
+    @property
+    def status(self) -> BackendStatus:
+        return _probe_cached(self.name)
+
+    def _probe(self) -> BackendStatus:
+        raise NotImplementedError
+
+    @property
+    def available(self) -> bool:
+        return self.status.available
+
+    @property
+    def simulator(self) -> bool:
+        return self.status.simulator
+
+    def require(self, field: str = "backend") -> "Backend":
+        status = self.status
+        if not status.available:
+            raise BackendError(f"{field}: backend {self.name!r} cannot run here: {status.reason}")
+        return self
+
+    @property
+    def device_name(self) -> str:
+        status = self.status
+        return status.device or status.reason
+
+    # ---- arrays
+    @property
+    def xp(self):
+        """The ndarray module the backend's state lives in."""
+        return np
+
+    def to_device(self, host: np.ndarray):
+        return np.array(host, copy=True)
+
+    def to_host(self, array) -> np.ndarray:
+        return to_host(array)
+
+    def synchronize(self) -> None:
+        pass
+
+    def timer(self) -> Timer:
+        return Timer(self)
+
+    def event_clock(self) -> "EventClock":
+        """Times a region of work (device events on a GPU, the host clock here)."""
+        return EventClock(None, None)
+
+    def free_pool(self) -> None:
+        """Return cached device memory (between benchmark sizes); a garbage collection everywhere."""
+        import gc
+
+        gc.collect()
+
+    # ---- memory
+    def memory(self) -> tuple[int, int] | None:
+        """(free, total) device memory in bytes for GPU backends, None on the CPU."""
+        return None
+
+    def available_memory(self) -> int | None:
+        """Free memory where the state lives: device memory for GPUs, RAM for the CPU."""
+        mem = self.memory()
+        return mem[0] if mem is not None else host_memory_available()
+
+    def copy_bandwidth(self, nbytes: int = 2 * 1024**3, repeats: int = 10) -> dict:
+        """Median copy bandwidth (read + write) in the memory the state lives in; see report/bandwidth."""
+        n = min(nbytes, 256 * 1024**2) // 4
+        src = np.arange(n, dtype=np.float32)
+        dst = np.empty_like(src)
+        times = []
+        for _ in range(max(3, repeats // 2)):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            times.append(time.perf_counter() - t0)
+        return _bandwidth(self.name, n * 4, times)
+
+    # ---- what the solver families run on it
+    def lbm_stepper(self, setup):
+        """The LBM Stepper of this backend for ``setup`` (hpcsolve.lbm.stepper.LBMSetup)."""
+        self.require()
+        module = _import_kernels(self, self.lbm_module, "LBM kernels")
+        return module.make_stepper(setup)
+
+    def bouzidi_prepass(self, links, policy, stream=None):
+        """The interpolated bounce-back pre-pass: a callable run on the state before every step."""
+        from hpcsolve.lbm.bouzidi import NumpyPrepass
+
+        return NumpyPrepass(links, policy)
+
+    def fem_low_ops(self):
+        """The low-level fused-CG ops (hpcsolve.fem.device_cg.DeviceOps) of this backend."""
+        self.require()
+        return _import_kernels(self, self.fem_module, "FEM kernels").low_ops()
+
+    def gpu_error(self, exc: BaseException) -> BackendError | None:
+        """A GPU library's exception as one clear BackendError; None where it is not one."""
+        return None
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    lbm_module = "hpcsolve.lbm.kernels_numpy"
+    fem_module = "hpcsolve.fem.kernels_numpy_low"
+
+    def _probe(self):
         return BackendStatus("numpy", True, f"NumPy {np.__version__} on the CPU", device="CPU")
-    if name == "cupy":
+
+
+_GPU_ERROR_MODULES = ("cupy", "cupy_backends", "cupyx", "numba.cuda", "cuda")
+
+
+class _GpuBackend(Backend):
+    gpu = True
+
+    def gpu_error(self, exc):
+        mod = type(exc).__module__ or ""
+        if mod.startswith(_GPU_ERROR_MODULES) or "CUDA" in type(exc).__name__:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            hint = ("reduce the problem size or use a smaller precision" if "memory" in text.lower()
+                    else "check `hpcsolve info` and the driver (nvidia-smi)")
+            return BackendError(f"{self.name}: GPU error ({type(exc).__name__}): {text}; {hint}")
+        return None
+
+
+class CupyBackend(_GpuBackend):
+    name = "cupy"
+    lbm_module = "hpcsolve.lbm.kernels_cupy"
+    fem_module = "hpcsolve.fem.kernels_cupy"
+
+    def _probe(self):
         try:
             import cupy
         except Exception as exc:  # ImportError, or a CUDA library load failure
@@ -51,7 +218,72 @@ def probe(name: str) -> BackendStatus:
         except Exception as exc:
             return BackendStatus("cupy", False, f"cupy imports but the device does not answer ({exc})")
         return BackendStatus("cupy", True, f"CuPy {cupy.__version__} on {dev}", device=dev)
-    if name == "numba-cuda":
+
+    @property
+    def xp(self):
+        import cupy
+
+        return cupy
+
+    def to_device(self, host):
+        import cupy
+
+        return cupy.asarray(host)
+
+    def synchronize(self):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+    def event_clock(self):
+        import cupy
+
+        return EventClock(cupy.cuda.Event, lambda a, b: cupy.cuda.get_elapsed_time(a, b) / 1e3)
+
+    def free_pool(self):
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+        super().free_pool()
+
+    def memory(self):
+        import cupy
+
+        return tuple(int(v) for v in cupy.cuda.runtime.memGetInfo())
+
+    def copy_bandwidth(self, nbytes=2 * 1024**3, repeats=10):
+        import cupy
+
+        n = nbytes // 4
+        src = cupy.arange(n, dtype=cupy.float32)
+        dst = cupy.empty_like(src)
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        dst[...] = src  # warm up
+        times = []
+        for _ in range(repeats):
+            start.record()
+            cupy.copyto(dst, src)
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+        if not bool(cupy.array_equal(dst[:1024], src[:1024])):
+            raise RuntimeError("copy bandwidth check: copied data differs")
+        del src, dst
+        self.free_pool()
+        return _bandwidth(self.name, n * 4, times)
+
+    def bouzidi_prepass(self, links, policy, stream=None):
+        from hpcsolve.lbm.kernels_cupy import CupyBouzidi
+
+        return CupyBouzidi(links, policy)
+
+
+class NumbaCudaBackend(_GpuBackend):
+    name = "numba-cuda"
+    lbm_module = "hpcsolve.lbm.kernels_numba"
+    fem_module = "hpcsolve.fem.kernels_numba"
+
+    def _probe(self):
         try:
             from numba import cuda
         except Exception as exc:
@@ -68,38 +300,136 @@ def probe(name: str) -> BackendStatus:
         except Exception as exc:
             return BackendStatus("numba-cuda", False, f"numba.cuda imports but the device does not answer ({exc})")
         return BackendStatus("numba-cuda", True, f"numba-cuda on {devname}", device=devname)
-    raise BackendError(f"backend: unknown backend {name!r}; allowed: {', '.join(CHOICES)}")
+
+    def to_device(self, host):
+        from numba import cuda
+
+        return cuda.to_device(np.ascontiguousarray(host))
+
+    def synchronize(self):
+        if not cuda_simulator_enabled():
+            from numba import cuda
+
+            cuda.synchronize()
+
+    def event_clock(self):
+        from numba import cuda
+
+        return EventClock(cuda.event, lambda a, b: a.elapsed_time(b) / 1e3, stream_record=True)
+
+    def memory(self):
+        if cuda_simulator_enabled():
+            return None
+        from numba import cuda
+
+        free, total = cuda.current_context().get_memory_info()
+        return int(free), int(total)
+
+    def copy_bandwidth(self, nbytes=2 * 1024**3, repeats=10):
+        from numba import cuda
+
+        n = nbytes // 4
+        src = cuda.to_device(np.arange(n, dtype=np.float32))
+        dst = cuda.device_array_like(src)
+        dst.copy_to_device(src)
+        cuda.synchronize()
+        times = []
+        for _ in range(repeats):
+            start, stop = cuda.event(), cuda.event()
+            start.record()
+            dst.copy_to_device(src)
+            stop.record()
+            stop.synchronize()
+            times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+        del src, dst
+        return _bandwidth(self.name, n * 4, times)
+
+    def bouzidi_prepass(self, links, policy, stream=None):
+        from hpcsolve.lbm.bouzidi import NumbaPrepass
+
+        return NumbaPrepass(links, policy, stream)
 
 
-def resolve(name: str | None, field: str = "run.backend") -> str:
-    """Turn a requested backend (possibly 'auto') into a usable one, or raise BackendError saying why."""
-    name = (name or "auto").lower()
-    if name not in CHOICES:
+class EventClock:
+    """Times ``fn()`` with a pair of device events (or the host clock when ``make_event`` is None)."""
+
+    def __init__(self, make_event, elapsed, stream_record: bool = False):
+        self._mk, self._elapsed, self._stream_record = make_event, elapsed, stream_record
+
+    def time(self, fn, stream=None) -> float:
+        if self._mk is None:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+        start, stop = self._mk(), self._mk()
+        args = (stream,) if self._stream_record and stream is not None else ()
+        start.record(*args)
+        fn()
+        stop.record(*args)
+        stop.synchronize()
+        return self._elapsed(start, stop)
+
+
+REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (NumpyBackend, CupyBackend, NumbaCudaBackend)}
+BACKENDS = tuple(REGISTRY)
+CHOICES = ("auto",) + BACKENDS
+
+
+@functools.lru_cache(maxsize=None)
+def _instance(name: str) -> Backend:
+    return REGISTRY[name]()
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_cached(name: str) -> BackendStatus:
+    return _instance(name)._probe()
+
+
+def get(name: "str | Backend", field: str = "backend") -> Backend:
+    """The Backend called ``name`` (not checked for availability; see :func:`resolve`)."""
+    if isinstance(name, Backend):
+        return name
+    key = str(name).lower()
+    if key not in REGISTRY:
         raise BackendError(f"{field}: got {name!r}; allowed: {', '.join(CHOICES)}")
-    if name == "auto":
+    return _instance(key)
+
+
+def probe(name: "str | Backend") -> BackendStatus:
+    """Say whether backend ``name`` can run here, and why not."""
+    return get(name).status
+
+
+def resolve(name: "str | Backend | None", field: str = "run.backend") -> Backend:
+    """The usable Backend for a request (possibly 'auto'), or a BackendError saying why not."""
+    if isinstance(name, Backend):
+        return name.require(field)
+    key = (name or "auto").lower() if isinstance(name, (str, type(None))) else name
+    if key == "auto":
         if probe("cupy").available:
-            return "cupy"
+            return get("cupy")
         nc = probe("numba-cuda")
         if nc.available and not nc.simulator:
-            return "numba-cuda"
-        return "numpy"
-    status = probe(name)
-    if not status.available:
-        raise BackendError(f"{field}: backend {name!r} cannot run here: {status.reason}")
-    return name
+            return get("numba-cuda")
+        return get("numpy")
+    return get(key, field).require(field)
 
 
-def is_gpu(name: str) -> bool:
-    return name in ("cupy", "numba-cuda")
+def _import_kernels(backend: Backend, module: str, what: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            raise BackendError(f"backend {backend.name!r}: the {what} for it are not in this build") from None
+        raise
 
 
-def array_module(name: str):
-    """The ndarray module a backend's state lives in (cupy for 'cupy', numpy otherwise)."""
-    if name == "cupy":
-        import cupy
-
-        return cupy
-    return np
+def _bandwidth(name: str, nbytes: int, times: list[float]) -> dict:
+    seconds = statistics.median(times)
+    moved = 2 * nbytes
+    return {"backend": name, "bytes_copied": nbytes, "seconds": seconds, "bandwidth_Bps": moved / seconds,
+            "bandwidth_GBps": moved / seconds / 1e9, "min_seconds": min(times), "max_seconds": max(times),
+            "repeats": len(times)}
 
 
 def get_array_module(array):
@@ -120,54 +450,6 @@ def to_host(array) -> np.ndarray:
     if hasattr(array, "copy_to_host"):
         return array.copy_to_host()
     return np.asarray(array)
-
-
-def synchronize(name: str) -> None:
-    if name == "cupy":
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
-    elif name == "numba-cuda" and not cuda_simulator_enabled():
-        from numba import cuda
-
-        cuda.synchronize()
-
-
-class Timer:
-    """Wall-clock timer that synchronizes the backend's device before reading the clock."""
-
-    def __init__(self, backend: str = "numpy"):
-        self.backend = backend
-        self.seconds = 0.0
-
-    def __enter__(self):
-        synchronize(self.backend)
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        synchronize(self.backend)
-        self.seconds = time.perf_counter() - self._t0
-        return False
-
-
-def device_name(name: str) -> str:
-    status = probe(name)
-    return status.device or status.reason
-
-
-def device_memory_bytes(name: str) -> tuple[int, int] | None:
-    """(free, total) device memory in bytes for GPU backends, None on the CPU."""
-    if name == "cupy":
-        import cupy
-
-        return tuple(int(v) for v in cupy.cuda.runtime.memGetInfo())
-    if name == "numba-cuda" and not cuda_simulator_enabled():
-        from numba import cuda
-
-        free, total = cuda.current_context().get_memory_info()
-        return int(free), int(total)
-    return None
 
 
 def host_memory_available() -> int | None:

@@ -91,6 +91,7 @@ def check_compatible(ckpt: Checkpoint, *, case_json: str, backend: str, precisio
     """Differences between the checkpoint and the run that wants to resume it; raises unless forced."""
     meta = ckpt.meta
     diffs = []
+    backend = str(backend)
     if meta.get("backend") != backend:
         diffs.append(f"backend {meta.get('backend')!r} in the checkpoint, {backend!r} now")
     if meta.get("precision") != precision:

@@ -169,7 +169,7 @@ def cmd_info(args) -> int:
     auto = backends.resolve("auto")
     data = {
         "hpcsolve": __version__,
-        "auto_backend": auto,
+        "auto_backend": auto.name,
         "backends": {r.name: {"available": r.available, "detail": r.reason} for r in rows},
         "precisions": {p.name: {"families": sorted(p.families), "description": p.description}
                        for p in precision.POLICIES.values()},

@@ -1,7 +1,10 @@
 """Precision policies: what is stored, what is computed in, and where a policy applies.
 
-A policy is a small frozen object; code asks it (``policy.storage``, ``policy.shifted``),
-it never compares strings.
+A policy is a small frozen object, validated once (``get_precision``) and passed as the object;
+code asks it (``policy.storage``, ``policy.encode(h)``, ``policy.fem_method``), it never compares
+names. LBM populations are always stored shifted (f_i - w_i, "DDF shifting"): the physics works on
+h = f - w, and a policy says how h is stored (``encode``: times ``population_scale``, cast to the
+storage dtype) and read back (``decode``: to the compute dtype, divided by the scale).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ class Precision:
     storage: np.dtype          # dtype of the large state arrays (LBM populations, FEM vectors/matrix)
     compute: np.dtype          # dtype of the arithmetic
     families: frozenset        # solver families that support it: "lbm", "fem"
-    shifted: bool = False      # LBM: populations stored as f_i - w_i (DDF shifting)
     population_scale: float = 1.0  # LBM: stored value = (f_i - w_i) * scale (fp16s uses range well)
     refinement: bool = False   # FEM: low-precision inner work, float64 residual and solution
     description: str = ""
@@ -27,6 +29,35 @@ class Precision:
     @property
     def storage_bytes(self) -> int:
         return np.dtype(self.storage).itemsize
+
+    # ---- LBM: how shifted populations h = f - w are stored
+    @property
+    def scaled(self) -> bool:
+        """True when stored populations carry a scale factor (a kernel multiplies on load/store)."""
+        return self.population_scale != 1.0
+
+    def encode(self, h):
+        """Stored state g = h * scale in the storage dtype, from shifted populations h (NumPy or CuPy
+        array, or a scalar) in the compute dtype: the multiplication happens in the compute dtype, as
+        in the kernels, so every backend stores the same bits."""
+        ct = np.dtype(self.compute)
+        if self.scaled:
+            h = h * ct.type(self.population_scale)
+        return h.astype(self.storage)
+
+    def decode(self, g):
+        """Shifted populations h = g / scale in the compute dtype, from the stored state g."""
+        ct = np.dtype(self.compute)
+        h = g.astype(ct)
+        if self.scaled:
+            h = h * ct.type(1.0 / self.population_scale)
+        return h
+
+    # ---- FEM
+    @property
+    def fem_method(self) -> str:
+        """The default Krylov method: CG in one precision, or CG with reliable updates for 'mixed'."""
+        return "cg-reliable" if self.refinement else "cg"
 
     def supports(self, family: str) -> bool:
         return family in self.families
@@ -42,13 +73,13 @@ class Precision:
 
 
 FP64 = Precision("fp64", np.dtype(np.float64), np.dtype(np.float64), frozenset({"lbm", "fem"}),
-                 shifted=True, description="float64 storage and arithmetic")
+                 description="float64 storage and arithmetic")
 FP32 = Precision("fp32", np.dtype(np.float32), np.dtype(np.float32), frozenset({"lbm", "fem"}),
-                 shifted=True, description="float32 storage and arithmetic")
+                 description="float32 storage and arithmetic")
 # fp16 keeps ~3.3 decimal digits; shifted populations f_i - w_i are O(Ma^2 + drho) ~ 1e-2..1e-3,
 # so scaling them up moves them away from float16's subnormal range (< 6.1e-5) where digits are lost.
 FP16S = Precision("fp16s", np.dtype(np.float16), np.dtype(np.float32), frozenset({"lbm"}),
-                  shifted=True, population_scale=256.0,
+                  population_scale=256.0,
                   description="float16 storage of shifted, scaled populations; float32 arithmetic")
 MIXED = Precision("mixed", np.dtype(np.float32), np.dtype(np.float32), frozenset({"fem"}),
                   refinement=True,

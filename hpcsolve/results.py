@@ -78,6 +78,10 @@ class Result:
     case_json: str = ""
     plotter: Callable[["Result", Path], list[Path]] | None = None
 
+    def __post_init__(self):
+        self.backend = str(self.backend)     # a Backend object is recorded by its name
+        self.precision = str(self.precision)
+
     def summary(self) -> dict:
         return {
             "case": self.case_name,

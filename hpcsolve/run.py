@@ -51,7 +51,7 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     With ``estimate``, also the memory available on the chosen device and a run-time estimate from
     a short timed probe of the chosen backend (a few steps or iterations; nothing is written)."""
     case, backend, policy = prepare(case, backend, precision, overrides)
-    info = {"case": case.name, "solver": case.solver, "backend": backend, "precision": policy.name}
+    info = {"case": case.name, "solver": case.solver, "backend": backend.name, "precision": policy.name}
     info.update(family_runner(case.solver).describe(case, backend, policy))
     if estimate:
         free = available_memory(backend)
@@ -69,27 +69,25 @@ def memory_needed(info: dict) -> int | None:
     return None
 
 
-def available_memory(backend: str) -> int | None:
+def available_memory(backend) -> int | None:
     """Free memory where the state of ``backend`` lives: device memory for GPUs, RAM for the CPU."""
-    mem = backends.device_memory_bytes(backend)
-    if mem is not None:
-        return mem[0]
-    return backends.host_memory_available()
+    return backends.get(backend).available_memory()
 
 
 def check_memory(info: dict, backend: str) -> None:
     """Refuse a run whose estimated memory does not fit, before anything is allocated: the solver
     state where the backend keeps it, and the setup arrays built on the host."""
+    backend = backends.get(backend)
     need, free = memory_needed(info), available_memory(backend)
-    checks = [(need, free, "device" if backends.is_gpu(backend) else "host")]
+    checks = [(need, free, "device" if backend.gpu else "host")]
     host_need = info.get("host_memory_bytes")
     if host_need:
-        host_total = host_need + (need or 0 if not backends.is_gpu(backend) else 0)
+        host_total = host_need + (need or 0 if not backend.gpu else 0)
         checks.append((host_total, backends.host_memory_available(), "host"))
     for need_b, free_b, where in checks:
         if need_b is not None and free_b is not None and need_b > free_b:
             raise CaseError(f"the run needs about {need_b / 2**30:.2f} GiB but only {free_b / 2**30:.2f} GiB of "
-                            f"{where} memory is free on {backends.device_name(backend) if where == 'device' else 'this machine'}; "
+                            f"{where} memory is free on {backend.device_name if where == 'device' else 'this machine'}; "
                             f"reduce the resolution / mesh size, use a smaller precision, or another backend",
                             field="memory", value=need_b)
 
@@ -99,12 +97,13 @@ def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict
     if case.solver == "lbm":
         from hpcsolve.lbm.stepper import LBMSetup, get_stepper
 
-        n = 1024 if backends.is_gpu(backend) else 128
+        backend = backends.get(backend)
+        n = 1024 if backend.gpu else 128
         stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
                                                 collision=case.lattice.collision, policy=policy,
                                                 in_place=case.lattice.streaming == "in-place"))
         stepper.step(2)
-        with backends.Timer(backend) as t:
+        with backend.timer() as t:
             stepper.step(10)
         mlups = 10 * n * n / max(t.seconds, 1e-9) / 1e6
         work = float(info.get("steps", 0)) * float(info.get("fluid_cells", 0))
@@ -166,17 +165,8 @@ def _stop_on_signals(graceful: bool):
             signal.signal(sig, h)
 
 
-_GPU_ERROR_MODULES = ("cupy", "cupy_backends", "cupyx", "numba.cuda", "cuda")
-
-
-def _gpu_error(exc: Exception, backend: str) -> BackendError | None:
-    mod = type(exc).__module__ or ""
-    if backends.is_gpu(backend) and (mod.startswith(_GPU_ERROR_MODULES) or "CUDA" in type(exc).__name__):
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = ("reduce the problem size or use a smaller precision" if "memory" in text.lower()
-                else "check `hpcsolve info` and the driver (nvidia-smi)")
-        return BackendError(f"{backend}: GPU error ({type(exc).__name__}): {text}; {hint}")
-    return None
+def _gpu_error(exc: Exception, backend) -> BackendError | None:
+    return backends.get(backend).gpu_error(exc)
 
 
 def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
@@ -196,9 +186,9 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
 def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
     return {
         "hpcsolve_version": __version__,
-        "backend": backend,
+        "backend": str(backend),
         "precision": policy.name,
-        "device": backends.device_name(backend),
+        "device": backends.get(backend).device_name,
         "packages": backends.package_versions(),
         "python": platform.python_version(),
         "host": socket.gethostname(),

@@ -18,7 +18,7 @@ from hpcsolve.results import Result, Snapshot, StructuredGrid, TriangleMesh, rea
 def test_precision_policies_know_their_dtypes_and_families():
     assert FP64.storage == np.float64 and FP64.compute == np.float64
     assert FP32.storage_bytes == 4
-    assert FP16S.storage == np.float16 and FP16S.compute == np.float32 and FP16S.shifted
+    assert FP16S.storage == np.float16 and FP16S.compute == np.float32 and FP16S.scaled
     assert MIXED.refinement and not MIXED.supports("lbm")
     assert get_precision("FP32", family="fem") is FP32
     with pytest.raises(CaseError, match=r"run.precision: .*'mixed'.*fp64, fp32, fp16s"):
@@ -39,8 +39,9 @@ def test_fp16s_scale_keeps_shifted_populations_out_of_the_subnormal_range():
 
 def test_backend_probe_and_resolve_here():
     assert backends.probe("numpy").available
-    assert backends.resolve("auto") in backends.BACKENDS
-    assert backends.resolve("numpy") == "numpy"
+    assert backends.resolve("auto").name in backends.BACKENDS
+    assert backends.resolve("numpy") is backends.get("numpy")
+    assert not backends.get("numpy").gpu and backends.get("cupy").gpu and backends.get("numba-cuda").gpu
     with pytest.raises(BackendError, match="allowed: auto, numpy, cupy, numba-cuda"):
         backends.resolve("opencl")
     if not backends.probe("cupy").available:
@@ -160,3 +161,16 @@ def test_cli_info_and_usage_errors(capsys):
     assert "case: no case given (got None; allowed: a case file, or --resume DIR)" in capsys.readouterr().err
     assert cli.main(["run", "does/not/exist.toml"]) == 2
     assert "case: file not found (got 'does/not/exist.toml'" in capsys.readouterr().err
+
+
+def test_policies_encode_and_decode_populations():
+    from hpcsolve.precision import FP32, FP64, MIXED
+
+    h = np.linspace(-0.02, 0.02, 101)
+    assert np.array_equal(FP64.decode(FP64.encode(h)), h)            # float64: the identity, bit for bit
+    g = FP16S.encode(h.astype(np.float32))
+    assert g.dtype == np.float16 and np.allclose(g.astype(np.float64), 256.0 * h, rtol=1e-3, atol=1e-6)
+    back = FP16S.decode(g)
+    assert back.dtype == np.float32
+    assert np.max(np.abs(back - h)) < 2.0 ** -11 * 0.02 + 1e-9     # half an fp16 ulp of the largest value
+    assert FP32.fem_method == FP64.fem_method == "cg" and MIXED.fem_method == "cg-reliable"

@@ -125,10 +125,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
     for k in options:
         if k not in known:
             raise CaseError.invalid(k, options[k], ", ".join(sorted(known)), why="unknown solver option")
-    if backends.is_gpu(backend) and device_path == "fused" and method != "spsolve":
+    if backend.gpu and device_path == "fused" and method != "spsolve":
         import importlib
 
-        module = importlib.import_module("hpcsolve.fem.kernels_" + ("cupy" if backend == "cupy" else "numba"))
+        module = importlib.import_module(backend.fem_module)
         fused = dict(options)
         if check_every is not None:
             fused["check_every"] = int(check_every)
@@ -139,7 +139,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
     opts = krylov.KrylovOptions(rtol=float(rtol), maxiter=int(maxiter), check_every=int(check_every),
                                 true_every=int(true_every), preconditioner=precond, **options)
     label = method if precond == "none" or method == "pcg-jacobi" else f"{method}+jacobi"
-    report = SolveReport(method=label, precision=policy.name, backend=backend, rtol=float(rtol))
+    report = SolveReport(method=label, precision=policy.name, backend=backend.name, rtol=float(rtol))
     if x0 is None:
         x0 = np.zeros(n)
     else:
@@ -156,13 +156,13 @@ def solve(A, b, precision: str | Precision = "fp64", backend: str = "numpy", rto
         return _spsolve(A, b, report)
 
     t_setup = time.perf_counter()
-    ops64 = make_ops(A, backend, np.float64)
+    ops64 = make_ops(A, backend.name, np.float64)
     ops_w = ops64 if policy.compute == np.float64 else ops64.astype(np.float32)
     prob = krylov._Problem(ops64, b)
     ops64.synchronize()
     report.setup_time_s = time.perf_counter() - t_setup
 
-    with backends.Timer(backend) as timer:
+    with backend.timer() as timer:
         if method in krylov.PLAIN_METHODS:
             x, hist, reason = krylov.solve_plain(prob, ops_w, x0, opts, report)
         elif method == "ir-restarted":

@@ -229,51 +229,50 @@ def reference_values(g: np.ndarray, links: BouzidiLinks, policy) -> np.ndarray:
     return out
 
 
-class Prepass:
-    """The pre-pass of one Stepper: link arrays uploaded once; ``prepass(A)`` before every step."""
+class NumpyPrepass:
+    """The pre-pass on the CPU (:func:`prepass` over the link arrays, built once)."""
 
-    def __init__(self, links: BouzidiLinks, policy, backend: str = "numpy", stream=None):
-        self.links, self.policy, self.backend = links, policy, backend
-        self.n = len(links)
-        ct = np.dtype(policy.compute)
-        if backend == "numba-cuda":
-            from numba import cuda
-
-            self.stream = stream if stream is not None else cuda.default_stream()
-            self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
-            self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
-            gather, scatter = numba_kernels(np.dtype(policy.storage).str, ct.str, float(policy.population_scale))
-            blocks = math.ceil(self.n / 256)
-            self._gather = gather[blocks, 256, self.stream]
-            self._scatter = scatter[blocks, 256, self.stream]
-        elif backend == "cupy":
-            from hpcsolve.lbm.kernels_cupy import CupyBouzidi
-
-            self._device = CupyBouzidi(links, policy)
-        elif backend == "numpy":
-            self.arrays = links.device_arrays(ct, np)
-        else:
-            raise ValueError(f"no Bouzidi pre-pass for backend {backend!r}")
+    def __init__(self, links: BouzidiLinks, policy):
+        self.links, self.policy, self.n = links, policy, len(links)
+        self.arrays = links.device_arrays(np.dtype(policy.compute), np)
 
     def __call__(self, A) -> None:
-        if self.backend == "numba-cuda":
-            slot, partner, a, b = self.arrays
-            n = np.int64(self.n)
-            self._gather(A.reshape(-1) if A.ndim > 1 else A, slot, partner, a, b, self.values, n)
-            self._scatter(A.reshape(-1) if A.ndim > 1 else A, slot, self.values, n)
-        elif self.backend == "cupy":
-            self._device(A)
-        else:
-            prepass(A, *self.arrays, self.policy)
+        prepass(A, *self.arrays, self.policy)
 
 
-def make_prepass(setup, backend: str = "numpy", stream=None) -> Prepass | None:
-    """The pre-pass for ``setup.links`` on ``backend`` ('numpy', 'cupy', 'numba-cuda'); None when the
-    setup has no interpolated links. A Stepper calls it on its current state before every step."""
+class NumbaPrepass:
+    """The pre-pass on the device with two ``numba.cuda.jit`` kernels (:func:`numba_kernels`) on ``stream``."""
+
+    def __init__(self, links: BouzidiLinks, policy, stream=None):
+        from numba import cuda
+
+        self.links, self.policy, self.n = links, policy, len(links)
+        ct = np.dtype(policy.compute)
+        self.stream = stream if stream is not None else cuda.default_stream()
+        self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
+        self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
+        gather, scatter = numba_kernels(np.dtype(policy.storage).str, ct.str, float(policy.population_scale))
+        blocks = math.ceil(self.n / 256)
+        self._gather = gather[blocks, 256, self.stream]
+        self._scatter = scatter[blocks, 256, self.stream]
+
+    def __call__(self, A) -> None:
+        slot, partner, a, b = self.arrays
+        n = np.int64(self.n)
+        flat = A.reshape(-1) if A.ndim > 1 else A
+        self._gather(flat, slot, partner, a, b, self.values, n)
+        self._scatter(flat, slot, self.values, n)
+
+
+def make_prepass(setup, backend="numpy", stream=None):
+    """The pre-pass for ``setup.links`` on ``backend`` (a Backend or its name); None when the setup
+    has no interpolated links. A Stepper calls it on its current state before every step."""
     links = getattr(setup, "links", None)
     if links is None or len(links) == 0:
         return None
-    return Prepass(links, setup.policy, backend, stream)
+    from hpcsolve import backends
+
+    return backends.get(backend).bouzidi_prepass(links, setup.policy, stream)
 
 
 _KERNELS = '''

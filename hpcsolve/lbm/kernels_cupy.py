@@ -729,13 +729,13 @@ class InPlaceTables:
     ``to_device`` copies a host array to the backend's device."""
 
     def __init__(self, setup: LBMSetup, backend: str, to_device, stream=None):
-        from hpcsolve.lbm import bouzidi
+        from hpcsolve import backends
 
         self.setup, self.to_device = setup, to_device
         self.cells = inplace.check(setup)
         shape = setup.shape
         self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
-        self.bouzidi_odd = (bouzidi.Prepass(inplace.OddLinks(setup.links), setup.policy, backend, stream)
+        self.bouzidi_odd = (backends.get(backend).bouzidi_prepass(inplace.OddLinks(setup.links), setup.policy, stream)
                             if _has_interpolated_links(setup) else None)
         self.n_out = max(self.cells.size, 1)
         self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))

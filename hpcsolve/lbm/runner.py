@@ -56,7 +56,7 @@ def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
     info = derived.summary()
     cells = derived.nx * derived.ny
     info["collision"] = case.lattice.collision
-    arrays = 1 if case.lattice.streaming == "in-place" and backend != "numpy" else 2
+    arrays = 1 if case.lattice.streaming == "in-place" and backends.get(backend).gpu else 2
     info["memory_bytes"] = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
     info["memory"] = (f"{info['memory_bytes'] / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
                       f"+ flags + boundary velocity)")
@@ -201,7 +201,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
             for interval in (out_every, ckpt_every):
                 if interval:
                     nxt = min(nxt, (step // interval + 1) * interval)
-            with backends.Timer(backend) as timer:
+            with backends.Timer(backends.get(backend)) as timer:
                 stepper.step(nxt - step)
             step_seconds += timer.seconds
             bar.update(nxt - step)
@@ -272,7 +272,7 @@ def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, st
         snaps.append({"time": snap.time, "step": snap.step, "fields": list(snap.fields)})
     state = {"series": monitor.series, "mass0": mass0, "step_seconds": step_seconds, "snapshots": snaps,
              "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change}
-    meta = {"backend": backend, "precision": policy.name, "case_text": case.text,
+    meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
             "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
             "case_file": str(case.path) if case.path else ""}
     return Checkpoint(step=step, arrays=arrays, state=state, meta=meta)

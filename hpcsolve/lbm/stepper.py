@@ -9,7 +9,6 @@ reference every other backend is compared with.
 from __future__ import annotations
 
 import abc
-import importlib
 from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
@@ -268,22 +267,11 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
     return fx, fy
 
 
-def get_stepper(backend: str, setup: LBMSetup) -> Stepper:
-    """The Stepper of ``backend`` ('numpy', 'cupy', 'numba-cuda'); backend modules import lazily."""
-    modules = {"numpy": "kernels_numpy", "cupy": "kernels_cupy", "numba-cuda": "kernels_numba"}
-    if backend not in modules:
-        raise BackendError(f"backend: got {backend!r}; allowed: {', '.join(modules)}")
-    status = backends.probe(backend)
-    if not status.available:
-        raise BackendError(f"backend {backend!r} cannot run here: {status.reason}")
-    try:
-        mod = importlib.import_module(f"hpcsolve.lbm.{modules[backend]}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"hpcsolve.lbm.{modules[backend]}":
-            raise BackendError(f"backend {backend!r}: the LBM kernels for it are not in this build") from None
-        raise
-    stepper = mod.make_stepper(setup)
+def get_stepper(backend, setup: LBMSetup) -> Stepper:
+    """The Stepper of ``backend`` (a Backend or its name) for ``setup``; kernels import lazily."""
+    backend = backends.get(backend)
+    stepper = backend.lbm_stepper(setup)
     if setup.links is not None and len(setup.links) and getattr(stepper, "bouzidi", None) is None:
-        raise BackendError(f"backend {backend!r} does not implement interpolated (Bouzidi) bounce-back yet; "
+        raise BackendError(f"backend {backend.name!r} does not implement interpolated (Bouzidi) bounce-back yet; "
                            f"use lattice.bounce_back = 'simple' or the numpy backend")
     return stepper

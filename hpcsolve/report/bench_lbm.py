@@ -67,42 +67,6 @@ def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.
     return LBMSetup(flags, tau, collision=collision, policy=policy, boundary_velocity=uw, in_place=in_place)
 
 
-class _DeviceClock:
-    """CUDA events of the backend's own runtime around a region of work on its stream."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-        if backend == "cupy":
-            import cupy
-
-            self._mk = cupy.cuda.Event
-            self._elapsed = lambda a, b: cupy.cuda.get_elapsed_time(a, b) / 1e3
-        elif backend == "numba-cuda":
-            from numba import cuda
-
-            self._mk = cuda.event
-            self._elapsed = lambda a, b: a.elapsed_time(b) / 1e3
-        else:
-            self._mk = None
-
-    def time(self, fn, stream=None) -> float:
-        if self._mk is None:
-            t0 = time.perf_counter()
-            fn()
-            return time.perf_counter() - t0
-        start, stop = self._mk(), self._mk()
-        if self.backend == "numba-cuda" and stream is not None:
-            start.record(stream)
-            fn()
-            stop.record(stream)
-        else:
-            start.record()
-            fn()
-            stop.record()
-        stop.synchronize()
-        return self._elapsed(start, stop)
-
-
 def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -142,10 +106,10 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
     policy = get_precision(precision, "lbm")
     stepper = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
     stepper.perturb(1e-3, seed=n)   # the cavity starts at rest (all zeros): never time on zeros
-    clock = _DeviceClock(backend)
+    clock = backends.get(backend).event_clock()
     stream = getattr(stepper, "stream", None)
     stepper.step(warmup)
-    backends.synchronize(backend)
+    backends.get(backend).synchronize()
     times = [clock.time(lambda: stepper.step(steps), stream) for _ in range(repeats)]
     seconds = statistics.median(times) / steps
     finite = bool(stepper.finite())
@@ -160,7 +124,7 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
            "cells_per_thread": getattr(stepper, "cells_per_thread", None), "block_x": getattr(stepper, "block_x", None),
            "in_place": bool(getattr(stepper, "in_place", False))}
     del stepper
-    _free(backend)
+    backends.get(backend).free_pool()
     return row
 
 
@@ -179,16 +143,6 @@ def time_numpy(precision: str, n: int, steps: int) -> dict:
     return {"backend": "numpy", "precision": precision, "size": n, "cells": n * n, "steps_timed": steps,
             "repeats": 3, "seconds_per_step": seconds, "mlups": n * n / seconds / 1e6,
             "bytes_per_cell_step": getattr(stepper, "bytes_per_cell_step", None)}
-
-
-def _free(backend: str) -> None:
-    if backend == "cupy":
-        import cupy
-
-        cupy.get_default_memory_pool().free_all_blocks()
-    import gc
-
-    gc.collect()
 
 
 def _largest_square(free_bytes: int, bytes_per_cell: float) -> int:
@@ -245,7 +199,7 @@ def main(args) -> int:
 
     bw_backend = gpu[0] if gpu else "numpy"
     bw = copy_bandwidth(bw_backend, nbytes=(256 if quick else 2048) * 1024**2, repeats=5 if quick else 10)
-    device = backends.device_name(bw_backend) if gpu else platform.processor() or "CPU"
+    device = backends.get(bw_backend).device_name if gpu else platform.processor() or "CPU"
     print(f"copy bandwidth ({bw_backend}): {bw['bandwidth_GBps']:,.0f} GB/s", file=sys.stderr)
 
     cpu_size = 64 if quick else CPU_SIZE
@@ -275,12 +229,12 @@ def main(args) -> int:
                 except Exception as exc:
                     row = {"backend": backend, "precision": precision, "size": n, "in_place": in_place,
                            "error": f"{type(exc).__name__}: {exc}"}
-                    _free(backend)
+                    backends.get(backend).free_pool()
                 rows.append(row)
                 print(f"time {key} {n}^2: {row.get('mlups', row.get('error'))}", file=sys.stderr)
             last = next((r for r in reversed(rows) if r["backend"] == backend and r["precision"] == precision
                          and "bytes_per_cell_resident" in r), None)
-            mem = backends.device_memory_bytes(backend)
+            mem = backends.get(backend).memory()
             if last and mem:
                 memory.append({"backend": backend + (" (in place)" if in_place else ""), "precision": precision,
                                "bytes_per_cell_resident": last["bytes_per_cell_resident"],

@@ -303,8 +303,9 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
         backends = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available
                     and not backends_mod.probe(b).simulator]
     for b in backends:
-        if b not in backends_mod.BACKENDS:
+        if str(b) not in backends_mod.BACKENDS:
             raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))
+    backends = [str(b) for b in backends]   # Backend objects or names: compared and labelled by name
     if precisions is None:
         precisions = precision_mod.names(family)
     for p in precisions:
