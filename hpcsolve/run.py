@@ -3,38 +3,27 @@
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
-import inspect
-import math
 import platform
 import signal
 import socket
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 from hpcsolve import __version__, backends
+from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
 from hpcsolve.checkpoint import check_compatible, latest_checkpoint
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
+from hpcsolve.family import Description
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
 
 RESULT_FILES = ("result.h5", "summary.json")
 
 
-def family_runner(family: str):
-    """The module that runs cases of a solver family: ``hpcsolve.<family>.runner``.
-
-    It provides ``run(case, backend, policy, progress) -> Result`` and
-    ``describe(case, backend, policy) -> dict`` (derived parameters, memory estimate).
-    """
-    return importlib.import_module(f"hpcsolve.{family}.runner")
-
-
 def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: str | Precision | None = None,
-            overrides=()) -> tuple[CaseBase, str, Precision]:
+            overrides=()) -> tuple[CaseBase, backends.Backend, Precision]:
+    """The validated case, the usable Backend and the Precision policy of a run (each chosen once)."""
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
     elif overrides:
@@ -51,22 +40,29 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     With ``estimate``, also the memory available on the chosen device and a run-time estimate from
     a short timed probe of the chosen backend (a few steps or iterations; nothing is written)."""
     case, backend, policy = prepare(case, backend, precision, overrides)
+    family = families.get(case.solver)
+    desc = family.describe(case, backend, policy)
     info = {"case": case.name, "solver": case.solver, "backend": backend.name, "precision": policy.name}
-    info.update(family_runner(case.solver).describe(case, backend, policy))
+    info.update(desc.as_dict())
     if estimate:
         free = available_memory(backend)
         if free is not None:
             info["device_memory_free_bytes"] = free
-        if "note" not in info:   # a case too large to describe fully is not probed either
-            info.update(estimate_runtime(case, backend, policy, info))
+        if not desc.note:   # a case too large to describe fully is not probed either
+            info.update(family.estimate_runtime(case, backend, policy, desc))
     return info
 
 
+def plan(case, backend=None, precision=None, overrides=()):
+    """(case, Backend, Precision, Description): a run chosen and described once; pass the description
+    to ``run_case`` (several times, e.g. a warm-up and a timed run) so its setup is built once."""
+    case, backend, policy = prepare(case, backend, precision, overrides)
+    return case, backend, policy, families.get(case.solver).describe(case, backend, policy)
+
+
 def memory_needed(info: dict) -> int | None:
-    for key in ("memory_bytes", "memory_estimate_bytes"):
-        if isinstance(info.get(key), (int, float)):
-            return int(info[key])
-    return None
+    need = info.get("memory_bytes")
+    return int(need) if isinstance(need, (int, float)) else None
 
 
 def available_memory(backend) -> int | None:
@@ -74,10 +70,11 @@ def available_memory(backend) -> int | None:
     return backends.get(backend).available_memory()
 
 
-def check_memory(info: dict, backend: str) -> None:
+def check_memory(desc: "Description | dict", backend) -> None:
     """Refuse a run whose estimated memory does not fit, before anything is allocated: the solver
     state where the backend keeps it, and the setup arrays built on the host."""
     backend = backends.get(backend)
+    info = desc.as_dict() if isinstance(desc, Description) else desc
     need, free = memory_needed(info), available_memory(backend)
     checks = [(need, free, "device" if backend.gpu else "host")]
     host_need = info.get("host_memory_bytes")
@@ -90,45 +87,6 @@ def check_memory(info: dict, backend: str) -> None:
                             f"{where} memory is free on {backend.device_name if where == 'device' else 'this machine'}; "
                             f"reduce the resolution / mesh size, use a smaller precision, or another backend",
                             field="memory", value=need_b)
-
-
-def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict) -> dict:
-    """A rough run-time estimate from a short timed probe on the chosen backend."""
-    if case.solver == "lbm":
-        from hpcsolve.lbm.stepper import LBMSetup, get_stepper
-
-        backend = backends.get(backend)
-        n = 1024 if backend.gpu else 128
-        stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
-                                                collision=case.lattice.collision, policy=policy,
-                                                in_place=case.lattice.streaming == "in-place"))
-        stepper.step(2)
-        with backend.timer() as t:
-            stepper.step(10)
-        mlups = 10 * n * n / max(t.seconds, 1e-9) / 1e6
-        work = float(info.get("steps", 0)) * float(info.get("fluid_cells", 0))
-        return {"probe_mlups": mlups, "estimated_seconds": work / (mlups * 1e6) if mlups > 0 else math.nan,
-                "estimate_basis": f"{info.get('steps')} steps x {info.get('fluid_cells')} fluid cells at the probe's "
-                                  f"{mlups:.1f} MLUPS ({n}x{n} periodic, 10 steps); upper bound if steady state stops it early"}
-    if case.solver == "fem":
-        from hpcsolve.fem import problem, solve
-
-        disc = problem.build(case)
-        probe_its = 20
-        method = "cg" if not policy.refinement else None
-        solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=2, method=method)  # warm-up
-        _, rep = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=probe_its,
-                       method=method)
-        per_it = rep.time_s / max(rep.iterations, 1)
-        ncomp = 1 if case.problem.kind == "poisson" else 2
-        side = math.sqrt(disc.A.shape[0] / ncomp)
-        kappa = (2 * side / math.pi) ** 2 * (1 if ncomp == 1 else 20)
-        its = 0.5 * math.sqrt(kappa) * math.log(2 / case.solve.rtol)
-        return {"probe_seconds_per_iteration": per_it, "estimated_iterations": int(its),
-                "estimated_seconds": its * per_it,
-                "estimate_basis": "CG iterations ~ sqrt(kappa)/2 ln(2/rtol) with kappa ~ (2 sqrt(n)/pi)^2 "
-                                  "(Poisson-like; rough), times a 20-iteration probe"}
-    return {}
 
 
 class StopRequest:
@@ -218,11 +176,14 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
 
 def run_case(case: CaseBase | str | Path | None, backend: str | None = None, precision: str | Precision | None = None,
              *, out: str | Path | None = None, overrides=(), progress: bool = True, overwrite: bool = False,
-             plots: bool = True, resume: str | Path | None = None, force: bool = False) -> Result:
+             plots: bool = True, resume: str | Path | None = None, force: bool = False,
+             description: Description | None = None) -> Result:
     """Run a case and return its Result; with ``out``, also write the result files there.
 
     ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
-    its results there (``case`` may be None: the checkpoint's case is used)."""
+    its results there (``case`` may be None: the checkpoint's case is used). ``description``: the
+    family's ``describe`` of this case, backend and precision, made earlier (``plan``); its setup
+    (LBM geometry, FEM mesh) is reused instead of built again."""
     ckpt = None
     if resume is not None:
         case, backend, policy, ckpt = prepare_resume(resume, case, backend, precision, overrides, force)
@@ -232,21 +193,17 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         check_out_dir(out_path, overwrite)
-    runner = family_runner(case.solver)
-    check_memory(runner.describe(case, backend, policy), backend)
-    accepts = inspect.signature(runner.run).parameters
-    kwargs = {}
-    if "checkpoint_dir" in accepts:
-        kwargs["checkpoint_dir"] = out_path
-    if ckpt is not None:
-        if "resume" not in accepts:
-            raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
-        kwargs["resume"] = ckpt
+    family = families.get(case.solver)
+    desc = description if description is not None else family.describe(case, backend, policy)
+    check_memory(desc, backend)
+    caps = family.capabilities
+    if ckpt is not None and "resume" not in caps:
+        raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
     try:
-        with _stop_on_signals(graceful="stop" in accepts) as stop:
-            if "stop" in accepts:
-                kwargs["stop"] = stop
-            result = runner.run(case, backend, policy, progress=progress, **kwargs)
+        with _stop_on_signals(graceful="graceful_stop" in caps) as stop:
+            result = family.run(case, backend, policy, description=desc, progress=progress,
+                                stop=stop if "graceful_stop" in caps else None,
+                                checkpoint_dir=out_path if "checkpoint" in caps else None, resume=ckpt)
     except KeyboardInterrupt:
         # a runner that cannot stop gracefully: record that the run was interrupted (nothing else
         # was computed that could be kept), so the folder does not look like an unfinished run

@@ -1,54 +1,90 @@
-"""FEM family runner: ``run(case, backend, policy, progress) -> Result`` and ``describe``."""
+"""The FEM family of ``hpcsolve.family`` (``FAMILY``): describe, estimate_runtime, run -> Result."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 
 from hpcsolve.fem import problem as prob
-from hpcsolve.fem.api import DEFAULT_METHOD, solve
+from hpcsolve.family import SOLVER_SECONDS, Description
+from hpcsolve.fem.api import solve
 from hpcsolve.precision import Precision
 from hpcsolve.results import Result, TriangleMesh
 
 
 def _method(case, policy: Precision) -> str:
-    m = case.solve.method or DEFAULT_METHOD[policy.name]
-    return m
+    return case.solve.method or policy.fem_method
 
 
-def describe(case, backend: str, policy: Precision) -> dict:
-    """Mesh size, unknowns, matrix size and a memory estimate, without solving."""
-    from hpcsolve.fem.api import _method_for
+class FEMFamily:
+    """The finite-element family (``hpcsolve.family.Family``): one linear solve, no checkpoints."""
 
-    _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
-    mesh = prob.build_mesh(case)
-    prob.check_selections(case, mesh)
-    ncomp = 1 if case.problem.kind == "poisson" else 2
-    ndofs = mesh.n_points * ncomp
-    nnz_est = ndofs * (7 if ncomp == 1 else 14)     # P1 on triangles: about 7 neighbours per node
-    wbytes = policy.storage_bytes
-    matrix_bytes = nnz_est * (8 + 4) + (ndofs + 1) * 4
-    work_bytes = nnz_est * (wbytes + 4) if wbytes != 8 else 0
-    vectors = 8 * ndofs * 8
-    return {
-        "problem": case.problem.kind,
-        "mesh": mesh.source,
-        "points": mesh.n_points,
-        "triangles": mesh.n_triangles,
-        "unknowns": ndofs,
-        "h_max": mesh.h_max(),
-        "boundary_tags": mesh.tag_names,
-        "method": _method(case, policy),
-        "rtol": case.solve.rtol,
-        "memory_estimate_bytes": int(matrix_bytes + work_bytes + vectors),
-    }
+    name = "fem"
+    capabilities = frozenset()
+
+    def describe(self, case, backend, policy: Precision) -> Description:
+        """Mesh size, unknowns, matrix size and a memory estimate, without solving; the mesh it builds
+        is reused by ``run``."""
+        from hpcsolve.fem.api import _method_for
+
+        _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
+        mesh = prob.build_mesh(case)
+        prob.check_selections(case, mesh)
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        ndofs = mesh.n_points * ncomp
+        nnz_est = ndofs * (7 if ncomp == 1 else 14)     # P1 on triangles: about 7 neighbours per node
+        wbytes = policy.storage_bytes
+        matrix_bytes = nnz_est * (8 + 4) + (ndofs + 1) * 4
+        work_bytes = nnz_est * (wbytes + 4) if wbytes != 8 else 0
+        vectors = 8 * ndofs * 8
+        info = {
+            "problem": case.problem.kind,
+            "mesh": mesh.source,
+            "points": mesh.n_points,
+            "triangles": mesh.n_triangles,
+            "unknowns": ndofs,
+            "h_max": mesh.h_max(),
+            "boundary_tags": mesh.tag_names,
+            "method": _method(case, policy),
+            "rtol": case.solve.rtol,
+        }
+        return Description(info, int(matrix_bytes + work_bytes + vectors), setup=mesh)
+
+    def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
+        """CG iterations from a Poisson-like condition estimate, times a 20-iteration timed probe."""
+        disc = prob.build(case, mesh=description.setup)
+        probe_its = 20
+        method = None if policy.refinement else "cg"
+        solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=2, method=method)  # warm-up
+        _, rep = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=probe_its,
+                       method=method)
+        per_it = rep.time_s / max(rep.iterations, 1)
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        side = math.sqrt(disc.A.shape[0] / ncomp)
+        kappa = (2 * side / math.pi) ** 2 * (1 if ncomp == 1 else 20)
+        its = 0.5 * math.sqrt(kappa) * math.log(2 / case.solve.rtol)
+        return {"probe_seconds_per_iteration": per_it, "estimated_iterations": int(its),
+                "estimated_seconds": its * per_it,
+                "estimate_basis": "CG iterations ~ sqrt(kappa)/2 ln(2/rtol) with kappa ~ (2 sqrt(n)/pi)^2 "
+                                  "(Poisson-like; rough), times a 20-iteration probe"}
+
+    def run(self, case, backend, policy: Precision, *, description: Description | None = None,
+            progress: bool = False, stop=None, checkpoint_dir=None, resume=None) -> Result:
+        return run(case, backend, policy, progress=progress,
+                   mesh=description.setup if description is not None else None)
 
 
-def run(case, backend: str, policy: Precision, *, progress: bool = False) -> Result:
+def describe(case, backend, policy: Precision) -> dict:
+    """Derived parameters and memory estimate as a dict (``FEMFamily.describe``)."""
+    return FAMILY.describe(case, backend, policy).as_dict()
+
+
+def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) -> Result:
     t_all = time.perf_counter()
-    disc = prob.build(case)
+    disc = prob.build(case, mesh=mesh)
     mesh = disc.mesh
     s = case.solve
     x, report = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
@@ -75,6 +111,7 @@ def run(case, backend: str, policy: Precision, *, progress: bool = False) -> Res
         fields["displacement"] = u
     timings = dict(disc.timings)
     timings["solve_s"] = report.time_s
+    timings[SOLVER_SECONDS] = report.time_s
     timings["solver_setup_s"] = report.setup_time_s
 
     if disc.exact is not None:
@@ -210,3 +247,6 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         save(fig, "residuals.png")
     return files
+
+
+FAMILY = FEMFamily()

@@ -1,7 +1,7 @@
 """Run an LBM case: case -> lattice setup -> Stepper -> monitored time loop -> Result.
 
-Provides ``run(case, backend, policy, progress=) -> Result`` and ``describe(case, backend,
-policy) -> dict`` for ``hpcsolve.run``. The state stays on the backend's device; it comes to the
+``FAMILY`` is the LBM family of ``hpcsolve.family`` (describe, estimate_runtime, run) for
+``hpcsolve.run``. The state stays on the backend's device; it comes to the
 host only at monitor points (every ``time.monitor_interval`` steps: NaN/Inf check, series,
 forces, steady-state check) and at output times.
 """
@@ -19,6 +19,7 @@ from tqdm import tqdm
 from hpcsolve import backends
 from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, RunInterrupted
+from hpcsolve.family import SOLVER_SECONDS, Description
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
@@ -27,9 +28,13 @@ from hpcsolve.precision import Precision
 from hpcsolve.results import Result, Snapshot, StructuredGrid
 
 
-def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometry, LBMSetup]:
-    derived = derive(case)
-    geo = geom.build(case, derived)
+def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geometry] | None = None
+                ) -> tuple[Derived, geom.Geometry, LBMSetup]:
+    """Derived parameters, geometry and the stepper's setup; ``built``: (derived, geometry) that
+    ``describe`` already made for this case."""
+    derived, geo = built if built is not None else (derive(case), None)
+    if geo is None:
+        geo = geom.build(case, derived)
     rho0 = u0 = None
     u_lb = case.lattice.velocity
     fluid = geo.fluid
@@ -51,32 +56,68 @@ def build_setup(case: LBMCase, policy: Precision) -> tuple[Derived, geom.Geometr
     return derived, geo, setup
 
 
-def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
-    derived = derive(case)
-    info = derived.summary()
-    cells = derived.nx * derived.ny
-    info["collision"] = case.lattice.collision
-    arrays = 1 if case.lattice.streaming == "in-place" and backends.get(backend).gpu else 2
-    info["memory_bytes"] = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
-    info["memory"] = (f"{info['memory_bytes'] / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
-                      f"+ flags + boundary velocity)")
-    # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
-    info["host_memory_bytes"] = int(HOST_BYTES_PER_CELL * cells)
-    free = backends.host_memory_available()
-    if free is not None and info["host_memory_bytes"] > free // 2:
-        info["fluid_cells"] = cells
-        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
-        return info
-    try:
-        geo = geom.build(case, derived)
-    except MemoryError:
-        info["fluid_cells"] = cells
-        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
-        return info
-    info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
-    info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
-    info.update(_bounce_back_summary(geo))
-    return info
+class LBMFamily:
+    """The lattice-Boltzmann family (``hpcsolve.family.Family``)."""
+
+    name = "lbm"
+    capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
+
+    def describe(self, case: LBMCase, backend, policy: Precision) -> Description:
+        """Derived lattice parameters and memory; builds the geometry (reused by ``run``) unless the
+        host could not hold it."""
+        backend = backends.get(backend)
+        derived = derive(case)
+        info = derived.summary()
+        cells = derived.nx * derived.ny
+        info["collision"] = case.lattice.collision
+        arrays = 1 if case.lattice.streaming == "in-place" and backend.gpu else 2
+        memory = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
+        info["memory"] = (f"{memory / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
+                          f"+ flags + boundary velocity)")
+        # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
+        host = int(HOST_BYTES_PER_CELL * cells)
+        too_large = "geometry not built (too large for host memory); fluid_cells is the grid size"
+        free = backends.host_memory_available()
+        geo = None
+        if free is None or host <= free // 2:
+            try:
+                geo = geom.build(case, derived)
+            except MemoryError:
+                geo = None
+        if geo is None:
+            info["fluid_cells"] = cells
+            return Description(info, memory, host, setup=None, note=too_large)
+        info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
+        info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
+        info.update(_bounce_back_summary(geo))
+        return Description(info, memory, host, setup=(derived, geo))
+
+    def estimate_runtime(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
+        """A rough run time from a short timed probe of the chosen backend (periodic box, 10 steps)."""
+        backend = backends.get(backend)
+        n = 1024 if backend.gpu else 128
+        stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
+                                                collision=case.lattice.collision, policy=policy,
+                                                in_place=case.lattice.streaming == "in-place"))
+        stepper.step(2)
+        with backend.timer() as t:
+            stepper.step(10)
+        mlups = 10 * n * n / max(t.seconds, 1e-9) / 1e6
+        info = description.parameters
+        work = float(info.get("steps", 0)) * float(info.get("fluid_cells", 0))
+        return {"probe_mlups": mlups, "estimated_seconds": work / (mlups * 1e6) if mlups > 0 else math.nan,
+                "estimate_basis": f"{info.get('steps')} steps x {info.get('fluid_cells')} fluid cells at the probe's "
+                                  f"{mlups:.1f} MLUPS ({n}x{n} periodic, 10 steps); upper bound if steady state stops it early"}
+
+    def run(self, case: LBMCase, backend, policy: Precision, *, description: Description | None = None,
+            progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
+        return run(case, backend, policy, progress=progress, stop=stop, checkpoint_dir=checkpoint_dir,
+                   resume=resume, built=description.setup if description is not None else None)
+
+
+def describe(case: LBMCase, backend, policy: Precision) -> dict:
+    """Derived parameters and memory estimate as a dict (``LBMFamily.describe``)."""
+    return FAMILY.describe(case, backend, policy).as_dict()
 
 
 def _bounce_back_summary(geo: geom.Geometry) -> dict:
@@ -151,14 +192,16 @@ HOST_BYTES_PER_CELL = 48
 BLOW_UP_LATTICE_SPEED = 0.5
 
 
-def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True, stop=None,
-        checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
+def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, stop=None,
+        checkpoint_dir=None, resume: Checkpoint | None = None, built=None) -> Result:
     """Run the case. ``stop`` (an object with a ``requested`` attribute, set by a signal handler) is
     polled between step chunks; ``checkpoint_dir`` receives checkpoints every
-    ``time.checkpoint_interval`` steps and on a requested stop; ``resume`` continues from one."""
+    ``time.checkpoint_interval`` steps and on a requested stop; ``resume`` continues from one;
+    ``built``: (derived, geometry) from ``describe``."""
     t_start = _time.perf_counter()
     policy.require("lbm")
-    derived, geo, setup = build_setup(case, policy)
+    backend = backends.get(backend)
+    derived, geo, setup = build_setup(case, policy, built)
     for w in derived.warnings:
         warnings.warn(w, stacklevel=2)
     stepper = get_stepper(backend, setup)
@@ -201,7 +244,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
             for interval in (out_every, ckpt_every):
                 if interval:
                     nxt = min(nxt, (step // interval + 1) * interval)
-            with backends.Timer(backends.get(backend)) as timer:
+            with backend.timer() as timer:
                 stepper.step(nxt - step)
             step_seconds += timer.seconds
             bar.update(nxt - step)
@@ -241,7 +284,7 @@ def run(case: LBMCase, backend: str, policy: Precision, *, progress: bool = True
     result.fields = _fields(rho, ux, uy, derived, geo)
     result.series = monitor.arrays()
     fluid_updates = result.derived["fluid_cells"] * step
-    result.timings = {"total_s": _time.perf_counter() - t_start, "step_s": step_seconds,
+    result.timings = {"total_s": _time.perf_counter() - t_start, "step_s": step_seconds, SOLVER_SECONDS: step_seconds,
                       "mlups": fluid_updates / step_seconds / 1e6 if step_seconds > 0 else 0.0}
     m = {"steps": step, "simulated_time_s": units.time_of(step),
          "max_lattice_speed": float(np.max(obs.speed(ux, uy)[geo.fluid])),
@@ -414,3 +457,6 @@ def _periodic_metrics(series: dict, case) -> dict:
     if st is not None:
         out["strouhal"] = st
     return out
+
+
+FAMILY = LBMFamily()

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import backends as backends_mod
+from hpcsolve.family import SOLVER_SECONDS
 from hpcsolve import precision as precision_mod
 from hpcsolve.cases import CaseBase, load_case
 from hpcsolve.errors import CaseError, HpcsolveError
@@ -75,11 +76,7 @@ def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
 
 
 def _solver_seconds(res: Result) -> float:
-    t = res.timings
-    for key in ("step_s", "solve_s"):
-        if key in t:
-            return float(t[key])
-    return float(t.get("total_s", math.nan))
+    return float(res.timings.get(SOLVER_SECONDS, math.nan))
 
 
 def _throughput(res: Result) -> dict:
@@ -289,7 +286,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
 
     With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
     memory-pool growth and first-call imports are not counted in its time."""
-    from hpcsolve.run import describe, run_case
+    from hpcsolve.run import plan, run_case
 
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
@@ -322,9 +319,10 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             continue
         run_dir = out_path / f"{backend}-{prec}" if out_path is not None else None
         try:
+            case, backend_obj, policy, desc = plan(case, backend, prec)   # the setup is built once per configuration
             if warmup:
-                run_case(case, backend, prec, progress=False)
-            res = run_case(case, backend, prec, out=run_dir, progress=progress, overwrite=True)
+                run_case(case, backend_obj, policy, progress=False, description=desc)
+            res = run_case(case, backend_obj, policy, out=run_dir, progress=progress, overwrite=True, description=desc)
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
             if ref_result is None:
@@ -332,10 +330,9 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
                             message=str(exc)))
             continue
-        info = describe(case, backend, prec)
         run = Run(backend, prec, status=res.status, wall_s=_solver_seconds(res),
                   total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
-                  memory_bytes=info.get("memory_bytes", info.get("memory_estimate_bytes")), reference_errors=_reference_errors(res),
+                  memory_bytes=desc.memory_bytes, reference_errors=_reference_errors(res),
                   residuals=_residuals(res), message=res.message, result=res)
         if ref_result is None:
             ref_result = res
