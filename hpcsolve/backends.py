@@ -119,6 +119,13 @@ class Backend:
     def timer(self) -> Timer:
         return Timer(self)
 
+    def run_context(self):
+        """A context for a timed run: host BLAS/OpenMP thread pools pinned to ``cpu_threads()`` (on a
+        2-core machine OpenBLAS's second thread made small fp64 CG solves 15x slower)."""
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=cpu_threads())
+
     def event_clock(self) -> "EventClock":
         """Times a region of work (device events on a GPU, the host clock here)."""
         return EventClock(None, None)
@@ -430,6 +437,27 @@ def _bandwidth(name: str, nbytes: int, times: list[float]) -> dict:
     return {"backend": name, "bytes_copied": nbytes, "seconds": seconds, "bandwidth_Bps": moved / seconds,
             "bandwidth_GBps": moved / seconds / 1e9, "min_seconds": min(times), "max_seconds": max(times),
             "repeats": len(times)}
+
+
+def cpu_threads() -> int:
+    """Host BLAS/OpenMP threads for runs: ``HPCSOLVE_CPU_THREADS`` (default 1: the NumPy/SciPy
+    reference is a single-core reference, and its timings are then repeatable)."""
+    value = os.environ.get("HPCSOLVE_CPU_THREADS", "1")
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise BackendError(f"HPCSOLVE_CPU_THREADS: got {value!r}; allowed: an integer >= 1")
+    return n
+
+
+def thread_pools() -> list[dict]:
+    """The host thread pools in effect now (library, API, threads), for provenance."""
+    from threadpoolctl import threadpool_info
+
+    return [{"library": p.get("internal_api", p.get("prefix", "")), "api": p.get("user_api", ""),
+             "threads": p.get("num_threads")} for p in threadpool_info()]
 
 
 def get_array_module(array):

@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: results/<case>-compare-<time>)")
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed runs per configuration (default: at least 3, up to 10 while the spread is above 5%%)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
@@ -158,7 +160,7 @@ def cmd_compare(args) -> int:
     out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
-                   warmup=not args.no_warmup)
+                   warmup=not args.no_warmup, repeats=args.repeats)
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     return 0

@@ -200,7 +200,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     if ckpt is not None and "resume" not in caps:
         raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
     try:
-        with _stop_on_signals(graceful="graceful_stop" in caps) as stop:
+        with _stop_on_signals(graceful="graceful_stop" in caps) as stop, backend.run_context():
+            threads = backends.thread_pools()
             result = family.run(case, backend, policy, description=desc, progress=progress,
                                 stop=stop if "graceful_stop" in caps else None,
                                 checkpoint_dir=out_path if "checkpoint" in caps else None, resume=ckpt)
@@ -225,6 +226,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         if err is None:
             raise
         raise err from exc
+    result.provenance["cpu_threads"] = backends.cpu_threads()
+    result.provenance["thread_pools"] = threads
     _finish(result, case, backend, policy)
     if out_path is not None:
         result.write(out_path, plots=plots)

@@ -42,7 +42,7 @@ CHECK_STEPS = 50
 
 
 def _out_dir(args) -> Path:
-    out = getattr(args, "out", None) or os.environ.get("OUT") or "bench"
+    out = getattr(args, "out", None) or os.environ.get("OUT") or Path("results") / "bench"
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -128,20 +128,24 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
     return row
 
 
-def time_numpy(precision: str, n: int, steps: int) -> dict:
+def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
+    """The NumPy reference's MLUPS (host BLAS/OpenMP threads pinned as for every run)."""
     from hpcsolve.lbm.stepper import get_stepper
 
+    backend = backends.get("numpy")
     policy = get_precision(precision, "lbm")
-    stepper = get_stepper("numpy", cavity_setup(n, policy))
-    stepper.step(2)
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        stepper.step(steps)
-        times.append(time.perf_counter() - t0)
+    stepper = get_stepper(backend, cavity_setup(n, policy))
+    with backend.run_context():
+        stepper.step(2)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            stepper.step(steps)
+            times.append(time.perf_counter() - t0)
     seconds = statistics.median(times) / steps
     return {"backend": "numpy", "precision": precision, "size": n, "cells": n * n, "steps_timed": steps,
-            "repeats": 3, "seconds_per_step": seconds, "mlups": n * n / seconds / 1e6,
+            "repeats": repeats, "seconds_per_step": seconds, "mlups": n * n / seconds / 1e6,
+            "seconds_spread": [min(times) / steps, max(times) / steps], "cpu_threads": backends.cpu_threads(),
             "bytes_per_cell_step": getattr(stepper, "bytes_per_cell_step", None)}
 
 
@@ -150,11 +154,17 @@ def _largest_square(free_bytes: int, bytes_per_cell: float) -> int:
     return n - n % 32
 
 
+def _mlups_range(row: dict, fmt: str = ",.0f") -> str:
+    lo, hi = row.get("seconds_spread", [row["seconds_per_step"]] * 2)
+    return f"{row['cells'] / hi / 1e6:{fmt}}-{row['cells'] / lo / 1e6:{fmt}}"
+
+
 def _markdown(data: dict) -> str:
     bw = data["copy_bandwidth_GBps"]
     lines = [f"LBM D2Q9 lid-driven cavity, {data['device']}; copy bandwidth {bw:,.0f} GB/s "
              f"(read + write, same run). Bytes per cell per step from each kernel's header.", "",
-             "| backend | precision | grid | MLUPS | GB/s | % of copy | B/cell/step | speedup vs NumPy | check vs ref |",
+             "MLUPS: median of the timed repeats (min-max).", "",
+             "| backend | precision | grid | MLUPS (min-max) | GB/s | % of copy | B/cell/step | speedup vs NumPy | check vs ref |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     cpu = {r["precision"]: r for r in data["cpu_reference"]}
     for r in data["rows"]:
@@ -169,10 +179,11 @@ def _markdown(data: dict) -> str:
         chk_s = f"u {chk['u_rel_l2']:.1e} ({chk['against']})" if "u_rel_l2" in chk else chk.get("error", "")[:60]
         pct = 100.0 * r["effective_bandwidth_GBps"] / bw if bw else float("nan")
         label = r["backend"] + (" (in place)" if r.get("in_place") else "")
-        lines.append(f"| {label} | {r['precision']} | {r['size']}^2 | {r['mlups']:,.0f} | "
+        lines.append(f"| {label} | {r['precision']} | {r['size']}^2 | {r['mlups']:,.0f} ({_mlups_range(r)}) | "
                      f"{r['effective_bandwidth_GBps']:,.0f} | {pct:.0f}% | {r['bytes_per_cell_step']:g} | {speed} | {chk_s} |")
     for r in data["cpu_reference"]:
-        lines.append(f"| numpy (CPU) | {r['precision']} | {r['size']}^2 | {r['mlups']:,.2f} | | | | 1x | reference |")
+        lines.append(f"| numpy (CPU, {r.get('cpu_threads', 1)} thread) | {r['precision']} | {r['size']}^2 | "
+                     f"{r['mlups']:,.2f} ({_mlups_range(r, '.2f')}) | | | | 1x | reference |")
     if data.get("memory"):
         lines += ["", "| backend | precision | resident B/cell | largest square grid that fits |",
                   "| --- | --- | ---: | ---: |"]
@@ -243,7 +254,8 @@ def main(args) -> int:
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
             "in_place": in_place,
-            "copy_bandwidth_GBps": bw["bandwidth_GBps"], "copy_bandwidth": bw, "sizes": list(sizes),
+            "copy_bandwidth_GBps": bw["bandwidth_GBps"], "copy_bandwidth": bw,
+            "sizes": sorted({r["size"] for r in rows + cpu_rows if "mlups" in r}), "sizes_requested": list(sizes),
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
             "packages": backends.package_versions()}

@@ -6,9 +6,18 @@ memory, the error of every field against the reference run (relative L2 and rela
 drift of that error over the output times, the errors against analytic/published references that
 the run itself reports, and (FEM) the true residual and the recursive-vs-true gap.
 
-Recommendation: the fastest configuration, other than the reference itself, that completed (or
-converged) and whose field error (the largest relative L2 error over the fields) is within the
-tolerance; or "none", with why.
+Timing: every configuration runs once untimed (warm-up: compilation, memory pools, imports), then
+at least ``repeats`` (3) timed runs, more while the spread (max - min) / median is above 5% and the
+configuration's time budget allows; times are the solver's own (``family.SOLVER_SECONDS``), reported
+as median and min-max. Host BLAS/OpenMP threads are pinned for every run (``Backend.run_context``).
+
+Recommendation: the FP64 reference is a candidate like every other run. A run is *acceptable* when it
+finished (completed or converged) and its field error (the largest relative L2 error over the fields)
+is within the tolerance. A run is recommended over a more accurate one only when it is faster beyond
+the measured spread (its slowest timed run is faster than the other's fastest); otherwise the more
+accurate one is recommended. So the answer is never a run slower than the reference, and when no
+configuration is measurably faster than the reference it says so and recommends the reference.
+Every run gets a verdict saying why it is or is not recommended.
 """
 
 from __future__ import annotations
@@ -27,6 +36,11 @@ from hpcsolve.errors import CaseError, HpcsolveError
 from hpcsolve.results import Result, _jsonable, atomic_path, write_json
 
 DEFAULT_TOLERANCE = 1e-3
+DEFAULT_REPEATS = 3          # timed runs per configuration, at least
+MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREAD
+TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
+DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
+OK_STATUS = ("completed", "converged")
 REFERENCE = ("numpy", "fp64")
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 
@@ -36,7 +50,8 @@ class Run:
     backend: str
     precision: str
     status: str
-    wall_s: float = math.nan          # solver time: LBM time stepping, FEM solve (without setup/output)
+    wall_s: float = math.nan          # median solver time: LBM time stepping, FEM solve (without setup/output)
+    times: list = field(default_factory=list)   # every timed run's solver time
     total_s: float = math.nan         # whole run including setup
     throughput: dict = field(default_factory=dict)
     memory_bytes: int | None = None
@@ -53,6 +68,23 @@ class Run:
         return (self.backend, self.precision) == REFERENCE
 
     @property
+    def wall_min(self) -> float:
+        return min(self.times) if self.times else self.wall_s
+
+    @property
+    def wall_max(self) -> float:
+        return max(self.times) if self.times else self.wall_s
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the timed runs."""
+        return (self.wall_max - self.wall_min) / self.wall_s if self.wall_s > 0 else math.nan
+
+    def faster_than(self, other: "Run") -> bool:
+        """Faster beyond the measured spread: the slowest timed run beats the other's fastest."""
+        return self.wall_max < other.wall_min
+
+    @property
     def error(self) -> float:
         """Largest relative L2 error over the fields against the FP64 reference run."""
         vals = [e["rel_l2"] for e in self.field_errors.values()]
@@ -62,6 +94,7 @@ class Run:
         d = {k: v for k, v in self.__dict__.items() if k != "result"}
         d["error"] = self.error
         d["reference"] = self.is_reference
+        d["wall_min_s"], d["wall_max_s"] = self.wall_min, self.wall_max
         return _jsonable(d)
 
 
@@ -77,6 +110,16 @@ def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
 
 def _solver_seconds(res: Result) -> float:
     return float(res.timings.get(SOLVER_SECONDS, math.nan))
+
+
+def _more_repeats(times: list[float], repeats: int | None, budget_s: float) -> bool:
+    if repeats is not None:
+        return len(times) < repeats
+    if len(times) < DEFAULT_REPEATS:
+        return True
+    med = float(np.median(times))
+    spread = (max(times) - min(times)) / med if med > 0 else 0.0
+    return spread > TARGET_SPREAD and len(times) < MAX_REPEATS and sum(times[DEFAULT_REPEATS:]) + med <= budget_s
 
 
 def _throughput(res: Result) -> dict:
@@ -112,23 +155,62 @@ class Comparison:
     def reference(self) -> Run:
         return next(r for r in self.runs if r.is_reference)
 
+    def acceptable(self, r: Run) -> bool:
+        return (r.status in OK_STATUS and math.isfinite(r.wall_s)
+                and (r.is_reference or (math.isfinite(r.error) and r.error <= self.tolerance)))
+
     def recommendation(self) -> dict:
-        ok = [r for r in self.runs if not r.is_reference and r.status not in ("blew_up", "failed", "not_converged")
-              and math.isfinite(r.error) and r.error <= self.tolerance and math.isfinite(r.wall_s)]
-        if ok:
-            best = min(ok, key=lambda r: r.wall_s)
-            return {"backend": best.backend, "precision": best.precision, "error": best.error,
-                    "wall_s": best.wall_s, "speedup": best.speedup,
-                    "why": f"fastest run with field error {best.error:.3g} <= tolerance {self.tolerance:g}"}
-        others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
-        if not others:
-            why = "no configuration other than the CPU FP64 reference ran"
+        """The recommended run and why (see the module docstring for the rule)."""
+        ok = [r for r in self.runs if self.acceptable(r)]
+        if not ok:
+            others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
+            why = "no run finished within the tolerance"
+            if others:
+                closest = min(others, key=lambda r: r.error)
+                why += (f"; the closest is {closest.backend}/{closest.precision} with error {closest.error:.3g} "
+                        f"({closest.status})")
+            return {"backend": None, "precision": None, "why": why}
+        most_accurate = min(ok, key=lambda r: (0.0 if r.is_reference else r.error, r.wall_s))
+        faster = [r for r in ok if r.faster_than(most_accurate)]
+        if not faster:
+            best = most_accurate
+            why = (f"no configuration is measurably faster than {best.backend}/{best.precision} "
+                   f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), the most accurate run")
         else:
-            closest = min(others, key=lambda r: r.error)
-            why = (f"no configuration other than the FP64 reference is within tolerance {self.tolerance:g} "
-                   f"and converged; the closest is {closest.backend}/{closest.precision} with error "
-                   f"{closest.error:.3g} ({closest.status})")
-        return {"backend": None, "precision": None, "why": why}
+            fastest = min(faster, key=lambda r: r.wall_s)
+            # among the runs the fastest does not beat beyond the spread, prefer the most accurate
+            tie = [r for r in faster if not fastest.faster_than(r)]
+            best = min(tie, key=lambda r: (r.error, r.wall_s))
+            why = (f"measurably faster than {most_accurate.backend}/{most_accurate.precision} "
+                   f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {most_accurate.wall_min:.3g}-"
+                   f"{most_accurate.wall_max:.3g} s) with field error {best.error:.3g} <= tolerance {self.tolerance:g}")
+        return {"backend": best.backend, "precision": best.precision, "error": best.error,
+                "wall_s": best.wall_s, "speedup": best.speedup, "why": why}
+
+    def verdicts(self) -> dict[str, str]:
+        """For every run ("backend/precision"): why it is or is not the recommendation."""
+        rec = self.recommendation()
+        chosen = next((r for r in self.runs if (r.backend, r.precision) == (rec["backend"], rec["precision"])), None)
+        out = {}
+        for r in self.runs:
+            key = f"{r.backend}/{r.precision}"
+            if r is chosen:
+                out[key] = "recommended: " + rec["why"]
+            elif r.status == "not_converged":
+                true = r.residuals.get("true_residual")
+                out[key] = (f"not converged (true residual {true:.2e}): raise solve.maxiter, loosen solve.rtol, or "
+                            f"use precision 'mixed' for float64 accuracy" if isinstance(true, (int, float))
+                            else "not converged")
+            elif r.status not in OK_STATUS:
+                out[key] = f"{r.status}: {r.message[:200]}"
+            elif not self.acceptable(r):
+                out[key] = f"field error {r.error:.3g} above the tolerance {self.tolerance:g}"
+            elif chosen is not None and not r.faster_than(chosen):
+                out[key] = (f"not faster than {chosen.backend}/{chosen.precision} beyond the measured spread "
+                            f"({r.wall_min:.3g}-{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s)")
+            else:
+                out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
+        return out
 
     # -- presentation -------------------------------------------------------------------------
     def rows(self) -> list[dict]:
@@ -149,7 +231,8 @@ class Comparison:
                     res += f" (gap {r.residuals['residual_gap']:.1e})"
             rows.append({
                 "backend": r.backend, "precision": r.precision + (" (ref)" if r.is_reference else ""),
-                "status": r.status, "time_s": f"{r.wall_s:.3g}", "throughput": throughput,
+                "status": r.status, "time_s": (f"{r.wall_s:.3g} ({r.wall_min:.3g}-{r.wall_max:.3g}, n={len(r.times)})"
+                                               if r.times else f"{r.wall_s:.3g}"), "throughput": throughput,
                 "speedup": f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "",
                 "memory_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
                 "err_vs_fp64_L2": f"{r.error:.2e}" if math.isfinite(r.error) else "",
@@ -166,10 +249,15 @@ class Comparison:
         lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
         rec = self.recommendation()
         lines.append("")
+        lines.append("time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up.")
+        lines.append("")
         if rec["backend"]:
             lines.append(f"Recommendation: **{rec['backend']} / {rec['precision']}** ({rec['why']}).")
         else:
             lines.append(f"Recommendation: none ({rec['why']}).")
+        lines.append("")
+        for k, why in self.verdicts().items():
+            lines.append(f"- {k}: {why}")
         for k, why in self.skipped.items():
             lines.append(f"- skipped {k}: {why}")
         return "\n".join(lines)
@@ -180,6 +268,7 @@ class Comparison:
     def to_dict(self) -> dict:
         return _jsonable({"case": self.case_name, "solver": self.solver, "tolerance": self.tolerance,
                           "reference": "/".join(REFERENCE), "recommendation": self.recommendation(),
+                          "verdicts": self.verdicts(),
                           "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
                           "error_definition": "largest relative L2 error over the fields vs the CPU FP64 run"})
 
@@ -187,15 +276,25 @@ class Comparison:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 4.5))
+        marked = False
         for r in self.runs:
             err = r.error if not r.is_reference else np.nan
-            if math.isfinite(err) and err > 0:
-                ax.loglog(r.wall_s, err, "o")
-                ax.annotate(f"{r.backend}/{r.precision}", (r.wall_s, err), textcoords="offset points", xytext=(4, 4),
-                            fontsize=8)
+            if math.isfinite(err) and err > 0 and math.isfinite(r.wall_s):
+                ok = r.status in OK_STATUS
+                xerr = [[r.wall_s - r.wall_min], [r.wall_max - r.wall_s]]
+                ax.errorbar(r.wall_s, err, xerr=xerr, fmt="o" if ok else "x", ms=6 if ok else 9, capsize=3,
+                            color=None if ok else "red",
+                            label=None if ok or marked else "not converged / failed")
+                marked = marked or not ok
+                ax.annotate(f"{r.backend}/{r.precision}" + ("" if ok else f" ({r.status})"), (r.wall_s, err),
+                            textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
-        ax.axvline(self.reference.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time")
-        ax.set_xlabel("solver time [s]")
+        ref = self.reference
+        ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
+        ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time (median, min-max)")
+        ax.set_xlabel("solver time [s] (median, bars: min-max of the timed runs)")
         ax.set_ylabel("relative L2 error vs CPU fp64")
         ax.set_title(f"{self.case_name}: accuracy vs speed")
         ax.legend(fontsize=8)
@@ -281,11 +380,15 @@ def _drift(res: Result, ref: Result) -> dict:
 
 def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
             tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
-            progress: bool = False, warmup: bool = True) -> Comparison:
+            progress: bool = False, warmup: bool = True, repeats: int | None = None,
+            time_budget_s: float = DEFAULT_BUDGET_S) -> Comparison:
     """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare.
 
     With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
-    memory-pool growth and first-call imports are not counted in its time."""
+    memory-pool growth and first-call imports are not counted in its time. ``repeats``: exactly this
+    many timed runs per configuration; by default at least 3, more (up to 10) while the spread is
+    above 5% and ``time_budget_s`` of timed runs per configuration allows. The first timed run's
+    result is the one written and compared."""
     from hpcsolve.run import plan, run_case
 
     if not isinstance(case, CaseBase):
@@ -294,6 +397,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
         case = case.with_overrides(*overrides)
     if not (isinstance(tolerance, (int, float)) and tolerance >= 0 and math.isfinite(tolerance)):
         raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+        raise CaseError.invalid("--repeats", repeats, "an integer >= 1")
     family = case.solver
     skipped: dict = {}
     if backends is None:
@@ -323,6 +428,9 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             if warmup:
                 run_case(case, backend_obj, policy, progress=False, description=desc)
             res = run_case(case, backend_obj, policy, out=run_dir, progress=progress, overwrite=True, description=desc)
+            times = [_solver_seconds(res)]
+            while _more_repeats(times, repeats, time_budget_s):
+                times.append(_solver_seconds(run_case(case, backend_obj, policy, progress=False, description=desc)))
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
             if ref_result is None:
@@ -330,7 +438,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
                             message=str(exc)))
             continue
-        run = Run(backend, prec, status=res.status, wall_s=_solver_seconds(res),
+        run = Run(backend, prec, status=res.status, wall_s=float(np.median(times)), times=times,
                   total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
                   memory_bytes=desc.memory_bytes, reference_errors=_reference_errors(res),
                   residuals=_residuals(res), message=res.message, result=res)
@@ -341,7 +449,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
                 continue
             run.field_errors[name] = field_error(res.fields[name], ref)
         run.drift = _drift(res, ref_result)
-        run.speedup = _solver_seconds(ref_result) / run.wall_s if run.wall_s > 0 else math.nan
+        ref_wall = runs[0].wall_s if runs else run.wall_s   # the reference runs first
+        run.speedup = ref_wall / run.wall_s if run.wall_s > 0 else math.nan
         runs.append(run)
     comp = Comparison(case.name, family, float(tolerance), runs, skipped)
     if out_path is not None:
