@@ -21,9 +21,9 @@ from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, RunInterrupted
 from hpcsolve.family import SOLVER_SECONDS, Description
 from hpcsolve.lbm import geometry as geom
-from hpcsolve.lbm import lattice, observables as obs
+from hpcsolve.lbm import lattice, physics, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
-from hpcsolve.lbm.stepper import LBMSetup, get_stepper
+from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, LBMSetup, get_stepper
 from hpcsolve.precision import Precision
 from hpcsolve.results import Result, Snapshot, StructuredGrid
 
@@ -173,14 +173,18 @@ class _Monitor:
         return {k: np.asarray(v, dtype=np.float64) for k, v in self.series.items()}
 
 
-def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry) -> dict[str, np.ndarray]:
+def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry, step: int) -> dict[str, np.ndarray]:
+    """The written fields in physical units. Moving walls, inlets and outlets carry their velocity
+    (the lid row shows the lid); derivatives next to walls use the wall velocity at the half-way wall."""
     u = derived.units
     scale = u.dx / u.dt
+    wall_u = geo.boundary_velocity * physics.ramp_factor(step, derived.ramp_steps)
+    bx, by = obs.boundary_field_velocity(ux, uy, geo.flags, wall_u, FLUID, VELOCITY, OUTLET)
     return {
-        "velocity": np.stack([ux * scale, uy * scale], axis=-1),
+        "velocity": np.stack([bx * scale, by * scale], axis=-1),
         "pressure": np.where(geo.fluid, u.pressure_to_physical(rho), 0.0),
         "density_lattice": rho,
-        "vorticity": obs.vorticity(ux, uy, geo.fluid) / u.dt,
+        "vorticity": obs.vorticity(ux, uy, geo.fluid, wall_u[0], wall_u[1], geo.flags == OUTLET) / u.dt,
         "flags": geo.flags.astype(np.int32),
     }
 
@@ -260,7 +264,7 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
             monitor.record(stepper, step, rho, ux, uy)
             if out_every and step % out_every == 0:
                 result.snapshots.append(Snapshot(time=units.time_of(step), step=step,
-                                                 fields=_snapshot_fields(rho, ux, uy, derived, geo)))
+                                                 fields=_snapshot_fields(rho, ux, uy, derived, geo, step)))
             if case.steady.enabled and monitor.steady_change < case.steady.tolerance:
                 status = "converged"
                 message = (f"steady state at step {step}: relative velocity change {monitor.steady_change:.3g} "
@@ -281,7 +285,7 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
         message = (f"steady state not reached in {step} steps (last relative change {monitor.steady_change:.3g}, "
                    f"tolerance {case.steady.tolerance:g}); raise time.end_time")
     result.status, result.message = status, message
-    result.fields = _fields(rho, ux, uy, derived, geo)
+    result.fields = _fields(rho, ux, uy, derived, geo, step)
     result.series = monitor.arrays()
     fluid_updates = result.derived["fluid_cells"] * step
     result.timings = {"total_s": _time.perf_counter() - t_start, "step_s": step_seconds, SOLVER_SECONDS: step_seconds,
@@ -334,8 +338,8 @@ def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, fl
     return ckpt.step, float(st["mass0"]), float(st["step_seconds"])
 
 
-def _snapshot_fields(rho, ux, uy, derived, geo):
-    f = _fields(rho, ux, uy, derived, geo)
+def _snapshot_fields(rho, ux, uy, derived, geo, step):
+    f = _fields(rho, ux, uy, derived, geo, step)
     return {k: f[k] for k in ("velocity", "pressure", "vorticity")}
 
 
@@ -347,7 +351,7 @@ def _blow_up(result, case, derived, geo, monitor, last_good, step, cause):
                   f"(tau further from 1/2), lower lattice.velocity"
                   + (", or use lattice.collision = 'trt'" if case.lattice.collision == "bgk" else ""))
     result.message = f"{cause} between step {good_step} and step {step}"
-    result.fields = _fields(rho, ux, uy, derived, geo)
+    result.fields = _fields(rho, ux, uy, derived, geo, good_step)
     result.series = monitor.arrays()
     result.metrics = {"steps": step, "last_finite_step": good_step}
     exc = BlowUpError(f"{case.name}: the run blew up ({cause}) between step {good_step} and step {step}; "
