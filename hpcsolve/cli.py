@@ -131,8 +131,9 @@ def cmd_run(args) -> int:
 
 def _report(args, case, result, out) -> int:
     if not args.quiet:
+        derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
-                  {**result.derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
+                  {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
     return 0 if result.status not in ("blew_up", "not_converged") else 3
 

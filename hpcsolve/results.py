@@ -72,7 +72,7 @@ class Result:
     derived: dict[str, Any] = field(default_factory=dict)             # derived parameters (tau, dt, ...)
     timings: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
-    status: str = "completed"        # completed | converged | not_converged | blew_up | interrupted
+    status: str = "completed"        # completed | converged | not_steady | not_converged | blew_up | interrupted
     message: str = ""
     case_text: str = ""
     case_json: str = ""
@@ -146,11 +146,20 @@ def atomic_path(path: str | Path):
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp makes the file private (0600): give it what a new file gets under the user's umask,
+        # so colleagues sharing a results folder can read it
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(data: dict, path: str | Path) -> Path:
@@ -275,6 +284,9 @@ def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> 
     blocks = []
     if result.snapshots:
         inner = [grid_block(f"t{i:06d}", s.fields, f"snapshots/{i:06d}", s.time) for i, s in enumerate(result.snapshots)]
+        final_time = result.metrics.get("simulated_time_s")
+        if isinstance(final_time, (int, float)) and final_time > result.snapshots[-1].time and result.fields:
+            inner.append(grid_block("final", result.fields, "fields", float(final_time)))   # the state at the end
         blocks.append('    <Grid Name="snapshots" GridType="Collection" CollectionType="Temporal">\n'
                       + "\n".join("  " + b.replace("\n", "\n  ") for b in inner) + "\n    </Grid>")
     else:

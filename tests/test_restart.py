@@ -65,6 +65,8 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, precision):
     resumed = runner.run(case, "numpy", policy, progress=False, checkpoint_dir=tmp_path,
                          resume=latest_checkpoint(tmp_path))
     assert resumed.metrics["resumed_from_step"] == 250 and resumed.metrics["steps"] == full.metrics["steps"] == 700
+    # the timings span both parts of the run: total includes the time before the interruption
+    assert resumed.timings["total_s"] >= resumed.timings["step_s"] > 0
     _same(full, resumed)
     # the last checkpoint written during the resumed run holds the state of step 600 (two kept)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_0000000400.h5", "checkpoint_0000000600.h5"]

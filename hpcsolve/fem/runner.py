@@ -190,6 +190,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import matplotlib.tri as mtri
 
+    from hpcsolve.report.plotstyle import colorbar
     from hpcsolve.results import atomic_path
 
     files = []
@@ -218,16 +219,20 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     pc = ax.tripcolor(tri, values, shading="gouraud", cmap="viridis")
     if len(g.triangles) <= 5000:
         ax.triplot(tri, lw=0.2, color="k", alpha=0.4)
-    fig.colorbar(pc, ax=ax, label=label)
     ax.set_aspect("equal")
+    colorbar(fig, ax, pc, label)
+    ax.set_xlabel("x (mesh units)")
+    ax.set_ylabel("y (mesh units)")
     ax.set_title(f"{result.case_name}: {result.precision} on {result.backend}")
     save(fig, "solution.png")
 
     if "error" in result.fields:
         fig, ax = plt.subplots(figsize=(6.4, 4.8))
         pc = ax.tripcolor(tri, result.fields["error"], shading="gouraud", cmap="RdBu_r")
-        fig.colorbar(pc, ax=ax, label="u_h - u_exact at the nodes")
         ax.set_aspect("equal")
+        colorbar(fig, ax, pc, "u_h - u_exact at the nodes")
+        ax.set_xlabel("x (mesh units)")
+        ax.set_ylabel("y (mesh units)")
         ax.set_title(f"error: L2 {result.metrics.get('error_l2', float('nan')):.3e}")
         save(fig, "error.png")
 
@@ -238,7 +243,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         ti = np.asarray(result.series.get("residual_true_iterations", []))
         tv = np.asarray(result.series.get("residual_true", []))
         if tv.size:
-            ax.semilogy(ti, np.maximum(tv, 1e-300), "o", ms=4, label="true residual (float64)")
+            ax.semilogy(ti, np.maximum(tv, 1e-300), "o", ms=4, ls="none", label="true residual (float64, sampled)")
         ax.axhline(result.derived.get("rtol", np.nan), color="gray", ls="--", lw=0.8, label="rtol")
         ax.set_xlabel("Krylov iteration")
         ax.set_ylabel("||r|| / ||b||")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve.report.plotstyle import colorbar
+
 
 def plot_result(result, plot_dir: Path) -> list[Path]:
     import matplotlib
@@ -28,7 +30,7 @@ def plot_result(result, plot_dir: Path) -> list[Path]:
 
         fig, ax = plt.subplots(figsize=size)
         im = ax.pcolormesh(x, y, speed, shading="auto", cmap="viridis")
-        fig.colorbar(im, ax=ax, label="|u| (m/s)")
+        colorbar(fig, ax, im, "|u| (m/s)")
         u = np.where(solid, 0.0, vel[..., 0])
         v = np.where(solid, 0.0, vel[..., 1])
         if np.any(u) or np.any(v):
@@ -47,8 +49,10 @@ def plot_result(result, plot_dir: Path) -> list[Path]:
             lim = float(np.percentile(np.abs(w.compressed()), 99)) if w.count() else 1.0
             fig, ax = plt.subplots(figsize=size)
             im = ax.pcolormesh(x, y, w, shading="auto", cmap="RdBu_r", vmin=-lim, vmax=lim)
-            fig.colorbar(im, ax=ax, label="vorticity (1/s)")
             ax.set_aspect("equal")
+            colorbar(fig, ax, im, "vorticity (1/s)")
+            ax.set_xlabel("x (m)")
+            ax.set_ylabel("y (m)")
             ax.set_title(f"{result.case_name}: vorticity")
             files.append(_save(fig, plot_dir / "vorticity.png"))
 
@@ -62,10 +66,13 @@ def plot_result(result, plot_dir: Path) -> list[Path]:
             vals = np.asarray(s[k], float)
             if k == "steady_change":
                 ok = np.isfinite(vals) & (vals > 0)
-                ax.semilogy(t[ok], vals[ok])
+                ax.semilogy(t[ok], vals[ok], "o-", ms=2)
             else:
-                ax.plot(t, vals)
-            ax.set_ylabel(k.replace("_", " "), fontsize=8)
+                ax.plot(t, vals, label="hpcsolve")
+            if k == "kinetic_energy" and "kinetic_energy_analytic" in s:
+                ax.plot(t, np.asarray(s["kinetic_energy_analytic"], float), "k--", lw=1, label="analytic decay")
+                ax.legend(fontsize=7)
+            ax.set_ylabel(SERIES_LABELS.get(k, k.replace("_", " ")), fontsize=8)
         axes[-1, 0].set_xlabel("time (s)")
         fig.suptitle(f"{result.case_name}: monitored series")
         files.append(_save(fig, plot_dir / "series.png"))
@@ -102,6 +109,11 @@ def plot_result(result, plot_dir: Path) -> list[Path]:
         ax.set_title(f"{result.case_name}: velocity profile")
         files.append(_save(fig, plot_dir / "profile.png"))
     return files
+
+
+SERIES_LABELS = {"kinetic_energy": "kinetic energy\n(J per m depth)", "max_speed": "max |u| (m/s)",
+                 "drag_coefficient": "c_D (-)", "lift_coefficient": "c_L (-)",
+                 "steady_change": "relative change\nper interval (-)"}
 
 
 def _save(fig, path: Path) -> Path:

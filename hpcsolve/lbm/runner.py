@@ -136,7 +136,10 @@ class _Monitor:
     def __init__(self, case: LBMCase, derived: Derived, geo: geom.Geometry):
         self.case, self.derived, self.geo = case, derived, geo
         self.fluid = geo.fluid
+        # physical units: kinetic energy per metre of depth (J/m), speeds in m/s; coefficients are dimensionless
         self.series: dict[str, list] = {"step": [], "time": [], "kinetic_energy": [], "max_speed": []}
+        if case.initial.condition == "taylor_green":
+            self.series["kinetic_energy_analytic"] = []
         if case.steady.enabled:
             self.series["steady_change"] = []
         for k in geo.measured:
@@ -151,8 +154,16 @@ class _Monitor:
         s = self.series
         s["step"].append(step)
         s["time"].append(self.derived.units.time_of(step))
-        s["kinetic_energy"].append(obs.kinetic_energy(rho, ux, uy, self.fluid))
-        s["max_speed"].append(float(np.max(obs.speed(ux, uy)[self.fluid])))
+        units = self.derived.units
+        to_ms = units.dx / units.dt
+        energy = units.density * to_ms**2 * units.dx**2      # lattice kinetic energy -> J per metre of depth
+        s["kinetic_energy"].append(obs.kinetic_energy(rho, ux, uy, self.fluid) * energy)
+        s["max_speed"].append(float(np.max(obs.speed(ux, uy)[self.fluid])) * to_ms)
+        if "kinetic_energy_analytic" in s:
+            ny, nx = self.geo.shape
+            X, Y = np.meshgrid(np.arange(nx) + 0.5, np.arange(ny) + 0.5)
+            ua, va = obs.taylor_green_velocity(X, Y, nx, self.case.lattice.velocity, units.lattice_viscosity, step)
+            s["kinetic_energy_analytic"].append(obs.kinetic_energy(np.ones_like(ua), ua, va, self.fluid) * energy)
         for k in self.geo.measured:
             sfx = "" if k == self.geo.measured[0] else f"_{k}"
             f = stepper.force(self.geo.obstacles[k])
@@ -226,21 +237,23 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     out_every = derived.output_every
     ckpt_every = case.time.checkpoint_interval if checkpoint_dir is not None else 0
     step_seconds = 0.0
+    earlier_seconds = 0.0      # wall time of the runs before a resume (from the checkpoint)
     if resume is None:
         step = 0
         rho, ux, uy = stepper.macroscopic()
         mass0 = float(np.sum(rho[geo.fluid]))
         monitor.record(stepper, 0, rho, ux, uy)
     else:
-        step, mass0, step_seconds = _restore(resume, stepper, monitor, result)
+        step, mass0, step_seconds, earlier_seconds = _restore(resume, stepper, monitor, result)
         rho, ux, uy = stepper.macroscopic()
     last_good = (rho, ux, uy, step)
     status, message = "completed", ""
     bar = tqdm(total=total, initial=step, disable=not progress, delay=2, unit="step", desc=case.name)
 
     def checkpoint():
+        elapsed = earlier_seconds + _time.perf_counter() - t_start
         write_checkpoint(checkpoint_dir, _checkpoint(case, backend, policy, stepper, monitor, result, step,
-                                                     mass0, step_seconds))
+                                                     mass0, step_seconds, elapsed))
 
     try:
         while step < total:
@@ -256,7 +269,7 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
             if not stepper.finite():
                 _blow_up(result, case, derived, geo, monitor, last_good, step, "NaN/Inf in the populations")
             rho, ux, uy = stepper.macroscopic()
-            peak = float(np.max(obs.speed(ux, uy)[geo.fluid]))
+            peak = float(np.max(obs.speed(ux, uy)[geo.fluid]))   # lattice units (the stability limit)
             if peak > BLOW_UP_LATTICE_SPEED:
                 _blow_up(result, case, derived, geo, monitor, last_good, step,
                          f"lattice speed {peak:.3g} > {BLOW_UP_LATTICE_SPEED} (Mach {peak / math.sqrt(lattice.CS2):.2f})")
@@ -267,6 +280,8 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
                                                  fields=_snapshot_fields(rho, ux, uy, derived, geo, step)))
             if case.steady.enabled and monitor.steady_change < case.steady.tolerance:
                 status = "converged"
+                bar.total = step         # the bar ends at 100% when steady state stops the run early
+                bar.refresh()
                 message = (f"steady state at step {step}: relative velocity change {monitor.steady_change:.3g} "
                            f"per {case.steady.interval} steps < {case.steady.tolerance:g}")
                 break
@@ -282,13 +297,14 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     finally:
         bar.close()
     if case.steady.enabled and status == "completed":
+        status = "not_steady"
         message = (f"steady state not reached in {step} steps (last relative change {monitor.steady_change:.3g}, "
                    f"tolerance {case.steady.tolerance:g}); raise time.end_time")
     result.status, result.message = status, message
     result.fields = _fields(rho, ux, uy, derived, geo, step)
     result.series = monitor.arrays()
     fluid_updates = result.derived["fluid_cells"] * step
-    result.timings = {"total_s": _time.perf_counter() - t_start, "step_s": step_seconds, SOLVER_SECONDS: step_seconds,
+    result.timings = {"total_s": earlier_seconds + _time.perf_counter() - t_start, "step_s": step_seconds, SOLVER_SECONDS: step_seconds,
                       "mlups": fluid_updates / step_seconds / 1e6 if step_seconds > 0 else 0.0}
     m = {"steps": step, "simulated_time_s": units.time_of(step),
          "max_lattice_speed": float(np.max(obs.speed(ux, uy)[geo.fluid])),
@@ -307,7 +323,8 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     return result
 
 
-def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, step_seconds) -> Checkpoint:
+def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, step_seconds,
+                total_seconds) -> Checkpoint:
     """The full state at ``step``: populations, monitor series, steady-state tracking, snapshots."""
     arrays = {"populations": stepper.populations()}
     if monitor.last_steady_u is not None:
@@ -318,6 +335,7 @@ def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, st
             arrays[f"snapshot_{i:06d}_{name}"] = a
         snaps.append({"time": snap.time, "step": snap.step, "fields": list(snap.fields)})
     state = {"series": monitor.series, "mass0": mass0, "step_seconds": step_seconds, "snapshots": snaps,
+             "total_seconds": total_seconds,
              "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change}
     meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
             "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
@@ -325,7 +343,7 @@ def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, st
     return Checkpoint(step=step, arrays=arrays, state=state, meta=meta)
 
 
-def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, float]:
+def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, float, float]:
     stepper.load_populations(ckpt.arrays["populations"], ckpt.step)
     st = ckpt.state
     monitor.series = {k: [float(v) for v in vals] for k, vals in st["series"].items()}
@@ -335,7 +353,8 @@ def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, fl
     for i, snap in enumerate(st["snapshots"]):
         fields = {name: ckpt.arrays[f"snapshot_{i:06d}_{name}"] for name in snap["fields"]}
         result.snapshots.append(Snapshot(time=float(snap["time"]), step=int(snap["step"]), fields=fields))
-    return ckpt.step, float(st["mass0"]), float(st["step_seconds"])
+    step_seconds = float(st["step_seconds"])
+    return ckpt.step, float(st["mass0"]), step_seconds, float(st.get("total_seconds", step_seconds))
 
 
 def _snapshot_fields(rho, ux, uy, derived, geo, step):

@@ -40,7 +40,7 @@ DEFAULT_REPEATS = 3          # timed runs per configuration, at least
 MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREAD
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
-OK_STATUS = ("completed", "converged")
+OK_STATUS = ("completed", "converged", "not_steady")   # not_steady: ran its full time (fields valid)
 REFERENCE = ("numpy", "fp64")
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 
@@ -333,7 +333,8 @@ class Comparison:
                 y = np.asarray(s[key], dtype=float)
                 xkey = key + "_iterations"
                 x = np.asarray(s[xkey]) if xkey in s else np.arange(y.size)
-                ax.semilogy(x, y, lw=1, label=f"{r.backend}/{r.precision} {key}")
+                sparse = key == "residual_true"     # sampled at checks, not every iteration: markers, no line
+                ax.semilogy(x, y, "o" if sparse else "-", lw=1, ms=3, label=f"{r.backend}/{r.precision} {key}")
         ax.set_xlabel("iteration")
         ax.set_ylabel("relative residual")
         ax.set_title(f"{self.case_name}: residual histories")
