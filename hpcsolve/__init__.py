@@ -11,25 +11,21 @@ from hpcsolve.errors import (  # noqa: E402
 from hpcsolve.precision import Precision, get_precision  # noqa: E402
 
 
-def run_case(*args, **kwargs):
-    """Run a case and return its Result; see :func:`hpcsolve.run.run_case`."""
-    from hpcsolve.run import run_case as _run_case
-
-    return _run_case(*args, **kwargs)
-
-
-def compare(*args, **kwargs):
-    """Accuracy vs speed across backends x precisions; see :func:`hpcsolve.report.compare.compare`."""
-    from hpcsolve.report.compare import compare as _compare
-
-    return _compare(*args, **kwargs)
+# The entry points live in modules that import numpy, scipy and the solver families; they load on first
+# use (PEP 562), and ``hpcsolve.run_case`` *is* ``hpcsolve.run.run_case``: help() shows its real signature.
+_LAZY = {"run_case": ("hpcsolve.run", "run_case"), "compare": ("hpcsolve.report.compare", "compare"),
+         "load_case": ("hpcsolve.cases", "load_case")}
 
 
-def load_case(*args, **kwargs):
-    """Load and validate a TOML case file; see :func:`hpcsolve.cases.load_case`."""
-    from hpcsolve.cases import load_case as _load
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
 
-    return _load(*args, **kwargs)
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hpcsolve' has no attribute {name!r}")
 
 
 __all__ = [

@@ -87,7 +87,7 @@ class CaseBase(StrictModel):
         data = self.model_dump(mode="python")
         for a in assignments:
             apply_override(data, a)
-        new = parse_case_data(data, text=self._text, path=self._path)
+        new = parse_case_data(data, text=self._text, path=self._path, overrides=assignments)
         new._overrides = self._overrides + tuple(assignments)
         return new
 
@@ -114,18 +114,59 @@ def _format_loc(loc: tuple) -> str:
     return "".join(parts)
 
 
-def validation_error_to_case_error(exc: ValidationError, source: str = "") -> CaseError:
+def _nearest_key(model, parts: tuple) -> str:
+    """' (did you mean `a.b`?)' for an unknown key at ``parts``, from the model's fields there; '' if none is close."""
+    import difflib
+    import typing
+
+    def submodel(annotation):
+        for t in (annotation, *typing.get_args(annotation)):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                return t
+            inner = submodel(t) if typing.get_args(t) else None
+            if inner is not None:
+                return inner
+        return None
+
+    node = model
+    for name in parts[:-1]:
+        if isinstance(name, int):
+            continue
+        f = getattr(node, "model_fields", {}).get(name)
+        node = submodel(f.annotation) if f is not None else None
+        if node is None:
+            return ""
+    names = list(getattr(node, "model_fields", {}))
+    close = difflib.get_close_matches(str(parts[-1]), names, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean `{_format_loc(tuple(parts[:-1]) + (close[0],))}`?)"
+
+
+def _from_set(loc: str, overrides) -> str:
+    """' (from --set k=v)' when the field at ``loc`` was set (or its table replaced) by an override."""
+    for a in reversed(tuple(overrides)):
+        key = a.split("=", 1)[0].strip()
+        if loc == key or loc.startswith(key + ".") or loc.startswith(key + "[") or key.startswith(loc + "."):
+            shown = a if len(a) <= 120 else a[:117] + "..."
+            return f" (from --set {shown})"
+    return ""
+
+
+def validation_error_to_case_error(exc: ValidationError, source: str = "", model=None, overrides=()) -> CaseError:
     lines = []
     first = None
     for err in exc.errors(include_url=False):
-        loc = _format_loc(tuple(x for x in err.get("loc", ()) if not (isinstance(x, str) and x.startswith("function-"))))
+        parts = tuple(x for x in err.get("loc", ()) if not (isinstance(x, str) and x.startswith("function-")))
+        loc = _format_loc(parts)
         typ = err.get("type", "")
         value = err.get("input")
         msg = err.get("msg", "")
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         if typ == "extra_forbidden":
-            text = f"{loc}: unknown key (value {value!r}); check the spelling against the documented keys"
+            hint = _nearest_key(model, parts) if model is not None and parts else ""
+            text = (f"{loc}: unknown key (value {value!r}){hint or '; check the spelling against the documented keys'}")
         elif typ == "missing":
             text = f"{loc}: required field is missing"
         elif not loc:  # a rule over several fields: the message names them
@@ -133,7 +174,7 @@ def validation_error_to_case_error(exc: ValidationError, source: str = "") -> Ca
         else:
             shown = value if not isinstance(value, dict) else "{...}"
             text = f"{loc}: got {shown!r}; {msg}"
-        lines.append(text)
+        lines.append(text + (_from_set(loc, overrides) if loc else ""))
         if first is None:
             first = (loc, value, msg)
     where = f" in {source}" if source else ""
@@ -144,7 +185,8 @@ def validation_error_to_case_error(exc: ValidationError, source: str = "") -> Ca
     return err
 
 
-def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, source: str = "") -> CaseBase:
+def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, source: str = "",
+                    overrides=()) -> CaseBase:
     if not isinstance(data, dict):
         raise CaseError("a case must be a TOML table")
     family = data.get("solver")
@@ -156,7 +198,7 @@ def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, sou
     try:
         case = model.model_validate(data)
     except ValidationError as exc:
-        raise validation_error_to_case_error(exc, source or (str(path) if path else "")) from None
+        raise validation_error_to_case_error(exc, source or (str(path) if path else ""), model, overrides) from None
     except (TypeError, OverflowError) as exc:  # e.g. a value pydantic cannot even compare
         raise CaseError(f"invalid case{' in ' + source if source else ''}: {exc}") from None
     case._text = text
@@ -203,7 +245,7 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
     raw = copy.deepcopy(data)
     for a in overrides:
         apply_override(raw, a)
-    case = parse_case_data(raw, text=text, path=path, source=source)
+    case = parse_case_data(raw, text=text, path=path, source=source, overrides=overrides)
     case._overrides = tuple(overrides)
     return case
 

@@ -134,8 +134,11 @@ def _report(args, case, result, out) -> int:
         derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
+    code = 0 if result.status not in ("blew_up", "not_converged") else 3
+    if code and args.quiet:   # the reason is shown even with --quiet whenever the exit code is not 0
+        print(f"hpcsolve: {case.name}: {result.status}: {result.message}", file=sys.stderr)
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
-    return 0 if result.status not in ("blew_up", "not_converged") else 3
+    return code
 
 
 def cmd_validate(args) -> int:

@@ -156,12 +156,28 @@ def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
     }
 
 
+def _finished_status(run_dir) -> str:
+    """The status in ``run_dir/summary.json`` when that run finished (not interrupted), else ''."""
+    import json
+
+    try:
+        status = json.loads((Path(run_dir) / "summary.json").read_text()).get("status", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return status if status not in ("", "interrupted") else ""
+
+
 def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=None, overrides=(),
                    force: bool = False):
     """The case, backend, precision and checkpoint to continue the run in ``resume_dir``.
 
     Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``)."""
     ckpt = latest_checkpoint(resume_dir)
+    finished = _finished_status(resume_dir)
+    if finished and not force:
+        raise CaseError.invalid("--resume", str(resume_dir), "a folder of an interrupted run",
+                                why=f"the run there already finished (status {finished!r}); resuming would run it "
+                                    "again from its newest checkpoint and replace the result: add --force for that")
     meta = ckpt.meta
     if case is None:
         case_file = Path(meta["case_file"]) if meta.get("case_file") else None
@@ -180,6 +196,11 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
              description: Description | None = None) -> Result:
     """Run a case and return its Result; with ``out``, also write the result files there.
 
+    ``case``: a case file path, a loaded case (``hpcsolve.load_case``) or None with ``resume``.
+    ``backend``: 'auto', 'numpy', 'cupy', 'numba-cuda' or a Backend (default: the case's ``run.backend``).
+    ``precision``: 'fp64', 'fp32', 'fp16s' (LBM), 'mixed' (FEM) or a Precision (default: ``run.precision``).
+    ``overrides``: ``["key.path=value", ...]`` as with ``--set`` (TOML values). ``progress``: a progress
+    bar on stderr. ``overwrite``: replace a result already in ``out``. ``plots``: write plots/*.png.
     ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
     its results there (``case`` may be None: the checkpoint's case is used). ``description``: the
     family's ``describe`` of this case, backend and precision, made earlier (``plan``); its setup

@@ -76,3 +76,10 @@ def test_a_steady_run_that_does_not_reach_steady_state_says_so(tmp_path, capsys)
     steps = res["metrics"]["steps"]
     # the printed summary shows the steps done (and the planned count separately)
     assert any(line.split()[:2] == ["steps", str(steps)] for line in captured.splitlines())
+
+
+def test_quiet_still_prints_why_the_exit_code_is_not_zero(tmp_path, capsys):
+    code = cli.main(["run", str(CASES / "poisson_manufactured.toml"), "--precision", "fp32", "--out",
+                     str(tmp_path / "p"), "--quiet", "--no-plots", "--set", "mesh.nx=32"])
+    err = capsys.readouterr().err
+    assert code == 3 and "not_converged" in err and "precision 'mixed'" in err and "solve.rtol" in err

@@ -147,3 +147,16 @@ def test_numba_kernels_restart_bitwise_under_the_simulator(tmp_path):
     tiny = ["lattice.resolution=6", "time.steps=12", "time.monitor_interval=3", "time.checkpoint_interval=6",
             "steady.enabled=false"]
     _interrupt_resume_compare(tmp_path, "numba-cuda", "fp32", tiny, stop_after=3)
+
+
+def test_resume_of_a_finished_run_is_refused_unless_forced(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--set", "lattice.resolution=16", "--set", "time.steps=400", "--set", "time.checkpoint_interval=200",
+            "--set", "steady.enabled=false", "--no-plots", "--quiet"]
+    assert cli.main(["run", str(CAVITY), "--out", str(out), *args]) == 0
+    before = (out / "result.h5").stat().st_mtime_ns
+    assert cli.main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "already finished (status 'completed')" in err and "--force" in err
+    assert (out / "result.h5").stat().st_mtime_ns == before          # nothing was overwritten
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--force", "--no-plots"]) == 0

@@ -176,10 +176,20 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
                 "residual_true": report.history_true},
         metrics=metrics, derived=derived, timings=timings,
         status="converged" if report.converged else "not_converged",
-        message=report.reason + (f"; {report.fallback}" if report.fallback else ""),
+        message=report.reason + (f"; {report.fallback}" if report.fallback else "") + _advice(report, policy, s),
         plotter=plot_result if out.plots else None,
     )
     return result
+
+
+def _advice(report, policy: Precision, solve_opts) -> str:
+    """What to change when the solve missed rtol (empty when it converged)."""
+    if report.converged:
+        return ""
+    if not policy.refinement and policy.compute != np.float64:
+        return (f"; {policy.name} cannot reach rtol {solve_opts.rtol:g} on this problem: use precision 'mixed' "
+                f"(float32 work, float64 accuracy) or loosen solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
+    return "; raise solve.maxiter or loosen solve.rtol"
 
 
 def plot_result(result: Result, plot_dir: Path) -> list[Path]:
