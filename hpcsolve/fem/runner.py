@@ -54,27 +54,70 @@ class FEMFamily:
         return Description(info, int(matrix_bytes + work_bytes + vectors), setup=mesh)
 
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
-        """CG iterations from a Poisson-like condition estimate, times a 20-iteration timed probe."""
+        """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
+        for up to PROBE_SECONDS (after a warm-up); if it has not converged by then, the remaining
+        iterations follow from the residual's reduction rate over the probe's second half. The
+        float64 reference (spsolve), when the run makes one, is timed on up to REFERENCE_PROBE_DOFS
+        unknowns and scaled as n^1.5 (a 2D sparse direct solve)."""
+        s = case.solve
+        t0 = time.perf_counter()
         disc = prob.build(case, mesh=description.setup)
-        probe_its = 20
-        method = None if policy.refinement else "cg"
-        solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=2, method=method)  # warm-up
-        _, rep = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=probe_its,
-                       method=method)
+        setup_s = time.perf_counter() - t0
+        kwargs = dict(precision=policy, backend=backend, method=_method(case, policy), preconditioner=s.preconditioner,
+                      check_every=s.check_every, **s.options())
+        maxiter = s.maxiter or max(10 * disc.A.shape[0], 100)     # solve()'s default
+        # a run makes one cold solve: its first-call costs (imports, caches, compilation) are measured by a
+        # cold probe of PROBE_ITERATIONS; warm probes then give the time per iteration
+        cold_its = min(PROBE_ITERATIONS, maxiter)
+        t0 = time.perf_counter()
+        x, rep = solve(disc.A, disc.b, rtol=s.rtol, maxiter=cold_its, **kwargs)
+        cold_s = time.perf_counter() - t0
+        probe_its = cold_its
+        while not rep.converged and rep.time_s < PROBE_SECONDS and probe_its < maxiter:
+            probe_its = min(4 * probe_its, maxiter)
+            x, rep = solve(disc.A, disc.b, rtol=s.rtol, maxiter=probe_its, **kwargs)
         per_it = rep.time_s / max(rep.iterations, 1)
-        ncomp = 1 if case.problem.kind == "poisson" else 2
-        side = math.sqrt(disc.A.shape[0] / ncomp)
-        kappa = (2 * side / math.pi) ** 2 * (1 if ncomp == 1 else 20)
-        its = 0.5 * math.sqrt(kappa) * math.log(2 / case.solve.rtol)
-        return {"probe_seconds_per_iteration": per_it, "estimated_iterations": int(its),
-                "estimated_seconds": its * per_it,
-                "estimate_basis": "CG iterations ~ sqrt(kappa)/2 ln(2/rtol) with kappa ~ (2 sqrt(n)/pi)^2 "
-                                  "(Poisson-like; rough), times a 20-iteration probe"}
+        first_call = max(cold_s - min(cold_its, rep.iterations) * per_it, 0.0)
+        if rep.converged or rep.iterations >= maxiter:
+            its, how = rep.iterations, "the probe solved it"
+        else:
+            rec = np.asarray(rep.history_recursive, dtype=np.float64)
+            half = rec.size // 2
+            ratio = rec[-1] / rec[half] if rec.size > 4 and rec[half] > 0 else 1.0
+            rate = ratio ** (1.0 / max(rec.size - 1 - half, 1)) if ratio > 0 else 1.0
+            more = math.log(s.rtol / rec[-1]) / math.log(rate) if 0 < rate < 1 and rec[-1] > s.rtol else maxiter
+            its = int(min(rep.iterations + more, maxiter))
+            how = f"{rep.iterations} probe iterations, then the residual's rate {rate:.5f} per iteration"
+        t0 = time.perf_counter()
+        if disc.exact is not None:
+            _exact_errors(disc, disc.full_solution(x))
+        post_s = time.perf_counter() - t0
+        n = disc.A.shape[0]
+        ref_s = 0.0
+        if s.reference == "always" or (s.reference == "auto" and n <= s.reference_max_dofs):
+            import scipy.sparse.linalg as spla
+
+            m = min(n, REFERENCE_PROBE_DOFS)
+            sub = disc.A[:m, :m].tocsc()
+            t0 = time.perf_counter()
+            spla.spsolve(sub, disc.b[:m])
+            ref_s = (time.perf_counter() - t0) * (n / m) ** 1.5
+        seconds = setup_s + first_call + its * per_it + ref_s + post_s
+        return {"probe_seconds_per_iteration": per_it, "estimated_iterations": its, "estimated_seconds": seconds,
+                "estimate_basis": (f"assembly {setup_s:.3g} s + first-call costs {first_call:.3g} s + {its} iterations "
+                                   f"at {per_it * 1e3:.3g} ms ({how})"
+                                   + (f" + float64 reference spsolve ~{ref_s:.3g} s" if ref_s else "")
+                                   + f" + errors and fields {post_s:.3g} s")}
 
     def run(self, case, backend, policy: Precision, *, description: Description | None = None,
             progress: bool = False, stop=None, checkpoint_dir=None, resume=None) -> Result:
         return run(case, backend, policy, progress=progress,
                    mesh=description.setup if description is not None else None)
+
+
+PROBE_SECONDS = 0.3            # the run-time probe solves this long at most (after a cold first call)
+PROBE_ITERATIONS = 64          # iterations of the cold first probe call
+REFERENCE_PROBE_DOFS = 50_000  # the reference spsolve is timed on at most this many unknowns
 
 
 def describe(case, backend, policy: Precision) -> dict:
@@ -115,14 +158,9 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     timings["solver_setup_s"] = report.setup_time_s
 
     if disc.exact is not None:
-        u_ex, grad_ex = disc.exact
-        l2, h1 = prob.error_norms(mesh, u, u_ex, grad_ex)
-        metrics["error_l2"] = l2
-        metrics["error_h1_seminorm"] = h1
-        exact_nodal = u_ex(mesh.points[:, 0], mesh.points[:, 1])
-        fields["u_exact"] = exact_nodal
-        fields["error"] = u - exact_nodal
-        metrics["error_max_nodal"] = float(np.abs(u - exact_nodal).max())
+        m, f = _exact_errors(disc, u)
+        metrics.update(m)
+        fields.update(f)
 
     n_free = disc.A.shape[0]
     want_ref = s.reference == "always" or (s.reference == "auto" and n_free <= s.reference_max_dofs)
@@ -180,6 +218,16 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         plotter=plot_result if out.plots else None,
     )
     return result
+
+
+def _exact_errors(disc, u) -> tuple[dict, dict]:
+    """Errors against the manufactured solution: (metrics, fields)."""
+    mesh = disc.mesh
+    u_ex, grad_ex = disc.exact
+    l2, h1 = prob.error_norms(mesh, u, u_ex, grad_ex)
+    exact_nodal = u_ex(mesh.points[:, 0], mesh.points[:, 1])
+    return ({"error_l2": l2, "error_h1_seminorm": h1, "error_max_nodal": float(np.abs(u - exact_nodal).max())},
+            {"u_exact": exact_nodal, "error": u - exact_nodal})
 
 
 def _advice(report, policy: Precision, solve_opts) -> str:

@@ -93,21 +93,37 @@ class LBMFamily:
         return Description(info, memory, host, setup=(derived, geo))
 
     def estimate_runtime(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
-        """A rough run time from a short timed probe of the chosen backend (periodic box, 10 steps)."""
+        """The run time from a probe of this case's own stepper: the setup, warm steps timed until the
+        probe has run ``PROBE_SECONDS`` (ramp steps, which go one launch at a time, timed apart), and
+        one monitor point (state check, moments, series, forces) times the number of them."""
+        import dataclasses
+
         backend = backends.get(backend)
-        n = 1024 if backend.gpu else 128
-        stepper = get_stepper(backend, LBMSetup(flags=np.zeros((n, n), np.uint8), relaxation_time=0.8,
-                                                collision=case.lattice.collision, policy=policy,
-                                                in_place=case.lattice.streaming == "in-place"))
-        stepper.step(2)
-        with backend.timer() as t:
-            stepper.step(10)
-        mlups = 10 * n * n / max(t.seconds, 1e-9) / 1e6
+        t0 = _time.perf_counter()
+        derived, geo, setup = build_setup(case, policy, description.setup)
+        stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
+        setup_s = _time.perf_counter() - t0
+        per_step = _probe_steps(stepper, backend, batch=True)
+        ramp = min(derived.ramp_steps, derived.steps)
+        per_ramp_step = _probe_steps(get_stepper(backend, setup), backend, batch=False) if ramp else 0.0
+        monitor = _Monitor(case, derived, geo)
+        t0 = _time.perf_counter()
+        for _ in range(2):
+            stepper.finite()
+            rho, ux, uy = stepper.macroscopic()
+            monitor.record(stepper, 0, rho, ux, uy)
+            if derived.output_every:
+                _snapshot_fields(rho, ux, uy, derived, geo, 0)
+        per_monitor = (_time.perf_counter() - t0) / 2
+        points = derived.steps // case.time.monitor_interval + 2          # + the initial state and the end
+        seconds = setup_s + ramp * per_ramp_step + (derived.steps - ramp) * per_step + points * per_monitor
         info = description.parameters
-        work = float(info.get("steps", 0)) * float(info.get("fluid_cells", 0))
-        return {"probe_mlups": mlups, "estimated_seconds": work / (mlups * 1e6) if mlups > 0 else math.nan,
-                "estimate_basis": f"{info.get('steps')} steps x {info.get('fluid_cells')} fluid cells at the probe's "
-                                  f"{mlups:.1f} MLUPS ({n}x{n} periodic, 10 steps); upper bound if steady state stops it early"}
+        mlups = info.get("fluid_cells", 0) / per_step / 1e6 if per_step > 0 else math.nan
+        return {"probe_mlups": mlups, "estimated_seconds": seconds,
+                "estimate_basis": (f"setup {setup_s:.3g} s + {derived.steps} steps at {per_step * 1e3:.3g} ms"
+                                   + (f" ({ramp} ramp steps at {per_ramp_step * 1e3:.3g} ms)" if ramp else "")
+                                   + f" + {points} monitor points at {per_monitor * 1e3:.3g} ms, probed on this case; "
+                                   "an upper bound when steady state stops the run early")}
 
     def run(self, case: LBMCase, backend, policy: Precision, *, description: Description | None = None,
             progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
@@ -198,6 +214,29 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry, step: int) -> dic
         "vorticity": obs.vorticity(ux, uy, geo.fluid, wall_u[0], wall_u[1], geo.flags == OUTLET) / u.dt,
         "flags": geo.flags.astype(np.int32),
     }
+
+
+PROBE_SECONDS = 0.3   # how long the run-time probe steps (after a warm-up)
+
+
+def _probe_steps(stepper, backend, batch: bool) -> float:
+    """Seconds per step of ``stepper``: a warm-up, then chunks (doubling) until PROBE_SECONDS have
+    passed; ``batch=False`` steps one call at a time, as the smooth start does."""
+    def advance(n):
+        if batch:
+            stepper.step(n)
+        else:
+            for _ in range(n):
+                stepper.step(1)
+
+    advance(2)
+    backend.synchronize()
+    done, seconds, chunk = 0, 0.0, 2
+    while seconds < PROBE_SECONDS and done < 100_000:
+        with backend.timer() as t:
+            advance(chunk)
+        done, seconds, chunk = done + chunk, seconds + t.seconds, chunk * 2
+    return seconds / done
 
 
 # Host bytes per cell for the setup (flags, fluid/obstacle masks, boundary velocity, initial fields).

@@ -1,0 +1,77 @@
+"""How good is the --dry-run time estimate? For each case: the estimate (``hpcsolve run --dry-run``'s
+probe) and the measured run time, each in a fresh process, as a markdown table.
+
+    python scripts/estimate_check.py [--cases cases/a.toml ...] [--backend B] [--set key=value ...]
+
+"measured" is the run's ``timings.total_s`` (setup, time loop or solve, reference, fields; not the
+interpreter start or file writing). A steady-state LBM run that stops early is also shown per step
+(the estimate scaled to the steps that ran), since the estimate is for the planned steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import json, sys
+from hpcsolve import run as runmod
+info = runmod.describe(sys.argv[1], sys.argv[2], overrides=json.loads(sys.argv[3]), estimate=True)
+print(json.dumps({k: info.get(k) for k in ("estimated_seconds", "steps", "estimate_basis")}))
+"""
+RUN = """
+import json, sys
+from hpcsolve import run as runmod
+res = runmod.run_case(sys.argv[1], sys.argv[2], overrides=json.loads(sys.argv[3]), progress=False, plots=False)
+print(json.dumps({"total_s": res.timings["total_s"], "steps": res.metrics.get("steps"), "status": res.status}))
+"""
+
+
+def _child(code: str, case: str, backend: str, overrides: list[str]) -> dict:
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-c", code, case, backend, json.dumps(overrides)], capture_output=True,
+                         text=True, env=env, cwd=ROOT)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="+", default=sorted(str(c) for c in (ROOT / "cases").glob("*.toml")))
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for every case")
+    args = p.parse_args(argv)
+    lines = ["| case | backend | estimate (s) | measured (s) | estimate / measured | steps done / planned | note |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for case in args.cases:
+        est = _child(PROBE, case, args.backend, args.overrides)
+        got = _child(RUN, case, args.backend, args.overrides)
+        name = Path(case).stem
+        if "error" in est or "error" in got:
+            lines.append(f"| {name} | {args.backend} | | | | | {est.get('error') or got.get('error')} |")
+            print(lines[-1], flush=True)
+            continue
+        e, m = float(est["estimated_seconds"]), float(got["total_s"])
+        planned, done = est.get("steps"), got.get("steps")
+        note = got["status"]
+        ratio = e / m
+        steps = ""
+        if planned and done:
+            steps = f"{done} / {planned}"
+            if done < planned:   # stopped at steady state: compare per step
+                note += f"; per step: estimate / measured {e * done / planned / m:.2f}"
+        lines.append(f"| {name} | {args.backend} | {e:.3g} | {m:.3g} | {ratio:.2f} | {steps} | {note} |")
+        print(lines[-1], flush=True)
+    print("\n" + "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
