@@ -119,11 +119,11 @@ def _nearest_key(model, parts: tuple) -> str:
     import difflib
     import typing
 
-    def submodel(annotation):
-        for t in (annotation, *typing.get_args(annotation)):
-            if isinstance(t, type) and issubclass(t, BaseModel):
-                return t
-            inner = submodel(t) if typing.get_args(t) else None
+    def submodel(annotation, depth=0):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return annotation
+        for t in typing.get_args(annotation) if depth < 8 else ():
+            inner = submodel(t, depth + 1)
             if inner is not None:
                 return inner
         return None
