@@ -42,8 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-
-_FLUID = 0  # stepper.FLUID (not imported: stepper imports this module lazily)
+from hpcsolve.lbm.flags import FLUID
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def build_links(flags: np.ndarray, walls) -> BouzidiLinks | None:
     """
     flags = np.asarray(flags)
     ny, nx = flags.shape
-    fluid = flags == _FLUID
+    fluid = flags == FLUID
     parts = []
     fallback = 0
     for mask, fraction in walls:
@@ -191,41 +190,26 @@ def prepass(A, slot, partner, a, b, policy) -> None:
     CuPy), in place: gather every link value from A, then scatter them into their slots.
 
     ``slot``, ``partner`` int64 flat positions; ``a``, ``b`` in the compute dtype (from
-    :meth:`BouzidiLinks.device_arrays`). Loads ``compute(g) / scale`` and the store
-    ``storage(v * scale)`` are those of the step kernels."""
+    :meth:`BouzidiLinks.device_arrays`). Loads and the store are the policy's ``decode`` and
+    ``encode``, those of the step kernels."""
     flat = A.reshape(-1)
-    ct = np.dtype(policy.compute)
-    P = physics.physics_for(ct)
-    h_near = flat[slot].astype(ct)
-    h_far = flat[partner].astype(ct)
-    scaled = policy.population_scale != 1.0
-    if scaled:
-        inv = ct.type(1.0 / policy.population_scale)
-        h_near, h_far = h_near * inv, h_far * inv
-    v = P.interpolated_bounce_back(h_near, h_far, a, b)
-    if scaled:
-        v = v * ct.type(policy.population_scale)
-    flat[slot] = v.astype(policy.storage)  # the gather above is complete: fancy indexing copied
+    P = physics.physics_for(np.dtype(policy.compute))
+    v = P.interpolated_bounce_back(policy.decode(flat[slot]), policy.decode(flat[partner]), a, b)
+    flat[slot] = policy.encode(v)  # the gather above is complete: fancy indexing copied
 
 
 def reference_values(g: np.ndarray, links: BouzidiLinks, policy) -> np.ndarray:
     """The pre-pass's link values (storage dtype), one link at a time in plain Python scalars of
     the compute dtype: the definition :func:`prepass` and the kernels are tested against."""
     ct = np.dtype(policy.compute).type
-    st = np.dtype(policy.storage).type
     flat = np.asarray(g).reshape(-1)
-    scale, inv = ct(policy.population_scale), ct(1.0 / policy.population_scale)
     out = np.empty(len(links), dtype=policy.storage)
     for k, (s, p, a) in enumerate(zip(links.slot, links.partner, links.a)):
         ak = ct(a)
         bk = ct(ct(1.0) - ak)
-        hn, hf = ct(flat[s]), ct(flat[p])
-        if policy.population_scale != 1.0:
-            hn, hf = ct(hn * inv), ct(hf * inv)
+        hn, hf = policy.decode(flat[s]), policy.decode(flat[p])   # compute-dtype scalars
         v = ct(ct(ak * hn) + ct(bk * hf))
-        if policy.population_scale != 1.0:
-            v = ct(v * scale)
-        out[k] = st(v)
+        out[k] = policy.encode(v)
     return out
 
 

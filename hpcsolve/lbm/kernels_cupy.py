@@ -929,8 +929,8 @@ class CupyStepper(Stepper):
         fluid = cp.asarray(self.setup.flags == FLUID)
         w = cp.asarray(lattice.weights(self.ct)).reshape(lattice.Q, 1, 1)
         noise = rng.uniform(-1.0, 1.0, size=self.a.shape).astype(self.ct)
-        h = self.a.astype(self.ct) + (amplitude * pol.population_scale) * w * noise * fluid
-        self.a[...] = h.astype(self.a.dtype)
+        h = pol.decode(self.a) + amplitude * w * noise * fluid
+        self.a[...] = pol.encode(h)
         del noise, h
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)

@@ -28,7 +28,7 @@ def test_odd_layout_is_a_permutation_and_to_even_inverts_it():
     g_odd[odd] = g.reshape(-1)
     flags = np.zeros(shape, np.uint8)
     flags[0, 2] = 1
-    back = inplace.to_even(g_odd, flags, FLUID)
+    back = inplace.to_even(g_odd, flags)
     fluid = flags == FLUID
     assert np.array_equal(back[:, fluid], g[:, fluid]) and np.all(back[:, ~fluid] == 0)
 
