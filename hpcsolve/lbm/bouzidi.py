@@ -43,6 +43,7 @@ import numpy as np
 
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.flags import FLUID
+from hpcsolve.lbm.population_code import numba_code
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ class NumbaPrepass:
         self.stream = stream if stream is not None else cuda.default_stream()
         self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
         self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
-        gather, scatter = numba_kernels(np.dtype(policy.storage).str, ct.str, float(policy.population_scale))
+        gather, scatter = numba_kernels(policy)
         blocks = math.ceil(self.n / 256)
         self._gather = gather[blocks, 256, self.stream]
         self._scatter = scatter[blocks, 256, self.stream]
@@ -267,7 +268,7 @@ def load_pop(A, k):
 def bouzidi_gather(A, slot, partner, a, b, V, n):
     k = cuda.grid(1)
     if k < n:
-        V[k] = interpolated_bounce_back(load_pop(A, slot[k]), load_pop(A, partner[k]), a[k], b[k]){store}
+        V[k] = {link_value}
 
 
 def bouzidi_scatter(A, slot, V, n):
@@ -277,24 +278,24 @@ def bouzidi_scatter(A, slot, V, n):
 '''
 
 
+def numba_source(policy) -> str:
+    """Python source of the pre-pass kernels for one policy (loads and stores from ``population_code``)."""
+    code = numba_code(policy)
+    return _KERNELS.format(load=code.decode("A[k]"), link_value=code.encode(
+        "interpolated_bounce_back(load_pop(A, slot[k]), load_pop(A, partner[k]), a[k], b[k])"))
+
+
 @functools.lru_cache(maxsize=None)
-def numba_kernels(storage: str, compute: str, scale: float):
+def numba_kernels(policy):
     """(gather, scatter) ``numba.cuda.jit`` kernels of the pre-pass for one policy; the link value is
     ``physics.interpolated_bounce_back`` compiled as a device function. V (storage dtype) holds the
     link values between the two launches."""
     from numba import cuda
 
-    ct = np.dtype(compute)
-    half = np.dtype(storage) == np.float16
-    scaled = scale != 1.0
-    load = "CT(A[k])" if half else "A[k]"
-    if scaled:
-        load += " * INV_SCALE"
-    src = _KERNELS.format(load=load, store=" * SCALE" if scaled else "")
+    ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
-    ns = {"cuda": cuda, "CT": ct.type, "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale),
-          "interpolated_bounce_back": P.interpolated_bounce_back}
-    exec(compile(src, f"<hpcsolve.lbm.bouzidi {storage}/{compute}>", "exec"), ns)
+    ns = {"cuda": cuda, **numba_code(policy).namespace(), "interpolated_bounce_back": P.interpolated_bounce_back}
+    exec(compile(numba_source(policy), f"<hpcsolve.lbm.bouzidi {np.dtype(policy.storage).str}/{ct.str}>", "exec"), ns)
     ns["load_pop"] = device(ns["load_pop"])
     return cuda.jit(ns["bouzidi_gather"]), cuda.jit(ns["bouzidi_scatter"])

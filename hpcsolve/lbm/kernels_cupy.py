@@ -5,8 +5,9 @@ functions (moments, equilibrium, BGK/TRT collision, the boundary rules) are call
 symbolic values that record every ``+ - * /`` as one line of CUDA C, in the order the reference
 evaluates them. Lattice velocities, weights and opposite directions come from ``lattice.py``. So
 the NumPy reference and this kernel evaluate the same expressions (the GPU may contract a*b+c
-into an FMA), and no physics constant is typed twice. One source per (storage dtype, compute
-dtype, population scale, collision model), compiled once per process by CuPy (RawModule cache).
+into an FMA), and no physics constant is typed twice. Population loads and stores are the
+policy's (``population_code.cuda_code``). One source per (policy, collision model, kernel shape),
+compiled once per process by CuPy (RawModule cache).
 
 The step kernel (``lbm_step``) fuses, per fluid cell, as docs/lbm_algorithm.md specifies:
 pull streaming from the 9 neighbours (periodic wrap), the boundary rule of the cell the
@@ -52,6 +53,7 @@ import functools
 import numpy as np
 
 from hpcsolve.lbm import inplace, lattice, physics
+from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
@@ -145,29 +147,12 @@ def _trace(fn, real_t: str, suffix: str, inputs: dict[str, str], prefix: str):
 # ------------------------------------------------------------------------------------------------
 # Source generation
 
-def _types(policy):
-    storage = np.dtype(policy.storage)
-    compute = np.dtype(policy.compute)
-    real_t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[compute]
-    suffix = "f" if compute == np.float32 else ""
-    store_t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}[storage]
-    return storage, compute, real_t, suffix, store_t
-
-
-def _load_store_c(store_t: str, real_t: str, scale: float, suffix: str) -> str:
-    if scale == 1.0:
-        inv = sc = None
-    else:
-        inv, sc = repr(1.0 / scale) + suffix, repr(float(scale)) + suffix
-    if store_t == "__half":
-        to_real = "__half2float(v)"
-        from_real = "__float2half_rn(v{})".format(f" * {sc}" if sc else "")
-    else:
-        to_real = f"({real_t})v"
-        from_real = "({})(v{})".format(store_t, f" * {sc}" if sc else "")
-    load = f"{to_real} * {inv}" if inv else to_real
-    return (f"__device__ __forceinline__ real_t load_pop(const store_t v) {{ return {load}; }}\n"
-            f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {from_real}; }}\n")
+def _prelude_c(code) -> str:
+    """Header, the real_t / store_t typedefs and the population load / store of every kernel source;
+    the load and store expressions are the policy's (``population_code.cuda_code``)."""
+    return (f"{code.header}\ntypedef {code.real_t} real_t;\ntypedef {code.store_t} store_t;\n"
+            f"__device__ __forceinline__ real_t load_pop(const store_t v) {{ return {code.decode('v')}; }}\n"
+            f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {code.encode('v')}; }}\n")
 
 
 def _collision_fn(P, collision):
@@ -181,16 +166,13 @@ def _collision_fn(P, collision):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt: int = 1,
-                  block_x: int = 256, in_place: bool = False) -> str:
+def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False) -> str:
     """CUDA C of the step, moments and gather kernels for one policy and collision model;
     ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: also the
     AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py)."""
-    from types import SimpleNamespace
-
-    pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
-    _, ct, real_t, suffix, store_t = _types(pol)
-    P = physics.physics_for(ct)
+    code = cuda_code(policy)
+    real_t, suffix = code.real_t, code.suffix
+    P = physics.physics_for(np.dtype(policy.compute))
     Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
     hnames = {f"h{i}": f"h{i}" for i in range(Q)}
 
@@ -259,13 +241,9 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
         "{i} * N + s", "{o} * N + cell",
         "if (!have_own) { own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }")
 
-    header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
     nl = "\n    "
     aa = _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) if in_place else ""
-    src = f"""{header}
-typedef {real_t} real_t;
-typedef {store_t} store_t;
-{_load_store_c(store_t, real_t, scale, suffix)}
+    src = f"""{_prelude_c(code)}
 // u_w of a VELOCITY cell: binary search in the sorted table of velocity cells (boundary links only)
 __device__ void boundary_velocity(const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u,
                                   const int n_vel, const long long s, real_t* uwx, real_t* uwy) {{
@@ -349,7 +327,7 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
   }}
 }}
 
-{_pair_kernel_c(block_x, scale, suffix) if store_t == "__half" else ""}
+{_pair_kernel_c(block_x, code) if code.store_t == "__half" else ""}
 {aa}
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
 extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
@@ -470,7 +448,7 @@ extern "C" __global__ void lbm_moments_odd(const store_t* __restrict__ A, const 
     return "".join(parts)
 
 
-def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
+def _pair_kernel_c(block_x: int, code) -> str:
     """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
     source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
@@ -482,24 +460,25 @@ def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
     (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell`` + ``collide_store``)
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
-    inv = "" if scale == 1.0 else f" * {repr(1.0 / scale)}{suffix}"
-    sc = "" if scale == 1.0 else f" * {repr(float(scale))}{suffix}"
+    h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
     loads = []
     for i in range(Q):
         prow = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]
         base = f"A2 + {i} * NP + {prow}"
         loads.append(f"const float2 u{i} = __half22float2(({base})[px]);")
         if CX[i] == 0:
-            loads.append(f"ha[{i}] = u{i}.x{inv}; hb[{i}] = u{i}.y{inv};")
+            loads.append(f"ha[{i}] = {h(f'u{i}.x')}; hb[{i}] = {h(f'u{i}.y')};")
         elif CX[i] == 1:       # source (x - 1, x): the high half of the previous lane's word, our low half
             loads.append(f"{{ const float up = __shfl_up_sync(0xffffffffu, u{i}.y, 1);"
-                         f" ha[{i}] = (lane == 0 ? __high2float(({base})[pm]) : up){inv}; hb[{i}] = u{i}.x{inv}; }}")
+                         f" ha[{i}] = {h(f'(lane == 0 ? __high2float(({base})[pm]) : up)')};"
+                         f" hb[{i}] = {h(f'u{i}.x')}; }}")
         else:                  # source (x + 1, x + 2): our high half, the low half of the next lane's word
             loads.append(f"{{ const float dn = __shfl_down_sync(0xffffffffu, u{i}.x, 1);"
-                         f" ha[{i}] = u{i}.y{inv}; hb[{i}] = (last ? __low2float(({base})[pp]) : dn){inv}; }}")
+                         f" ha[{i}] = {h(f'u{i}.y')}; hb[{i}] = {h(f'(last ? __low2float(({base})[pp]) : dn)')}; }}")
     nl = "\n    "
-    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn(oa[{i}]{sc}, ob[{i}]{sc});"
-                           for i in range(Q))
+    # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
+    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn({code.scale(f'oa[{i}]')}, "
+                           f"{code.scale(f'ob[{i}]')});" for i in range(Q))
     return f"""
 // 16-bit storage, nx even: two adjacent cells per thread with __half2 loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
@@ -550,25 +529,18 @@ lbm_step_pair(const __half* __restrict__ A, __half* __restrict__ B, const unsign
 
 
 @functools.lru_cache(maxsize=None)
-def bouzidi_source(storage: str, compute: str, scale: float) -> str:
+def bouzidi_source(policy) -> str:
     """CUDA C of the interpolated bounce-back pre-pass (``bouzidi.prepass``) for one policy: a gather
     kernel (link value = ``physics.interpolated_bounce_back`` of the two stored populations, traced
     like the step kernel) into V and a scatter kernel V -> the links' slots. Two launches per step
     instead of the ~15 array operations of the NumPy-style pre-pass (whose launch overhead, not its
     bytes, dominated small grids: 180 us per step on the 2D-1 cylinder at D = 80, H200)."""
-    from types import SimpleNamespace
-
-    pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
-    _, ct, real_t, suffix, store_t = _types(pol)
-    P = physics.physics_for(ct)
-    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), real_t, suffix,
+    code = cuda_code(policy)
+    P = physics.physics_for(np.dtype(policy.compute))
+    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), code.real_t, code.suffix,
                         {"hn": "hn", "hf": "hf", "a": "ak", "b": "bk"}, "ib_")
-    header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
     nl = "\n    "
-    return f"""{header}
-typedef {real_t} real_t;
-typedef {store_t} store_t;
-{_load_store_c(store_t, real_t, scale, suffix)}
+    return f"""{_prelude_c(code)}
 extern "C" __global__ void bouzidi_gather(const store_t* __restrict__ A, const long long* __restrict__ slot,
     const long long* __restrict__ partner, const real_t* __restrict__ a, const real_t* __restrict__ b,
     store_t* __restrict__ V, const long long n) {{
@@ -602,8 +574,7 @@ class CupyBouzidi:
         self.n = len(links)
         self.arrays = links.device_arrays(ct, cupy)
         self.values = cupy.empty(self.n, dtype=policy.storage)
-        module = cupy.RawModule(code=bouzidi_source(np.dtype(policy.storage).str, ct.str,
-                                                    float(policy.population_scale)), options=("--std=c++17",))
+        module = cupy.RawModule(code=bouzidi_source(policy), options=("--std=c++17",))
         self._gather = module.get_function("bouzidi_gather")
         self._scatter = module.get_function("bouzidi_scatter")
         self.grid = ((self.n + 255) // 256,)
@@ -804,8 +775,8 @@ class CupyStepper(Stepper):
         # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
-        src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
-                            1 if self.pairs else self.cells_per_thread, self.block_x, self.in_place)
+        src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
+                            self.in_place)
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)
