@@ -27,10 +27,12 @@ monitor points (populations, moments, force) is the unmodified post-collision st
 
 Links with q = 1/2 exactly (masks, grid-aligned faces) are simple bounce-back and are not listed.
 
-Backends: ``make_prepass(setup, backend)`` returns a callable ``prepass(A)`` (or None without
-links) that a Stepper calls on its current state buffer at the start of every step:
-``numpy`` and ``cupy`` share one array-module function (:func:`prepass`), ``numba-cuda`` gets two
-small ``numba.cuda.jit`` kernels (:func:`numba_kernels`) built on the same physics function.
+Backends: each Stepper builds its pre-pass, a callable ``prepass(A)`` run on its current state
+buffer at the start of every step (None without links, :func:`has_links`): the NumPy reference runs
+the array-module function :func:`prepass` (:class:`NumpyPrepass`), ``numba-cuda`` two small
+``numba.cuda.jit`` kernels (:func:`numba_kernels`, :class:`NumbaPrepass`) and ``cupy`` two RawKernels
+(``kernels_cupy.CupyBouzidi``), both generated from the same physics function with the loads and
+stores of ``population_code``. ``Backend.bouzidi_prepass(links, policy)`` gives the one of a backend.
 """
 
 from __future__ import annotations
@@ -249,15 +251,10 @@ class NumbaPrepass:
         self._scatter(flat, slot, self.values, n)
 
 
-def make_prepass(setup, backend="numpy", stream=None):
-    """The pre-pass for ``setup.links`` on ``backend`` (a Backend or its name); None when the setup
-    has no interpolated links. A Stepper calls it on its current state before every step."""
+def has_links(setup) -> bool:
+    """True when ``setup`` (an LBMSetup) has interpolated links, so its steppers run a pre-pass."""
     links = getattr(setup, "links", None)
-    if links is None or len(links) == 0:
-        return None
-    from hpcsolve import backends
-
-    return backends.get(backend).bouzidi_prepass(links, setup.policy, stream)
+    return links is not None and len(links) > 0
 
 
 _KERNELS = '''

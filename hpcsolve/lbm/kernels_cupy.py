@@ -38,7 +38,9 @@ binary-searched by the few links that need them), not as a full (2, ny, nx) fiel
 
 Interpolated bounce-back (``setup.links``, hpcsolve/lbm/bouzidi.py): the reference's pre-pass runs on
 the current buffer before each step launch, a gather/scatter over the link list only (no second
-pass over the domain); drag and lift include the interpolated links (``force_links``), reduced on the device.
+pass over the domain); drag and lift include the interpolated links (``gpu_common.force_links``), reduced on
+the device. Host tables shared with the Numba stepper (device flags, velocity table, force terms,
+in-place tables) are in ``gpu_common``.
 
 Observables on the device at monitor intervals: ``macroscopic_device()`` (rho, ux, uy from the
 stored state, one small kernel), ``force(mask)`` (momentum exchange over a link list prepared
@@ -52,12 +54,13 @@ import functools
 
 import numpy as np
 
-from hpcsolve.lbm import inplace, lattice, physics
+from hpcsolve.lbm import bouzidi, inplace, lattice, physics
+from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
-from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
-BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
-BLOCK_X = 256
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
 #: (cavity 8192^2, MLUPS): fp64 1x256 28,271 (1x128 28,207; 2x 27,965; 4x 27,897); fp32 1x256 54,856
 #: (2x 53,872; 4x 52,949); fp16s 1x128 79,156 (1x256 77,507; 2x128 70,713; 4x128 65,467). More cells
@@ -67,11 +70,6 @@ LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
 #: copy 4,110 GB/s: 64 threads 93,021 MLUPS (84%); 128: 87,950; 256: 85,778; 128 with 40 registers:
 #: 86,589; the per-cell kernel (1 x 128): 78,969 (71%). 55 registers (BGK), 56 (TRT).
 LAUNCH_PAIRS = (2, 64)
-
-
-def pair_kernel_applies(policy, nx: int) -> bool:
-    """The two-cells-per-thread __half2 kernel serves 16-bit storage on grids with an even nx."""
-    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -586,163 +584,11 @@ class CupyBouzidi:
         self._scatter(self.grid, (256,), (A, slot, self.values, n))
 
 
-def device_flags(flags: np.ndarray) -> np.ndarray:
-    """Flag codes with BOUNDARY_BIT on fluid cells that have a non-fluid neighbour (periodic wrap)."""
-    flags = np.asarray(flags, dtype=np.uint8)
-    fluid = flags == FLUID
-    near = np.zeros_like(fluid)
-    for i in range(1, lattice.Q):
-        near |= ~np.roll(fluid, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
-    out = flags.copy()
-    out[fluid & near] |= BOUNDARY_BIT
-    return out
-
-
 @functools.lru_cache(maxsize=None)
 def _scale_kernel():
     import cupy
 
     return cupy.ElementwiseKernel("float64 u, float64 s", "T out", "out = (T)(u * s)", "hpcsolve_lbm_scale_velocity")
-
-
-def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted linear indices of VELOCITY cells and their (2, n) boundary velocities (compute dtype)."""
-    cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
-    uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
-    if cells.size == 0:  # keep the kernel's pointers valid
-        cells = np.array([-1], dtype=np.int64)
-        uw = np.zeros((2, 1), dtype=compute)
-    return cells, np.ascontiguousarray(uw)
-
-
-def force_links(setup: LBMSetup, mask: np.ndarray):
-    """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
-    h the stored shifted populations (positions i*N + x), float64 coefficients. The same terms as
-    ``stepper.momentum_exchange_force``:
-      simple link (x fluid, x + c_i in the mask): c_i (f*_i + f*_i - 6 w_i c_i.u_w)  -> m = 2, k = 2 w_i - 6 w_i c_i.u_w
-      interpolated link (setup.links): c_ib (f*_ib + a f*_ib + b f*_partner)           -> two terms:
-          pos = slot, m = 1 + a, k = 2 w_ib;   pos = partner, m = b, k = 0."""
-    mask = np.asarray(mask, dtype=bool)
-    ny, nx = setup.shape
-    n = ny * nx
-    fluid = setup.flags == FLUID
-    uw = setup.boundary_velocity
-    interpolated = np.zeros((lattice.Q, n), dtype=bool)
-    lk = setup.links if _has_interpolated_links(setup) else None
-    if lk is not None:
-        into = mask.ravel()[lk.solid]
-        interpolated[lk.direction[into], lk.cell[into]] = True
-    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
-    for i in range(1, lattice.Q):
-        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
-        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
-        links = np.flatnonzero((fluid & target).ravel() & ~interpolated[i])
-        if links.size == 0:
-            continue
-        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
-              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
-        pos.append(i * n + links)
-        cx_l.append(np.full(links.size, float(cx)))
-        cy_l.append(np.full(links.size, float(cy)))
-        m_l.append(np.full(links.size, 2.0))
-        k_l.append(2.0 * w - 6.0 * w * cu)
-    if lk is not None and into.any():
-        d = lk.direction[into]
-        cx = np.asarray(lattice.CX, dtype=np.float64)[d]
-        cy = np.asarray(lattice.CY, dtype=np.float64)[d]
-        w = np.asarray(lattice.WEIGHTS, dtype=np.float64)[d]
-        pos += [lk.slot[into], lk.partner[into]]
-        cx_l += [cx, cx]
-        cy_l += [cy, cy]
-        m_l += [1.0 + lk.a[into], lk.b[into]]
-        k_l += [2.0 * w, np.zeros_like(w)]
-    if not pos:
-        return None
-    return (np.concatenate(pos).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
-                                                           for a in (cx_l, cy_l, m_l, k_l))
-
-
-class ForceTerms:
-    """``force_links`` per obstacle mask, built once and moved to the device with ``to_device``
-    (shared by the CuPy and Numba steppers; None for a mask without links)."""
-
-    def __init__(self, setup: LBMSetup, to_device, position_map=None):
-        self.setup, self.to_device, self.position_map = setup, to_device, position_map
-        self._by_mask: dict = {}
-
-    def __call__(self, mask: np.ndarray):
-        """(pos, cx, cy, m, c) on the device; ``position_map`` (in-place streaming, odd layout) moves the
-        positions to where the populations are stored."""
-        key = np.asarray(mask, dtype=bool).tobytes()
-        if key not in self._by_mask:
-            links = force_links(self.setup, mask)
-            if links is not None and self.position_map is not None:
-                links = (self.position_map(links[0]),) + tuple(links[1:])
-            self._by_mask[key] = None if links is None else tuple(self.to_device(a) for a in links)
-        return self._by_mask[key]
-
-
-def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
-    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: the 16-bit pair kernel
-    on an even nx unless ``pairs`` is False or the setup streams in place (one cell per thread then);
-    explicit ``cells_per_thread`` / ``block_x`` override the backend's tuned ``launch`` / ``launch_pairs``."""
-    pol, nx = setup.policy, setup.shape[1]
-    in_place = bool(setup.in_place)
-    use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
-    cpt0, bx0 = launch_pairs if use_pairs else launch[pol.storage_bytes]
-    cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
-    return in_place, use_pairs, cpt, int(block_x or bx0)
-
-
-class InPlaceTables:
-    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
-    their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/inplace.py).
-    ``to_device`` copies a host array to the backend's device."""
-
-    def __init__(self, setup: LBMSetup, backend: str, to_device, stream=None):
-        from hpcsolve import backends
-
-        self.setup, self.to_device = setup, to_device
-        self.cells = inplace.check(setup)
-        shape = setup.shape
-        self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
-        self.bouzidi_odd = (backends.get(backend).bouzidi_prepass(inplace.OddLinks(setup.links), setup.policy, stream)
-                            if _has_interpolated_links(setup) else None)
-        self.n_out = max(self.cells.size, 1)
-        self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))
-
-    def outlet_velocity(self, fetch):
-        """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
-        returns the stored even-layout populations (9, n) of those cells on the host (called only
-        when the lattice has outlet cells)."""
-        ct = np.dtype(self.setup.policy.compute)
-        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
-             else np.zeros((2, 1), dtype=ct))
-        return self.to_device(np.ascontiguousarray(u.ravel()))
-
-
-def host_macroscopic(m: np.ndarray, flags: np.ndarray):
-    """(rho, ux, uy) as float64 host arrays from the device moments (drho, ux, uy) of one (3, ny, nx)
-    array; non-fluid cells get rho = 1."""
-    rho = 1.0 + m[0].astype(np.float64)
-    ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
-    rho[flags != FLUID] = 1.0
-    return rho, ux, uy
-
-
-def _has_interpolated_links(setup) -> bool:
-    links = getattr(setup, "links", None)
-    return links is not None and len(links) > 0
-
-
-def _bouzidi_prepass(setup, backend: str, stream=None):
-    """The interpolated bounce-back pre-pass of ``hpcsolve.lbm.bouzidi`` (None without links): a
-    sparse gather/scatter over the links before each step, proportional to the number of links."""
-    if not _has_interpolated_links(setup):
-        return None
-    from hpcsolve.lbm import bouzidi
-
-    return bouzidi.make_prepass(setup, backend, stream)
 
 
 def initial_state(setup: LBMSetup, xp):
@@ -751,13 +597,6 @@ def initial_state(setup: LBMSetup, xp):
     if setup.initial_density is None and setup.initial_velocity is None:
         return xp.zeros((lattice.Q,) + setup.shape, dtype=setup.policy.storage)
     return xp.asarray(setup.initial_populations())
-
-
-def bytes_per_cell(policy, in_place: bool = False) -> tuple[int, int]:
-    """(moved per step, resident) bytes per cell: see the module docstring. In-place streaming
-    (``hpcsolve.lbm.inplace``) moves the same bytes and keeps one population array."""
-    s = np.dtype(policy.storage).itemsize
-    return 2 * lattice.Q * s + 1, (1 if in_place else 2) * lattice.Q * s + 1
 
 
 class CupyStepper(Stepper):
@@ -803,10 +642,13 @@ class CupyStepper(Stepper):
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cupy.asarray)
-        self.bouzidi = _bouzidi_prepass(setup, "cupy")
+        def make_prepass(links):
+            return CupyBouzidi(links, pol)
+
+        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
         if self.in_place:
             self.parity = 0
-            self._aa = InPlaceTables(setup, "cupy", cupy.asarray)
+            self._aa = InPlaceTables(setup, cupy.asarray, make_prepass)
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
     def _advance(self, n: int) -> None:

@@ -6,7 +6,8 @@ rules), compiled as device functions. The kernel around them (pull streaming wit
 wrap, the boundary rule chosen by the source cell's flag, loads and stores with the policy's
 scale, as ``population_code.numba_code`` spells them) is generated as Python source
 (:func:`kernel_source`), unrolled over the 9 directions with the constants of ``lattice.py``, and
-compiled once per (policy, collision, kernel shape). The host tables are those of the CuPy stepper.
+compiled once per (policy, collision, kernel shape). The host tables are those of the CuPy stepper
+(``gpu_common``); this module does not import ``kernels_cupy`` (nor cupy).
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
 ``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
@@ -30,13 +31,12 @@ import math
 import numpy as np
 
 from hpcsolve import backends
-from hpcsolve.lbm import inplace, lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, InPlaceTables, _bouzidi_prepass, bytes_per_cell,
-                                       device_flags, step_kernel_shape,
-                                       host_macroscopic, velocity_table)
+from hpcsolve.lbm import bouzidi, inplace, lattice, physics
+from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import numba_code
-from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
-
+from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 
 def _neighbour_offsets() -> tuple[list[str], list[str]]:
@@ -456,7 +456,7 @@ def lbm_force(A, pos, cx, cy, m, c, n, out):
     k = cuda.grid(1)
     if k >= n:
         return
-    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # kernels_cupy.force_links: the momentum-exchange terms
+    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # gpu_common.force_links: the momentum-exchange terms
     cuda.atomic.add(out, 0, cx[k] * s)
     cuda.atomic.add(out, 1, cy[k] * s)
 
@@ -619,11 +619,15 @@ class NumbaCudaStepper(Stepper):
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cuda.to_device)
         self._word_views: dict = {}
-        self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
+
+        def make_prepass(links):
+            return bouzidi.NumbaPrepass(links, pol, self.stream)
+
+        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
         if self.in_place:
             self._launch = tuple(k[grid, (self.block_x, 1), self.stream] for k in self._k_step)
             self.parity = 0
-            self._aa = InPlaceTables(setup, "numba-cuda", lambda v: cuda.to_device(v, stream=self.stream), self.stream)
+            self._aa = InPlaceTables(setup, lambda v: cuda.to_device(v, stream=self.stream), make_prepass)
             g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
                       and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))
             self.own_u = self._aa.outlet_velocity(lambda cells: g_host[:, cells])
@@ -741,6 +745,5 @@ class NumbaCudaStepper(Stepper):
 
 
 def make_stepper(setup: LBMSetup) -> NumbaCudaStepper:
-    if not backends.probe("numba-cuda").available:
-        raise RuntimeError(backends.probe("numba-cuda").reason)
+    """The stepper for ``setup``; ``Backend.lbm_stepper`` has checked that numba.cuda answers."""
     return NumbaCudaStepper(setup)

@@ -29,7 +29,7 @@ class NumpyStepper(Stepper):
         self._build_links()
         self.g = setup.initial_populations()
         self.g_next = self.g.copy()
-        self.bouzidi = bouzidi.make_prepass(setup, "numpy")  # None without interpolated links
+        self.bouzidi = bouzidi.NumpyPrepass(setup.links, pol) if bouzidi.has_links(setup) else None
 
     # -- precomputation: where every population of every fluid cell is pulled from ------------------
     def _build_links(self) -> None:

@@ -1,10 +1,10 @@
-"""The momentum-exchange term list the GPU backends reduce on the device (kernels_cupy.force_links)
+"""The momentum-exchange term list the GPU backends reduce on the device (gpu_common.force_links)
 sums to the reference force, with simple and with interpolated (Bouzidi) links."""
 
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.kernels_cupy import force_links
+from hpcsolve.lbm.gpu_common import force_links
 from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force
 from hpcsolve.precision import FP16S, FP64
 

@@ -6,7 +6,7 @@ reference under the CUDA simulator (test_cudasim_lbm.py) and on the GPU (test_gp
 import numpy as np
 
 from hpcsolve.lbm import inplace, lattice
-from hpcsolve.lbm.kernels_cupy import bytes_per_cell
+from hpcsolve.lbm.gpu_common import bytes_per_cell
 from hpcsolve.lbm.stepper import FLUID, OUTLET
 from hpcsolve.precision import FP16S, FP32, FP64
 
