@@ -27,10 +27,12 @@ monitor points (populations, moments, force) is the unmodified post-collision st
 
 Links with q = 1/2 exactly (masks, grid-aligned faces) are simple bounce-back and are not listed.
 
-Backends: ``make_prepass(setup, backend)`` returns a callable ``prepass(A)`` (or None without
-links) that a Stepper calls on its current state buffer at the start of every step:
-``numpy`` and ``cupy`` share one array-module function (:func:`prepass`), ``numba-cuda`` gets two
-small ``numba.cuda.jit`` kernels (:func:`numba_kernels`) built on the same physics function.
+Backends: each Stepper builds its pre-pass, a callable ``prepass(A)`` run on its current state
+buffer at the start of every step (None without links, :func:`has_links`): the NumPy reference runs
+the array-module function :func:`prepass` (:class:`NumpyPrepass`), ``numba-cuda`` two small
+``numba.cuda.jit`` kernels (:func:`numba_kernels`, :class:`NumbaPrepass`) and ``cupy`` two RawKernels
+(``kernels_cupy.CupyBouzidi``), both generated from the same physics function with the loads and
+stores of ``population_code``. ``Backend.bouzidi_prepass(links, policy)`` gives the one of a backend.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-
-_FLUID = 0  # stepper.FLUID (not imported: stepper imports this module lazily)
+from hpcsolve.lbm.flags import FLUID
+from hpcsolve.lbm.population_code import numba_code
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def build_links(flags: np.ndarray, walls) -> BouzidiLinks | None:
     """
     flags = np.asarray(flags)
     ny, nx = flags.shape
-    fluid = flags == _FLUID
+    fluid = flags == FLUID
     parts = []
     fallback = 0
     for mask, fraction in walls:
@@ -191,41 +193,26 @@ def prepass(A, slot, partner, a, b, policy) -> None:
     CuPy), in place: gather every link value from A, then scatter them into their slots.
 
     ``slot``, ``partner`` int64 flat positions; ``a``, ``b`` in the compute dtype (from
-    :meth:`BouzidiLinks.device_arrays`). Loads ``compute(g) / scale`` and the store
-    ``storage(v * scale)`` are those of the step kernels."""
+    :meth:`BouzidiLinks.device_arrays`). Loads and the store are the policy's ``decode`` and
+    ``encode``, those of the step kernels."""
     flat = A.reshape(-1)
-    ct = np.dtype(policy.compute)
-    P = physics.physics_for(ct)
-    h_near = flat[slot].astype(ct)
-    h_far = flat[partner].astype(ct)
-    scaled = policy.population_scale != 1.0
-    if scaled:
-        inv = ct.type(1.0 / policy.population_scale)
-        h_near, h_far = h_near * inv, h_far * inv
-    v = P.interpolated_bounce_back(h_near, h_far, a, b)
-    if scaled:
-        v = v * ct.type(policy.population_scale)
-    flat[slot] = v.astype(policy.storage)  # the gather above is complete: fancy indexing copied
+    P = physics.physics_for(np.dtype(policy.compute))
+    v = P.interpolated_bounce_back(policy.decode(flat[slot]), policy.decode(flat[partner]), a, b)
+    flat[slot] = policy.encode(v)  # the gather above is complete: fancy indexing copied
 
 
 def reference_values(g: np.ndarray, links: BouzidiLinks, policy) -> np.ndarray:
     """The pre-pass's link values (storage dtype), one link at a time in plain Python scalars of
     the compute dtype: the definition :func:`prepass` and the kernels are tested against."""
     ct = np.dtype(policy.compute).type
-    st = np.dtype(policy.storage).type
     flat = np.asarray(g).reshape(-1)
-    scale, inv = ct(policy.population_scale), ct(1.0 / policy.population_scale)
     out = np.empty(len(links), dtype=policy.storage)
     for k, (s, p, a) in enumerate(zip(links.slot, links.partner, links.a)):
         ak = ct(a)
         bk = ct(ct(1.0) - ak)
-        hn, hf = ct(flat[s]), ct(flat[p])
-        if policy.population_scale != 1.0:
-            hn, hf = ct(hn * inv), ct(hf * inv)
+        hn, hf = policy.decode(flat[s]), policy.decode(flat[p])   # compute-dtype scalars
         v = ct(ct(ak * hn) + ct(bk * hf))
-        if policy.population_scale != 1.0:
-            v = ct(v * scale)
-        out[k] = st(v)
+        out[k] = policy.encode(v)
     return out
 
 
@@ -251,7 +238,7 @@ class NumbaPrepass:
         self.stream = stream if stream is not None else cuda.default_stream()
         self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
         self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
-        gather, scatter = numba_kernels(np.dtype(policy.storage).str, ct.str, float(policy.population_scale))
+        gather, scatter = numba_kernels(policy)
         blocks = math.ceil(self.n / 256)
         self._gather = gather[blocks, 256, self.stream]
         self._scatter = scatter[blocks, 256, self.stream]
@@ -264,15 +251,10 @@ class NumbaPrepass:
         self._scatter(flat, slot, self.values, n)
 
 
-def make_prepass(setup, backend="numpy", stream=None):
-    """The pre-pass for ``setup.links`` on ``backend`` (a Backend or its name); None when the setup
-    has no interpolated links. A Stepper calls it on its current state before every step."""
+def has_links(setup) -> bool:
+    """True when ``setup`` (an LBMSetup) has interpolated links, so its steppers run a pre-pass."""
     links = getattr(setup, "links", None)
-    if links is None or len(links) == 0:
-        return None
-    from hpcsolve import backends
-
-    return backends.get(backend).bouzidi_prepass(links, setup.policy, stream)
+    return links is not None and len(links) > 0
 
 
 _KERNELS = '''
@@ -283,7 +265,7 @@ def load_pop(A, k):
 def bouzidi_gather(A, slot, partner, a, b, V, n):
     k = cuda.grid(1)
     if k < n:
-        V[k] = interpolated_bounce_back(load_pop(A, slot[k]), load_pop(A, partner[k]), a[k], b[k]){store}
+        V[k] = {link_value}
 
 
 def bouzidi_scatter(A, slot, V, n):
@@ -293,24 +275,24 @@ def bouzidi_scatter(A, slot, V, n):
 '''
 
 
+def numba_source(policy) -> str:
+    """Python source of the pre-pass kernels for one policy (loads and stores from ``population_code``)."""
+    code = numba_code(policy)
+    return _KERNELS.format(load=code.decode("A[k]"), link_value=code.encode(
+        "interpolated_bounce_back(load_pop(A, slot[k]), load_pop(A, partner[k]), a[k], b[k])"))
+
+
 @functools.lru_cache(maxsize=None)
-def numba_kernels(storage: str, compute: str, scale: float):
+def numba_kernels(policy):
     """(gather, scatter) ``numba.cuda.jit`` kernels of the pre-pass for one policy; the link value is
     ``physics.interpolated_bounce_back`` compiled as a device function. V (storage dtype) holds the
     link values between the two launches."""
     from numba import cuda
 
-    ct = np.dtype(compute)
-    half = np.dtype(storage) == np.float16
-    scaled = scale != 1.0
-    load = "CT(A[k])" if half else "A[k]"
-    if scaled:
-        load += " * INV_SCALE"
-    src = _KERNELS.format(load=load, store=" * SCALE" if scaled else "")
+    ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
-    ns = {"cuda": cuda, "CT": ct.type, "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale),
-          "interpolated_bounce_back": P.interpolated_bounce_back}
-    exec(compile(src, f"<hpcsolve.lbm.bouzidi {storage}/{compute}>", "exec"), ns)
+    ns = {"cuda": cuda, **numba_code(policy).namespace(), "interpolated_bounce_back": P.interpolated_bounce_back}
+    exec(compile(numba_source(policy), f"<hpcsolve.lbm.bouzidi {np.dtype(policy.storage).str}/{ct.str}>", "exec"), ns)
     ns["load_pop"] = device(ns["load_pop"])
     return cuda.jit(ns["bouzidi_gather"]), cuda.jit(ns["bouzidi_scatter"])

@@ -31,6 +31,7 @@ import numpy as np
 
 from hpcsolve.errors import CaseError
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.flags import FLUID, OUTLET
 
 
 def odd_positions(pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -47,13 +48,13 @@ def odd_positions(pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return opp * n + ((y + cy) % ny) * nx + (x + cx) % nx
 
 
-def to_even(g_odd: np.ndarray, flags: np.ndarray, fluid_code: int) -> np.ndarray:
+def to_even(g_odd: np.ndarray, flags: np.ndarray) -> np.ndarray:
     """The even-layout state (9, ny, nx) from an odd-layout array; non-fluid cells 0. One direction
     at a time (f*_i(x) = slot opp(i) at x + c_i: a roll by -c_i), so the host needs one population
     array plus one (ny, nx) plane."""
     ny, nx = flags.shape
     g = np.asarray(g_odd).reshape(lattice.Q, ny, nx)
-    solid = np.asarray(flags) != fluid_code
+    solid = np.asarray(flags) != FLUID
     out = np.empty_like(g)
     for i in range(lattice.Q):
         out[i] = np.roll(g[lattice.OPPOSITE[i]], shift=(-lattice.CY[i], -lattice.CX[i]), axis=(0, 1))
@@ -65,10 +66,8 @@ def even_layout(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
     """The even-layout state (what a stepper's ``populations()`` returns) from the in-place array ``g``
     (9, ny, nx) after steps of ``parity``; non-fluid cells 0 (in place they hold values a step wrote
     there and nobody reads)."""
-    from hpcsolve.lbm.stepper import FLUID
-
     if parity:
-        return to_even(g, flags, FLUID)
+        return to_even(g, flags)
     g = g.copy()
     g[:, flags != FLUID] = 0
     return g
@@ -76,8 +75,6 @@ def even_layout(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
 
 def outlet_cells(setup) -> np.ndarray:
     """Sorted flat indices of the fluid cells with an OUTLET neighbour x - c_i (periodic wrap)."""
-    from hpcsolve.lbm.stepper import FLUID, OUTLET
-
     flags = setup.flags
     near = np.zeros(flags.shape, dtype=bool)
     for i in range(1, lattice.Q):
@@ -88,12 +85,9 @@ def outlet_cells(setup) -> np.ndarray:
 
 def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
     """(2, n) velocities from the stored even-layout populations ``g_cells`` (9, n) of n cells, in the
-    compute dtype: the moments the two-buffer outlet rule takes (physics.moments of h = load(g))."""
-    pol = setup.policy
-    ct = np.dtype(pol.compute)
-    h = np.asarray(g_cells).reshape(lattice.Q, -1).astype(ct)
-    if pol.population_scale != 1.0:
-        h = h * ct.type(1.0 / pol.population_scale)
+    compute dtype: the moments the two-buffer outlet rule takes (physics.moments of h = decode(g))."""
+    ct = np.dtype(setup.policy.compute)
+    h = setup.policy.decode(np.asarray(g_cells).reshape(lattice.Q, -1))
     _, ux, uy = physics.physics_for(ct).moments(tuple(h))
     return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
 

@@ -5,8 +5,9 @@ functions (moments, equilibrium, BGK/TRT collision, the boundary rules) are call
 symbolic values that record every ``+ - * /`` as one line of CUDA C, in the order the reference
 evaluates them. Lattice velocities, weights and opposite directions come from ``lattice.py``. So
 the NumPy reference and this kernel evaluate the same expressions (the GPU may contract a*b+c
-into an FMA), and no physics constant is typed twice. One source per (storage dtype, compute
-dtype, population scale, collision model), compiled once per process by CuPy (RawModule cache).
+into an FMA), and no physics constant is typed twice. Population loads and stores are the
+policy's (``population_code.cuda_code``). One source per (policy, collision model, kernel shape),
+compiled once per process by CuPy (RawModule cache).
 
 The step kernel (``lbm_step``) fuses, per fluid cell, as docs/lbm_algorithm.md specifies:
 pull streaming from the 9 neighbours (periodic wrap), the boundary rule of the cell the
@@ -37,7 +38,9 @@ binary-searched by the few links that need them), not as a full (2, ny, nx) fiel
 
 Interpolated bounce-back (``setup.links``, hpcsolve/lbm/bouzidi.py): the reference's pre-pass runs on
 the current buffer before each step launch, a gather/scatter over the link list only (no second
-pass over the domain); drag and lift include the interpolated links (``force_links``), reduced on the device.
+pass over the domain); drag and lift include the interpolated links (``gpu_common.force_links``), reduced on
+the device. Host tables shared with the Numba stepper (device flags, velocity table, force terms,
+in-place tables) are in ``gpu_common``.
 
 Observables on the device at monitor intervals: ``macroscopic_device()`` (rho, ux, uy from the
 stored state, one small kernel), ``force(mask)`` (momentum exchange over a link list prepared
@@ -51,11 +54,13 @@ import functools
 
 import numpy as np
 
-from hpcsolve.lbm import inplace, lattice, physics
-from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
+from hpcsolve.lbm import bouzidi, inplace, lattice, physics
+from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
+from hpcsolve.lbm.population_code import cuda_code
+from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
-BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
-BLOCK_X = 256
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
 #: (cavity 8192^2, MLUPS): fp64 1x256 28,271 (1x128 28,207; 2x 27,965; 4x 27,897); fp32 1x256 54,856
 #: (2x 53,872; 4x 52,949); fp16s 1x128 79,156 (1x256 77,507; 2x128 70,713; 4x128 65,467). More cells
@@ -65,11 +70,6 @@ LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
 #: copy 4,110 GB/s: 64 threads 93,021 MLUPS (84%); 128: 87,950; 256: 85,778; 128 with 40 registers:
 #: 86,589; the per-cell kernel (1 x 128): 78,969 (71%). 55 registers (BGK), 56 (TRT).
 LAUNCH_PAIRS = (2, 64)
-
-
-def pair_kernel_applies(policy, nx: int) -> bool:
-    """The two-cells-per-thread __half2 kernel serves 16-bit storage on grids with an even nx."""
-    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,29 +145,12 @@ def _trace(fn, real_t: str, suffix: str, inputs: dict[str, str], prefix: str):
 # ------------------------------------------------------------------------------------------------
 # Source generation
 
-def _types(policy):
-    storage = np.dtype(policy.storage)
-    compute = np.dtype(policy.compute)
-    real_t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[compute]
-    suffix = "f" if compute == np.float32 else ""
-    store_t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}[storage]
-    return storage, compute, real_t, suffix, store_t
-
-
-def _load_store_c(store_t: str, real_t: str, scale: float, suffix: str) -> str:
-    if scale == 1.0:
-        inv = sc = None
-    else:
-        inv, sc = repr(1.0 / scale) + suffix, repr(float(scale)) + suffix
-    if store_t == "__half":
-        to_real = "__half2float(v)"
-        from_real = "__float2half_rn(v{})".format(f" * {sc}" if sc else "")
-    else:
-        to_real = f"({real_t})v"
-        from_real = "({})(v{})".format(store_t, f" * {sc}" if sc else "")
-    load = f"{to_real} * {inv}" if inv else to_real
-    return (f"__device__ __forceinline__ real_t load_pop(const store_t v) {{ return {load}; }}\n"
-            f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {from_real}; }}\n")
+def _prelude_c(code) -> str:
+    """Header, the real_t / store_t typedefs and the population load / store of every kernel source;
+    the load and store expressions are the policy's (``population_code.cuda_code``)."""
+    return (f"{code.header}\ntypedef {code.real_t} real_t;\ntypedef {code.store_t} store_t;\n"
+            f"__device__ __forceinline__ real_t load_pop(const store_t v) {{ return {code.decode('v')}; }}\n"
+            f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {code.encode('v')}; }}\n")
 
 
 def _collision_fn(P, collision):
@@ -181,16 +164,13 @@ def _collision_fn(P, collision):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt: int = 1,
-                  block_x: int = 256, in_place: bool = False) -> str:
+def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False) -> str:
     """CUDA C of the step, moments and gather kernels for one policy and collision model;
     ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: also the
     AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py)."""
-    from types import SimpleNamespace
-
-    pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
-    _, ct, real_t, suffix, store_t = _types(pol)
-    P = physics.physics_for(ct)
+    code = cuda_code(policy)
+    real_t, suffix = code.real_t, code.suffix
+    P = physics.physics_for(np.dtype(policy.compute))
     Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
     hnames = {f"h{i}": f"h{i}" for i in range(Q)}
 
@@ -259,13 +239,9 @@ def kernel_source(storage: str, compute: str, scale: float, collision: str, cpt:
         "{i} * N + s", "{o} * N + cell",
         "if (!have_own) { own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }")
 
-    header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
     nl = "\n    "
     aa = _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) if in_place else ""
-    src = f"""{header}
-typedef {real_t} real_t;
-typedef {store_t} store_t;
-{_load_store_c(store_t, real_t, scale, suffix)}
+    src = f"""{_prelude_c(code)}
 // u_w of a VELOCITY cell: binary search in the sorted table of velocity cells (boundary links only)
 __device__ void boundary_velocity(const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u,
                                   const int n_vel, const long long s, real_t* uwx, real_t* uwy) {{
@@ -349,7 +325,7 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
   }}
 }}
 
-{_pair_kernel_c(block_x, scale, suffix) if store_t == "__half" else ""}
+{_pair_kernel_c(block_x, code) if code.store_t == "__half" else ""}
 {aa}
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
 extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
@@ -470,7 +446,7 @@ extern "C" __global__ void lbm_moments_odd(const store_t* __restrict__ A, const 
     return "".join(parts)
 
 
-def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
+def _pair_kernel_c(block_x: int, code) -> str:
     """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
     source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
@@ -482,24 +458,25 @@ def _pair_kernel_c(block_x: int, scale: float, suffix: str) -> str:
     (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell`` + ``collide_store``)
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
-    inv = "" if scale == 1.0 else f" * {repr(1.0 / scale)}{suffix}"
-    sc = "" if scale == 1.0 else f" * {repr(float(scale))}{suffix}"
+    h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
     loads = []
     for i in range(Q):
         prow = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]
         base = f"A2 + {i} * NP + {prow}"
         loads.append(f"const float2 u{i} = __half22float2(({base})[px]);")
         if CX[i] == 0:
-            loads.append(f"ha[{i}] = u{i}.x{inv}; hb[{i}] = u{i}.y{inv};")
+            loads.append(f"ha[{i}] = {h(f'u{i}.x')}; hb[{i}] = {h(f'u{i}.y')};")
         elif CX[i] == 1:       # source (x - 1, x): the high half of the previous lane's word, our low half
             loads.append(f"{{ const float up = __shfl_up_sync(0xffffffffu, u{i}.y, 1);"
-                         f" ha[{i}] = (lane == 0 ? __high2float(({base})[pm]) : up){inv}; hb[{i}] = u{i}.x{inv}; }}")
+                         f" ha[{i}] = {h(f'(lane == 0 ? __high2float(({base})[pm]) : up)')};"
+                         f" hb[{i}] = {h(f'u{i}.x')}; }}")
         else:                  # source (x + 1, x + 2): our high half, the low half of the next lane's word
             loads.append(f"{{ const float dn = __shfl_down_sync(0xffffffffu, u{i}.x, 1);"
-                         f" ha[{i}] = u{i}.y{inv}; hb[{i}] = (last ? __low2float(({base})[pp]) : dn){inv}; }}")
+                         f" ha[{i}] = {h(f'u{i}.y')}; hb[{i}] = {h(f'(last ? __low2float(({base})[pp]) : dn)')}; }}")
     nl = "\n    "
-    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn(oa[{i}]{sc}, ob[{i}]{sc});"
-                           for i in range(Q))
+    # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
+    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn({code.scale(f'oa[{i}]')}, "
+                           f"{code.scale(f'ob[{i}]')});" for i in range(Q))
     return f"""
 // 16-bit storage, nx even: two adjacent cells per thread with __half2 loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
@@ -550,25 +527,18 @@ lbm_step_pair(const __half* __restrict__ A, __half* __restrict__ B, const unsign
 
 
 @functools.lru_cache(maxsize=None)
-def bouzidi_source(storage: str, compute: str, scale: float) -> str:
+def bouzidi_source(policy) -> str:
     """CUDA C of the interpolated bounce-back pre-pass (``bouzidi.prepass``) for one policy: a gather
     kernel (link value = ``physics.interpolated_bounce_back`` of the two stored populations, traced
     like the step kernel) into V and a scatter kernel V -> the links' slots. Two launches per step
     instead of the ~15 array operations of the NumPy-style pre-pass (whose launch overhead, not its
     bytes, dominated small grids: 180 us per step on the 2D-1 cylinder at D = 80, H200)."""
-    from types import SimpleNamespace
-
-    pol = SimpleNamespace(storage=np.dtype(storage), compute=np.dtype(compute))
-    _, ct, real_t, suffix, store_t = _types(pol)
-    P = physics.physics_for(ct)
-    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), real_t, suffix,
+    code = cuda_code(policy)
+    P = physics.physics_for(np.dtype(policy.compute))
+    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), code.real_t, code.suffix,
                         {"hn": "hn", "hf": "hf", "a": "ak", "b": "bk"}, "ib_")
-    header = "#include <cuda_fp16.h>\n" if store_t == "__half" else ""
     nl = "\n    "
-    return f"""{header}
-typedef {real_t} real_t;
-typedef {store_t} store_t;
-{_load_store_c(store_t, real_t, scale, suffix)}
+    return f"""{_prelude_c(code)}
 extern "C" __global__ void bouzidi_gather(const store_t* __restrict__ A, const long long* __restrict__ slot,
     const long long* __restrict__ partner, const real_t* __restrict__ a, const real_t* __restrict__ b,
     store_t* __restrict__ V, const long long n) {{
@@ -602,8 +572,7 @@ class CupyBouzidi:
         self.n = len(links)
         self.arrays = links.device_arrays(ct, cupy)
         self.values = cupy.empty(self.n, dtype=policy.storage)
-        module = cupy.RawModule(code=bouzidi_source(np.dtype(policy.storage).str, ct.str,
-                                                    float(policy.population_scale)), options=("--std=c++17",))
+        module = cupy.RawModule(code=bouzidi_source(policy), options=("--std=c++17",))
         self._gather = module.get_function("bouzidi_gather")
         self._scatter = module.get_function("bouzidi_scatter")
         self.grid = ((self.n + 255) // 256,)
@@ -615,163 +584,11 @@ class CupyBouzidi:
         self._scatter(self.grid, (256,), (A, slot, self.values, n))
 
 
-def device_flags(flags: np.ndarray) -> np.ndarray:
-    """Flag codes with BOUNDARY_BIT on fluid cells that have a non-fluid neighbour (periodic wrap)."""
-    flags = np.asarray(flags, dtype=np.uint8)
-    fluid = flags == FLUID
-    near = np.zeros_like(fluid)
-    for i in range(1, lattice.Q):
-        near |= ~np.roll(fluid, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
-    out = flags.copy()
-    out[fluid & near] |= BOUNDARY_BIT
-    return out
-
-
 @functools.lru_cache(maxsize=None)
 def _scale_kernel():
     import cupy
 
     return cupy.ElementwiseKernel("float64 u, float64 s", "T out", "out = (T)(u * s)", "hpcsolve_lbm_scale_velocity")
-
-
-def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted linear indices of VELOCITY cells and their (2, n) boundary velocities (compute dtype)."""
-    cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
-    uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
-    if cells.size == 0:  # keep the kernel's pointers valid
-        cells = np.array([-1], dtype=np.int64)
-        uw = np.zeros((2, 1), dtype=compute)
-    return cells, np.ascontiguousarray(uw)
-
-
-def force_links(setup: LBMSetup, mask: np.ndarray):
-    """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
-    h the stored shifted populations (positions i*N + x), float64 coefficients. The same terms as
-    ``stepper.momentum_exchange_force``:
-      simple link (x fluid, x + c_i in the mask): c_i (f*_i + f*_i - 6 w_i c_i.u_w)  -> m = 2, k = 2 w_i - 6 w_i c_i.u_w
-      interpolated link (setup.links): c_ib (f*_ib + a f*_ib + b f*_partner)           -> two terms:
-          pos = slot, m = 1 + a, k = 2 w_ib;   pos = partner, m = b, k = 0."""
-    mask = np.asarray(mask, dtype=bool)
-    ny, nx = setup.shape
-    n = ny * nx
-    fluid = setup.flags == FLUID
-    uw = setup.boundary_velocity
-    interpolated = np.zeros((lattice.Q, n), dtype=bool)
-    lk = setup.links if _has_interpolated_links(setup) else None
-    if lk is not None:
-        into = mask.ravel()[lk.solid]
-        interpolated[lk.direction[into], lk.cell[into]] = True
-    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
-    for i in range(1, lattice.Q):
-        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
-        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
-        links = np.flatnonzero((fluid & target).ravel() & ~interpolated[i])
-        if links.size == 0:
-            continue
-        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
-              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
-        pos.append(i * n + links)
-        cx_l.append(np.full(links.size, float(cx)))
-        cy_l.append(np.full(links.size, float(cy)))
-        m_l.append(np.full(links.size, 2.0))
-        k_l.append(2.0 * w - 6.0 * w * cu)
-    if lk is not None and into.any():
-        d = lk.direction[into]
-        cx = np.asarray(lattice.CX, dtype=np.float64)[d]
-        cy = np.asarray(lattice.CY, dtype=np.float64)[d]
-        w = np.asarray(lattice.WEIGHTS, dtype=np.float64)[d]
-        pos += [lk.slot[into], lk.partner[into]]
-        cx_l += [cx, cx]
-        cy_l += [cy, cy]
-        m_l += [1.0 + lk.a[into], lk.b[into]]
-        k_l += [2.0 * w, np.zeros_like(w)]
-    if not pos:
-        return None
-    return (np.concatenate(pos).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
-                                                           for a in (cx_l, cy_l, m_l, k_l))
-
-
-class ForceTerms:
-    """``force_links`` per obstacle mask, built once and moved to the device with ``to_device``
-    (shared by the CuPy and Numba steppers; None for a mask without links)."""
-
-    def __init__(self, setup: LBMSetup, to_device, position_map=None):
-        self.setup, self.to_device, self.position_map = setup, to_device, position_map
-        self._by_mask: dict = {}
-
-    def __call__(self, mask: np.ndarray):
-        """(pos, cx, cy, m, c) on the device; ``position_map`` (in-place streaming, odd layout) moves the
-        positions to where the populations are stored."""
-        key = np.asarray(mask, dtype=bool).tobytes()
-        if key not in self._by_mask:
-            links = force_links(self.setup, mask)
-            if links is not None and self.position_map is not None:
-                links = (self.position_map(links[0]),) + tuple(links[1:])
-            self._by_mask[key] = None if links is None else tuple(self.to_device(a) for a in links)
-        return self._by_mask[key]
-
-
-def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
-    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: the 16-bit pair kernel
-    on an even nx unless ``pairs`` is False or the setup streams in place (one cell per thread then);
-    explicit ``cells_per_thread`` / ``block_x`` override the backend's tuned ``launch`` / ``launch_pairs``."""
-    pol, nx = setup.policy, setup.shape[1]
-    in_place = bool(setup.in_place)
-    use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
-    cpt0, bx0 = launch_pairs if use_pairs else launch[pol.storage_bytes]
-    cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
-    return in_place, use_pairs, cpt, int(block_x or bx0)
-
-
-class InPlaceTables:
-    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
-    their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/inplace.py).
-    ``to_device`` copies a host array to the backend's device."""
-
-    def __init__(self, setup: LBMSetup, backend: str, to_device, stream=None):
-        from hpcsolve import backends
-
-        self.setup, self.to_device = setup, to_device
-        self.cells = inplace.check(setup)
-        shape = setup.shape
-        self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
-        self.bouzidi_odd = (backends.get(backend).bouzidi_prepass(inplace.OddLinks(setup.links), setup.policy, stream)
-                            if _has_interpolated_links(setup) else None)
-        self.n_out = max(self.cells.size, 1)
-        self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))
-
-    def outlet_velocity(self, fetch):
-        """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
-        returns the stored even-layout populations (9, n) of those cells on the host (called only
-        when the lattice has outlet cells)."""
-        ct = np.dtype(self.setup.policy.compute)
-        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
-             else np.zeros((2, 1), dtype=ct))
-        return self.to_device(np.ascontiguousarray(u.ravel()))
-
-
-def host_macroscopic(m: np.ndarray, flags: np.ndarray):
-    """(rho, ux, uy) as float64 host arrays from the device moments (drho, ux, uy) of one (3, ny, nx)
-    array; non-fluid cells get rho = 1."""
-    rho = 1.0 + m[0].astype(np.float64)
-    ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
-    rho[flags != FLUID] = 1.0
-    return rho, ux, uy
-
-
-def _has_interpolated_links(setup) -> bool:
-    links = getattr(setup, "links", None)
-    return links is not None and len(links) > 0
-
-
-def _bouzidi_prepass(setup, backend: str, stream=None):
-    """The interpolated bounce-back pre-pass of ``hpcsolve.lbm.bouzidi`` (None without links): a
-    sparse gather/scatter over the links before each step, proportional to the number of links."""
-    if not _has_interpolated_links(setup):
-        return None
-    from hpcsolve.lbm import bouzidi
-
-    return bouzidi.make_prepass(setup, backend, stream)
 
 
 def initial_state(setup: LBMSetup, xp):
@@ -780,13 +597,6 @@ def initial_state(setup: LBMSetup, xp):
     if setup.initial_density is None and setup.initial_velocity is None:
         return xp.zeros((lattice.Q,) + setup.shape, dtype=setup.policy.storage)
     return xp.asarray(setup.initial_populations())
-
-
-def bytes_per_cell(policy, in_place: bool = False) -> tuple[int, int]:
-    """(moved per step, resident) bytes per cell: see the module docstring. In-place streaming
-    (``hpcsolve.lbm.inplace``) moves the same bytes and keeps one population array."""
-    s = np.dtype(policy.storage).itemsize
-    return 2 * lattice.Q * s + 1, (1 if in_place else 2) * lattice.Q * s + 1
 
 
 class CupyStepper(Stepper):
@@ -804,8 +614,8 @@ class CupyStepper(Stepper):
         # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
-        src = kernel_source(np.dtype(pol.storage).str, ct.str, float(pol.population_scale), setup.collision,
-                            1 if self.pairs else self.cells_per_thread, self.block_x, self.in_place)
+        src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
+                            self.in_place)
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)
@@ -832,10 +642,13 @@ class CupyStepper(Stepper):
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cupy.asarray)
-        self.bouzidi = _bouzidi_prepass(setup, "cupy")
+        def make_prepass(links):
+            return CupyBouzidi(links, pol)
+
+        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
         if self.in_place:
             self.parity = 0
-            self._aa = InPlaceTables(setup, "cupy", cupy.asarray)
+            self._aa = InPlaceTables(setup, cupy.asarray, make_prepass)
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
     def _advance(self, n: int) -> None:
@@ -929,8 +742,8 @@ class CupyStepper(Stepper):
         fluid = cp.asarray(self.setup.flags == FLUID)
         w = cp.asarray(lattice.weights(self.ct)).reshape(lattice.Q, 1, 1)
         noise = rng.uniform(-1.0, 1.0, size=self.a.shape).astype(self.ct)
-        h = self.a.astype(self.ct) + (amplitude * pol.population_scale) * w * noise * fluid
-        self.a[...] = h.astype(self.a.dtype)
+        h = pol.decode(self.a) + amplitude * w * noise * fluid
+        self.a[...] = pol.encode(h)
         del noise, h
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)

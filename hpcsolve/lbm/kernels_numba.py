@@ -4,8 +4,10 @@ The physics is ``physics.physics_for(compute_dtype, jit=cuda.jit(device=True))``
 functions the NumPy reference evaluates (moments, equilibrium, BGK/TRT collision, boundary
 rules), compiled as device functions. The kernel around them (pull streaming with periodic
 wrap, the boundary rule chosen by the source cell's flag, loads and stores with the policy's
-shift and scale) is generated as Python source, unrolled over the 9 directions with the
-constants of ``lattice.py``, and compiled once per (storage, compute, scale, collision).
+scale, as ``population_code.numba_code`` spells them) is generated as Python source
+(:func:`kernel_source`), unrolled over the 9 directions with the constants of ``lattice.py``, and
+compiled once per (policy, collision, kernel shape). The host tables are those of the CuPy stepper
+(``gpu_common``); this module does not import ``kernels_cupy`` (nor cupy).
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
 ``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
@@ -29,12 +31,12 @@ import math
 import numpy as np
 
 from hpcsolve import backends
-from hpcsolve.lbm import inplace, lattice, physics
-from hpcsolve.lbm.kernels_cupy import (BOUNDARY_BIT, ForceTerms, InPlaceTables, _bouzidi_prepass, bytes_per_cell,
-                                       device_flags, step_kernel_shape,
-                                       host_macroscopic, velocity_table)
-from hpcsolve.lbm.stepper import FLUID, VELOCITY, WALL, LBMSetup, Stepper
-
+from hpcsolve.lbm import bouzidi, inplace, lattice, physics
+from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
+from hpcsolve.lbm.population_code import numba_code
+from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 
 def _neighbour_offsets() -> tuple[list[str], list[str]]:
@@ -47,13 +49,11 @@ def _neighbour_offsets() -> tuple[list[str], list[str]]:
     return src, dst
 
 
-def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: int) -> str:
+def _kernel_python(collision: str, code, cpt: int, block_x: int) -> str:
     """Python source of the step kernel, unrolled over the directions and over the ``cpt`` cells
     each thread updates (``block_x`` apart along x; all their loads are issued before the first
     collision). See the module docstring."""
     Q, OPP = lattice.Q, lattice.OPPOSITE
-    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
-    load = (widen + " * INV_SCALE") if scaled else widen
     srcs = _neighbour_offsets()[0]
     L = []
     a = L.append
@@ -62,8 +62,8 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
     a("    xm = nx - 1 if x == 0 else x - 1")
     a("    xp = 0 if x == nx - 1 else x + 1")
     a(f"    if (code & {BOUNDARY_BIT}) == 0:")
-    a("        return (" + ", ".join(load.format(k=f"{i} * N + {srcs[i]}") for i in range(Q)) + ")")
-    a("    return (" + load.format(k="cell") + ",")
+    a("        return (" + ", ".join(code.decode(f"load_at(A, {i} * N + {srcs[i]})") for i in range(Q)) + ")")
+    a("    return (" + code.decode("load_at(A, cell)") + ",")
     for i in range(1, Q):
         a(f"            pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, {srcs[i]}, {i}, {OPP[i]}, "
           f"W{i}, CX{i}, CY{i}),")
@@ -91,19 +91,16 @@ def _kernel_python(collision: str, scaled: bool, half: bool, cpt: int, block_x: 
         else:
             a(f"        p = collide_bgk(h{k}, omega_plus)")
         for i in range(Q):
-            a(f"        store_at(B, {i} * N + row + x{k}, p[{i}]" + (" * SCALE)" if scaled else ")"))
+            a(f"        store_at(B, {i} * N + row + x{k}, {code.encode(f'p[{i}]')})")
     return "\n".join(L) + "\n"
 
 
-def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) -> str:
+def _aa_kernel_python(collision: str, code, block_x: int) -> str:
     """Python source of the in-place (AA pattern) step kernels ``lbm_step_aa_even`` / ``_odd`` and
     their boundary pull (``hpcsolve.lbm.inplace`` has the layouts). One cell per thread; the outlet
     rule takes the cell's velocity from the ``own_u`` table, which outlet cells rewrite after their
     collision from their just-stored populations."""
     Q, OPP = lattice.Q, lattice.OPPOSITE
-    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
-    load = (widen + " * INV_SCALE") if scaled else widen
-    sc = " * SCALE" if scaled else ""
     src, dst = _neighbour_offsets()
     col = "collide_trt(h, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk(h, omega_plus)"
     L = []
@@ -148,11 +145,11 @@ def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) ->
         a("    xm = nx - 1 if x == 0 else x - 1")
         a("    xp = 0 if x == nx - 1 else x + 1")
         a(f"    if (code & {BOUNDARY_BIT}) == 0:")
-        pulls = [load.format(k=(f"{i} * N + {src[i]}" if parity == "even" else f"{OPP[i]} * N + cell"))
-                 for i in range(Q)]
+        pulls = [code.decode(f"load_at(A, {i} * N + {src[i]})" if parity == "even"
+                             else f"load_at(A, {OPP[i]} * N + cell)") for i in range(Q)]
         a("        h = (" + ", ".join(pulls) + ")")
         a("    else:")
-        a("        h = (" + load.format(k="cell") + ",")
+        a("        h = (" + code.decode("load_at(A, cell)") + ",")
         for i in range(1, Q):
             a(f"             aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, "
               f"{src[i]}, {i}, {OPP[i]}, W{i}, CX{i}, CY{i}),")
@@ -160,11 +157,12 @@ def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) ->
         a(f"    p = {col}")
         stores = [(f"{OPP[j]} * N + {dst[j]}" if parity == "even" else f"{j} * N + cell") for j in range(Q)]
         for j in range(Q):
-            a(f"    store_at(A, {stores[j]}, p[{j}]{sc})")
+            a(f"    store_at(A, {stores[j]}, {code.encode(f'p[{j}]')})")
         a(f"    if (code & {BOUNDARY_BIT}) != 0:")
         a("        k = outlet_index(out_cells, n_out, cell)")
         a("        if k >= 0:   # the outlet rule's velocity at t + 1: moments of the populations just stored")
-        a("            drho, ux, uy = moments((" + ", ".join(load.format(k=stores[j]) for j in range(Q)) + "))")
+        a("            drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {stores[j]})") for j in range(Q))
+          + "))")
         a("            own_u[k] = ux")
         a("            own_u[n_out + k] = uy")
     a("")
@@ -186,14 +184,15 @@ def _aa_kernel_python(collision: str, scaled: bool, half: bool, block_x: int) ->
     a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
     a("    xm = nx - 1 if x == 0 else x - 1")
     a("    xp = 0 if x == nx - 1 else x + 1")
-    a("    drho, ux, uy = moments((" + ", ".join(load.format(k=f"{OPP[i]} * N + {dst[i]}") for i in range(Q)) + "))")
+    a("    drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {OPP[i]} * N + {dst[i]})") for i in range(Q))
+      + "))")
     a("    out[cell] = drho")
     a("    out[N + cell] = ux")
     a("    out[2 * N + cell] = uy")
     return "\n".join(L) + "\n"
 
 
-def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: str) -> str:
+def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> str:
     """Python source of ``lbm_step_pair`` (16-bit storage, nx even), the algorithm of
     ``kernels_cupy._pair_kernel_c``: two adjacent cells (x, x + 1) per thread, one aligned 4-byte
     word (an int32 view of the float16 buffer: g[x], g[x + 1]) loaded per population, one packed
@@ -205,8 +204,7 @@ def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: st
     rounds two float32 to float16 (nearest even) and packs them (LLVM bitcast/fpext/fptrunc
     intrinsics on the GPU, NumPy views under the simulator)."""
     Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
-    inv = " * INV_SCALE" if scaled else ""
-    sc = " * SCALE" if scaled else ""
+    h = code.unscale     # half_lo / half_hi widen to float32 already
     shifted = [i for i in range(Q) if CX[i] != 0]
     L = []
     a = L.append
@@ -262,23 +260,24 @@ def _pair_kernel_python(collision: str, scaled: bool, block_x: int, exchange: st
     ha, hb = [], []
     for i in range(Q):
         if CX[i] == 0:
-            ha.append(f"half_lo(u{i}){inv}"), hb.append(f"half_hi(u{i}){inv}")
+            ha.append(h(f"half_lo(u{i})")), hb.append(h(f"half_hi(u{i})"))
         elif CX[i] == 1:
-            ha.append(f"half_hi(n{i}){inv}"), hb.append(f"half_lo(u{i}){inv}")
+            ha.append(h(f"half_hi(n{i})")), hb.append(h(f"half_lo(u{i})"))
         else:
-            ha.append(f"half_hi(u{i}){inv}"), hb.append(f"half_lo(n{i}){inv}")
+            ha.append(h(f"half_hi(u{i})")), hb.append(h(f"half_lo(n{i})"))
     col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
     a(f"        pa = {col.format('(' + ', '.join(ha) + ')')}")
     a(f"        pb = {col.format('(' + ', '.join(hb) + ')')}")
     for i in range(Q):
-        a(f"        store_at(B32, {i} * NP + prow + px, pack_halves(pa[{i}]{sc}, pb[{i}]{sc}))")
+        a(f"        store_at(B32, {i} * NP + prow + px, "
+          f"pack_halves({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}))")
     a("    else:")
     for k, c in ((0, "c0"), (1, "c1")):
         a(f"        if ({c} & 0x7f) == {FLUID}:")
         a(f"            h = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
         a(f"            p = {col.format('h')}")
         for i in range(Q):
-            a(f"            store_at(B, {i} * N + row + x + {k}, p[{i}]{sc})")
+            a(f"            store_at(B, {i} * N + row + x + {k}, {code.encode(f'p[{i}]')})")
     return "\n".join(L) + "\n"
 
 
@@ -392,13 +391,11 @@ def _raw_access():
     return load_at, store_at
 
 
-def _helpers_python(scaled: bool, half: bool) -> str:
-    widen = "CT(load_at(A, {k}))" if half else "load_at(A, {k})"
-    load = (widen + " * INV_SCALE") if scaled else widen
-    own = "\n".join(f"    o{i} = " + load.format(k=f"{i} * N + cell") for i in range(lattice.Q))
+def _helpers_python(code) -> str:
+    own = "\n".join(f"    o{i} = " + code.decode(f"load_at(A, {i} * N + cell)") for i in range(lattice.Q))
     return f'''
 def load_pop(A, k):
-    return {load.format(k="k")}
+    return {code.decode("load_at(A, k)")}
 
 
 def own_velocity(A, N, cell):
@@ -459,7 +456,7 @@ def lbm_force(A, pos, cx, cy, m, c, n, out):
     k = cuda.grid(1)
     if k >= n:
         return
-    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # kernels_cupy.force_links: the momentum-exchange terms
+    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # gpu_common.force_links: the momentum-exchange terms
     cuda.atomic.add(out, 0, cx[k] * s)
     cuda.atomic.add(out, 1, cy[k] * s)
 
@@ -490,7 +487,7 @@ def lbm_perturb(A, flags, weights, N, amplitude, seed):
     h = ((h >> 16) ^ h) * 73244475 & 0xFFFFFFFF
     h = (h >> 16) ^ h
     r = CT(h * (2.0 / 4294967296.0) - 1.0)
-    A[k] = (load_pop(A, k) + amplitude * weights[i] * r){" * SCALE" if scaled else ""}
+    A[k] = {code.encode("(load_pop(A, k) + amplitude * weights[i] * r)")}
 
 
 def lbm_nonfinite(A, n, out):
@@ -519,39 +516,46 @@ LAUNCH_PAIRS = (2, 64)
 PAIR_EXCHANGE = "smem"
 
 
+def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pairs: bool = False,
+                  exchange: str = "smem", in_place: bool = False) -> str:
+    """Python source of the kernels :func:`compiled_kernels` compiles (helpers, the per-cell step, and
+    the in-place or the 16-bit pair step kernels); loads and stores from ``population_code.numba_code``."""
+    code = numba_code(policy)
+    src = _helpers_python(code) + "\n" + _kernel_python(collision, code, cpt, block_x)
+    if in_place:
+        src += "\n\n" + _aa_kernel_python(collision, code, block_x)
+    elif pairs:
+        src += "\n\n" + _pair_kernel_python(collision, code, block_x, exchange)
+    return src
+
+
 @functools.lru_cache(maxsize=None)
-def compiled_kernels(storage: str, compute: str, scale: float, collision: str, cpt: int = 1, block_x: int = 256,
-                     max_registers: int | None = None, pairs: bool = False, exchange: str = "smem",
-                     in_place: bool = False):
+def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, max_registers: int | None = None,
+                     pairs: bool = False, exchange: str = "smem", in_place: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
     and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``;
     ``in_place``: step is the pair (lbm_step_aa_even, lbm_step_aa_odd) and moments the pair (lbm_moments,
     lbm_moments_odd)."""
     from numba import cuda, float64, int32
 
-    ct = np.dtype(compute)
-    half = np.dtype(storage) == np.float16
-    scaled = scale != 1.0
+    ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
     if backends.cuda_simulator_enabled():
         exchange = "smem"      # the simulator has no warp shuffles
-    ns = {"cuda": cuda, "float64": float64, "int32": int32, "CT": ct.type, "ZERO": ct.type(0.0),
-          "SCALE": ct.type(scale), "INV_SCALE": ct.type(1.0 / scale), "ZERO9": (ct.type(0.0),) * lattice.Q,
+    ns = {"cuda": cuda, "float64": float64, "int32": int32, **numba_code(policy).namespace(),
+          "ZERO": ct.type(0.0), "ZERO9": (ct.type(0.0),) * lattice.Q,
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
           "pressure_anti_bounce_back": P.pressure_anti_bounce_back}
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
-    src = _helpers_python(scaled, half) + "\n" + _kernel_python(collision, scaled, half, cpt, block_x)
-    if in_place:
-        src += "\n\n" + _aa_kernel_python(collision, scaled, half, block_x)
-    elif pairs:
-        src += "\n\n" + _pair_kernel_python(collision, scaled, block_x, exchange)
+    src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place)
+    if pairs and not in_place:
         ns["half_lo"], ns["half_hi"], ns["pack_halves"] = _half_bits()
-    code = compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{compute}/{collision}>", "exec")
-    exec(code, ns)
+    storage = np.dtype(policy.storage).str
+    exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
     for name in ("load_pop", "own_velocity", "lower_bound", "boundary_velocity", "pull_boundary", "pull_cell") + (
             ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
         ns[name] = device(ns[name])
@@ -584,9 +588,9 @@ class NumbaCudaStepper(Stepper):
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
-         self._k_scale, self.source) = compiled_kernels(np.dtype(pol.storage).str, ct.str, float(pol.population_scale),
-                                         setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
-                                         max_registers, self.pairs, exchange or PAIR_EXCHANGE, self.in_place)
+         self._k_scale, self.source) = compiled_kernels(
+            pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,
+            self.pairs, exchange or PAIR_EXCHANGE, self.in_place)
         self.nx, self.ny = nx, ny
         self.stream = cuda.default_stream()
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
@@ -615,11 +619,15 @@ class NumbaCudaStepper(Stepper):
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._force_terms = ForceTerms(setup, cuda.to_device)
         self._word_views: dict = {}
-        self.bouzidi = _bouzidi_prepass(setup, "numba-cuda", self.stream)
+
+        def make_prepass(links):
+            return bouzidi.NumbaPrepass(links, pol, self.stream)
+
+        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
         if self.in_place:
             self._launch = tuple(k[grid, (self.block_x, 1), self.stream] for k in self._k_step)
             self.parity = 0
-            self._aa = InPlaceTables(setup, "numba-cuda", lambda v: cuda.to_device(v, stream=self.stream), self.stream)
+            self._aa = InPlaceTables(setup, lambda v: cuda.to_device(v, stream=self.stream), make_prepass)
             g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
                       and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))
             self.own_u = self._aa.outlet_velocity(lambda cells: g_host[:, cells])
@@ -737,6 +745,5 @@ class NumbaCudaStepper(Stepper):
 
 
 def make_stepper(setup: LBMSetup) -> NumbaCudaStepper:
-    if not backends.probe("numba-cuda").available:
-        raise RuntimeError(backends.probe("numba-cuda").reason)
+    """The stepper for ``setup``; ``Backend.lbm_stepper`` has checked that numba.cuda answers."""
     return NumbaCudaStepper(setup)

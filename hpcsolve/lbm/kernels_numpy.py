@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.lbm import bouzidi, lattice, physics
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, LBMSetup, Stepper
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
+from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 
 class NumpyStepper(Stepper):
@@ -23,15 +24,12 @@ class NumpyStepper(Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         self.P = physics.physics_for(ct)
-        self.scale = ct.type(pol.population_scale)
-        self.inv_scale = ct.type(1.0 / pol.population_scale)
-        self.scaled = pol.population_scale != 1.0
         omega_plus, omega_minus = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(omega_plus), ct.type(omega_minus)
         self._build_links()
         self.g = setup.initial_populations()
         self.g_next = self.g.copy()
-        self.bouzidi = bouzidi.make_prepass(setup, "numpy")  # None without interpolated links
+        self.bouzidi = bouzidi.NumpyPrepass(setup.links, pol) if bouzidi.has_links(setup) else None
 
     # -- precomputation: where every population of every fluid cell is pulled from ------------------
     def _build_links(self) -> None:
@@ -68,10 +66,6 @@ class NumpyStepper(Stepper):
         self.out = dict(pos=np.concatenate(out_pos).astype(np.int64), w=W[oi], cx=CX[oi], cy=CY[oi],
                         cells=fluid[cells], link_cell=inverse.reshape(-1))
 
-    def _load(self, stored: np.ndarray) -> np.ndarray:
-        h = stored.astype(self.ct, copy=False)
-        return h * self.inv_scale if self.scaled else h
-
     # -- one time step ----------------------------------------------------------------------------
     def _step_once(self) -> None:
         P = self.P
@@ -80,7 +74,7 @@ class NumpyStepper(Stepper):
         n = self.g[0].size
         g_flat = self.g.reshape(-1)
         # 1. pull streaming: f_i(x, t+1) = f*_i(x - c_i, t), or f*_opp(i)(x, t) at a boundary link
-        pulled = self._load(g_flat[self.gather])            # (9, nf), compute dtype
+        pulled = self.policy.decode(g_flat[self.gather])   # (9, nf), compute dtype
         flat = pulled.reshape(-1)
         v = self.vel
         if v["pos"].size:
@@ -88,7 +82,7 @@ class NumpyStepper(Stepper):
         o = self.out
         if o["pos"].size:
             # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
-            own = self._load(self.g.reshape(lattice.Q, n)[:, o["cells"]])
+            own = self.policy.decode(self.g.reshape(lattice.Q, n)[:, o["cells"]])
             _, ux, uy = P.moments(tuple(own))
             flat[o["pos"]] = P.pressure_anti_bounce_back(flat[o["pos"]], o["w"], o["cx"], o["cy"],
                                                          ux[o["link_cell"]], uy[o["link_cell"]])
@@ -98,10 +92,7 @@ class NumpyStepper(Stepper):
             post = P.collide_trt(h, self.omega_plus, self.omega_minus)
         else:
             post = P.collide_bgk(h, self.omega_plus)
-        post = np.stack(post)
-        if self.scaled:
-            post = post * self.scale
-        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = post.astype(self.policy.storage, copy=False)
+        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode(np.stack(post))
         self.g, self.g_next = self.g_next, self.g
 
     def _advance(self, n: int) -> None:

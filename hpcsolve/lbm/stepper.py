@@ -17,19 +17,16 @@ import numpy as np
 from hpcsolve import backends
 from hpcsolve.errors import BackendError, CaseError
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.flags import FLAG_NAMES, FLUID, OUTLET, VELOCITY, WALL
 from hpcsolve.precision import FP64, Precision
 
 if TYPE_CHECKING:
     from hpcsolve.lbm.bouzidi import BouzidiLinks
 
-# Cell flags (uint8), one per cell of the (ny, nx) grid. The domain always wraps periodically;
-# a side that should not be periodic has a layer of non-fluid cells. Boundaries lie half-way
-# between a fluid cell and a non-fluid neighbour. Non-fluid cells are never updated.
-FLUID = 0      #: updated every step
-WALL = 1       #: resting wall: half-way bounce-back
-VELOCITY = 2   #: moving wall or velocity inlet: bounce-back with the momentum term, u_w from boundary_velocity
-OUTLET = 3     #: pressure outlet at rho = 1: anti-bounce-back with the adjacent fluid cell's own velocity
-FLAG_NAMES = {FLUID: "fluid", WALL: "wall", VELOCITY: "velocity", OUTLET: "outlet"}
+__all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations",
+           "momentum_exchange_force",
+           # the cell flags live in hpcsolve/lbm/flags.py; re-exported for callers that import them from here
+           "FLAG_NAMES", "FLUID", "OUTLET", "VELOCITY", "WALL"]
 
 COLLISIONS = ("bgk", "trt")
 
@@ -38,7 +35,7 @@ COLLISIONS = ("bgk", "trt")
 class LBMSetup:
     """Everything a backend needs to step a D2Q9 lattice (all in lattice units)."""
 
-    flags: np.ndarray                          # (ny, nx) uint8, codes above
+    flags: np.ndarray                          # (ny, nx) uint8, codes of hpcsolve/lbm/flags.py
     relaxation_time: float                     # tau; viscosity nu = (tau - 1/2) / 3
     collision: str = "bgk"                     # "bgk" | "trt"
     magic: float = 3.0 / 16.0                  # TRT magic parameter Lambda
@@ -110,9 +107,7 @@ class LBMSetup:
         heq = P.equilibrium((rho0 - 1.0).astype(ct), u0[0].astype(ct), u0[1].astype(ct))
         h = np.stack(heq)
         h[:, self.flags != FLUID] = 0
-        if pol.population_scale != 1.0:
-            h = h * ct.type(pol.population_scale)
-        return np.ascontiguousarray(h.astype(pol.storage))
+        return np.ascontiguousarray(pol.encode(h))
 
 
 class Stepper(abc.ABC):
@@ -123,7 +118,7 @@ class Stepper(abc.ABC):
     """
 
     backend: str = ""
-    #: the interpolated bounce-back pre-pass (``bouzidi.make_prepass(setup, backend)``), run by step()
+    #: the backend's interpolated bounce-back pre-pass (hpcsolve/lbm/bouzidi.py) where the setup has links, run
     #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
     bouzidi = None
 
@@ -198,17 +193,8 @@ class Stepper(abc.ABC):
         return bool(np.isfinite(self.populations()).all())
 
 
-def shifted_populations(g: np.ndarray, policy: Precision) -> np.ndarray:
-    """h = g / scale in the compute dtype (the stored state as the physics sees it)."""
-    ct = np.dtype(policy.compute)
-    h = np.asarray(g).astype(ct)
-    if policy.population_scale != 1.0:
-        h = h * ct.type(1.0 / policy.population_scale)
-    return h
-
-
 def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):
-    h = shifted_populations(g, setup.policy)
+    h = setup.policy.decode(np.asarray(g))
     P = physics.physics_for(h.dtype)
     drho, ux, uy = P.moments(tuple(h))
     solid = setup.flags != FLUID
@@ -230,7 +216,7 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
     a force on moving-wall cells during a smooth start (``ramp_steps``) would miss the ramp factor.
     """
     mask = np.asarray(mask, dtype=bool)
-    h = shifted_populations(g, setup.policy).astype(np.float64)
+    h = setup.policy.decode(np.asarray(g)).astype(np.float64)
     fluid = setup.flags == FLUID
     uw = setup.boundary_velocity
     fx = fy = 0.0

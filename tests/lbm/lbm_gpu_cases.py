@@ -71,9 +71,8 @@ def rel_diff(a, b):
 
 
 def shifted(stepper):
-    """The stored state as the physics sees it: h = g / scale, float64."""
-    g = stepper.populations().astype(np.float64)
-    return g / stepper.policy.population_scale
+    """The stored state as the physics sees it: h = decode(g), float64."""
+    return stepper.policy.decode(stepper.populations()).astype(np.float64)
 
 
 def channel_with_bouzidi(nx=10, ny=8, collision="bgk", policy=None, seed=1):

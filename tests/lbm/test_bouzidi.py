@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hpcsolve import backends
 from hpcsolve.cases import load_case
 from hpcsolve.errors import CaseError
 from hpcsolve.lbm import bouzidi, lattice
@@ -214,7 +215,7 @@ def test_backend_without_prepass_refused(monkeypatch):
     _, _, setup = build_setup(load_case("cases/cylinder_2d1.toml", ["lattice.resolution=10"]), FP64)
     assert setup.links is not None  # the shipped case uses bouzidi
     assert get_stepper("numpy", setup).bouzidi is not None
-    monkeypatch.setattr(kernels_numpy.bouzidi, "make_prepass", lambda setup, backend: None)
+    monkeypatch.setattr(kernels_numpy.bouzidi, "has_links", lambda setup: False)
     with pytest.raises(BackendError, match="interpolated"):
         get_stepper("numpy", setup)
 
@@ -232,8 +233,8 @@ def test_numba_prepass_matches_numpy(name):
     stepper.step(30)
     g = stepper.populations()
     expected = g.copy()
-    bouzidi.make_prepass(setup, "numpy")(expected)
-    pre = bouzidi.make_prepass(setup, "numba-cuda")
+    backends.get("numpy").bouzidi_prepass(setup.links, policy)(expected)
+    pre = backends.get("numba-cuda").bouzidi_prepass(setup.links, policy)
     d = cuda.to_device(g.reshape(-1))
     pre(d)
     np.testing.assert_array_equal(d.copy_to_host(), expected.reshape(-1))

@@ -1,11 +1,11 @@
-"""The momentum-exchange term list the GPU backends reduce on the device (kernels_cupy.force_links)
+"""The momentum-exchange term list the GPU backends reduce on the device (gpu_common.force_links)
 sums to the reference force, with simple and with interpolated (Bouzidi) links."""
 
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.kernels_cupy import force_links
-from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force, shifted_populations
+from hpcsolve.lbm.gpu_common import force_links
+from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force
 from hpcsolve.precision import FP16S, FP64
 
 from lbm_gpu_cases import channel, channel_with_bouzidi, obstacle_mask
@@ -20,7 +20,7 @@ def test_force_link_terms_sum_to_the_reference_force(make, policy):
     g = stepper.populations()
     mask = obstacle_mask(setup)
     pos, cx, cy, m, k = force_links(setup, mask)
-    h = shifted_populations(g, setup.policy).astype(np.float64).reshape(-1)[pos]
+    h = setup.policy.decode(g).astype(np.float64).reshape(-1)[pos]
     s = m * h + k
     fx, fy = float(np.sum(cx * s)), float(np.sum(cy * s))
     ref = momentum_exchange_force(g, setup, mask)

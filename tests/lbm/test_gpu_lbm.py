@@ -204,13 +204,13 @@ def test_fp64_tight_agreement_on_larger_grid():
 def test_kernel_source_has_no_retyped_lattice_constant():
     """CPU check of the generated CUDA C: weights appear only as literals traced from physics.py
     (their exact float32/float64 values), each direction is loaded and stored once."""
-    src = kernel_source("<f4", "<f4", 1.0, "bgk")
+    src = kernel_source(FP32, "bgk")
     assert all(src.count(f"out[{i}] = ") == 1 for i in range(9))   # collide_values: each direction once
     assert src.count("store_pop(") == 1 + 1             # the helper's definition + collide_store's loop
     assert "lbm_step_pair" not in src                   # the pair kernel exists for 16-bit storage only
     assert "0.1111111119389534f" in src               # float32(1/9), traced from physics_for(float32)
     assert "0.1111111111111111" not in src.replace("0.1111111119389534", "")
-    src16 = kernel_source("<f2", "<f4", 256.0, "trt")
+    src16 = kernel_source(FP16S, "trt")
     assert "__float2half_rn" in src16 and "0.00390625f" in src16
     assert src16.count("__floats2half2_rn(") == 9      # lbm_step_pair: one packed store per population
     assert src16.count("__shfl_up_sync(") == 3 and src16.count("__shfl_down_sync(") == 3   # c_x = +1 / -1
@@ -224,9 +224,12 @@ def test_numba_step_source_indexes_without_wraparound():
 
     from hpcsolve.lbm import kernels_numba as kn
 
-    cell = kn._kernel_python("trt", True, True, 1, 128)
-    pair = kn._pair_kernel_python("trt", True, 64, "smem")
-    helpers = kn._helpers_python(True, True)
+    from hpcsolve.lbm.population_code import numba_code
+
+    code = numba_code(FP16S)
+    cell = kn._kernel_python("trt", code, 1, 128)
+    pair = kn._pair_kernel_python("trt", code, 64, "smem")
+    helpers = kn._helpers_python(code)
     for src in (cell, pair, helpers.split("def lbm_moments")[0]):   # the step kernels and their helpers
         assert not re.search(r"\b(A|B|A32|B32|xch)\[", src), src
     assert cell.count("store_at(B, ") == 9

@@ -6,7 +6,7 @@ reference under the CUDA simulator (test_cudasim_lbm.py) and on the GPU (test_gp
 import numpy as np
 
 from hpcsolve.lbm import inplace, lattice
-from hpcsolve.lbm.kernels_cupy import bytes_per_cell
+from hpcsolve.lbm.gpu_common import bytes_per_cell
 from hpcsolve.lbm.stepper import FLUID, OUTLET
 from hpcsolve.precision import FP16S, FP32, FP64
 
@@ -28,7 +28,7 @@ def test_odd_layout_is_a_permutation_and_to_even_inverts_it():
     g_odd[odd] = g.reshape(-1)
     flags = np.zeros(shape, np.uint8)
     flags[0, 2] = 1
-    back = inplace.to_even(g_odd, flags, FLUID)
+    back = inplace.to_even(g_odd, flags)
     fluid = flags == FLUID
     assert np.array_equal(back[:, fluid], g[:, fluid]) and np.all(back[:, ~fluid] == 0)
 

@@ -1,0 +1,174 @@
+"""What the two GPU steppers (``kernels_cupy.CupyStepper``, ``kernels_numba.NumbaCudaStepper``) share:
+host-side tables and decisions that do not depend on the kernel language.
+
+- the kernel shape: :func:`step_kernel_shape` (16-bit pair kernel or one/several cells per thread)
+  and the traffic count :func:`bytes_per_cell`;
+- the device flag array (:func:`device_flags`: the flag code plus :data:`BOUNDARY_BIT` on fluid cells
+  next to a non-fluid cell, the branch both step kernels test) and the table of boundary velocities
+  (:func:`velocity_table`);
+- observables: the momentum-exchange terms the device reduces (:func:`force_links`,
+  :class:`ForceTerms`) and the host conversion of device moments (:func:`host_macroscopic`);
+- in-place streaming: :class:`InPlaceTables` (outlet velocity table, odd-layout force terms and
+  Bouzidi pre-pass, hpcsolve/lbm/inplace.py).
+
+Nothing here imports a GPU package: each stepper passes its own ``to_device`` and pre-pass factory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcsolve.lbm import bouzidi, inplace, lattice
+from hpcsolve.lbm.flags import FLUID, VELOCITY
+from hpcsolve.lbm.stepper import LBMSetup
+
+BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
+
+
+def pair_kernel_applies(policy, nx: int) -> bool:
+    """The two-cells-per-thread __half2 kernel serves 16-bit storage on grids with an even nx."""
+    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
+
+
+def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
+    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: the 16-bit pair kernel
+    on an even nx unless ``pairs`` is False or the setup streams in place (one cell per thread then);
+    explicit ``cells_per_thread`` / ``block_x`` override the backend's tuned ``launch`` / ``launch_pairs``."""
+    pol, nx = setup.policy, setup.shape[1]
+    in_place = bool(setup.in_place)
+    use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
+    cpt0, bx0 = launch_pairs if use_pairs else launch[pol.storage_bytes]
+    cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
+    return in_place, use_pairs, cpt, int(block_x or bx0)
+
+
+def bytes_per_cell(policy, in_place: bool = False) -> tuple[int, int]:
+    """(moved per step, resident) bytes per cell: 9 populations read and 9 written plus the flag byte
+    per step; two population arrays resident, one with in-place streaming (``hpcsolve.lbm.inplace``),
+    which moves the same bytes (kernels_cupy's docstring has the figures)."""
+    s = np.dtype(policy.storage).itemsize
+    return 2 * lattice.Q * s + 1, (1 if in_place else 2) * lattice.Q * s + 1
+
+
+def device_flags(flags: np.ndarray) -> np.ndarray:
+    """Flag codes with BOUNDARY_BIT on fluid cells that have a non-fluid neighbour (periodic wrap)."""
+    flags = np.asarray(flags, dtype=np.uint8)
+    fluid = flags == FLUID
+    near = np.zeros_like(fluid)
+    for i in range(1, lattice.Q):
+        near |= ~np.roll(fluid, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
+    out = flags.copy()
+    out[fluid & near] |= BOUNDARY_BIT
+    return out
+
+
+def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted linear indices of VELOCITY cells and their (2, n) boundary velocities (compute dtype)."""
+    cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
+    uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
+    if cells.size == 0:  # keep the kernel's pointers valid
+        cells = np.array([-1], dtype=np.int64)
+        uw = np.zeros((2, 1), dtype=compute)
+    return cells, np.ascontiguousarray(uw)
+
+
+def host_macroscopic(m: np.ndarray, flags: np.ndarray):
+    """(rho, ux, uy) as float64 host arrays from the device moments (drho, ux, uy) of one (3, ny, nx)
+    array; non-fluid cells get rho = 1."""
+    rho = 1.0 + m[0].astype(np.float64)
+    ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
+    rho[flags != FLUID] = 1.0
+    return rho, ux, uy
+
+
+def force_links(setup: LBMSetup, mask: np.ndarray):
+    """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
+    h the stored shifted populations (positions i*N + x), float64 coefficients. The same terms as
+    ``stepper.momentum_exchange_force``:
+      simple link (x fluid, x + c_i in the mask): c_i (f*_i + f*_i - 6 w_i c_i.u_w)  -> m = 2, k = 2 w_i - 6 w_i c_i.u_w
+      interpolated link (setup.links): c_ib (f*_ib + a f*_ib + b f*_partner)           -> two terms:
+          pos = slot, m = 1 + a, k = 2 w_ib;   pos = partner, m = b, k = 0."""
+    mask = np.asarray(mask, dtype=bool)
+    ny, nx = setup.shape
+    n = ny * nx
+    fluid = setup.flags == FLUID
+    uw = setup.boundary_velocity
+    interpolated = np.zeros((lattice.Q, n), dtype=bool)
+    lk = setup.links if bouzidi.has_links(setup) else None
+    if lk is not None:
+        into = mask.ravel()[lk.solid]
+        interpolated[lk.direction[into], lk.cell[into]] = True
+    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
+    for i in range(1, lattice.Q):
+        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
+        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
+        links = np.flatnonzero((fluid & target).ravel() & ~interpolated[i])
+        if links.size == 0:
+            continue
+        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
+              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
+        pos.append(i * n + links)
+        cx_l.append(np.full(links.size, float(cx)))
+        cy_l.append(np.full(links.size, float(cy)))
+        m_l.append(np.full(links.size, 2.0))
+        k_l.append(2.0 * w - 6.0 * w * cu)
+    if lk is not None and into.any():
+        d = lk.direction[into]
+        cx = np.asarray(lattice.CX, dtype=np.float64)[d]
+        cy = np.asarray(lattice.CY, dtype=np.float64)[d]
+        w = np.asarray(lattice.WEIGHTS, dtype=np.float64)[d]
+        pos += [lk.slot[into], lk.partner[into]]
+        cx_l += [cx, cx]
+        cy_l += [cy, cy]
+        m_l += [1.0 + lk.a[into], lk.b[into]]
+        k_l += [2.0 * w, np.zeros_like(w)]
+    if not pos:
+        return None
+    return (np.concatenate(pos).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
+                                                           for a in (cx_l, cy_l, m_l, k_l))
+
+
+class ForceTerms:
+    """``force_links`` per obstacle mask, built once and moved to the device with ``to_device``
+    (shared by the CuPy and Numba steppers; None for a mask without links)."""
+
+    def __init__(self, setup: LBMSetup, to_device, position_map=None):
+        self.setup, self.to_device, self.position_map = setup, to_device, position_map
+        self._by_mask: dict = {}
+
+    def __call__(self, mask: np.ndarray):
+        """(pos, cx, cy, m, c) on the device; ``position_map`` (in-place streaming, odd layout) moves the
+        positions to where the populations are stored."""
+        key = np.asarray(mask, dtype=bool).tobytes()
+        if key not in self._by_mask:
+            links = force_links(self.setup, mask)
+            if links is not None and self.position_map is not None:
+                links = (self.position_map(links[0]),) + tuple(links[1:])
+            self._by_mask[key] = None if links is None else tuple(self.to_device(a) for a in links)
+        return self._by_mask[key]
+
+
+class InPlaceTables:
+    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
+    their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/inplace.py).
+    ``to_device`` copies a host array to the backend's device; ``make_prepass(links)`` is the stepper's
+    Bouzidi pre-pass over a link list."""
+
+    def __init__(self, setup: LBMSetup, to_device, make_prepass):
+        self.setup, self.to_device = setup, to_device
+        self.cells = inplace.check(setup)
+        shape = setup.shape
+        self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
+        self.bouzidi_odd = make_prepass(inplace.OddLinks(setup.links)) if bouzidi.has_links(setup) else None
+        self.n_out = max(self.cells.size, 1)
+        self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))
+
+    def outlet_velocity(self, fetch):
+        """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
+        returns the stored even-layout populations (9, n) of those cells on the host (called only
+        when the lattice has outlet cells)."""
+        ct = np.dtype(self.setup.policy.compute)
+        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
+             else np.zeros((2, 1), dtype=ct))
+        return self.to_device(np.ascontiguousarray(u.ravel()))
+

@@ -1,0 +1,105 @@
+"""How generated kernels read and write stored populations: the text of every load and store, from
+the precision policy. The kernel-side twin of ``Precision.encode`` / ``Precision.decode``.
+
+A stored population is g = h * scale in the storage dtype, h = f - w the shifted population
+(hpcsolve/precision.py). Generated code decodes g as ``widen(g) * inverse scale`` and encodes a
+compute-dtype value h as ``narrow(h * scale)``, the operations and their order of ``decode`` and
+``encode``; a policy without a scale (fp64, fp32) gets no multiplication at all. Two emitters ask
+for it, each with one constructor:
+
+- :func:`cuda_code` (the CUDA C of ``kernels_cupy``): C type names, scale factors as literals of the
+  compute dtype (``0.00390625f``);
+- :func:`numba_code` (the Python kernels of ``kernels_numba`` and ``bouzidi``): the names ``CT``,
+  ``SCALE``, ``INV_SCALE``, bound in the kernel's namespace by :meth:`NumbaPopulationCode.namespace`.
+
+The emitters pass an expression of a stored value (``A[k]``, ``load_at(A, k)``) or of a compute value
+and splice the result into their templates; none of them tests the policy's scale itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PopulationCode:
+    """Load/store expressions of one policy for one kernel language."""
+
+    widen: str              # format: a storage-dtype expression -> its compute-dtype value
+    narrow: str             # format: a compute-dtype expression -> the storage dtype ("{}": the store converts)
+    scale_text: str | None  # the factor h -> g as the language spells it; None: stored unscaled
+    inverse_text: str | None
+
+    def unscale(self, value: str) -> str:
+        """h from a stored value already in the compute dtype (e.g. one half of a widened word)."""
+        return f"{value} * {self.inverse_text}" if self.inverse_text else value
+
+    def scale(self, h: str) -> str:
+        """h * scale, still in the compute dtype (a store that narrows by itself, e.g. a packed pair)."""
+        return f"{h} * {self.scale_text}" if self.scale_text else h
+
+    def decode(self, stored: str) -> str:
+        """h (compute dtype) from an expression of a stored population."""
+        return self.unscale(self.widen.format(stored))
+
+    def encode(self, h: str) -> str:
+        """The stored value (storage dtype) of a compute-dtype expression h."""
+        return self.narrow.format(self.scale(h))
+
+
+@dataclass(frozen=True)
+class CudaPopulationCode(PopulationCode):
+    real_t: str = "double"   # C type of the compute dtype
+    store_t: str = "double"  # C type of the storage dtype
+    suffix: str = ""         # literal suffix of the compute dtype ('f' for float)
+
+    @property
+    def header(self) -> str:
+        return "#include <cuda_fp16.h>\n" if self.store_t == "__half" else ""
+
+
+_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
+
+
+def cuda_code(policy) -> CudaPopulationCode:
+    """CUDA C: ``__half2float`` / ``__float2half_rn`` (round to nearest) for 16-bit storage, C casts
+    otherwise; the scale as literals of the compute dtype."""
+    storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
+    real_t, store_t = _C_TYPES[compute], _C_TYPES[storage]
+    suffix = "f" if compute == np.float32 else ""
+    if store_t == "__half":
+        widen, narrow = "__half2float({})", "__float2half_rn({})"
+    else:
+        widen, narrow = f"({real_t}){{}}", f"({store_t})({{}})"
+    scale, inverse = _factors(policy)
+    return CudaPopulationCode(widen, narrow, scale and repr(scale) + suffix, inverse and repr(inverse) + suffix,
+                              real_t=real_t, store_t=store_t, suffix=suffix)
+
+
+@dataclass(frozen=True)
+class NumbaPopulationCode(PopulationCode):
+    compute: np.dtype = np.dtype(np.float64)
+    population_scale: float = 1.0
+
+    def namespace(self) -> dict:
+        """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``)."""
+        ct = self.compute.type
+        return {"CT": ct, "SCALE": ct(self.population_scale), "INV_SCALE": ct(1.0 / self.population_scale)}
+
+
+def numba_code(policy) -> NumbaPopulationCode:
+    """Numba: loads of a narrower storage dtype widened by ``CT(...)``; stores convert by themselves."""
+    storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
+    widen = "{}" if storage == compute else "CT({})"
+    scale, inverse = _factors(policy)
+    return NumbaPopulationCode(widen, "{}", scale and "SCALE", inverse and "INV_SCALE",
+                               compute=compute, population_scale=float(policy.population_scale))
+
+
+def _factors(policy) -> tuple[float | None, float | None]:
+    """(scale, 1 / scale) as Python floats, (None, None) where the policy stores unscaled."""
+    if not policy.scaled:
+        return None, None
+    return float(policy.population_scale), 1.0 / float(policy.population_scale)

@@ -1,0 +1,147 @@
+"""The generated kernels take their population loads and stores from the policy
+(``hpcsolve.lbm.population_code``), and their code is what it was when that move was made.
+
+- The load/store expressions of each emitter are the expected text, and evaluated on NumPy scalars
+  they give the bits of ``Precision.encode`` / ``decode`` (every float16 value for fp16s).
+- SOURCE_HASHES: the CUDA C (``kernels_cupy.kernel_source``, ``bouzidi_source``) and the Numba Python
+  (``kernels_numba.kernel_source``, ``bouzidi.numba_source``) of every policy x collision x kernel
+  variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
+  The values are those of the sources generated before the loads and stores moved to
+  population_code (commit 5f6b3b6), so the GPU kernels compile to what was benchmarked. A change to
+  the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
+  then print the new table with ``python tests/lbm/test_kernel_sources.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tokenize
+
+import numpy as np
+import pytest
+
+from hpcsolve.lbm import bouzidi, kernels_cupy, kernels_numba
+from hpcsolve.lbm.population_code import cuda_code, numba_code
+from hpcsolve.precision import FP16S, FP32, FP64
+
+POLICIES = (FP64, FP32, FP16S)
+COLLISIONS = ("bgk", "trt")
+#: (cells per thread, threads per block, in place) of kernels_cupy.kernel_source
+CUDA_VARIANTS = [(1, 256, False), (1, 128, False), (2, 128, False), (4, 256, False), (1, 256, True), (1, 128, True)]
+#: (cells per thread, threads per block, pairs, exchange, in place) of kernels_numba.kernel_source
+NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False), (2, 128, False, "smem", False),
+                  (1, 128, False, "smem", True), (1, 256, False, "smem", True)]
+PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
+
+SOURCE_HASHES = {
+    "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
+    "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
+    "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
+    "cuda/fp16s/bgk": "dbd081855f7ae6728560",
+    "cuda/fp16s/trt": "4922ad168b32d2377cc1",
+    "cuda/fp32/bgk": "b7f0f5bb4afa4f8b0e48",
+    "cuda/fp32/trt": "fc3c7d92efa985cd8a22",
+    "cuda/fp64/bgk": "d90c4c53159674be20cf",
+    "cuda/fp64/trt": "323e9c95f298f9fd6909",
+    "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
+    "numba-bouzidi/fp32": "42040bdad4e265d90110",
+    "numba-bouzidi/fp64": "8348625a857e15b6f9de",
+    "numba/fp16s/bgk": "b854fb36a1ed948748a5",
+    "numba/fp16s/trt": "215ad4895f41d1d08043",
+    "numba/fp32/bgk": "87a4502db9273f36fe79",
+    "numba/fp32/trt": "6f8f89402f11cb90b001",
+    "numba/fp64/bgk": "25d309d99877fcbb4933",
+    "numba/fp64/trt": "ffbb0bd7a09ab513e732",
+}
+
+
+def _python_tokens(src: str) -> str:
+    """The token stream of Python source without comments and blank lines: equal streams, equal code."""
+    tokens = tokenize.generate_tokens(io.StringIO(src).readline)
+    return "\x00".join(f"{tokenize.tok_name[t.type]}:{t.string}" for t in tokens
+                       if t.type not in (tokenize.COMMENT, tokenize.NL))   # names: the numbers vary by Python version
+
+
+def generated_sources() -> dict[str, str]:
+    """Every generated source, keyed emitter/policy[/collision/variant]; Python as its token stream."""
+    out = {}
+    for p in POLICIES:
+        out[f"cuda-bouzidi/{p.name}"] = kernels_cupy.bouzidi_source(p)
+        out[f"numba-bouzidi/{p.name}"] = _python_tokens(bouzidi.numba_source(p))
+        for c in COLLISIONS:
+            for cpt, bx, ip in CUDA_VARIANTS:
+                out[f"cuda/{p.name}/{c}/{cpt}x{bx}/{'inplace' if ip else 'two'}"] = \
+                    kernels_cupy.kernel_source(p, c, cpt, bx, ip)
+            for cpt, bx, pairs, ex, ip in NUMBA_VARIANTS + (PAIR_VARIANTS if p.storage_bytes == 2 else []):
+                key = f"numba/{p.name}/{c}/{cpt}x{bx}/{'pairs-' + ex if pairs else ''}{'inplace' if ip else 'two'}"
+                out[key] = _python_tokens(kernels_numba.kernel_source(p, c, cpt, bx, pairs, ex, ip))
+    return out
+
+
+def source_hashes() -> dict[str, str]:
+    """One hash per emitter/policy[/collision] over all its variants."""
+    groups: dict[str, list] = {}
+    for key, text in generated_sources().items():
+        emitter, *rest = key.split("/")
+        groups.setdefault("/".join([emitter] + rest[:2]), []).append((key, text))
+    out = {}
+    for group, items in groups.items():
+        h = hashlib.sha256()
+        for key, text in sorted(items):
+            h.update(key.encode() + b"\n" + text.encode() + b"\n")
+        out[group] = h.hexdigest()[:20]
+    return out
+
+
+def test_generated_kernels_are_unchanged():
+    assert source_hashes() == SOURCE_HASHES
+
+
+def test_cuda_load_store_text():
+    expected = {"fp64": ("(double)v", "(double)(v)", "double", "double"),
+                "fp32": ("(float)v", "(float)(v)", "float", "float"),
+                "fp16s": ("__half2float(v) * 0.00390625f", "__float2half_rn(v * 256.0f)", "float", "__half")}
+    for p in POLICIES:
+        code = cuda_code(p)
+        assert (code.decode("v"), code.encode("v"), code.real_t, code.store_t) == expected[p.name]
+        assert ("cuda_fp16.h" in code.header) == (p.storage_bytes == 2)
+    # the 16-bit pair kernel widens two halves itself, then scales them; the packed store narrows itself
+    assert cuda_code(FP16S).unscale("u1.x") == "u1.x * 0.00390625f"
+    assert cuda_code(FP16S).scale("oa[1]") == "oa[1] * 256.0f"
+    assert cuda_code(FP32).unscale("u1.x") == "u1.x" and cuda_code(FP32).scale("oa[1]") == "oa[1]"
+
+
+def test_numba_load_store_text():
+    expected = {"fp64": ("A[k]", "p"), "fp32": ("A[k]", "p"), "fp16s": ("CT(A[k]) * INV_SCALE", "p * SCALE")}
+    for p in POLICIES:
+        code = numba_code(p)
+        assert (code.decode("A[k]"), code.encode("p")) == expected[p.name]
+        ns = code.namespace()
+        ct = np.dtype(p.compute).type
+        assert ns["CT"] is ct and type(ns["SCALE"]) is ct and type(ns["INV_SCALE"]) is ct
+        assert ns["SCALE"] == p.population_scale and ns["INV_SCALE"] == ct(1.0 / p.population_scale)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_numba_expressions_compute_the_policy_bits(policy):
+    """The Numba load and store, evaluated on NumPy scalars with their namespace, give the bits of
+    Precision.decode / encode (the host side): every float16 for fp16s, random values otherwise."""
+    code = numba_code(policy)
+    ns = code.namespace()
+    storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
+    if storage.itemsize == 2:
+        g = np.arange(2**16, dtype=np.uint16).view(np.float16)
+        g = g[np.isfinite(g)]
+    else:
+        g = (np.random.default_rng(1).standard_normal(4096) * 1e-2).astype(storage)
+    host = policy.decode(g)
+    h_kernel = np.array([eval(code.decode("A[k]"), ns, {"A": g, "k": k}) for k in range(g.size)], dtype=compute)
+    assert h_kernel.tobytes() == host.tobytes()
+    stored = np.array([eval(code.encode("h"), ns, {"h": v}) for v in host], dtype=compute).astype(storage)
+    assert stored.tobytes() == policy.encode(host).tobytes()
+
+
+if __name__ == "__main__":
+    for name, value in sorted(source_hashes().items()):
+        print(f'    "{name}": "{value}",')
