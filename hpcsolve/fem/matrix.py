@@ -97,13 +97,14 @@ def as_csr(A, field: str = "A") -> sp.csr_matrix:
         if hasattr(A, "__cuda_array_interface__") or type(A).__module__.startswith("cupy"):
             raise CaseError.invalid(field, type(A).__name__, "a SciPy sparse matrix or a NumPy array (host memory)",
                                     why="pass a device matrix through hpcsolve.fem.prepare_matrix")
+        kind = type(A).__name__
         try:
             A = np.asarray(A)
         except Exception as exc:
-            raise CaseError.invalid(field, type(A).__name__, "a square 2D matrix (SciPy sparse or dense)",
+            raise CaseError.invalid(field, kind, "a square 2D matrix (SciPy sparse or dense)",
                                     why=f"not an array ({type(exc).__name__})") from None
         if A.ndim != 2:
-            raise CaseError.invalid(field, f"array of shape {A.shape}", "a square 2D matrix (SciPy sparse or dense)")
+            raise CaseError.invalid(field, f"{kind} of shape {A.shape}", "a square 2D matrix (SciPy sparse or dense)")
     _check_real(A.dtype, field)
     n, m = A.shape
     if n != m:
