@@ -25,9 +25,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[2048])
     ap.add_argument("--rtol", type=float, default=1e-10)
     ap.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                    help="FusedOptions for the mixed solve, e.g. check_every=128 or kappa_limit=inf")
+                    help="CGOptions for the mixed solve, e.g. check_every=128 or kappa_limit=inf")
     args = ap.parse_args(argv)
-    from hpcsolve.fem import device_cg, kernels_cupy
+    from hpcsolve.fem import CGOptions, kernels_cupy, solve
 
     opts = {}
     for item in args.options:
@@ -39,22 +39,19 @@ def main(argv=None) -> int:
                 opts[k] = float(v)
             except ValueError:
                 opts[k] = v
-    import dataclasses
-
-    known = {f.name for f in dataclasses.fields(device_cg.FusedOptions)} - {"rtol", "maxiter"}
+    known = set(CGOptions.names()) - {"rtol", "maxiter"}
     for k in opts:
         if k not in known:
-            ap.error(f"--set {k}=...: not a FusedOptions field; allowed: {', '.join(sorted(known))}")
-    ops = kernels_cupy.get_ops(True)
+            ap.error(f"--set {k}=...: not a CGOptions field; allowed: {', '.join(sorted(known))}")
     rows = []
     for m in args.sizes:
-        dA = kernels_cupy.poisson_5point_device(m)
+        dA = kernels_cupy.poisson_5point_device(m)          # a prepared matrix, built on the device
         b = np.random.default_rng(1).standard_normal(dA.n)
-        device_cg.solve_fused(ops, dA, b, precision="fp64", rtol=1e-3)            # warm-up: kernels, graphs
-        device_cg.solve_fused(ops, dA, b, precision="mixed", rtol=1e-3, **opts)
+        solve(dA, b, precision="fp64", rtol=1e-3)            # warm-up: kernels, graphs
+        solve(dA, b, precision="mixed", rtol=1e-3, **opts)
         ref = None
         for prec, kw in (("fp64", {}), ("mixed", opts)):
-            _, rep = device_cg.solve_fused(ops, dA, b, precision=prec, rtol=args.rtol, maxiter=60_000, **kw)
+            _, rep = solve(dA, b, precision=prec, rtol=args.rtol, maxiter=60_000, **kw)
             ref = ref or rep
             row = {"m": m, "precision": prec, "options": kw, "converged": rep.converged, "iterations": rep.iterations,
                    "replacements": rep.outer_iterations, "time_ms": rep.time_s * 1e3,

@@ -1,10 +1,12 @@
 """P1 finite elements and Krylov solvers with fp64 / fp32 / mixed precision.
 
 ``hpcsolve.fem.solve(A, b, precision=..., backend=..., rtol=..., maxiter=..., method=...)``
-returns ``(x, SolveReport)``; see docs/fem_solvers.md.
+returns ``(x, SolveReport)``; ``prepare_matrix(A, backend=...)`` uploads and checks a matrix once
+for repeated solves; see docs/fem_solvers.md.
 """
 
-from hpcsolve.fem.api import METHODS, check_system, solve
+from hpcsolve.fem.api import METHODS, check_system, prepare_matrix, solve
+from hpcsolve.fem.cg import CGOptions
 from hpcsolve.fem.report import SolveReport
 
-__all__ = ["solve", "check_system", "SolveReport", "METHODS"]
+__all__ = ["solve", "prepare_matrix", "check_system", "SolveReport", "CGOptions", "METHODS"]

@@ -2,8 +2,8 @@
 device-resident scalars and CUDA graphs (CuPy stream capture).
 
 The algorithm (fused CG, reliable updates, restarted refinement, convergence checks) lives once in
-``hpcsolve.fem.device_cg``; this module only supplies the kernels (``CupyOps``). Bytes per iteration
-are counted in ``device_cg.bytes_per_iteration`` and in docs/fem_gpu.md.
+``hpcsolve.fem.cg``; this module only supplies the kernels of the ``hpcsolve.fem.lowops`` interface
+(``CupyOps``). Bytes per iteration are counted in ``cg.bytes_per_iteration`` and in docs/fem_gpu.md.
 
 Kernels (T = float or double, the working precision; scalars are float64 in device memory):
 - ``spmv_dot``: q = A p and pq += p.q            (one pass over A and p; q written once)
@@ -11,6 +11,8 @@ Kernels (T = float or double, the working precision; scalars are float64 in devi
 - ``update_xp``: x += alpha p, p = [D^-1] r + beta p          beta = rho_{j+1} / rho_j on the device
 - ``residual``: r_out = b - A64 x64 in float64, stored as float or double, rr [, rz] in float64
 - dot products: per-thread partial sums in T, block sums in float64, one atomicAdd per block.
+- ``check_matrix``: the validation of a matrix before a solve (non-finite values, symmetry, diagonal),
+  on the device, so that a large matrix is not checked by a slow pass on the host.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import functools
 
 import numpy as np
 
-from hpcsolve.fem import device_cg
+from hpcsolve.fem import lowops
 
 THREADS = 256
 
@@ -55,6 +57,31 @@ __device__ __forceinline__ double coef(const double* ws, int inum, int iden, dou
     if (iden < 0) return c * ws[inum];
     const double d = ws[iden];
     return d != 0.0 ? c * ws[inum] / d : 0.0;
+}
+__device__ __forceinline__ double warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(FULL_MASK, v, o));
+    return v;
+}
+// Block-wide maxima of a, b, c >= 0, then one atomicMax per block on their bit patterns (for doubles >= 0
+// the unsigned order of the bits is the numeric order; the ws slots start at 0.0).
+__device__ __forceinline__ void block_max3(double a, double b, double c, double* ws, int ia, int ib, int ic) {
+    __shared__ double sa[32], sb[32], sc[32];
+    a = warp_max(a); b = warp_max(b); c = warp_max(c);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) { sa[wid] = a; sb[wid] = b; sc[wid] = c; }
+    __syncthreads();
+    if (wid == 0) {
+        const int nw = blockDim.x >> 5;
+        a = lane < nw ? sa[lane] : 0.0;
+        b = lane < nw ? sb[lane] : 0.0;
+        c = lane < nw ? sc[lane] : 0.0;
+        a = warp_max(a); b = warp_max(b); c = warp_max(c);
+        if (lane == 0) {
+            atomicMax((unsigned long long*)(ws + ia), (unsigned long long)__double_as_longlong(a));
+            atomicMax((unsigned long long*)(ws + ib), (unsigned long long)__double_as_longlong(b));
+            atomicMax((unsigned long long*)(ws + ic), (unsigned long long)__double_as_longlong(c));
+        }
+    }
 }
 
 // q = A p (CSR, int32 indices, one thread per row, grid-stride); ws[i_pq] += p.q
@@ -152,31 +179,6 @@ __global__ void precondition_init(const int n, const T* __restrict__ r, T* __res
     block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
 }
 
-// Ops seam: x += alpha p; r -= alpha q; [z = dinv r]; ws[i_rr] += r.r; [ws[i_rz] += r.z]. bytes 6 n s (+2 n s)
-template<typename T>
-__global__ void update_xr(const int n, T* __restrict__ x, T* __restrict__ r, const T* __restrict__ p,
-        const T* __restrict__ q, const double* ws_c, const int inum, const int iden, const double c,
-        const T* __restrict__ dinv, T* __restrict__ z, double* ws, const int i_rz, const int i_rr) {
-    const T alpha = (T)coef(ws_c, inum, iden, c);
-    T acc_rr = 0, acc_rz = 0;
-    GRID_STRIDE(i, n) {
-        x[i] += alpha * p[i];
-        const T ri = r[i] - alpha * q[i];
-        r[i] = ri;
-        acc_rr += ri * ri;
-        if (dinv) { const T zi = dinv[i] * ri; z[i] = zi; acc_rz += ri * zi; }
-    }
-    block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
-}
-
-// Ops seam: p = z + beta p. bytes 3 n s
-template<typename T>
-__global__ void update_p(const int n, T* __restrict__ p, const T* __restrict__ z, const double* ws,
-        const int inum, const int iden, const double c) {
-    const T beta = (T)coef(ws, inum, iden, c);
-    GRID_STRIDE(i, n) p[i] = z[i] + beta * p[i];
-}
-
 // fused CG: r -= alpha q (alpha = ws[i_rho]/ws[i_pq]); ws[i_rr] += r.r; [ws[i_rz] += r.dinv.r]. bytes 3 n s (+ n s)
 template<typename T>
 __global__ void update_r(const int n, T* __restrict__ r, const T* __restrict__ q, const T* __restrict__ dinv,
@@ -211,6 +213,41 @@ __global__ void fold(const int n, double* __restrict__ x, T* __restrict__ y) {
     GRID_STRIDE(i, n) { x[i] += (double)y[i]; y[i] = 0; }
 }
 
+// Validation of a CSR matrix (rows sorted, no duplicates; float64 values), one row per thread, before a solve:
+// ws[base+0] += non-finite values, ws[base+5] += column indices outside [0, n), ws[base+3] += rows whose
+// diagonal entry is missing or not > 0; maxima of |a_ij| (base+1), |a_ij - a_ji| (base+2; a_ji found by binary
+// search in row j, 0 where missing) and |a_ii| (base+4); dinv[i] = 1 / a_ii where a_ii > 0, else 0.
+// One pass over A plus one search per off-diagonal entry (a check once per matrix, not a hot loop).
+__global__ void check_matrix(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const double* __restrict__ vals, double* __restrict__ dinv, double* ws, const int base) {
+    double nonfinite = 0, bad_index = 0, bad_diag = 0, max_abs = 0, max_asym = 0, max_diag = 0;
+    GRID_STRIDE(i, n) {
+        double d = 0.0;
+        const int end = indptr[i + 1];
+        for (int k = indptr[i]; k < end; ++k) {
+            const int j = indices[k];
+            const double v = vals[k];
+            if (!isfinite(v)) { nonfinite += 1.0; continue; }
+            if (j < 0 || j >= n) { bad_index += 1.0; continue; }
+            max_abs = fmax(max_abs, fabs(v));
+            if (j == i) { d = v; continue; }
+            int lo = indptr[j], hi = indptr[j + 1];
+            while (lo < hi) {
+                const int mid = lo + ((hi - lo) >> 1);
+                if (indices[mid] < i) lo = mid + 1; else hi = mid;
+            }
+            const double w = (lo < indptr[j + 1] && indices[lo] == i) ? vals[lo] : 0.0;
+            max_asym = fmax(max_asym, fabs(v - w));
+        }
+        if (d > 0.0) { dinv[i] = 1.0 / d; } else { dinv[i] = 0.0; bad_diag += 1.0; }
+        max_diag = fmax(max_diag, fabs(d));
+    }
+    block_add2(nonfinite, bad_index, ws, base + 0, base + 5);
+    __syncthreads();   // block_add2's shared arrays are reused by the next call
+    block_add2(bad_diag, 0.0, ws, base + 3, -1);
+    block_max3(max_abs, max_asym, max_diag, ws, base + 1, base + 2, base + 4);
+}
+
 // zero the block's accumulators: rho[1..K], pq[0..K-1], rr[1..K]
 __global__ void block_start(double* ws, const int i_rho, const int i_pq, const int i_rr, const int K) {
     for (int j = threadIdx.x; j < K; j += blockDim.x) {
@@ -224,15 +261,14 @@ __global__ void block_end(double* ws, const int i_rho, const int i_rr, const int
 """
 
 _CT = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-_ONE = ("replace_residual", "spmv_dot", "dot", "precondition", "precondition_init", "update_xr", "update_p", "update_r", "update_xp",
-        "fold")
+_ONE = ("replace_residual", "spmv_dot", "dot", "precondition", "precondition_init", "update_r", "update_xp", "fold")
 _TWO = ("residual", "axpy")
 
 
 def _names():
     out = [f"{k}<{t}>" for k in _ONE for t in ("float", "double")]
     out += [f"{k}<{a},{b}>" for k in _TWO for a in ("float", "double") for b in ("float", "double")]
-    return out + ["block_start", "block_end"]
+    return out + ["block_start", "block_end", "check_matrix"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,7 +278,7 @@ def _module():
     return cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=_names())
 
 
-class CupyOps(device_cg.DeviceOps):
+class CupyOps(lowops.LowOps):
     """The fused kernels as CuPy RawKernels on one non-blocking stream; CUDA graphs by stream capture."""
 
     name = "cupy"
@@ -307,10 +343,6 @@ class CupyOps(device_cg.DeviceOps):
         with self.stream:
             a.fill(0)
 
-    def zero_range(self, a, start, count):
-        with self.stream:
-            a[start:start + count].fill(0)
-
     def sync(self):
         self.stream.synchronize()
 
@@ -344,17 +376,6 @@ class CupyOps(device_cg.DeviceOps):
         self._launch(self._kernel("precondition_init", r.dtype), r.size,
                      (np.int32(r.size), r, p, self._ptr(dinv), ws, np.int32(i_rz), np.int32(i_rr)))
 
-    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
-        inum, iden, c = coef
-        self._launch(self._kernel("update_xr", r.dtype), r.size,
-                     (np.int32(r.size), x, r, p, q, ws, np.int32(inum), np.int32(iden), np.float64(c),
-                      self._ptr(dinv), self._ptr(z), ws, np.int32(i_rz), np.int32(i_rr)))
-
-    def update_p(self, p, z, coef, ws):
-        inum, iden, c = coef
-        self._launch(self._kernel("update_p", p.dtype), p.size,
-                     (np.int32(p.size), p, z, ws, np.int32(inum), np.int32(iden), np.float64(c)))
-
     def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
         self._launch(self._kernel("update_r", r.dtype), r.size,
                      (np.int32(r.size), r, q, self._ptr(dinv), ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rz),
@@ -375,6 +396,10 @@ class CupyOps(device_cg.DeviceOps):
     def block_end(self, ws, i_rho, i_rr, k):
         self._kernel("block_end")((1,), (32,), (ws, np.int32(i_rho), np.int32(i_rr), np.int32(k)), stream=self.stream)
 
+    def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
+        self._launch(self._kernel("check_matrix"), n,
+                     (np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base)))
+
     # ---- graphs and timing
     def capture(self, fn):
         """Record what ``fn()`` launches on the stream into a CUDA graph; returns its launcher."""
@@ -392,37 +417,24 @@ class CupyOps(device_cg.DeviceOps):
 
     def timer(self):
         cp = self.cp
-        return device_cg.EventTimer(cp.cuda.Event, lambda e: e.record(self.stream),
+        return lowops.EventTimer(cp.cuda.Event, lambda e: e.record(self.stream),
                                     lambda a, b: cp.cuda.get_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
 
 
 @functools.lru_cache(maxsize=2)
-def get_ops(graphs: bool = True) -> CupyOps:
+def low_ops(graphs: bool = True) -> CupyOps:
+    """The CuPy low ops (one per process; ``graphs=False``: the same kernels launched one by one)."""
     return CupyOps(graphs=graphs)
 
 
-def make_ops(A, dtype=np.float64):
-    """The ``hpcsolve.fem.ops.Ops`` seam on CuPy (krylov's algorithms unchanged, fused kernels, no graphs)."""
-    return device_cg.make_seam_ops(get_ops(), A, dtype)
-
-
-def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
-    """A host CSR matrix on the device, float64 and float32 values sharing one int32 index pair."""
-    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
-
-
-def solve_fused(A, b, *, precision="fp64", method=None, rtol=1e-8, maxiter=None, x0=None, graphs=True, **options):
-    """Fused, graph-captured CG on CuPy (see ``device_cg.solve_fused``). A: host CSR or a DeviceCSR."""
-    return device_cg.solve_fused(get_ops(graphs), A, b, precision=precision, method=method, rtol=rtol,
-                                 maxiter=maxiter, x0=x0, **options)
-
-
-def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
+def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)):
     """The 2D Poisson 5-point matrix (Dirichlet, m x m interior nodes, stencil [4, -1, -1, -1, -1]) built
     directly on the device (the P1 stiffness matrix of a uniform right-triangle mesh is the same)."""
     import cupy as cp
 
-    ops = get_ops()
+    from hpcsolve.fem import matrix
+
+    ops = low_ops()
     n = m * m
     with ops.stream:
         i = cp.arange(n, dtype=cp.int32)
@@ -435,4 +447,4 @@ def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)) -> device_cg.
         indptr = cp.zeros(n + 1, dtype=cp.int32)
         cp.cumsum(mask.sum(axis=1, dtype=cp.int32), out=indptr[1:])
         del cols, mask, vals, i, iy, ix
-    return device_cg.DeviceCSR.from_device_arrays(ops, n, indptr, indices, v64, dtypes)
+    return matrix.from_device_arrays(ops, n, indptr, indices, v64, dtypes)

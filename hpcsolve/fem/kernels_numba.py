@@ -2,7 +2,8 @@
 SpMV with int32 indices, p.Ap fused into the SpMV, r.r fused into the r update, alpha/beta read from
 float64 scalars in device memory, one atomicAdd per block), written with ``numba.cuda.jit``.
 
-The algorithm lives in ``hpcsolve.fem.device_cg``. CUDA graphs: numba-cuda 0.30 has no stream-capture
+The algorithm lives in ``hpcsolve.fem.cg``; this module supplies the kernels of the
+``hpcsolve.fem.lowops`` interface (``NumbaOps``). CUDA graphs: numba-cuda 0.30 has no stream-capture
 API of its own (one could call cuStreamBeginCapture through cuda-python on the stream handle and
 instantiate the graph by hand; not done here), so each block of k iterations is 3k kernel launches
 from Python on one stream, with no host synchronization until the convergence check. Python launch
@@ -16,11 +17,12 @@ really is float32: accumulators and coefficients are cast to T. Block sums use a
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from hpcsolve.backends import cuda_simulator_enabled
-from hpcsolve.fem import device_cg
+from hpcsolve.fem import lowops
 
 THREADS = 256          # the shared-memory size of the block reduction (power of two)
 cuda = None            # numba.cuda, imported lazily by _core(); a module global so that the CUDA
@@ -56,6 +58,30 @@ def _core():
                 cuda.atomic.add(ws, ib, sb[0])
 
     @cuda.jit(device=True, inline=True)
+    def block_max3(a, b, c, ws, ia, ib, ic):
+        # maxima of values >= 0 over the block (shared-memory tree), one atomic max per block
+        sa = cuda.shared.array(THREADS, float64)
+        sb = cuda.shared.array(THREADS, float64)
+        sc = cuda.shared.array(THREADS, float64)
+        t = cuda.threadIdx.x
+        sa[t] = a
+        sb[t] = b
+        sc[t] = c
+        cuda.syncthreads()
+        s = cuda.blockDim.x // 2
+        while s > 0:
+            if t < s:
+                sa[t] = max(sa[t], sa[t + s])
+                sb[t] = max(sb[t], sb[t + s])
+                sc[t] = max(sc[t], sc[t + s])
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            cuda.atomic.max(ws, ia, sa[0])
+            cuda.atomic.max(ws, ib, sb[0])
+            cuda.atomic.max(ws, ic, sc[0])
+
+    @cuda.jit(device=True, inline=True)
     def coef(ws, inum, iden, c):
         if inum < 0:
             return c
@@ -86,13 +112,65 @@ def _core():
             a[start + i] = 0
             i += cuda.gridsize(1)
 
-    return cuda, block_add2, coef, block_start, block_end, fill_zero
+    @cuda.jit
+    def check_matrix(n, indptr, indices, vals, dinv, ws, base):
+        # validation of a CSR matrix (rows sorted, no duplicates), one row per thread; slots as in
+        # kernels_cupy's check_matrix (hpcsolve.fem.lowops.CHECK_*)
+        nonfinite = 0.0
+        bad_index = 0.0
+        bad_diag = 0.0
+        max_abs = 0.0
+        max_asym = 0.0
+        max_diag = 0.0
+        i = cuda.grid(1)
+        while i < n:
+            d = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                j = indices[k]
+                v = vals[k]
+                if not math.isfinite(v):
+                    nonfinite += 1.0
+                    continue
+                if j < 0 or j >= n:
+                    bad_index += 1.0
+                    continue
+                max_abs = max(max_abs, abs(v))
+                if j == i:
+                    d = v
+                    continue
+                lo = indptr[j]
+                hi = indptr[j + 1]
+                while lo < hi:
+                    mid = lo + (hi - lo) // 2
+                    if indices[mid] < i:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                w = 0.0
+                if lo < indptr[j + 1]:
+                    if indices[lo] == i:
+                        w = vals[lo]
+                max_asym = max(max_asym, abs(v - w))
+            if d > 0.0:
+                dinv[i] = 1.0 / d
+            else:
+                dinv[i] = 0.0
+                bad_diag += 1.0
+            max_diag = max(max_diag, abs(d))
+            i += cuda.gridsize(1)
+        block_add2(nonfinite, bad_index, ws, base, base + 5)
+        cuda.syncthreads()
+        block_add2(bad_diag, 0.0, ws, base + 3, -1)
+        cuda.syncthreads()
+        block_max3(max_abs, max_asym, max_diag, ws, base + 1, base + 2, base + 4)
+
+    return cuda, block_add2, coef, block_start, block_end, fill_zero, check_matrix
 
 
 @functools.lru_cache(maxsize=None)
 def _typed(T):
     """Kernels in working precision T (np.float32 or np.float64)."""
-    _, block_add2, coef, _, _, _ = _core()
+    _, block_add2, coef = _core()[:3]
 
     @cuda.jit
     def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
@@ -144,33 +222,6 @@ def _typed(T):
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
     @cuda.jit
-    def update_xr(n, x, r, p, q, ws_c, inum, iden, c, dinv, has_dinv, z, ws, i_rz, i_rr):
-        # Ops seam: x += alpha p; r -= alpha q; [z = dinv r]; r.r [, r.z]
-        alpha = T(coef(ws_c, inum, iden, c))
-        acc_rr = T(0)
-        acc_rz = T(0)
-        i = cuda.grid(1)
-        while i < n:
-            x[i] += alpha * p[i]
-            ri = r[i] - alpha * q[i]
-            r[i] = ri
-            acc_rr += ri * ri
-            if has_dinv:
-                zi = dinv[i] * ri
-                z[i] = zi
-                acc_rz += ri * zi
-            i += cuda.gridsize(1)
-        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
-
-    @cuda.jit
-    def update_p(n, p, z, ws, inum, iden, c):
-        beta = T(coef(ws, inum, iden, c))
-        i = cuda.grid(1)
-        while i < n:
-            p[i] = z[i] + beta * p[i]
-            i += cuda.gridsize(1)
-
-    @cuda.jit
     def update_r(n, r, q, dinv, has_dinv, ws, i_rho, i_pq, i_rz, i_rr):
         # fused CG: r -= alpha q (alpha = rho/pq from device memory); r.r [, r.dinv.r]. bytes 3 n s
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
@@ -208,13 +259,13 @@ def _typed(T):
             i += cuda.gridsize(1)
 
     return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
-                update_xr=update_xr, update_p=update_p, update_r=update_r, update_xp=update_xp, fold=fold)
+                update_r=update_r, update_xp=update_xp, fold=fold)
 
 
 @functools.lru_cache(maxsize=None)
 def _pair(TA, TO):
     """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA)."""
-    _, block_add2, coef, _, _, _ = _core()
+    _, block_add2, coef = _core()[:3]
 
     @cuda.jit
     def residual(n, indptr, indices, vals, x, b, r, dinv, has_dinv, ws, i_rz, i_rr):
@@ -277,7 +328,7 @@ def _pair(TA, TO):
 _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
 
 
-class NumbaOps(device_cg.DeviceOps):
+class NumbaOps(lowops.LowOps):
     """The fused kernels as numba.cuda.jit kernels on one stream; no CUDA graphs (see module docstring)."""
 
     name = "numba-cuda"
@@ -380,18 +431,6 @@ class NumbaOps(device_cg.DeviceOps):
         self._go(_typed(_TYPES[r.dtype])["precondition_init"], r.size, np.int32(r.size), r, p, d, has, ws,
                  np.int32(i_rz), np.int32(i_rr))
 
-    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
-        inum, iden, c = coef
-        d, has = self._dinv(dinv, r.dtype)
-        zz = z if z is not None else d
-        self._go(_typed(_TYPES[r.dtype])["update_xr"], r.size, np.int32(r.size), x, r, p, q, ws, np.int32(inum),
-                 np.int32(iden), np.float64(c), d, has, zz, ws, np.int32(i_rz), np.int32(i_rr))
-
-    def update_p(self, p, z, coef, ws):
-        inum, iden, c = coef
-        self._go(_typed(_TYPES[p.dtype])["update_p"], p.size, np.int32(p.size), p, z, ws, np.int32(inum),
-                 np.int32(iden), np.float64(c))
-
     def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
         d, has = self._dinv(dinv, r.dtype)
         self._go(_typed(_TYPES[r.dtype])["update_r"], r.size, np.int32(r.size), r, q, d, has, ws, np.int32(i_rho),
@@ -411,26 +450,15 @@ class NumbaOps(device_cg.DeviceOps):
     def block_end(self, ws, i_rho, i_rr, k):
         _core()[4][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_rr), np.int32(k))
 
+    def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
+        self._go(_core()[6], n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
+
     def timer(self):
         c = self.cuda
-        return device_cg.EventTimer(c.event, lambda e: e.record(self.stream),
+        return lowops.EventTimer(c.event, lambda e: e.record(self.stream),
                                     lambda a, b: c.event_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
 
 
 @functools.lru_cache(maxsize=1)
-def get_ops() -> NumbaOps:
+def low_ops() -> NumbaOps:
     return NumbaOps()
-
-
-def make_ops(A, dtype=np.float64):
-    """The ``hpcsolve.fem.ops.Ops`` seam on Numba-CUDA (krylov's algorithms unchanged, fused kernels)."""
-    return device_cg.make_seam_ops(get_ops(), A, dtype)
-
-
-def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
-    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
-
-
-def solve_fused(A, b, **options):
-    """Fused CG on Numba-CUDA (see ``device_cg.solve_fused``; no graphs). A: host CSR or a DeviceCSR."""
-    return device_cg.solve_fused(get_ops(), A, b, **options)

@@ -1,9 +1,10 @@
-"""The low-level ops of ``device_cg`` (the interface ``CupyOps`` / ``NumbaOps`` implement) in NumPy/SciPy.
+"""The low-level ops of :mod:`hpcsolve.fem.lowops` (the interface ``CupyOps`` / ``NumbaOps`` implement)
+in NumPy/SciPy: the ``numpy`` backend of ``hpcsolve.fem.solve``.
 
-With it, ``device_cg.solve_fused`` (fused CG, block-end decisions, reliable updates, promotion,
-restarted refinement) runs on the CPU and takes the same decisions as on a GPU: iteration counts do
-not depend on the hardware, so the mixed-precision strategies can be studied here
-(``solve_fused(A, b, ...)`` below; docs/fem_gpu.md has the measured ratios).
+With it, the conjugate gradients of ``hpcsolve.fem.cg`` (fused CG, block-end decisions, reliable
+updates, promotion, restarted refinement) run on the CPU and take the same decisions as on a GPU:
+iteration counts do not depend on the hardware, so the mixed-precision strategies can be studied
+here (docs/fem_gpu.md has the measured ratios).
 
 Arithmetic follows the GPU kernels: vector work in the working dtype T (float32 really computes in
 float32: SciPy's csr_matvec is templated on the data type), coefficients computed in float64 from
@@ -20,7 +21,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from hpcsolve.fem import device_cg
+from hpcsolve.fem import lowops
 
 F64 = np.dtype(np.float64)
 
@@ -39,15 +40,13 @@ def _sum64(a):
     return float(np.add.reduce(a, dtype=np.float64))
 
 
-class NumpyLowOps(device_cg.DeviceOps):
+class NumpyLowOps(lowops.LowOps):
     """The fused kernels of kernels_cupy/kernels_numba as NumPy operations (CPU, no graphs)."""
 
     name = "numpy"
     supports_graphs = False
     graphs = False
-
-    def __init__(self):
-        self._mats = {}
+    mixed_x_update = True      # x64 += alpha p32 works in NumPy (accumulate="fp64", a study option)
 
     # ---- arrays
     def to_device(self, a):
@@ -72,19 +71,16 @@ class NumpyLowOps(device_cg.DeviceOps):
     def fill_zero(self, a):
         a.fill(0)
 
-    def zero_range(self, a, start, count):
-        a[start:start + count] = 0
-
     def sync(self):
         pass
 
     def _mat(self, A, dtype):
+        """A SciPy view of the DeviceCSR's values of ``dtype`` (no copy), kept on the matrix."""
         vals = A.vals[np.dtype(dtype)]
-        key = id(vals)
-        hit = self._mats.get(key)
+        hit = A.cache.get(("scipy", vals.dtype))
         if hit is None or hit[0] is not vals:
             M = sp.csr_matrix((vals, A.indices, A.indptr), shape=(A.n, A.n))
-            hit = self._mats[key] = (vals, M)
+            hit = A.cache[("scipy", vals.dtype)] = (vals, M)
         return hit[1]
 
     # ---- kernels (names, arguments and slot conventions as in kernels_cupy)
@@ -130,21 +126,6 @@ class NumpyLowOps(device_cg.DeviceOps):
             p[:] = r
         ws[i_rr] += _sum64(r * r)
 
-    def update_xr(self, x, r, p, q, coef, dinv, z, ws, i_rz, i_rr):
-        T = r.dtype.type
-        alpha = T(_coef(ws, *coef))
-        x += alpha * p
-        r -= alpha * q
-        ws[i_rr] += _sum64(r * r)
-        if dinv is not None:
-            np.multiply(dinv, r, out=z)
-            ws[i_rz] += _sum64(r * z)
-
-    def update_p(self, p, z, coef, ws):
-        beta = p.dtype.type(_coef(ws, *coef))
-        p *= beta
-        p += z
-
     def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
         alpha = r.dtype.type(_coef(ws, i_rho, i_pq, 1.0))
         r -= alpha * q
@@ -174,20 +155,34 @@ class NumpyLowOps(device_cg.DeviceOps):
         ws[i_rho] = ws[i_rho + k]
         ws[i_rr] = ws[i_rr + k]
 
+    def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
+        finite = np.isfinite(vals)
+        ws[base + lowops.CHECK_NONFINITE] += float(vals.size - np.count_nonzero(finite))
+        ws[base + lowops.CHECK_BAD_INDEX] += float(np.count_nonzero((indices < 0) | (indices >= n)))
+        if ws[base + lowops.CHECK_BAD_INDEX] or not finite.all():
+            return      # nothing more is decided on such a matrix
+        M = sp.csr_matrix((vals, indices, indptr), shape=(n, n))
+        if vals.size:
+            ws[base + lowops.CHECK_MAX_ABS] = max(ws[base + lowops.CHECK_MAX_ABS], float(np.abs(vals).max()))
+            T = M.T.tocsr()      # sorted CSR of A^T: compare values where the patterns agree
+            if np.array_equal(T.indptr, M.indptr) and np.array_equal(T.indices, M.indices):
+                asym = float(np.abs(vals - T.data).max())
+            else:
+                asym = float(abs(M - T).max())
+            ws[base + lowops.CHECK_MAX_ASYM] = max(ws[base + lowops.CHECK_MAX_ASYM], asym)
+        diag = M.diagonal()
+        good = diag > 0
+        ws[base + lowops.CHECK_BAD_DIAG] += float(n - np.count_nonzero(good))
+        if n:
+            ws[base + lowops.CHECK_MAX_DIAG] = max(ws[base + lowops.CHECK_MAX_DIAG], float(np.abs(diag).max()))
+        dinv_out[:] = 0.0
+        np.divide(1.0, diag, out=dinv_out, where=good)
+
     def timer(self):
-        return device_cg.EventTimer(lambda: [0.0], lambda e: e.__setitem__(0, time.perf_counter()),
+        return lowops.EventTimer(lambda: [0.0], lambda e: e.__setitem__(0, time.perf_counter()),
                                     lambda a, b: b[0] - a[0], lambda e: None)
 
 
 @functools.lru_cache(maxsize=1)
-def get_ops() -> NumpyLowOps:
+def low_ops() -> NumpyLowOps:
     return NumpyLowOps()
-
-
-def upload(A, dtypes=(np.float64, np.float32)) -> device_cg.DeviceCSR:
-    return device_cg.DeviceCSR.from_scipy(get_ops(), A, dtypes)
-
-
-def solve_fused(A, b, **options):
-    """``device_cg.solve_fused`` on the CPU (same algorithm and decisions as on the GPU, no graphs)."""
-    return device_cg.solve_fused(get_ops(), A, b, **options)

@@ -10,7 +10,7 @@ import numpy as np
 
 from hpcsolve.fem import problem as prob
 from hpcsolve.family import SOLVER_SECONDS, Description
-from hpcsolve.fem.api import solve
+from hpcsolve.fem.api import prepare_matrix, solve
 from hpcsolve.precision import Precision
 from hpcsolve.results import Result, TriangleMesh
 
@@ -72,10 +72,11 @@ class FEMFamily:
         t0 = time.perf_counter()
         x, rep = solve(disc.A, disc.b, rtol=s.rtol, maxiter=cold_its, **kwargs)
         cold_s = time.perf_counter() - t0
-        probe_its = cold_its
+        probe_its, A = cold_its, None
         while not rep.converged and rep.time_s < PROBE_SECONDS and probe_its < maxiter:
             probe_its = min(4 * probe_its, maxiter)
-            x, rep = solve(disc.A, disc.b, rtol=s.rtol, maxiter=probe_its, **kwargs)
+            A = A if A is not None else prepare_matrix(disc.A, backend=backend)   # checked and uploaded once
+            x, rep = solve(A, disc.b, rtol=s.rtol, maxiter=probe_its, **kwargs)
         per_it = rep.time_s / max(rep.iterations, 1)
         first_call = max(cold_s - min(cold_its, rep.iterations) * per_it, 0.0)
         if rep.converged or rep.iterations >= maxiter:

@@ -4,10 +4,9 @@ For 2D Poisson (5-point stencil = P1 stiffness of a uniform right-triangle mesh,
 unknowns, random right-hand side with a fixed seed):
 
 1. time per CG iteration at a fixed iteration count, for each backend x precision: the fused
-   device CG (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA), ``cupyx.scipy.sparse.linalg.cg``
-   (cuSPARSE), the Ops seam (hpcsolve.fem.solve: krylov's algorithm on our kernels, no graphs) at
-   the smallest size, and SciPy on the CPU at the sizes the CPU can do;
-2. % of the copy bandwidth from the bytes per iteration of ``device_cg.bytes_per_iteration``;
+   device CG of ``hpcsolve.fem.cg`` (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA),
+   ``cupyx.scipy.sparse.linalg.cg`` (cuSPARSE), and SciPy on the CPU at the sizes the CPU can do;
+2. % of the copy bandwidth from the bytes per iteration of ``cg.bytes_per_iteration``;
 3. time to a float64 true relative residual of 1e-10: fp64 CG, mixed (cg-reliable, ir-restarted)
    and fp32 CG (which stalls: its floor is reported).
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from hpcsolve import backends
 from hpcsolve.errors import BackendError
-from hpcsolve.fem import device_cg
+from hpcsolve.fem import cg, precond
 from hpcsolve.report.bandwidth import copy_bandwidth
 
 SIZES = (1024, 2048, 4096)
@@ -45,15 +44,39 @@ def _host_poisson(m: int):
     return A
 
 
-def _numba_view(dA: device_cg.DeviceCSR) -> device_cg.DeviceCSR:
+def _numba_view(dA):
     """The CuPy-built matrix seen by Numba (zero-copy through the CUDA array interface)."""
     from hpcsolve.fem import kernels_numba
 
-    ops = kernels_numba.get_ops()
-    c = ops.cuda
-    vals = {d: c.as_cuda_array(v) for d, v in dA.vals.items()}
-    return device_cg.DeviceCSR(dA.n, dA.nnz, c.as_cuda_array(dA.indptr), c.as_cuda_array(dA.indices), vals,
-                               None, ops)
+    ops = kernels_numba.low_ops()
+    return dA.on(ops, ops.cuda.as_cuda_array)
+
+
+def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, jacobi=False, seed: int = 0) -> dict:
+    """Median seconds per fused CG iteration at a fixed iteration count (graph replays, device events),
+    on A's low ops. Starts from a random right-hand side (never zeros); the iteration count is fixed,
+    not a solve."""
+    low = A.low
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(A.n)
+    eng = cg.CGEngine(A, dtype, precond.get("jacobi" if jacobi else "none"), K=k)
+    x64 = low.zeros(A.n, np.float64)
+    b_dev = low.to_device(b)
+    times = []
+    for rep in range(repeats + 1):
+        low.fill_zero(eng.x)
+        eng.set_residual_from(x64, b_dev)
+        eng.start_from_r()
+        low.sync()
+        blocks = max(1, n_iter // k)
+        with low.timer() as t:
+            for _ in range(blocks):
+                eng.launch(k)
+        if rep:
+            times.append(t.seconds / (blocks * k))
+    rr = eng.read(k)
+    return {"seconds_per_iteration": float(np.median(times)), "all": times, "iterations": blocks * k,
+            "final_rel_residual": float(np.sqrt(max(rr[-1], 0)) / np.linalg.norm(b))}
 
 
 def _cupyx_cg_time(dA, dtype, n_iter: int, repeats: int) -> float:
@@ -92,15 +115,6 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
     return (time.perf_counter() - t0) / n_iter
 
 
-def _seam_time(A, precision: str, n_iter: int) -> float:
-    from hpcsolve.fem import solve
-
-    b = np.random.default_rng(0).standard_normal(A.shape[0])
-    solve(A, b, precision=precision, backend="cupy", rtol=1e-14, maxiter=20)   # warm up
-    _, rep = solve(A, b, precision=precision, backend="cupy", rtol=1e-14, maxiter=n_iter)
-    return rep.time_s / max(rep.iterations, 1)
-
-
 def main(args) -> int:
     out = Path(args.out or os.environ.get("OUT") or "bench")
     out.mkdir(parents=True, exist_ok=True)
@@ -123,8 +137,9 @@ def main(args) -> int:
     result["copy_bandwidth"] = bw
     bwBps = bw["bandwidth_Bps"]
     print(f"copy bandwidth (read + write): {bw['bandwidth_GBps']:.0f} GB/s", flush=True)
-    ops = kernels_cupy.get_ops(True)
-    ops_nograph = kernels_cupy.get_ops(False)
+    from hpcsolve.fem import solve
+
+    ops_nograph = kernels_cupy.low_ops(graphs=False)
 
     def row(m, backend, variant, precision, seconds, nbytes=None, note=""):
         r = {"m": m, "unknowns": m * m, "backend": backend, "variant": variant, "precision": precision,
@@ -136,30 +151,25 @@ def main(args) -> int:
 
     for m in sizes:
         print(f"== 2D Poisson {m}^2 = {m * m:,} unknowns", flush=True)
-        dA = kernels_cupy.poisson_5point_device(m)
+        dA = kernels_cupy.poisson_5point_device(m)          # on kernels_cupy.low_ops() (graphs)
+        dA_nograph = dA.on(ops_nograph, lambda a: a)
         host = _host_poisson(m) if m <= 2048 else None
         for prec in precisions:
             dt = np.float64 if prec == "fp64" else np.float32
-            nb = device_cg.bytes_per_iteration(dA.n, dA.nnz, dt)
-            t = device_cg.time_iterations(ops, dA, dt, n_iter=n_iter, k=50, repeats=repeats)
+            nb = cg.bytes_per_iteration(dA.n, dA.nnz, dt)
+            t = time_iterations(dA, dt, n_iter=n_iter, k=50, repeats=repeats)
             row(m, "cupy", "fused+graphs", prec, t["seconds_per_iteration"], nb)
-            t = device_cg.time_iterations(ops_nograph, dA, dt, n_iter=n_iter, k=50, repeats=repeats)
+            t = time_iterations(dA_nograph, dt, n_iter=n_iter, k=50, repeats=repeats)
             row(m, "cupy", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
             if "numba-cuda" in usable:
                 try:
-                    from hpcsolve.fem import kernels_numba
-
                     nA = _numba_view(dA)
-                    t = device_cg.time_iterations(kernels_numba.get_ops(), nA, dt, n_iter=n_iter, k=50,
-                                                  repeats=repeats)
+                    t = time_iterations(nA, dt, n_iter=n_iter, k=50, repeats=repeats)
                     row(m, "numba-cuda", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
                 except Exception as exc:  # report, keep benchmarking the rest
                     print(f"  numba-cuda failed: {type(exc).__name__}: {exc}")
                     result.setdefault("errors", []).append(f"numba-cuda {m} {prec}: {exc}")
             row(m, "cupy", "cupyx cg (cuSPARSE)", prec, _cupyx_cg_time(dA, dt, min(n_iter, 200), repeats))
-            if m == sizes[0] and host is not None:
-                row(m, "cupy", "Ops seam (krylov.py)", prec, _seam_time(host, prec, min(n_iter, 200)),
-                    device_cg.bytes_per_iteration(dA.n, dA.nnz, dt) + dA.n * np.dtype(dt).itemsize)
             if host is not None and m <= (512 if quick else 2048):
                 row(m, "numpy", "scipy cg (CPU)", prec, _scipy_cg_time(host, dt, 10 if m > 1024 else 20))
         # time to solution to a true relative residual of 1e-10
@@ -167,7 +177,7 @@ def main(args) -> int:
         ref_its = None
         for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted"), ("fp32", "cg")):
             maxiter = 50_000 if ref_its is None else int(3 * ref_its)
-            x, rep = device_cg.solve_fused(ops, dA, b, precision=prec, method=method, rtol=1e-10, maxiter=maxiter)
+            x, rep = solve(dA, b, precision=prec, method=method, rtol=1e-10, maxiter=maxiter)
             if ref_its is None:
                 ref_its = rep.iterations
                 ref_t = rep.time_s
@@ -180,7 +190,7 @@ def main(args) -> int:
             print(f"  solve {prec:<5} {method:<13} its {rep.iterations:6d} ({s['iterations_vs_fp64']:.2f}x)  "
                   f"{rep.time_s * 1e3:9.1f} ms ({s['time_vs_fp64']:.2f}x)  true {rep.true_residual:.2e}  "
                   f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
-        del dA
+        del dA, dA_nograph
         import cupy
 
         cupy.get_default_memory_pool().free_all_blocks()

@@ -1,4 +1,5 @@
-"""CG, Jacobi-PCG and the two mixed-precision strategies on the NumPy reference Ops.
+"""CG, Jacobi-PCG and the two mixed-precision strategies through ``hpcsolve.fem.solve`` on the NumPy
+backend (hpcsolve.fem.cg over the NumPy low ops: the decisions a GPU run takes).
 
 Numbers these tests produce are printed (pytest -s) and attached as record_property.
 """
@@ -10,8 +11,7 @@ import scipy.sparse.linalg as spla
 
 from hpcsolve.errors import CaseError
 from hpcsolve.fem import solve
-from hpcsolve.fem.krylov import lanczos_kappa
-from hpcsolve.fem.ops import NumpyOps
+from hpcsolve.fem.cg import lanczos_kappa
 
 from fem_problems import poisson2d, poisson2d_kappa
 
@@ -148,14 +148,22 @@ def test_true_every_records_true_residuals(poisson128):
     assert np.all(np.diff(its) >= 0)
 
 
-def test_numpy_ops_fp32_really_computes_in_fp32():
+def test_numpy_low_ops_fp32_really_computes_in_fp32():
+    from hpcsolve.fem import prepare_matrix
+
     A = poisson2d(4)
-    ops = NumpyOps(A, np.float32)
-    v = ops.vector(np.ones(16))
-    q = ops.vector()
-    assert v.dtype == np.float32 and ops.A.dtype == np.float32
-    assert np.asarray(ops.spmv_dot(v, q)).dtype == np.float32
-    assert ops.div(1.0, 0.0) == 0.0
+    M = prepare_matrix(A)
+    low = M.low
+    p = np.linspace(1.0, 2.0, 16) + 1e-7 * np.arange(16)   # digits beyond float32's
+    q32, q64 = low.zeros(16, np.float32), low.zeros(16, np.float64)
+    ws = low.zeros(2, np.float64)
+    M.ensure(np.float32)
+    low.spmv_dot(M, p.astype(np.float32), q32, ws, 0)
+    low.spmv_dot(M, p, q64, ws, 1)
+    assert q32.dtype == np.float32 and M.vals[np.dtype(np.float32)].dtype == np.float32
+    np.testing.assert_array_equal(q32, (A.astype(np.float32) @ p.astype(np.float32)))
+    assert np.abs(q32 - A @ p).max() > 1e-9              # the float32 product lost digits
+    assert low.to_host(ws)[1] == pytest.approx(p @ (A @ p), rel=1e-14)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -182,14 +190,18 @@ def test_non_spd_input():
         solve(np.array([[2.0, 1.0], [0.0, 2.0]]), np.ones(2))
     with pytest.raises(CaseError, match=r"non-positive diagonal"):
         solve(np.array([[-1.0, 0.0], [0.0, 1.0]]), np.ones(2))
-    # indefinite with a positive diagonal: found during the iteration, reported, not raised
-    A = (poisson2d(10) - 2.0 * sp.identity(100)).tocsr()     # eigenvalues in [-1.8, 5.8]
-    b = np.random.default_rng(0).standard_normal(100)
+    # indefinite with a positive diagonal: found during the iteration, reported, not raised. 900 unknowns, so
+    # that one block of 64 iterations cannot solve it anyway (CG may converge on an indefinite matrix)
+    A = (poisson2d(30) - 2.0 * sp.identity(900)).tocsr()     # eigenvalues in [-1.97, 5.97]
+    b = np.random.default_rng(0).standard_normal(900)
     for precision, method in (("fp64", "cg"), ("fp32", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted")):
         _, rep = solve(A, b, precision=precision, method=method)
         assert not rep.converged
         assert "not symmetric positive definite" in rep.reason, (precision, method, rep.reason)
         assert rep.fallback == ""
+        # the block-end check names the first bad iteration inside the block: the same as checking every one
+        _, each = solve(A, b, precision=precision, method=method, check_every=1)
+        assert each.iterations == 3 and "<= 0 at iteration 3:" in each.reason and "<= 0 at iteration 3:" in rep.reason
 
 
 def test_singular_system_reports_why():
@@ -230,10 +242,10 @@ def test_zero_right_hand_side():
 
 
 def test_replacement_watch_decisions():
-    """The after-replacement rule shared by the seam and the fused device path."""
+    """The after-replacement rule of cg-reliable."""
     from types import SimpleNamespace
 
-    from hpcsolve.fem.krylov import ReplacementWatch
+    from hpcsolve.fem.cg import ReplacementWatch
 
     opts = SimpleNamespace(rtol=1e-10, reliable_patience=3)
     w = ReplacementWatch(opts, vdvye=False, start=1.0)
