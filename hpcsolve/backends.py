@@ -172,7 +172,7 @@ class Backend:
         return NumpyPrepass(links, policy)
 
     def fem_low_ops(self):
-        """The low-level fused-CG ops (hpcsolve.fem.device_cg.DeviceOps) of this backend."""
+        """The low-level fused-CG ops of this backend (the interface of hpcsolve/fem/lowops.py)."""
         self.require()
         return _import_kernels(self, self.fem_module, "FEM kernels").low_ops()
 
