@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib
 import inspect
 import math
 import platform
-import signal
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import __version__, backends
+from hpcsolve import __version__, backends, interrupts, outdir
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.checkpoint import check_compatible, latest_checkpoint
+from hpcsolve.checkpoint import check_compatible, latest_checkpoint, list_checkpoints
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
 
-RESULT_FILES = ("result.h5", "summary.json")
+RESULT_FILES = outdir.RESULT_FILES
 
 
 def family_runner(family: str):
@@ -132,38 +131,7 @@ def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict
     return {}
 
 
-class StopRequest:
-    """Set by SIGINT/SIGTERM; a runner polls ``requested`` between chunks of work and stops cleanly."""
-
-    def __init__(self):
-        self.requested = False
-        self.signal = None
-
-
-@contextmanager
-def _stop_on_signals(graceful: bool):
-    """SIGINT and SIGTERM: with a graceful runner, the first one asks it to stop at the next
-    monitor point (it writes a checkpoint and a summary marked 'interrupted'); a second one, or
-    any with a runner that cannot stop gracefully, raises KeyboardInterrupt at once."""
-    stop = StopRequest()
-
-    def handler(signum, frame):
-        if graceful and not stop.requested:
-            stop.requested, stop.signal = True, signum
-            return
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = {}
-    try:
-        yield stop
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
+StopRequest = interrupts.StopRequest   # the stop request runners poll (SIGINT/SIGTERM)
 
 
 _GPU_ERROR_MODULES = ("cupy", "cupy_backends", "cupyx", "numba.cuda", "cuda")
@@ -184,13 +152,9 @@ def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
     return Path("results") / f"{case.name}-{backend}-{policy.name}-{stamp}"
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise CaseError.invalid("--out", str(out), "a folder (new, or holding a result with --overwrite)",
-                                why="exists and is not a folder")
-    if out.is_dir() and not overwrite and any((out / n).exists() for n in RESULT_FILES):
-        raise CaseError.invalid("--out", str(out), "a new folder, or --overwrite to replace the result there",
-                                why="already holds a result")
+def check_out_dir(out: Path, overwrite: bool, resume: bool = False) -> None:
+    """Refuse an output folder that cannot take the run, before anything runs (hpcsolve.outdir)."""
+    outdir.check(out, overwrite=overwrite, resume=resume)
 
 
 def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
@@ -241,7 +205,7 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         case, backend, policy = prepare(case, backend, precision, overrides)
     out_path = Path(out) if out is not None else None
     if out_path is not None:
-        check_out_dir(out_path, overwrite)
+        check_out_dir(out_path, overwrite, resume=resume is not None)
     runner = family_runner(case.solver)
     check_memory(runner.describe(case, backend, policy), backend)
     accepts = inspect.signature(runner.run).parameters
@@ -252,18 +216,26 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         if "resume" not in accepts:
             raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
         kwargs["resume"] = ckpt
+    claim = (outdir.claim(out_path, overwrite=overwrite, resume=resume is not None) if out_path is not None
+             else contextlib.nullcontext())
+    with claim, interrupts.stop_on_signals(graceful="stop" in accepts) as stop:
+        if "stop" in accepts:
+            kwargs["stop"] = stop
+        result = _run_and_write(runner, case, backend, policy, kwargs, out_path, progress, plots)
+    return result
+
+
+def _run_and_write(runner, case, backend, policy, kwargs, out_path, progress, plots) -> Result:
+    """The runner, then the result folder; a partial result is written where the run stopped early."""
     try:
-        with _stop_on_signals(graceful="stop" in accepts) as stop:
-            if "stop" in accepts:
-                kwargs["stop"] = stop
-            result = runner.run(case, backend, policy, progress=progress, **kwargs)
+        result = runner.run(case, backend, policy, progress=progress, **kwargs)
     except KeyboardInterrupt:
-        # a runner that cannot stop gracefully: record that the run was interrupted (nothing else
-        # was computed that could be kept), so the folder does not look like an unfinished run
-        exc = RunInterrupted(f"{case.name}: interrupted before it finished; nothing to resume")
+        # stopped at once (a second signal, or a runner that cannot stop gracefully): the folder
+        # says so, and where the newest checkpoint is, if there is one
+        exc = RunInterrupted(f"{case.name}: interrupted before it finished; {_resume_hint(out_path)}")
         if out_path is not None:
             partial = Result(case.name, case.solver, backend, policy.name, status="interrupted",
-                             message="interrupted by a signal before the solve finished")
+                             message=f"interrupted by a signal before the run finished; {_resume_hint(out_path)}")
             _finish(partial, case, backend, policy)
             partial.write(out_path, plots=False)
         raise exc from None
@@ -282,6 +254,13 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     if out_path is not None:
         result.write(out_path, plots=plots)
     return result
+
+
+def _resume_hint(out_path: Path | None) -> str:
+    newest = list_checkpoints(out_path)[-1:] if out_path is not None else []
+    if not newest:
+        return "nothing to resume"
+    return f"resume from {newest[0].name} with: hpcsolve run --resume {out_path}"
 
 
 def _finish(result: Result, case: CaseBase, backend: str, policy: Precision) -> None:
