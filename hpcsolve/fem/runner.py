@@ -49,6 +49,7 @@ def describe(case, backend: str, policy: Precision) -> dict:
 def run(case, backend: str, policy: Precision, *, progress: bool = False) -> Result:
     t_all = time.perf_counter()
     disc = prob.build(case)
+    prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     mesh = disc.mesh
     s = case.solve
     x, report = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
