@@ -110,12 +110,8 @@ def cmd_run(args) -> int:
         return _report(args, case, result, args.resume)
     if args.dry_run:
         info = runmod.describe(args.case, args.backend, args.precision, args.overrides, estimate=True)
-        need, free = runmod.memory_needed(info), info.get("device_memory_free_bytes")
         _print_kv("dry run (nothing was run):", info)
-        if need is not None and free is not None and need > free:
-            print(f"hpcsolve: error: would not fit: needs {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free",
-                  file=sys.stderr)
-            return 2
+        runmod.check_memory(info, info["backend"])   # a run that would not fit: exit 2 naming the field
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     out = args.out or runmod.default_out_dir(case, backend, policy)

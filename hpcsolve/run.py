@@ -77,20 +77,19 @@ def available_memory(backend: str) -> int | None:
 
 
 def check_memory(info: dict, backend: str) -> None:
-    """Refuse a run whose estimated memory does not fit, before anything is allocated: the solver
-    state where the backend keeps it, and the setup arrays built on the host."""
-    need, free = memory_needed(info), available_memory(backend)
-    checks = [(need, free, "device" if backends.is_gpu(backend) else "host")]
-    host_need = info.get("host_memory_bytes")
-    if host_need:
-        host_total = host_need + (need or 0 if not backends.is_gpu(backend) else 0)
-        checks.append((host_total, backends.host_memory_available(), "host"))
-    for need_b, free_b, where in checks:
-        if need_b is not None and free_b is not None and need_b > free_b:
-            raise CaseError(f"the run needs about {need_b / 2**30:.2f} GiB but only {free_b / 2**30:.2f} GiB of "
-                            f"{where} memory is free on {backends.device_name(backend) if where == 'device' else 'this machine'}; "
-                            f"reduce the resolution / mesh size, use a smaller precision, or another backend",
-                            field="memory", value=need_b)
+    """Refuse a run whose estimated peak memory (hpcsolve.memory) does not fit, before anything is
+    allocated: the device memory of a GPU backend, and the host memory of the process."""
+    field = info.get("memory_reduce_field", "the problem size")
+    checks = [(info.get("host_memory_bytes"), backends.host_memory_available(), "host memory", "this machine")]
+    if backends.is_gpu(backend):
+        device = backends.device_memory_bytes(backend)
+        checks.insert(0, (info.get("device_memory_bytes"), device[0] if device else None, "device memory",
+                          backends.device_name(backend)))
+    for need, free, what, where in checks:
+        if need is not None and free is not None and need > free:
+            raise CaseError(f"the run would not fit: it needs about {need / 2**30:.2f} GiB of {what} but only "
+                            f"{free / 2**30:.2f} GiB are free on {where}; reduce {field}, use a smaller "
+                            f"precision, or another backend", field=field.split(" ")[0], value=need)
 
 
 def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve import backends, memory
 from hpcsolve.fem import problem as prob
 from hpcsolve.fem.api import DEFAULT_METHOD, solve
 from hpcsolve.precision import Precision
@@ -23,27 +24,21 @@ def describe(case, backend: str, policy: Precision) -> dict:
     from hpcsolve.fem.api import _method_for
 
     _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
+    estimate = memory.fem(case, backend, policy)
+    info = {"problem": case.problem.kind, "method": _method(case, policy), "rtol": case.solve.rtol,
+            **estimate.summary(), "memory": memory.describe(estimate),
+            "memory_estimate_bytes": estimate.device_bytes if estimate.device_bytes is not None else estimate.host_bytes}
+    free = backends.host_memory_available()
+    if free is not None and estimate.host_bytes > free:   # refused by run; validate reports it unbuilt
+        points, triangles = memory.fem_mesh_size(case)
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        return {**info, "points": points, "triangles": triangles, "unknowns": points * ncomp,
+                "note": "mesh not built (the run does not fit in host memory); sizes are from the case"}
     mesh = prob.build_mesh(case)
     prob.check_selections(case, mesh)
     ncomp = 1 if case.problem.kind == "poisson" else 2
-    ndofs = mesh.n_points * ncomp
-    nnz_est = ndofs * (7 if ncomp == 1 else 14)     # P1 on triangles: about 7 neighbours per node
-    wbytes = policy.storage_bytes
-    matrix_bytes = nnz_est * (8 + 4) + (ndofs + 1) * 4
-    work_bytes = nnz_est * (wbytes + 4) if wbytes != 8 else 0
-    vectors = 8 * ndofs * 8
-    return {
-        "problem": case.problem.kind,
-        "mesh": mesh.source,
-        "points": mesh.n_points,
-        "triangles": mesh.n_triangles,
-        "unknowns": ndofs,
-        "h_max": mesh.h_max(),
-        "boundary_tags": mesh.tag_names,
-        "method": _method(case, policy),
-        "rtol": case.solve.rtol,
-        "memory_estimate_bytes": int(matrix_bytes + work_bytes + vectors),
-    }
+    return {**info, "mesh": mesh.source, "points": mesh.n_points, "triangles": mesh.n_triangles,
+            "unknowns": mesh.n_points * ncomp, "h_max": mesh.h_max(), "boundary_tags": mesh.tag_names}
 
 
 def run(case, backend: str, policy: Precision, *, progress: bool = False) -> Result:

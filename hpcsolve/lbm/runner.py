@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hpcsolve import backends
+from hpcsolve import backends, memory
 from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, RunInterrupted
 from hpcsolve.lbm import geometry as geom
@@ -56,23 +56,16 @@ def describe(case: LBMCase, backend: str, policy: Precision) -> dict:
     info = derived.summary()
     cells = derived.nx * derived.ny
     info["collision"] = case.lattice.collision
-    arrays = 1 if case.lattice.streaming == "in-place" and backend != "numpy" else 2
-    info["memory_bytes"] = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
-    info["memory"] = (f"{info['memory_bytes'] / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
-                      f"+ flags + boundary velocity)")
-    # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
-    info["host_memory_bytes"] = int(HOST_BYTES_PER_CELL * cells)
+    estimate = memory.lbm(case, derived, backend, policy)
+    info.update(estimate.summary())
+    info["memory_bytes"] = estimate.device_bytes if estimate.device_bytes is not None else estimate.host_bytes
+    info["memory"] = memory.describe(estimate)
     free = backends.host_memory_available()
-    if free is not None and info["host_memory_bytes"] > free // 2:
+    if free is not None and estimate.host_bytes > free:   # refused by run; validate still reports it
         info["fluid_cells"] = cells
-        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
+        info["note"] = "geometry not built (the run does not fit in host memory); fluid_cells is the grid size"
         return info
-    try:
-        geo = geom.build(case, derived)
-    except MemoryError:
-        info["fluid_cells"] = cells
-        info["note"] = "geometry not built (too large for host memory); fluid_cells is the grid size"
-        return info
+    geo = geom.build(case, derived)
     info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
     info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
     info.update(_bounce_back_summary(geo))
@@ -143,9 +136,6 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry) -> dict[str, np.n
         "flags": geo.flags.astype(np.int32),
     }
 
-
-# Host bytes per cell for the setup (flags, fluid/obstacle masks, boundary velocity, initial fields).
-HOST_BYTES_PER_CELL = 48
 
 # A lattice speed this high (Mach ~0.87) at a monitor point means the run has gone unstable.
 BLOW_UP_LATTICE_SPEED = 0.5
