@@ -128,7 +128,10 @@ def _report(args, case, result, out) -> int:
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**result.derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
-    return 0 if result.status not in ("blew_up", "not_converged") else 3
+    if result.status in ("blew_up", "not_converged"):
+        print(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def cmd_validate(args) -> int:

@@ -8,6 +8,8 @@ file's physical groups (gmsh ``$PhysicalNames``); untagged boundary edges are ta
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,10 +162,15 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     regular_file(path, field_name, allowed, max_bytes=MESH_FILE_MAX_BYTES)   # no pipe or device is opened
     if path.suffix.lower() == ".msh":
         gmsh_counts(path, field_name, allowed)                                # header and counts first
+    # meshio prints its readers' complaints and calls sys.exit when none accepts the file: its output
+    # is kept out of the terminal and its exit becomes one CaseError
+    said = io.StringIO()
     try:
-        mm = meshio.read(path)
-    except (Exception, SystemExit) as exc:  # meshio calls sys.exit for a file no reader accepts
-        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else "no meshio reader accepts it"
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            mm = meshio.read(path)
+    except (Exception, SystemExit) as exc:
+        complaint = " ".join(said.getvalue().split()) or "no meshio reader accepts it"
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else complaint
         raise CaseError.invalid(field_name, clip(str(path)), allowed, why=f"cannot read it ({clip(what)})") from None
     try:
         return _mesh_from_meshio(mm, path, field_name)

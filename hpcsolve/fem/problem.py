@@ -206,6 +206,13 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     t0 = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(case)
     t1 = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: _scale names the field that overflows
+        return _assemble(case, mesh, t0, t1)
+
+
+def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
+    import time
+
     p = case.problem
     coef = coefficient_per_cell(case, mesh)
     exact = None
@@ -228,8 +235,11 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     t2 = time.perf_counter()
     coefficient_field = "problem.conductivity" if p.kind == "poisson" else "problem.young"
     source_field, source_value = _source(p)
-    scales = {coefficient_field: _scale(K.data, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
-                                        "the stiffness matrix"),
+    # the smallest coefficient sets how large the solution can grow: the matrix scale it stands for
+    contrast = float(coef.min() / coef.max())
+    scales = {coefficient_field: (_scale(K.data, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
+                                         "the stiffness matrix")[0] * contrast,
+                                  [float(coef.min()), float(coef.max())]),
               source_field: _scale(b, source_field, source_value, "the load vector")}
 
     for i, bc in enumerate(case.boundary.neumann):
@@ -309,15 +319,16 @@ def _scale(values: np.ndarray, field: str, given, what: str) -> tuple[float, obj
 
 def check_scales(disc: Discrete, storage_bytes: int) -> None:
     """Refuse a system the Krylov solver cannot hold in the working precision: a right-hand-side part,
-    the matrix, or a bound on the solution (||b|| n^1.5 / ||A||_F, an upper estimate for P1 stiffness
-    matrices) beyond SCALE_LIMIT; the message names the field to scale."""
+    the matrix, or a bound on the solution (||b|| n^1.5 / (||A||_F k_min / k_max), an upper estimate
+    for P1 stiffness matrices with coefficients k) beyond SCALE_LIMIT; the message names the field."""
     limit = SCALE_LIMIT.get(storage_bytes, SCALE_LIMIT[8])
     precision = f"{8 * storage_bytes}-bit floats"
     (coefficient_field, (matrix, coefficient)), *parts = disc.scales.items()
     if not (1.0 / limit <= matrix <= limit):
-        raise CaseError.invalid(coefficient_field, coefficient, f"a coefficient that keeps ||A|| in "
-                                f"[{1 / limit:g}, {limit:g}]", why=f"the stiffness matrix norm {matrix:.3g} is "
-                                f"outside what {precision} can solve with")
+        raise CaseError.invalid(coefficient_field, coefficient, f"coefficients (smallest, largest; with "
+                                f"problem.regions) that keep ||A|| k_min / k_max in [{1 / limit:g}, {limit:g}]",
+                                why=f"the stiffness matrix scale {matrix:.3g} is outside what {precision} can "
+                                    f"solve with")
     for field_name, (norm, given) in parts:
         if norm > limit:
             raise CaseError.invalid(field_name, given, f"values that keep that part of b below {limit:g}",

@@ -202,7 +202,8 @@ def _check_units(case: LBMCase, units: Units) -> None:
     inputs overflow or underflow them), each naming the field responsible."""
     p = case.physics
     _in_range(units.dx, "the cell size dx = physics.length / lattice.resolution (m)", "physics.length", p.length)
-    _in_range((units.velocity / units.lattice_velocity) ** 2, "the squared velocity scale (dx/dt)^2 = "
+    scale = units.velocity / units.lattice_velocity
+    _in_range(scale * scale, "the squared velocity scale (dx/dt)^2 = "
               "(physics.velocity / lattice.velocity)^2 (m^2/s^2)", "physics.velocity", p.velocity)
     _in_range(units.dt, "the time step dt = dx * lattice.velocity / physics.velocity (s)", "physics.velocity",
               p.velocity)
