@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -206,22 +207,50 @@ def cmd_bench(args) -> int:
     return mod.main(args)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _set_handlers(handler) -> dict:
+    """Set SIGINT and SIGTERM to ``handler`` (a callable, a dict by signal, or SIG_IGN); returns the previous."""
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler[sig] if isinstance(handler, dict) else handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    return previous
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
+    # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.interrupts);
+    # once the outcome is decided, late signals are ignored so they cannot turn it into a kill mid-exit
+    previous = _set_handlers(_interrupt)
     try:
-        return handler(args)
+        code, message = _execute(handler, args)
+    finally:
+        _set_handlers(signal.SIG_IGN)
+    if message:
+        print(message, file=sys.stderr)
+    if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back
+        _set_handlers(previous)
+    return code
+
+
+def _execute(handler, args) -> tuple[int, str | None]:
+    """The command's exit code and the one line to print on stderr (None when it succeeded)."""
+    try:
+        return handler(args), None
     except HpcsolveError as exc:
         label = "interrupted" if exc.exit_code == 130 else "error"
-        print(f"hpcsolve: {label}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return exc.exit_code, f"hpcsolve: {label}: {exc}"
     except KeyboardInterrupt:
-        print("hpcsolve: interrupted", file=sys.stderr)
-        return 130
+        return 130, "hpcsolve: interrupted"
     except MemoryError:
-        print("hpcsolve: error: out of host memory; reduce the problem size", file=sys.stderr)
-        return 2
+        return 2, "hpcsolve: error: out of host memory; reduce the problem size"
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ FEM = ["poisson_manufactured", "cook_membrane", "heat_plate_with_hole"]
 SEED = int(os.environ.get("HPCSOLVE_FUZZ_SEED", "13"))
 INPUTS = int(os.environ.get("HPCSOLVE_FUZZ_INPUTS", "2200"))
 RUNS = 24                    # valid small inputs that are also run
+DRY_RUNS = 40                # valid inputs that are also dry-run (derived values, memory, run-time probe)
 INPUT_SECONDS = 30           # one input longer than this is a hang
 
 BAD_NUMBERS = [math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, 1e-300, 1e300, 0.0, -0.0, -1.0, 0.5,
@@ -357,7 +358,7 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(tmp_path):
     with contextlib.redirect_stderr(io.StringIO()):   # meshio warns about the tags the test meshes lack
         files = make_files(tmp_path / "files")
     gen = Generator(SEED, files)
-    counts, outcomes, failures, runs = Counter(), Counter(), [], 0
+    counts, outcomes, failures, runs, dry_runs = Counter(), Counter(), [], 0, 0
     previous = signal.signal(signal.SIGALRM, _alarm)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     try:
@@ -370,6 +371,12 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(tmp_path):
             signal.setitimer(signal.ITIMER_REAL, INPUT_SECONDS)
             try:
                 code, out, err = _cli(["validate", str(path), "--json", "--backend", "numpy", *sets])
+                if code == 0 and dry_runs < DRY_RUNS:
+                    dry_runs += 1
+                    dcode, _, derr = _cli(["run", str(path), "--dry-run", "--backend", "numpy", *sets])
+                    outcomes[f"dry-run exit {dcode}"] += 1
+                    if dcode not in (0, 2) or (dcode == 2 and not names_a_field(derr)):
+                        failures.append((kind, i, f"dry-run exit {dcode}", derr[-500:]))
                 if code == 0 and runs < RUNS and _small(json.loads(out)):
                     runs += 1
                     outdir = tmp_path / "runs" / f"{i:05d}"
