@@ -322,7 +322,7 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise CaseError(f"{clip(source)}: not valid TOML: {clip(str(exc))}") from None
+        raise CaseError.invalid("case", clip(source), "a TOML case file", why=f"not valid TOML: {clip(str(exc))}") from None
     except RecursionError:
         raise CaseError(f"{clip(source)}: tables and arrays nest too deeply; allowed: at most {MAX_DEPTH} levels",
                         field="case") from None

@@ -87,7 +87,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def latest_checkpoint(out_dir: str | Path) -> Checkpoint:
     """The newest readable checkpoint in ``out_dir`` (an unreadable newest one falls back to the previous)."""
-    files = list_checkpoints(out_dir)
+    from hpcsolve.errors import clip
+    from hpcsolve.safe_io import path_problem
+
+    problem = path_problem(out_dir)
+    if problem:
+        raise CaseError.invalid("--resume", clip(str(out_dir)), "a run folder with checkpoints", why=problem)
+    try:
+        files = list_checkpoints(out_dir)
+    except OSError as exc:
+        raise CaseError.invalid("--resume", clip(str(out_dir)), "a run folder with checkpoints",
+                                why=f"cannot look at it ({exc.strerror})") from None
     if not files:
         raise CaseError.invalid("--resume", str(out_dir), f"a run folder with {SUBDIR}/checkpoint_*.h5",
                                 why="no checkpoint found")

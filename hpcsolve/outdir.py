@@ -49,6 +49,11 @@ def has_checkpoints(out: Path) -> bool:
 
 def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
     """Refuse a target that is not a folder, or that holds another run's files without --overwrite."""
+    from hpcsolve.safe_io import path_problem
+
+    problem = path_problem(out)
+    if problem:
+        raise _refuse(out, problem, "a folder this user can write")
     out = Path(out)
     try:
         exists, is_dir = out.exists(), out.is_dir()

@@ -422,3 +422,33 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(tmp_path):
     assert sum(counts.values()) >= 2000 and len(counts) == 8
     assert runs >= RUNS // 2, f"only {runs} valid small inputs were run"
     assert not failures, f"{len(failures)} failures, first: {failures[:5]}"
+
+
+def test_paths_of_every_kind_as_case_out_and_resume_give_one_error(tmp_path):
+    """The command line's own paths (the case file, --out, --resume) of every kind the file tests use."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        files = make_files(tmp_path / "files")
+    cavity = str(CASES / "lid_driven_cavity.toml")
+    paths = sorted(set(files["mesh"] + files["mask"]))
+    failures = []
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for p in paths:
+            for argv in (["validate", p], ["run", cavity, "--out", p, "--set", "time.steps=2", "--no-plots"],
+                         ["run", "--resume", p]):
+                signal.setitimer(signal.ITIMER_REAL, INPUT_SECONDS)
+                try:
+                    code, _, err = _cli(argv)
+                except BaseException as exc:   # noqa: BLE001 - any escape from cli.main is a failure
+                    failures.append((argv, f"{type(exc).__name__}: {str(exc)[:200]}"))
+                    continue
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                if argv[1] == cavity and code == 0:     # a new folder at a path that can be one
+                    continue
+                if code != 2 or not err.startswith("hpcsolve: error:") or err.count("\n") != 1 or \
+                        not names_a_field(err):
+                    failures.append((argv, code, err[:300]))
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert not failures, failures[:5]
