@@ -23,6 +23,13 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _folder_arg(text: str) -> Path:
+    # an empty value (an unset shell variable, say) would otherwise mean the working directory
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a folder")
+    return Path(text)
+
+
 def _add_case_args(p, optional: bool = False):
     if optional:
         p.add_argument("case", nargs="?", help="path to a .toml case file (see cases/); "
@@ -42,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
     _add_case_args(p, optional=True)
-    p.add_argument("--resume", type=Path, metavar="DIR",
+    p.add_argument("--resume", type=_folder_arg, metavar="DIR",
                    help="continue the run in DIR from its newest checkpoint (results are written there)")
     p.add_argument("--force", action="store_true",
                    help="with --resume: continue even if the case, backend, precision or version differ")
-    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
+    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -64,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precisions to compare (default: every one the solver family supports)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
-    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-compare-<time>)")
+    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
