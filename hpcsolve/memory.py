@@ -42,7 +42,8 @@ class MemoryEstimate:
 
 #: resident size of the process before the lattice exists: interpreter, NumPy, SciPy, h5py, tqdm
 LBM_BASE_BYTES = 62 * MiB
-#: ... and with a CUDA context and the GPU library loaded (CuPy or Numba-CUDA)
+#: ... and with a CUDA context and the GPU library loaded (CuPy or Numba-CUDA). The GPU constants
+#: below are counted from the arrays the GPU steppers allocate, not yet measured (docs/reliability.md)
 LBM_BASE_GPU_BYTES = 420 * MiB
 #: matplotlib and the figures of the plots (drawn on at most 1000 x 1000 cells)
 PLOT_BYTES = 48 * MiB
@@ -80,14 +81,15 @@ def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
     if kept > cells * 2 * q * storage:
         reduce = "time.output_interval (fewer snapshots) or lattice.resolution"
     if not backends.is_gpu(backend):
+        # the peak is while stepping, or while the result is written and plotted (the steps' memory is free then)
         step = 2 * q * storage + q * GATHER_BYTES + STEP_TEMPORARIES * q * compute + SETUP_BYTES_PER_CELL
-        host = LBM_BASE_BYTES + max(step, RESULT_BYTES_PER_CELL) * cells + kept + plots
+        host = LBM_BASE_BYTES + kept + max(step * cells, RESULT_BYTES_PER_CELL * cells + plots)
         return MemoryEstimate(int(host), None, reduce,
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "
                               f"+ {snapshots} snapshots x {SNAPSHOT_BYTES_PER_CELL} B/cell")
     arrays = 1 if case.lattice.streaming == "in-place" else 2
     device = cells * (arrays * q * storage + max(q, 3 * compute) + GPU_DEVICE_EXTRA_PER_CELL - q)
-    host = LBM_BASE_GPU_BYTES + max(GPU_HOST_BYTES_PER_CELL, RESULT_BYTES_PER_CELL) * cells + kept + plots
+    host = LBM_BASE_GPU_BYTES + kept + max(GPU_HOST_BYTES_PER_CELL * cells, RESULT_BYTES_PER_CELL * cells + plots)
     return MemoryEstimate(int(host), int(device), reduce,
                           f"device: {arrays} population array{'s' if arrays > 1 else ''} of {q} x {storage} B "
                           f"+ flags, moments; host: setup, fields, {snapshots} snapshots")
@@ -102,17 +104,17 @@ def case_plots(case) -> bool:
 # FEM
 
 #: resident size before the mesh exists: interpreter, NumPy, SciPy (sparse, SuperLU), h5py
-FEM_BASE_BYTES = 80 * MiB
+FEM_BASE_BYTES = 70 * MiB
 FEM_BASE_GPU_BYTES = 420 * MiB
 #: per triangle at the peak (assembly: COO triplets of (3 ncomp)^2 entries as int64 rows, cols and
 #: float64 values, their sorted CSR copy, the condensed matrix; the Krylov vectors), by unknowns
 #: per node (measured)
-FEM_BYTES_PER_TRIANGLE = {1: 330, 2: 1000}
-#: a manufactured solution: the 6-point quadrature of the error norms, per triangle
-MANUFACTURED_BYTES_PER_TRIANGLE = 260
-#: the float64 reference (SuperLU with COLAMD): fill of the factors grows like n^REFERENCE_POWER
-REFERENCE_BYTES_PER_UNKNOWN = {1: 0.9, 2: 1.0}
-REFERENCE_POWER = 1.45
+FEM_BYTES_PER_TRIANGLE = {1: 440, 2: 1540}
+#: a manufactured solution: the 6-point quadrature of the error norms and the exact fields, per triangle
+MANUFACTURED_BYTES_PER_TRIANGLE = 240
+#: the float64 reference (SuperLU, COLAMD ordering): the factors' fill grows like
+#: coefficient * unknowns^power bytes, by unknowns per node (fitted to measured runs)
+REFERENCE_FILL = {1: (42.0, 1.30), 2: (786.0, 1.10)}
 #: GPU device side: CSR matrix (values, int32 columns, row pointers) and 10 Krylov vectors
 DEVICE_VECTORS = 10
 
@@ -163,7 +165,8 @@ def fem(case, backend: str, policy) -> MemoryEstimate:
     host = triangles * per_triangle
     reference = s.reference == "always" or (s.reference == "auto" and unknowns <= s.reference_max_dofs)
     if reference:
-        host += REFERENCE_BYTES_PER_UNKNOWN[ncomp] * unknowns ** REFERENCE_POWER
+        coefficient, power = REFERENCE_FILL[ncomp]
+        host += coefficient * float(unknowns) ** power
     reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
     device = None
     base = FEM_BASE_BYTES
