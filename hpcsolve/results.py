@@ -133,7 +133,15 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
             names.append("result.xdmf")
         if plots and result.plotter is not None:
             (stage / PLOT_DIR).mkdir()
-            names += [f"{PLOT_DIR}/{Path(p).name}" for p in result.plotter(result, stage / PLOT_DIR)]
+            try:
+                names += [f"{PLOT_DIR}/{Path(p).name}" for p in result.plotter(result, stage / PLOT_DIR)]
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a figure matplotlib cannot draw must not lose the result
+                import warnings
+
+                warnings.warn(f"plots skipped: {type(exc).__name__}: {exc}", stacklevel=2)
+                shutil.rmtree(stage / PLOT_DIR, ignore_errors=True)
         summary = result.summary()
         summary["run_id"] = run_id
         summary["files"] = _file_keys(names)

@@ -131,8 +131,8 @@ class BoundarySection(StrictModel):
 class SolverSection(StrictModel):
     method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
     preconditioner: Literal["none", "jacobi"] = "none"
-    rtol: float = Field(1e-10, ge=MIN_RTOL, lt=1, description="target on the float64 true relative residual "
-                        "(below 1e-16, float64 round-off, it cannot be reached)")
+    rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual, "
+                        ">= 1e-16 (below float64 round-off it cannot be reached)")
     maxiter: int | None = Field(None, ge=1, le=MAX_ITERATIONS, description="total Krylov iterations (default 10 x unknowns)")
     check_every: int | None = Field(None, ge=1, le=10000, description="iterations between host convergence checks "
                                      "(default: 10 on the CPU; on a GPU, the largest CUDA-graph block, 64)")
@@ -145,6 +145,13 @@ class SolverSection(StrictModel):
     reference: Literal["auto", "always", "never"] = Field(
         "auto", description="also solve in float64 with spsolve and compare (auto: up to reference_max_dofs)")
     reference_max_dofs: int = Field(300_000, ge=0, le=MAX_ITERATIONS)
+
+    @field_validator("rtol")
+    @classmethod
+    def _rtol_reachable(cls, v):
+        if v < MIN_RTOL:
+            raise ValueError(f"allowed: >= {MIN_RTOL:g} (float64 round-off: a smaller target cannot be reached)")
+        return v
 
     @field_validator("method")
     @classmethod
