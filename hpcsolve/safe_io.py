@@ -204,7 +204,30 @@ def gmsh_counts(path: str | os.PathLike, field: str, allowed: str) -> dict[str, 
                 counts[name] = count
                 if len(counts) == 2:
                     break
+            if _gmsh_ascii(head):
+                _refuse_negative_ids(m, path, field, allowed)
     return counts
+
+
+def _gmsh_ascii(head: bytes) -> bool:
+    """The file-type of a gmsh $MeshFormat line ("<version> <file-type> <data-size>") is 0 for ASCII."""
+    words = head.split(b"\n", 2)[1].split() if head.count(b"\n") >= 2 else []
+    return len(words) >= 2 and words[1] == b"0"
+
+
+_NEGATIVE = re.compile(rb"[ \t\n]-\d")
+
+
+def _refuse_negative_ids(m, path, field: str, allowed: str) -> None:
+    # meshio looks node numbers up in a table, so -2 silently becomes another node: refuse them first
+    start, end = m.find(b"$Elements"), m.find(b"$EndElements")
+    hit = _NEGATIVE.search(m, start, end) if 0 <= start < end else None
+    if hit:
+        line_start = m.rfind(b"\n", 0, hit.end()) + 1
+        line = m[line_start:m.find(b"\n", hit.end())].decode(errors="replace")
+        raise CaseError.invalid(field, clip(str(path)), allowed,
+                                why=f"a negative number in $Elements ({clip(line, 60)}); "
+                                    f"gmsh numbers nodes and elements from 1")
 
 
 # ------------------------------------------------------------------------------------------------
