@@ -78,12 +78,13 @@ def _owner_text() -> str:
 
 def holder(out: Path) -> str:
     """Who holds the lock of ``out``, in words (from the owner file the holder wrote)."""
+    from hpcsolve.safe_io import read_text
+
     try:
-        with open(out / OWNER_NAME, "rb") as f:
-            info = json.loads(f.read(4096).decode("utf-8"))
+        info = json.loads(read_text(out / OWNER_NAME, "--out", "an owner file", max_bytes=4096))
         return (f"pid {info['pid']} on {info['host']}, started {info['started']}: "
                 f"{clip(str(info.get('command', '')), 200)}")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):   # CaseError is a ValueError: no readable owner file
         return "holder unknown"
 
 
