@@ -1,31 +1,85 @@
 """Case files: TOML, validated with pydantic, with ``--set key.path=value`` overrides.
 
 Every problem with a case becomes one :class:`~hpcsolve.errors.CaseError` that names the
-field, the value and what is allowed. A case file says which solver family it is for
-(``solver = "lbm"`` or ``"fem"``); each family defines its own sections in
+field, the value (cut short if long) and what is allowed. A case file says which solver family it
+is for (``solver = "lbm"`` or ``"fem"``); each family defines its own sections in
 ``hpcsolve/<family>/case.py`` on top of :class:`CaseBase`.
+
+Values are validated strictly, by one rule for every section (:class:`StrictModel`): a number
+field takes a TOML number (an integer field an integer), never a string or a boolean; a boolean
+field takes true or false; every float is finite. A ``--set`` value is a TOML value (a bare word
+is taken as a string). Nesting and dotted keys are bounded before the TOML parser sees them.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from hpcsolve import backends, precision
-from hpcsolve.errors import CaseError
+from hpcsolve.errors import CaseError, clip, shown
 
 FAMILIES = ("lbm", "fem")
 
+#: deepest nesting of tables and arrays in a case (the deepest real one is 5: boundary.dirichlet[0].where.circle)
+MAX_DEPTH = 16
+#: most parts of a dotted key (``a.b.c``), in a case file or a --set key
+MAX_KEY_PARTS = 16
+#: integers beyond this are refused in every field (they no longer fit numpy's int64 arithmetic safely)
+MAX_INT = 2**53
+#: largest case text parsed
+MAX_CASE_CHARS = 16 * 2**20
+
+
+def _tuple_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields whose type is a tuple (TOML gives arrays as lists)."""
+    names = set()
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+        if any(typing.get_origin(a) is tuple for a in args):
+            names.add(name)
+    return frozenset(names)
+
 
 class StrictModel(BaseModel):
-    """Base of every case section: unknown keys are errors, values are not silently coerced."""
+    """Base of every case section: unknown keys are errors, values are never coerced (a string is
+    not a number, 64.0 is not an integer, 'yes' is not a boolean), every float is finite and every
+    integer within +-2^53."""
 
-    model_config = ConfigDict(extra="forbid", strict=False, validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, validate_assignment=True,
+                              frozen=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arrays_as_tuples(cls, data):
+        # a TOML array is a list; the fixed-length fields (points, pairs) are tuples
+        if isinstance(data, dict):
+            names = _tuple_fields_of(cls)
+            if any(isinstance(data.get(n), list) for n in names):
+                data = {k: tuple(v) if k in names and isinstance(v, list) else v for k, v in data.items()}
+        return data
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _integers_in_range(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
+            raise ValueError(f"allowed: an integer of magnitude at most 2^53 = {MAX_INT}")
+        return v
+
+
+@functools.cache
+def _tuple_fields_of(model: type[BaseModel]) -> frozenset[str]:
+    return _tuple_fields(model)
 
 
 class RunSection(StrictModel):
@@ -156,9 +210,9 @@ def _from_set(loc: str, overrides) -> str:
 def validation_error_to_case_error(exc: ValidationError, source: str = "", model=None, overrides=()) -> CaseError:
     lines = []
     first = None
-    for err in exc.errors(include_url=False):
+    for err in exc.errors(include_url=False)[:20]:
         parts = tuple(x for x in err.get("loc", ()) if not (isinstance(x, str) and x.startswith("function-")))
-        loc = _format_loc(parts)
+        loc = clip(_format_loc(parts))
         typ = err.get("type", "")
         value = err.get("input")
         msg = err.get("msg", "")
@@ -166,29 +220,68 @@ def validation_error_to_case_error(exc: ValidationError, source: str = "", model
             msg = msg[len("Value error, "):]
         if typ == "extra_forbidden":
             hint = _nearest_key(model, parts) if model is not None and parts else ""
-            text = (f"{loc}: unknown key (value {value!r}){hint or '; check the spelling against the documented keys'}")
+            text = f"{loc}: unknown key (value {shown(value)}){hint or '; check the spelling against the documented keys'}"
         elif typ == "missing":
             text = f"{loc}: required field is missing"
         elif not loc:  # a rule over several fields: the message names them
             text = msg
+        elif isinstance(value, dict):  # a rule over a section's fields: the message names them
+            text = f"{loc}: {msg}"
         else:
-            shown = value if not isinstance(value, dict) else "{...}"
-            text = f"{loc}: got {shown!r}; {msg}"
+            text = f"{loc}: got {shown(value)}; {_allowed(typ, msg)}"
         lines.append(text + (_from_set(loc, overrides) if loc else ""))
         if first is None:
             first = (loc, value, msg)
-    where = f" in {source}" if source else ""
-    head = f"invalid case{where}: " + lines[0] if len(lines) == 1 else f"invalid case{where} ({len(lines)} problems):\n  " + "\n  ".join(lines)
+    where = f" in {clip(source)}" if source else ""
+    count = exc.error_count()
+    head = (f"invalid case{where}: " + lines[0] if count == 1
+            else f"invalid case{where} ({count} problems):\n  " + "\n  ".join(lines)
+            + (f"\n  ... and {count - len(lines)} more" if count > len(lines) else ""))
     err = CaseError(head)
     if first:
         err.field, err.value, err.allowed = first
     return err
 
 
+#: what the strict types allow, said for the pydantic error types whose own message names no type
+_STRICT_TYPES = {
+    "float_type": "allowed: a TOML number (not a string or a boolean)",
+    "int_type": "allowed: a TOML integer (not a float, string or boolean)",
+    "bool_type": "allowed: true or false",
+    "string_type": "allowed: a TOML string",
+    "tuple_type": "allowed: a TOML array",
+    "list_type": "allowed: a TOML array",
+    "finite_number": "allowed: a finite number (not inf or nan)",
+}
+
+
+def _allowed(typ: str, msg: str) -> str:
+    return f"{msg}; {_STRICT_TYPES[typ]}" if typ in _STRICT_TYPES else msg
+
+
+def nesting_problem(value, limit: int = MAX_DEPTH) -> str | None:
+    """Where ``value`` (parsed TOML) nests tables and arrays deeper than ``limit``, or None;
+    iterative, so any depth is looked at without recursion."""
+    stack = [(value, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > limit:
+            return f"{clip(where.lstrip('.'), 80) or 'the case'} nests tables and arrays more than {limit} deep"
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}", depth + 1) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(node))
+    return None
+
+
 def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, source: str = "",
                     overrides=()) -> CaseBase:
     if not isinstance(data, dict):
         raise CaseError("a case must be a TOML table")
+    deep = nesting_problem(data)
+    if deep:
+        raise CaseError(f"invalid case{' in ' + clip(source) if source else ''}: {deep}; allowed: at most "
+                        f"{MAX_DEPTH} levels", field="case")
     family = data.get("solver")
     if family is None:
         raise CaseError.invalid("solver", None, ", ".join(FAMILIES), why="required field is missing")
@@ -200,26 +293,50 @@ def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, sou
     except ValidationError as exc:
         raise validation_error_to_case_error(exc, source or (str(path) if path else ""), model, overrides) from None
     except (TypeError, OverflowError) as exc:  # e.g. a value pydantic cannot even compare
-        raise CaseError(f"invalid case{' in ' + source if source else ''}: {exc}") from None
+        raise CaseError(f"invalid case{' in ' + clip(source) if source else ''}: {clip(str(exc))}") from None
     case._text = text
     case._path = path
     return case
 
 
+#: a --set value TOML cannot parse is taken as a string if it is one plain word (run.backend=cupy)
+_BARE_WORD = re.compile(r"[^\s\"'\[\]{}=#,]+")
+
+
 def parse_override(assignment: str) -> tuple[list[str], Any]:
-    if "=" not in assignment:
-        raise CaseError.invalid("--set", assignment, "key.path=value, e.g. physics.reynolds=400")
+    """``key.path=value`` -> (["key", "path"], value). The value is a TOML value; a plain word that is
+    not one is a string; anything else (text after a value, an unclosed array) is refused."""
+    def refuse(why):
+        return CaseError.invalid("--set", assignment, "key.path=value with one TOML value, e.g. physics.reynolds=400",
+                                 why=why)
+
+    if not isinstance(assignment, str) or "=" not in assignment:
+        raise refuse("no '=' in it")
     key, raw = assignment.split("=", 1)
     key = key.strip()
-    keys = key.split(".")
+    keys = key.split(".", MAX_KEY_PARTS)
+    if len(keys) > MAX_KEY_PARTS:
+        raise refuse(f"the key has more than {MAX_KEY_PARTS} parts")
+    keys = [k.strip() for k in keys]
     if not key or any(not k for k in keys):
-        raise CaseError.invalid("--set", assignment, "key.path=value, e.g. physics.reynolds=400")
+        raise refuse("an empty key or key part")
     raw = raw.strip()
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
+        parsed = tomllib.loads(f"v = {raw}")
     except tomllib.TOMLDecodeError:
-        value = raw  # a bare word: take it as a string (e.g. run.backend=cupy)
-    return keys, value
+        parsed = None
+    except RecursionError:
+        raise refuse(f"the value nests arrays or tables more than {MAX_DEPTH} deep") from None
+    if parsed is None:
+        if not _BARE_WORD.fullmatch(raw):
+            raise refuse("the value is not a TOML value (strings with spaces or symbols need quotes)")
+        return keys, raw
+    if set(parsed) != {"v"}:
+        raise refuse("text follows the value (one value per --set)")
+    deep = nesting_problem(parsed["v"])
+    if deep:
+        raise refuse(f"the value nests arrays or tables more than {MAX_DEPTH} deep")
+    return keys, parsed["v"]
 
 
 def apply_override(data: dict, assignment: str) -> None:
@@ -238,11 +355,20 @@ def apply_override(data: dict, assignment: str) -> None:
 
 def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, path: Path | None = None) -> CaseBase:
     source = str(path) if path else "<text>"
+    if len(text) > MAX_CASE_CHARS:
+        raise CaseError.invalid("case", clip(source), f"a case text of at most {MAX_CASE_CHARS:,} characters",
+                                why=f"it has {len(text):,}")
+    shape = toml_shape_problem(text)
+    if shape:
+        raise CaseError(f"{clip(source)}: {shape}", field="case")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise CaseError(f"{source}: not valid TOML: {exc}") from None
-    raw = copy.deepcopy(data)
+        raise CaseError.invalid("case", clip(source), "a TOML case file", why=f"not valid TOML: {clip(str(exc))}") from None
+    except RecursionError:
+        raise CaseError(f"{clip(source)}: tables and arrays nest too deeply; allowed: at most {MAX_DEPTH} levels",
+                        field="case") from None
+    raw = copy.deepcopy(data) if overrides else data
     for a in overrides:
         apply_override(raw, a)
     case = parse_case_data(raw, text=text, path=path, source=source, overrides=overrides)
@@ -251,17 +377,80 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
 
 
 def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> CaseBase:
-    """Read, override and validate a case file."""
-    p = Path(path)
-    if not p.exists():
-        raise CaseError.invalid("case", str(path), "a path to an existing .toml case file", why="file not found")
-    if p.is_dir():
-        raise CaseError.invalid("case", str(path), "a .toml file, not a folder")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CaseError.invalid("case", str(path), "a UTF-8 TOML text file", why="not a text file") from None
-    return parse_case_text(text, overrides, path=p.resolve())
+    """Read, override and validate a case file (a regular file; a pipe or device is refused unopened)."""
+    from hpcsolve.safe_io import CASE_FILE_MAX_BYTES, read_text
+
+    text = read_text(path, "case", "a path to an existing .toml case file (UTF-8 text)",
+                     max_bytes=CASE_FILE_MAX_BYTES)
+    return parse_case_text(text, overrides, path=Path(path).resolve())
+
+
+# -- the shape of TOML text, looked at before tomllib parses it ----------------------------------
+# tomllib recurses into nested arrays and tables, and handles a dotted key in time quadratic in its
+# parts (20,000 parts: minutes); a linear scan refuses both first.
+
+_TOML_TOKEN = re.compile(r'"""|\'\'\'|["\'#\n\[\]{}=,.]')
+_TOML_STRING_END = {
+    '"""': re.compile(r'(?:[^\\]|\\.)*?"""', re.S),   # multi-line basic string
+    "'''": re.compile(r".*?'''", re.S),               # multi-line literal string
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),            # basic string
+    "'": re.compile(r"[^'\n]*'"),                      # literal string
+}
+
+
+def toml_shape_problem(text: str) -> str | None:
+    """Why ``text`` nests deeper than MAX_DEPTH or has a dotted key of more than MAX_KEY_PARTS parts
+    (with the line), or None. Strings and comments are skipped; anything else is left to tomllib."""
+    stack: list[str] = []        # "array" or "table" (inline) for each open bracket
+    in_key, in_header, dots, line = True, False, 0, 1
+    pos = 0
+    while True:
+        m = _TOML_TOKEN.search(text, pos)
+        if m is None:
+            return None
+        tok, pos = m.group(), m.end()
+        if tok in _TOML_STRING_END:
+            end = _TOML_STRING_END[tok].match(text, pos)
+            if end is None:
+                return None          # unterminated: tomllib says where
+            line += text.count("\n", pos, end.end())
+            pos = end.end()
+        elif tok == "#":
+            nl = text.find("\n", pos)
+            pos = len(text) if nl < 0 else nl
+        elif tok == "\n":
+            line += 1
+            if not stack:
+                in_key, in_header, dots = True, False, 0
+        elif tok == "[":
+            if not stack and in_key and not in_header and not text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip():
+                in_header, dots = True, 0                     # a [table] or [[array of tables]] header
+            elif not in_header:
+                stack.append("array")
+                in_key = False
+        elif tok == "]":
+            if in_header:
+                in_key = False
+            elif stack:
+                stack.pop()
+        elif tok == "{":
+            stack.append("table")
+            in_key, dots = True, 0
+        elif tok == "}":
+            if stack:
+                stack.pop()
+            in_key = False
+        elif tok == "=":
+            in_key = False
+        elif tok == ",":
+            if stack and stack[-1] == "table":
+                in_key, dots = True, 0
+        elif tok == "." and (in_key or in_header):
+            dots += 1
+            if dots >= MAX_KEY_PARTS:
+                return f"line {line}: a dotted key of more than {MAX_KEY_PARTS} parts; allowed: at most {MAX_KEY_PARTS}"
+        if len(stack) > MAX_DEPTH:
+            return f"line {line}: arrays and tables nest more than {MAX_DEPTH} deep; allowed: at most {MAX_DEPTH}"
 
 
 def case_summary(case: CaseBase) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 
 from hpcsolve import __version__
 from hpcsolve.errors import CaseError
-from hpcsolve.results import _jsonable, atomic_path
+from hpcsolve.results import _jsonable
 
 KEEP = 2
 SUBDIR = "checkpoints"
@@ -36,30 +36,43 @@ def checkpoint_dir(out_dir: str | Path) -> Path:
 
 
 def write_checkpoint(out_dir: str | Path, ckpt: Checkpoint, keep: int = KEEP) -> Path:
-    """Write ``ckpt`` atomically, then delete all but the newest ``keep`` checkpoints."""
-    import h5py
+    """Write ``ckpt`` atomically (checked writes, no signal in between), then
+    delete all but the newest ``keep`` checkpoints. A failed write (a full disk) raises OutputError
+    and leaves the earlier checkpoints as they were."""
+    from hpcsolve.errors import OutputError
+    from hpcsolve.interrupts import deferred
+    from hpcsolve.safe_io import write_h5_atomic
 
     d = checkpoint_dir(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
     path = d / f"checkpoint_{ckpt.step:010d}.h5"
     meta = {"hpcsolve_version": __version__, **ckpt.meta, "step": int(ckpt.step)}
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["meta"] = json.dumps(_jsonable(meta))
-            f.attrs["state"] = json.dumps(_jsonable(ckpt.state))
-            g = f.create_group("arrays")
-            for name, a in ckpt.arrays.items():
-                g.create_dataset(name, data=np.asarray(a))
-    for old in list_checkpoints(out_dir)[:-keep]:
-        with contextlib.suppress(FileNotFoundError):
-            old.unlink()
+
+    def fill(f):
+        f.attrs["meta"] = json.dumps(_jsonable(meta))
+        f.attrs["state"] = json.dumps(_jsonable(ckpt.state))
+        g = f.create_group("arrays")
+        for name, a in ckpt.arrays.items():
+            g.create_dataset(name, data=np.asarray(a))
+
+    with deferred():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            write_h5_atomic(path, fill)
+        except OSError as exc:
+            raise OutputError.invalid("--out", str(out_dir), "a folder with free space that this user can write",
+                                      why=f"cannot write checkpoint {path.name} ({exc.strerror or exc}); the "
+                                          f"earlier checkpoints are kept") from None
+        for old in list_checkpoints(out_dir)[:-keep]:
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
     ckpt.path = path
     return path
 
 
 def list_checkpoints(out_dir: str | Path) -> list[Path]:
     d = checkpoint_dir(out_dir)
-    return sorted(d.glob("checkpoint_*.h5")) if d.is_dir() else []
+    # a named pipe or folder with a checkpoint's name is not a checkpoint (opening a pipe would block)
+    return sorted(p for p in d.glob("checkpoint_*.h5") if p.is_file()) if d.is_dir() else []
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
@@ -74,7 +87,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def latest_checkpoint(out_dir: str | Path) -> Checkpoint:
     """The newest readable checkpoint in ``out_dir`` (an unreadable newest one falls back to the previous)."""
-    files = list_checkpoints(out_dir)
+    from hpcsolve.errors import clip
+    from hpcsolve.safe_io import path_problem
+
+    problem = path_problem(out_dir)
+    if problem:
+        raise CaseError.invalid("--resume", clip(str(out_dir)), "a run folder with checkpoints", why=problem)
+    try:
+        files = list_checkpoints(out_dir)
+    except OSError as exc:
+        raise CaseError.invalid("--resume", clip(str(out_dir)), "a run folder with checkpoints",
+                                why=f"cannot look at it ({exc.strerror})") from None
     if not files:
         raise CaseError.invalid("--resume", str(out_dir), f"a run folder with {SUBDIR}/checkpoint_*.h5",
                                 why="no checkpoint found")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -20,6 +21,13 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"hpcsolve: error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def _folder_arg(text: str) -> Path:
+    # an empty value (an unset shell variable, say) would otherwise mean the working directory
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a folder")
+    return Path(text)
 
 
 def _add_case_args(p, optional: bool = False):
@@ -41,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
     _add_case_args(p, optional=True)
-    p.add_argument("--resume", type=Path, metavar="DIR",
+    p.add_argument("--resume", type=_folder_arg, metavar="DIR",
                    help="continue the run in DIR from its newest checkpoint (results are written there)")
     p.add_argument("--force", action="store_true",
                    help="with --resume: continue even if the case, backend, precision or version differ")
-    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
+    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -63,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precisions to compare (default: every one the solver family supports)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
-    p.add_argument("--out", type=Path, help="output folder (default: results/<case>-compare-<time>)")
+    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--repeats", type=int, default=None,
@@ -112,12 +120,8 @@ def cmd_run(args) -> int:
         return _report(args, case, result, args.resume)
     if args.dry_run:
         info = runmod.describe(args.case, args.backend, args.precision, args.overrides, estimate=True)
-        need, free = runmod.memory_needed(info), info.get("device_memory_free_bytes")
         _print_kv("dry run (nothing was run):", info)
-        if need is not None and free is not None and need > free:
-            print(f"hpcsolve: error: would not fit: needs {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free",
-                  file=sys.stderr)
-            return 2
+        runmod.check_memory(info, info["backend"])   # a run that would not fit: exit 2 naming the field
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     out = args.out or runmod.default_out_dir(case, backend, policy)
@@ -134,11 +138,11 @@ def _report(args, case, result, out) -> int:
         derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
-    code = 0 if result.status not in ("blew_up", "not_converged") else 3
-    if code and args.quiet:   # the reason is shown even with --quiet whenever the exit code is not 0
-        print(f"hpcsolve: {case.name}: {result.status}: {result.message}", file=sys.stderr)
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
-    return code
+    if result.status in ("blew_up", "not_converged"):
+        print(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def cmd_validate(args) -> int:
@@ -213,22 +217,50 @@ def cmd_bench(args) -> int:
     return mod.main(args)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _set_handlers(handler) -> dict:
+    """Set SIGINT and SIGTERM to ``handler`` (a callable, a dict by signal, or SIG_IGN); returns the previous."""
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler[sig] if isinstance(handler, dict) else handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    return previous
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
+    # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.interrupts);
+    # once the outcome is decided, late signals are ignored so they cannot turn it into a kill mid-exit
+    previous = _set_handlers(_interrupt)
     try:
-        return handler(args)
+        code, message = _execute(handler, args)
+    finally:
+        _set_handlers(signal.SIG_IGN)
+    if message:
+        print(message, file=sys.stderr)
+    if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back
+        _set_handlers(previous)
+    return code
+
+
+def _execute(handler, args) -> tuple[int, str | None]:
+    """The command's exit code and the one line to print on stderr (None when it succeeded)."""
+    try:
+        return handler(args), None
     except HpcsolveError as exc:
         label = "interrupted" if exc.exit_code == 130 else "error"
-        print(f"hpcsolve: {label}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return exc.exit_code, f"hpcsolve: {label}: {exc}"
     except KeyboardInterrupt:
-        print("hpcsolve: interrupted", file=sys.stderr)
-        return 130
+        return 130, "hpcsolve: interrupted"
     except MemoryError:
-        print("hpcsolve: error: out of host memory; reduce the problem size", file=sys.stderr)
-        return 2
+        return 2, "hpcsolve: error: out of host memory; reduce the problem size"
 
 
 if __name__ == "__main__":

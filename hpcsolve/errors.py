@@ -2,6 +2,27 @@
 
 from __future__ import annotations
 
+#: longest text of a value echoed in an error message (a 10 MB name must not make a 10 MB message)
+SHOWN_CHARS = 120
+
+
+def shown(value, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters with the full length said."""
+    try:
+        text = repr(value)
+    except RecursionError:  # a value nested too deeply to print
+        return f"<{type(value).__name__} nested too deeply to show>"
+    except ValueError:  # an integer with more digits than Python prints
+        return f"<integer of {value.bit_length():,} bits>"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
 
 class HpcsolveError(Exception):
     """Base class of every error hpcsolve reports to a user."""
@@ -19,15 +40,20 @@ class CaseError(HpcsolveError, ValueError):
         self.value = value
         self.allowed = allowed
         if field is not None and not message.startswith(field):
-            message = f"{field}: {message}"
+            message = f"{clip(field)}: {message}"
         super().__init__(message)
 
     @classmethod
     def invalid(cls, field: str, value, allowed: str, why: str | None = None) -> "CaseError":
-        text = f"got {value!r}; allowed: {allowed}"
+        text = f"got {shown(value)}; allowed: {allowed}"
         if why:
-            text = f"{why} (got {value!r}; allowed: {allowed})"
+            text = f"{why} (got {shown(value)}; allowed: {allowed})"
         return cls(text, field=field, value=value, allowed=allowed)
+
+
+class OutputError(CaseError):
+    """The output folder cannot take the run: not writable, full, or in use by another run.
+    Earlier results and checkpoints in it are kept."""
 
 
 class BackendError(HpcsolveError):

@@ -34,16 +34,20 @@ class Description:
     """What a family knows about a case before running it."""
 
     parameters: dict                       #: derived parameters, JSON-able (shown by validate / --dry-run)
-    memory_bytes: int                      #: where the solver state lives (device memory on a GPU backend)
-    host_memory_bytes: int = 0             #: arrays built on the host for the setup
+    estimate: Any = None                   #: hpcsolve.memory.MemoryEstimate: peak host and device memory
     setup: Any = None                      #: what describe built (geometry, mesh); run() reuses it
     note: str = ""                         #: why the setup was not built (too large), if it was not
 
+    @property
+    def memory_bytes(self) -> int:
+        """Peak memory where the solver state lives: device memory on a GPU backend, else the host's."""
+        e = self.estimate
+        return int(e.device_bytes if e.device_bytes is not None else e.host_bytes)
+
     def as_dict(self) -> dict:
         info = dict(self.parameters)
-        info["memory_bytes"] = int(self.memory_bytes)
-        if self.host_memory_bytes:
-            info["host_memory_bytes"] = int(self.host_memory_bytes)
+        info.update(self.estimate.summary())
+        info["memory_bytes"] = self.memory_bytes
         if self.note:
             info["note"] = self.note
         return info

@@ -7,17 +7,22 @@ Output folder of a run::
     summary.json   metrics, timings, derived parameters, provenance (machine-readable)
     plots/*.png    family-specific plots
 
-Every file is written to a temporary name in the same folder and renamed, so a crash never
-leaves a file that looks complete but is not.
+A result is first written into a staging folder beside the files (every disk write checked), then renamed into place, and the marker ``manifest.json`` comes last: it
+names the result's files and the run id that result.h5 and summary.json carry too. A folder
+without the marker is incomplete (a run killed while writing); a failed write (a full disk)
+leaves the previous result and the checkpoints as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import json
 import math
 import os
+import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -97,22 +102,126 @@ class Result:
         }
 
     def write(self, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
-        """Write result.h5, result.xdmf, summary.json and plots into ``out_dir``."""
+        """Write result.h5, result.xdmf, summary.json, plots and, last, the marker into ``out_dir``.
+
+        A signal during the write only requests a stop; a failed write raises OutputError and leaves
+        the folder's earlier result and checkpoints as they were."""
+        from hpcsolve.interrupts import deferred
+
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        files = {"h5": write_h5(self, out / "result.h5")}
-        if self.grid is not None and (self.fields or self.snapshots):
-            files["xdmf"] = write_xdmf(self, out / "result.xdmf", h5_name="result.h5")
-        if plots and self.plotter is not None:
-            plot_dir = out / "plots"
-            plot_dir.mkdir(exist_ok=True)
-            for i, p in enumerate(self.plotter(self, plot_dir)):
-                files[f"plot{i}"] = Path(p)
-        summary = self.summary()
-        summary["files"] = {k: str(Path(v).name if k in ("h5", "xdmf") else Path(v).relative_to(out))
-                            for k, v in files.items()}
-        files["summary"] = write_json(summary, out / "summary.json")
-        return files
+        with deferred():
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                return _write_folder(self, out, plots)
+            except OSError as exc:
+                from hpcsolve.errors import OutputError
+
+                raise OutputError.invalid(
+                    "--out", str(out), "a folder with free space that this user can write",
+                    why=f"cannot write the result ({exc.strerror or exc}); the earlier result and "
+                        f"checkpoints in it are kept") from None
+
+
+def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
+    """Stage every file, then rename them into ``out``; the marker is removed first and written last."""
+    from hpcsolve.outdir import MARKER, PLOT_DIR, STAGING_PREFIX
+
+    run_id = uuid.uuid4().hex
+    stage = out / f"{STAGING_PREFIX}{run_id}"
+    stage.mkdir()
+    try:
+        names = ["result.h5"]
+        write_h5(result, stage / "result.h5", run_id=run_id)
+        if result.grid is not None and (result.fields or result.snapshots):
+            write_xdmf(result, stage / "result.xdmf", h5_name="result.h5")
+            names.append("result.xdmf")
+        if plots and result.plotter is not None:
+            (stage / PLOT_DIR).mkdir()
+            try:
+                names += [f"{PLOT_DIR}/{Path(p).name}" for p in result.plotter(result, stage / PLOT_DIR)]
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a figure matplotlib cannot draw must not lose the result
+                import warnings
+
+                warnings.warn(f"plots skipped: {type(exc).__name__}: {exc}", stacklevel=2)
+                shutil.rmtree(stage / PLOT_DIR, ignore_errors=True)
+        summary = result.summary()
+        summary["run_id"] = run_id
+        summary["files"] = _file_keys(names)
+        names.append("summary.json")
+        write_json(summary, stage / "summary.json")
+        manifest = {"run_id": run_id, "status": result.status, "case": result.case_name,
+                    "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "files": {n: (stage / n).stat().st_size for n in names}}
+        write_json(manifest, stage / MARKER)
+        if any(n.startswith(f"{PLOT_DIR}/") for n in names):
+            (out / PLOT_DIR).mkdir(exist_ok=True)
+        # commit: renames only; without the marker the folder reads as incomplete meanwhile
+        (out / MARKER).unlink(missing_ok=True)
+        for n in names:
+            os.replace(stage / n, out / n)
+        for stale in _stale_files(out, names):
+            stale.unlink(missing_ok=True)
+        os.replace(stage / MARKER, out / MARKER)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    from hpcsolve.safe_io import fsync_folder
+
+    fsync_folder(out)
+    files = {key: out / n for key, n in _file_keys(names).items()}
+    files["marker"] = out / MARKER
+    return files
+
+
+def _file_keys(names: list[str]) -> dict[str, str]:
+    """{"h5": "result.h5", "xdmf": ..., "plot0": "plots/...", "summary": ...} for the written names."""
+    fixed = {"result.h5": "h5", "result.xdmf": "xdmf", "summary.json": "summary"}
+    plots = [n for n in names if n not in fixed]
+    return {**{fixed[n]: n for n in names if n in fixed}, **{f"plot{i}": n for i, n in enumerate(plots)}}
+
+
+def _stale_files(out: Path, names: list[str]) -> list[Path]:
+    """Files of an earlier result in ``out`` that this one does not have (its xdmf, its plots)."""
+    from hpcsolve.outdir import PLOT_DIR
+
+    stale = [out / "result.xdmf"] if "result.xdmf" not in names else []
+    plot_dir = out / PLOT_DIR
+    if plot_dir.is_dir():
+        keep = {n.split("/", 1)[1] for n in names if n.startswith(f"{PLOT_DIR}/")}
+        stale += [p for p in plot_dir.glob("*.png") if p.name not in keep]
+    return stale
+
+
+def read_result_folder(out_dir: str | Path) -> dict:
+    """The summary of a complete result folder, checked against its marker: every file the marker
+    names exists with its size, and result.h5 and summary.json carry the marker's run id. Raises
+    OutputError for an incomplete or inconsistent folder."""
+    import h5py
+
+    from hpcsolve.errors import OutputError
+    from hpcsolve.outdir import MARKER
+
+    out = Path(out_dir)
+
+    def bad(why):
+        return OutputError.invalid("--out", str(out), "a complete result folder", why=why)
+
+    try:
+        manifest = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise bad(f"no {MARKER}: the run that wrote it did not finish writing") from None
+    for name, size in manifest["files"].items():
+        p = out / name
+        if not p.is_file() or p.stat().st_size != size:
+            raise bad(f"{name} is missing or not the one {MARKER} names")
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    with h5py.File(out / "result.h5", "r") as f:
+        h5_run = f.attrs.get("run_id")
+    h5_run = h5_run.decode() if isinstance(h5_run, bytes) else h5_run
+    if not (summary.get("run_id") == h5_run == manifest["run_id"]):
+        raise bad("result.h5, summary.json and the marker come from different runs")
+    return summary
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,6 +252,9 @@ def atomic_path(path: str | Path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from hpcsolve.safe_io import FILE_MODE
+
+    os.fchmod(fd, FILE_MODE)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -163,9 +275,9 @@ def _umask() -> int:
 
 
 def write_json(data: dict, path: str | Path) -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(_jsonable(data), indent=2) + "\n", encoding="utf-8")
-    return Path(path)
+    from hpcsolve.safe_io import write_atomic
+
+    return write_atomic(path, (json.dumps(_jsonable(data), indent=2) + "\n").encode("utf-8"))
 
 
 def _vector3(a: np.ndarray) -> np.ndarray:
@@ -189,48 +301,49 @@ def _set_attrs(h5obj, mapping: dict):
             h5obj.attrs[k] = v
 
 
-def write_h5(result: Result, path: str | Path) -> Path:
-    import h5py
+def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
+    """result.h5, every disk write checked (see hpcsolve.safe_io.write_h5_atomic)."""
+    from hpcsolve.safe_io import write_h5_atomic
 
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["hpcsolve_layout"] = H5_LAYOUT_VERSION
-            f.attrs["case"] = result.case_name
-            f.attrs["solver"] = result.solver
-            f.attrs["backend"] = result.backend
-            f.attrs["precision"] = result.precision
-            f.attrs["status"] = result.status
-            f.attrs["message"] = result.message
-            f.attrs["case_text"] = result.case_text
-            f.attrs["case_json"] = result.case_json
-            _set_attrs(f.require_group("provenance"), result.provenance)
-            _set_attrs(f.require_group("metrics"), result.metrics)
-            _set_attrs(f.require_group("derived"), result.derived)
-            _set_attrs(f.require_group("timings"), result.timings)
-            g = result.grid
-            if isinstance(g, StructuredGrid):
-                gg = f.create_group("grid")
-                gg.attrs.update({"nx": g.nx, "ny": g.ny, "spacing": g.spacing, "origin": list(g.origin), "unit": g.unit})
-                x, y = g.coordinates()
-                gg["x"], gg["y"] = x, y
-            elif isinstance(g, TriangleMesh):
-                gm = f.create_group("mesh")
-                gm["points"] = np.asarray(g.points, dtype=np.float64)
-                gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
-            fg = f.create_group("fields")
-            for name, a in result.fields.items():
-                fg.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
-            sg = f.create_group("snapshots")
-            for i, snap in enumerate(result.snapshots):
-                s = sg.create_group(f"{i:06d}")
-                s.attrs["time"] = snap.time
-                s.attrs["step"] = snap.step
-                for name, a in snap.fields.items():
-                    s.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
-            tg = f.create_group("series")
-            for name, a in result.series.items():
-                tg[name] = np.asarray(a)
-    return Path(path)
+    def fill(f):
+        f.attrs["hpcsolve_layout"] = H5_LAYOUT_VERSION
+        f.attrs["run_id"] = run_id
+        f.attrs["case"] = result.case_name
+        f.attrs["solver"] = result.solver
+        f.attrs["backend"] = result.backend
+        f.attrs["precision"] = result.precision
+        f.attrs["status"] = result.status
+        f.attrs["message"] = result.message
+        f.attrs["case_text"] = result.case_text
+        f.attrs["case_json"] = result.case_json
+        _set_attrs(f.require_group("provenance"), result.provenance)
+        _set_attrs(f.require_group("metrics"), result.metrics)
+        _set_attrs(f.require_group("derived"), result.derived)
+        _set_attrs(f.require_group("timings"), result.timings)
+        g = result.grid
+        if isinstance(g, StructuredGrid):
+            gg = f.create_group("grid")
+            gg.attrs.update({"nx": g.nx, "ny": g.ny, "spacing": g.spacing, "origin": list(g.origin), "unit": g.unit})
+            x, y = g.coordinates()
+            gg["x"], gg["y"] = x, y
+        elif isinstance(g, TriangleMesh):
+            gm = f.create_group("mesh")
+            gm["points"] = np.asarray(g.points, dtype=np.float64)
+            gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
+        fg = f.create_group("fields")
+        for name, a in result.fields.items():
+            fg.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+        sg = f.create_group("snapshots")
+        for i, snap in enumerate(result.snapshots):
+            s = sg.create_group(f"{i:06d}")
+            s.attrs["time"] = snap.time
+            s.attrs["step"] = snap.step
+            for name, a in snap.fields.items():
+                s.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+        tg = f.create_group("series")
+        for name, a in result.series.items():
+            tg[name] = np.asarray(a)
+    return write_h5_atomic(path, fill)
 
 
 def _xdmf_attrs(result: Result, fields: dict, h5_name: str, h5_group: str, dims: str) -> list[str]:
@@ -293,9 +406,9 @@ def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> 
         blocks.append(grid_block("final", result.fields, "fields"))
     text = ('<?xml version="1.0" ?>\n<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>\n<Xdmf Version="3.0">\n  <Domain>\n'
             + "\n".join(blocks) + "\n  </Domain>\n</Xdmf>\n")
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return Path(path)
+    from hpcsolve.safe_io import write_atomic
+
+    return write_atomic(path, text.encode("utf-8"))
 
 
 def read_h5(path: str | Path) -> dict:

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
-import signal
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 
-from hpcsolve import __version__, backends
+from hpcsolve import __version__, backends, interrupts, outdir
 from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.checkpoint import check_compatible, latest_checkpoint
+from hpcsolve.checkpoint import check_compatible, latest_checkpoint, list_checkpoints
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.family import Description
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
 
-RESULT_FILES = ("result.h5", "summary.json")
+RESULT_FILES = outdir.RESULT_FILES
 
 
 def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: str | Precision | None = None,
@@ -71,56 +70,23 @@ def available_memory(backend) -> int | None:
 
 
 def check_memory(desc: "Description | dict", backend) -> None:
-    """Refuse a run whose estimated memory does not fit, before anything is allocated: the solver
-    state where the backend keeps it, and the setup arrays built on the host."""
+    """Refuse a run whose estimated peak memory (hpcsolve.memory) does not fit, before anything is
+    allocated: the device memory of a GPU backend, and the host memory of the process."""
     backend = backends.get(backend)
     info = desc.as_dict() if isinstance(desc, Description) else desc
-    need, free = memory_needed(info), available_memory(backend)
-    checks = [(need, free, "device" if backend.gpu else "host")]
-    host_need = info.get("host_memory_bytes")
-    if host_need:
-        host_total = host_need + (need or 0 if not backend.gpu else 0)
-        checks.append((host_total, backends.host_memory_available(), "host"))
-    for need_b, free_b, where in checks:
-        if need_b is not None and free_b is not None and need_b > free_b:
-            raise CaseError(f"the run needs about {need_b / 2**30:.2f} GiB but only {free_b / 2**30:.2f} GiB of "
-                            f"{where} memory is free on {backend.device_name if where == 'device' else 'this machine'}; "
-                            f"reduce the resolution / mesh size, use a smaller precision, or another backend",
-                            field="memory", value=need_b)
+    field = info.get("memory_reduce_field", "the problem size")
+    checks = [(info.get("host_memory_bytes"), backends.host_memory_available(), "host memory", "this machine")]
+    if backend.gpu:
+        checks.insert(0, (info.get("device_memory_bytes"), available_memory(backend), "device memory",
+                          backend.device_name))
+    for need, free, what, where in checks:
+        if need is not None and free is not None and need > free:
+            raise CaseError(f"the run would not fit: it needs about {need / 2**30:.2f} GiB of {what} but only "
+                            f"{free / 2**30:.2f} GiB are free on {where}; reduce {field}, use a smaller "
+                            f"precision, or another backend", field=field.split(" ")[0], value=need)
 
 
-class StopRequest:
-    """Set by SIGINT/SIGTERM; a runner polls ``requested`` between chunks of work and stops cleanly."""
-
-    def __init__(self):
-        self.requested = False
-        self.signal = None
-
-
-@contextmanager
-def _stop_on_signals(graceful: bool):
-    """SIGINT and SIGTERM: with a graceful runner, the first one asks it to stop at the next
-    monitor point (it writes a checkpoint and a summary marked 'interrupted'); a second one, or
-    any with a runner that cannot stop gracefully, raises KeyboardInterrupt at once."""
-    stop = StopRequest()
-
-    def handler(signum, frame):
-        if graceful and not stop.requested:
-            stop.requested, stop.signal = True, signum
-            return
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        previous = {}
-    try:
-        yield stop
-    finally:
-        for sig, h in previous.items():
-            signal.signal(sig, h)
+StopRequest = interrupts.StopRequest   # the stop request runners poll (SIGINT/SIGTERM)
 
 
 def _gpu_error(exc: Exception, backend) -> BackendError | None:
@@ -132,13 +98,9 @@ def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
     return Path("results") / f"{case.name}-{backend}-{policy.name}-{stamp}"
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise CaseError.invalid("--out", str(out), "a folder (new, or holding a result with --overwrite)",
-                                why="exists and is not a folder")
-    if out.is_dir() and not overwrite and any((out / n).exists() for n in RESULT_FILES):
-        raise CaseError.invalid("--out", str(out), "a new folder, or --overwrite to replace the result there",
-                                why="already holds a result")
+def check_out_dir(out: Path, overwrite: bool, resume: bool = False) -> None:
+    """Refuse an output folder that cannot take the run, before anything runs (hpcsolve.outdir)."""
+    outdir.check(out, overwrite=overwrite, resume=resume)
 
 
 def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
@@ -213,26 +175,35 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         case, backend, policy = prepare(case, backend, precision, overrides)
     out_path = Path(out) if out is not None else None
     if out_path is not None:
-        check_out_dir(out_path, overwrite)
+        check_out_dir(out_path, overwrite, resume=resume is not None)
     family = families.get(case.solver)
     desc = description if description is not None else family.describe(case, backend, policy)
     check_memory(desc, backend)
     caps = family.capabilities
     if ckpt is not None and "resume" not in caps:
         raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
+    claim = (outdir.claim(out_path, overwrite=overwrite, resume=resume is not None) if out_path is not None
+             else contextlib.nullcontext())
+    with claim, interrupts.stop_on_signals(graceful="graceful_stop" in caps) as stop, backend.run_context():
+        kwargs = {"description": desc, "progress": progress,
+                  "stop": stop if "graceful_stop" in caps else None,
+                  "checkpoint_dir": out_path if "checkpoint" in caps else None, "resume": ckpt}
+        result = _run_and_write(family, case, backend, policy, kwargs, out_path, plots)
+    return result
+
+
+def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Result:
+    """The family's run, then the result folder; a partial result is written where the run stopped early."""
+    threads = backends.thread_pools()
     try:
-        with _stop_on_signals(graceful="graceful_stop" in caps) as stop, backend.run_context():
-            threads = backends.thread_pools()
-            result = family.run(case, backend, policy, description=desc, progress=progress,
-                                stop=stop if "graceful_stop" in caps else None,
-                                checkpoint_dir=out_path if "checkpoint" in caps else None, resume=ckpt)
+        result = family.run(case, backend, policy, **kwargs)
     except KeyboardInterrupt:
-        # a runner that cannot stop gracefully: record that the run was interrupted (nothing else
-        # was computed that could be kept), so the folder does not look like an unfinished run
-        exc = RunInterrupted(f"{case.name}: interrupted before it finished; nothing to resume")
+        # stopped at once (a second signal, or a runner that cannot stop gracefully): the folder
+        # says so, and where the newest checkpoint is, if there is one
+        exc = RunInterrupted(f"{case.name}: interrupted before it finished; {_resume_hint(out_path)}")
         if out_path is not None:
             partial = Result(case.name, case.solver, backend, policy.name, status="interrupted",
-                             message="interrupted by a signal before the solve finished")
+                             message=f"interrupted by a signal before the run finished; {_resume_hint(out_path)}")
             _finish(partial, case, backend, policy)
             partial.write(out_path, plots=False)
         raise exc from None
@@ -253,6 +224,13 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     if out_path is not None:
         result.write(out_path, plots=plots)
     return result
+
+
+def _resume_hint(out_path: Path | None) -> str:
+    newest = list_checkpoints(out_path)[-1:] if out_path is not None else []
+    if not newest:
+        return "nothing to resume"
+    return f"resume from {newest[0].name} with: hpcsolve run --resume {out_path}"
 
 
 def _finish(result: Result, case: CaseBase, backend: str, policy: Precision) -> None:

@@ -60,7 +60,7 @@ def test_override_parsing_types_and_paths():
     assert data == {"physics": {"reynolds": 1000}, "output": {"interval": 50}}
     with pytest.raises(CaseError, match="physics.reynolds is a value, not a table"):
         apply_override(data, "physics.reynolds.x=1")
-    with pytest.raises(CaseError, match=r"--set: got 'nonsense'"):
+    with pytest.raises(CaseError, match=r"--set: no '=' in it \(got 'nonsense'"):
         parse_override("nonsense")
 
 

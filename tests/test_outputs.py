@@ -82,4 +82,4 @@ def test_quiet_still_prints_why_the_exit_code_is_not_zero(tmp_path, capsys):
     code = cli.main(["run", str(CASES / "poisson_manufactured.toml"), "--precision", "fp32", "--out",
                      str(tmp_path / "p"), "--quiet", "--no-plots", "--set", "mesh.nx=32"])
     err = capsys.readouterr().err
-    assert code == 3 and "not_converged" in err and "precision 'mixed'" in err and "solve.rtol" in err
+    assert code == 3 and "not converged" in err and "precision 'mixed'" in err and "solve.rtol" in err

@@ -12,22 +12,41 @@ CASES = Path(__file__).parent.parent / "cases"
 
 
 def test_a_huge_case_is_described_without_building_its_geometry(capsys):
-    # 120000^2 cells: the host setup alone would need ~640 GiB; describing it must not try to build it
+    # 120000^2 cells: the populations alone would need ~2 TB; describing it must not try to build it
     info = runmod.describe(CASES / "lid_driven_cavity.toml", "numpy", overrides=["lattice.resolution=120000"],
                            estimate=True)
-    assert "geometry not built" in info["note"] and info["host_memory_bytes"] > 500 * 2**30
+    assert "geometry not built" in info["note"] and info["host_memory_bytes"] > 120000**2 * 2 * 9 * 8
+    assert info["memory_reduce_field"] == "lattice.resolution"
     assert cli.main(["run", str(CASES / "lid_driven_cavity.toml"), "--set", "lattice.resolution=120000",
                      "--quiet"]) == 2
-    assert "memory: the run needs about" in capsys.readouterr().err
+    assert "lattice.resolution: the run would not fit: it needs about" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, field", [(["mesh.nx=20000"], "mesh.nx"),
+                                              (["mesh.nx=2000", "mesh.refine=8"], "mesh.refine")])
+def test_a_huge_mesh_is_refused_before_it_is_built_naming_the_field(overrides, field, capsys):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    info = runmod.describe(CASES / "poisson_manufactured.toml", "numpy", overrides=overrides)
+    assert "mesh not built" in info["note"] and info["memory_reduce_field"] == field
+    assert info["triangles"] >= 2 * 2000**2 and info["host_memory_bytes"] > info["triangles"] * 100
+    args = [a for o in overrides for a in ("--set", o)]
+    assert cli.main(["run", str(CASES / "poisson_manufactured.toml"), *args, "--quiet"]) == 2
+    assert f"{field}: the run would not fit" in capsys.readouterr().err
+    # nothing of the mesh's size was allocated (ru_maxrss is in KiB)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
 
 
 def test_a_run_that_does_not_fit_is_refused_before_allocation(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(runmod, "available_memory", lambda backend: 1000)
-    with pytest.raises(CaseError, match=r"needs about 0\.00\d* GiB but only 0\.00 GiB of host memory"):
+    monkeypatch.setattr(runmod.backends, "host_memory_available", lambda: 1000)
+    with pytest.raises(CaseError, match=r"lattice.resolution: the run would not fit: it needs about 0\.\d\d GiB of "
+                                        r"host memory but only 0\.00 GiB are free"):
         runmod.run_case(CASES / "lid_driven_cavity.toml", "numpy", out=tmp_path / "out")
-    assert not (tmp_path / "out" / "result.h5").exists()
+    assert not (tmp_path / "out").exists()
     code = cli.main(["run", str(CASES / "poisson_manufactured.toml"), "--out", str(tmp_path / "o2"), "--quiet"])
-    assert code == 2 and "memory: the run needs about" in capsys.readouterr().err
+    assert code == 2 and "mesh.nx: the run would not fit" in capsys.readouterr().err
     code = cli.main(["run", str(CASES / "lid_driven_cavity.toml"), "--dry-run"])
     assert code == 2 and "would not fit" in capsys.readouterr().err
 

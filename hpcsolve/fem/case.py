@@ -21,9 +21,17 @@ from pydantic import Field, field_validator, model_validator
 
 from hpcsolve.cases import CaseBase, StrictModel
 
+#: smallest solve.rtol (float64 round-off); most iterations, outer steps or unknowns a setting may name
+MIN_RTOL = 1e-16
+MAX_ITERATIONS = 1_000_000_000
+#: largest extent of a generated mesh (its squared lengths and areas must stay finite)
+MAX_EXTENT = 1e100
+#: most boundary conditions, regions and tags in one list
+MAX_ITEMS = 256
+
 
 class Where(StrictModel):
-    tag: str | list[str] | None = Field(None, description="boundary tag(s) or region name(s) from the mesh")
+    tag: str | list[str] | None = Field(None, max_length=MAX_ITEMS, description="boundary tag(s) or region name(s) from the mesh")
     x: float | None = Field(None, description="x coordinate equals this (within tol)")
     y: float | None = Field(None, description="y coordinate equals this (within tol)")
     x_min: float | None = None
@@ -62,6 +70,19 @@ class MeshSection(StrictModel):
             raise ValueError(f"path is only used with kind = 'file' (kind is {self.kind!r})")
         if self.x[1] <= self.x[0] or self.y[1] <= self.y[0]:
             raise ValueError("x and y are [min, max] with max > min")
+        if self.kind == "rectangle":
+            aspect = ((self.x[1] - self.x[0]) / self.nx) / ((self.y[1] - self.y[0]) / (self.ny or self.nx))
+            if not 1e-6 <= aspect <= 1e6:
+                raise ValueError(f"mesh.x / mesh.nx and mesh.y / mesh.ny give cells {aspect:.3g} times as wide as "
+                                 f"tall; allowed: between 1e-6 and 1e6")
+        for name, (low, high), cells in (("x", self.x, self.nx), ("y", self.y, self.ny or self.nx)):
+            extent = high - low
+            if not extent <= MAX_EXTENT:
+                raise ValueError(f"mesh.{name} = [{low:g}, {high:g}] spans {extent:g}; allowed: at most {MAX_EXTENT:g}")
+            if extent / (cells * 4**self.refine) <= 1e-9 * max(abs(low), abs(high)):
+                raise ValueError(f"mesh.{name} = [{low:g}, {high:g}]: cells of width {extent / cells:g} are too "
+                                 f"narrow to tell apart so far from 0 in float64; allowed: a cell width above 1e-9 "
+                                 f"times |mesh.{name}|")
         return self
 
 
@@ -84,7 +105,7 @@ class ProblemSection(StrictModel):
     poisson_ratio: float = Field(0.3, ge=0.0, lt=0.5, description="nu, 0 <= nu < 0.5")
     thickness: float = Field(1.0, gt=0)
     body_force: tuple[float, float] = (0.0, 0.0)
-    regions: list[Region] = Field(default_factory=list, description="piecewise-constant coefficients")
+    regions: list[Region] = Field(default_factory=list, max_length=MAX_ITEMS, description="piecewise-constant coefficients")
 
 
 class DirichletBC(StrictModel):
@@ -103,26 +124,34 @@ class NeumannBC(StrictModel):
 
 
 class BoundarySection(StrictModel):
-    dirichlet: list[DirichletBC] = Field(default_factory=list)
-    neumann: list[NeumannBC] = Field(default_factory=list)
+    dirichlet: list[DirichletBC] = Field(default_factory=list, max_length=MAX_ITEMS)
+    neumann: list[NeumannBC] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class SolverSection(StrictModel):
     method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
     preconditioner: Literal["none", "jacobi"] = "none"
-    rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual")
-    maxiter: int | None = Field(None, ge=1, description="total Krylov iterations (default 10 x unknowns)")
+    rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual, "
+                        ">= 1e-16 (below float64 round-off it cannot be reached)")
+    maxiter: int | None = Field(None, ge=1, le=MAX_ITERATIONS, description="total Krylov iterations (default 10 x unknowns)")
     check_every: int | None = Field(None, ge=1, le=10000, description="iterations between host convergence checks "
                                      "(default: 10 on the CPU; on a GPU, the largest CUDA-graph block, 64)")
-    true_every: int = Field(0, ge=0, description="record the true residual every N iterations (0: at decisions)")
+    true_every: int = Field(0, ge=0, le=MAX_ITERATIONS, description="record the true residual every N iterations (0: at decisions)")
     inner_rtol: float | None = Field(None, gt=0, lt=1)
-    max_outer: int | None = Field(None, ge=1)
+    max_outer: int | None = Field(None, ge=1, le=MAX_ITERATIONS)
     stagnation: float | None = Field(None, gt=0, lt=1)
     reliable_delta: float | None = Field(None, gt=0, lt=1)
-    reliable_patience: int | None = Field(None, ge=1)
+    reliable_patience: int | None = Field(None, ge=1, le=MAX_ITERATIONS)
     reference: Literal["auto", "always", "never"] = Field(
         "auto", description="also solve in float64 with spsolve and compare (auto: up to reference_max_dofs)")
-    reference_max_dofs: int = Field(300_000, ge=0)
+    reference_max_dofs: int = Field(300_000, ge=0, le=MAX_ITERATIONS)
+
+    @field_validator("rtol")
+    @classmethod
+    def _rtol_reachable(cls, v):
+        if v < MIN_RTOL:
+            raise ValueError(f"allowed: >= {MIN_RTOL:g} (float64 round-off: a smaller target cannot be reached)")
+        return v
 
     @field_validator("method")
     @classmethod

@@ -8,12 +8,14 @@ file's physical groups (gmsh ``$PhysicalNames``); untagged boundary edges are ta
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from hpcsolve.errors import CaseError
+from hpcsolve.errors import CaseError, clip
 
 
 @dataclass
@@ -153,15 +155,34 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     boundary; triangle physical groups name regions."""
     import meshio
 
+    from hpcsolve.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
+
     path = Path(path)
-    if not path.exists():
-        raise CaseError.invalid(field_name, str(path), "a mesh file that exists (relative paths: to the case file)",
-                                why="file not found")
+    allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
+    regular_file(path, field_name, allowed, max_bytes=MESH_FILE_MAX_BYTES)   # no pipe or device is opened
+    if path.suffix.lower() == ".msh":
+        gmsh_counts(path, field_name, allowed)                                # header and counts first
+    # meshio prints its readers' complaints and calls sys.exit when none accepts the file: its output
+    # is kept out of the terminal and its exit becomes one CaseError
+    said = io.StringIO()
     try:
-        mm = meshio.read(path)
-    except Exception as exc:
-        raise CaseError.invalid(field_name, str(path), "a mesh file meshio can read (e.g. gmsh .msh)",
-                                why=f"cannot read it ({type(exc).__name__}: {exc})") from None
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            mm = meshio.read(path)
+    except (Exception, SystemExit) as exc:
+        complaint = " ".join(said.getvalue().split()) or "no meshio reader accepts it"
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else complaint
+        raise CaseError.invalid(field_name, clip(str(path)), allowed, why=f"cannot read it ({clip(what)})") from None
+    try:
+        return _mesh_from_meshio(mm, path, field_name)
+    except CaseError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:  # cell data of another shape
+        raise CaseError.invalid(field_name, clip(str(path)), allowed,
+                                why=f"its cells or tags are not a 2D triangle mesh ({type(exc).__name__}: "
+                                    f"{clip(str(exc), 80)})") from None
+
+
+def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
     pts = np.asarray(mm.points, dtype=np.float64)
     if pts.ndim != 2 or pts.shape[1] < 2:
         raise CaseError.invalid(field_name, str(path), "a 2D mesh", why="points are not 2D")
@@ -182,7 +203,13 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
             line_blocks.append((block.data, tags))
     if not tri_blocks:
         raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
-    tris = np.concatenate([b for b, _ in tri_blocks]).astype(np.int32)
+    tris = np.concatenate([b for b, _ in tri_blocks])
+    if not np.issubdtype(tris.dtype, np.integer) or tris.size == 0 or tris.min() < 0 or tris.max() >= len(pts):
+        bad = tris[(tris < 0) | (tris >= len(pts))] if np.issubdtype(tris.dtype, np.integer) else tris.ravel()
+        raise CaseError.invalid(field_name, clip(str(path)), "triangles whose nodes are in the file",
+                                why=f"a triangle refers to node index {clip(str(bad[:1].tolist()), 40)}, "
+                                    f"not one of the {len(pts)} nodes")
+    tris = tris.astype(np.int32)
     regions = None
     if all(t is not None for _, t in tri_blocks):
         regions = np.concatenate([[names.get((2, int(v)), str(int(v))) for v in t] for _, t in tri_blocks]).astype(str)

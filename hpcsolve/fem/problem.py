@@ -145,6 +145,8 @@ class Discrete:
     coefficient: np.ndarray         # conductivity or Young's modulus per triangle
     exact: tuple | None = None      # (u, grad u) of a manufactured solution
     timings: dict = field(default_factory=dict)
+    # 2-norm of each right-hand-side contribution and of the matrix, by the case field responsible
+    scales: dict = field(default_factory=dict)
 
     @property
     def n_dofs(self) -> int:
@@ -204,6 +206,13 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     t0 = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(case)
     t1 = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: _scale names the field that overflows
+        return _assemble(case, mesh, t0, t1)
+
+
+def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
+    import time
+
     p = case.problem
     coef = coefficient_per_cell(case, mesh)
     exact = None
@@ -224,16 +233,27 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
             if p.body_force[c] != 0.0:
                 b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
     t2 = time.perf_counter()
+    coefficient_field = "problem.conductivity" if p.kind == "poisson" else "problem.young"
+    source_field, source_value = _source(p)
+    # the smallest coefficient sets how large the solution can grow: the matrix scale it stands for
+    contrast = float(coef.min() / coef.max())
+    scales = {coefficient_field: (_scale(K.data, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
+                                         "the stiffness matrix")[0] * contrast,
+                                  [float(coef.min()), float(coef.max())]),
+              source_field: _scale(b, source_field, source_value, "the load vector")}
 
     for i, bc in enumerate(case.boundary.neumann):
         edges = neumann_edges(mesh, bc, i)
         if bc.flux is not None:
-            b += assembly.edge_load(mesh, edges, bc.flux)
+            part = assembly.edge_load(mesh, edges, bc.flux)
         elif bc.traction is not None:
-            b += p.thickness * assembly.edge_load(mesh, edges, np.asarray(bc.traction), ncomp=2)
+            part = p.thickness * assembly.edge_load(mesh, edges, np.asarray(bc.traction), ncomp=2)
         else:
             length = assembly.edge_lengths(mesh, edges).sum()
-            b += assembly.edge_load(mesh, edges, np.asarray(bc.total_force) / length, ncomp=2)
+            part = assembly.edge_load(mesh, edges, np.asarray(bc.total_force) / length, ncomp=2)
+        given = bc.flux if bc.flux is not None else bc.traction if bc.traction is not None else bc.total_force
+        scales[f"boundary.neumann[{i}]"] = _scale(part, f"boundary.neumann[{i}]", given, "its boundary load")
+        b += part
 
     fixed_arr = np.zeros(0, dtype=np.int64)
     vals_arr = np.zeros(0)
@@ -260,9 +280,66 @@ def build(case, mesh: Mesh | None = None) -> Discrete:
     A, rhs, free = assembly.condense(K, b, fixed, values)
     if free.size == 0:
         raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
+    scales["boundary.dirichlet"] = _scale(rhs - b[free], "boundary.dirichlet", _dirichlet_values(case),
+                                          "the lifted boundary values")
     t3 = time.perf_counter()
     return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
-                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2})
+                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
+                    scales=scales)
+
+
+# ----------------------------------------------------------------------------------------------
+# the range of the numbers: a system whose norms overflow is refused naming the case field
+
+#: largest 2-norm of a right-hand-side part, the matrix, or the solution bound, by storage bytes:
+#: the Krylov loops square these (dot products), so they stay below sqrt(largest float)
+SCALE_LIMIT = {8: 1e150, 4: 1e18, 2: 1e18}
+
+
+def _source(p) -> tuple[str, object]:
+    if p.kind == "poisson":
+        return ("problem.manufactured", p.manufactured) if p.manufactured else ("problem.source", p.source)
+    return "problem.body_force", p.body_force
+
+
+def _dirichlet_values(case) -> list:
+    return [bc.value if bc.value is not None else bc.displacement or (bc.ux, bc.uy) for bc in case.boundary.dirichlet]
+
+
+def _scale(values: np.ndarray, field: str, given, what: str) -> tuple[float, object]:
+    """(2-norm of ``values`` computed without overflow, the case value ``given``); refused if not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(values))) if np.size(values) else 0.0
+        norm = peak * float(np.linalg.norm(values / peak)) if peak > 0 and np.isfinite(peak) else peak
+    if not np.isfinite(norm):
+        raise CaseError.invalid(field, given, "values whose finite-element system stays finite",
+                                why=f"{what} overflows float64 (inf/nan)")
+    return norm, given
+
+
+def check_scales(disc: Discrete, storage_bytes: int) -> None:
+    """Refuse a system the Krylov solver cannot hold in the working precision: a right-hand-side part,
+    the matrix, or a bound on the solution (||b|| n^1.5 / (||A||_F k_min / k_max), an upper estimate
+    for P1 stiffness matrices with coefficients k) beyond SCALE_LIMIT; the message names the field."""
+    limit = SCALE_LIMIT.get(storage_bytes, SCALE_LIMIT[8])
+    precision = f"{8 * storage_bytes}-bit floats"
+    (coefficient_field, (matrix, coefficient)), *parts = disc.scales.items()
+    if not (1.0 / limit <= matrix <= limit):
+        raise CaseError.invalid(coefficient_field, coefficient, f"coefficients (smallest, largest; with "
+                                f"problem.regions) that keep ||A|| k_min / k_max in [{1 / limit:g}, {limit:g}]",
+                                why=f"the stiffness matrix scale {matrix:.3g} is outside what {precision} can "
+                                    f"solve with")
+    for field_name, (norm, given) in parts:
+        if norm > limit:
+            raise CaseError.invalid(field_name, given, f"values that keep that part of b below {limit:g}",
+                                    why=f"its part of the right-hand side has norm {norm:.3g}, beyond {precision}")
+    rhs = max((norm for _, (norm, _) in parts), default=0.0)
+    bound = rhs * disc.A.shape[0] ** 1.5 / matrix
+    if bound > limit:
+        largest, (_, given) = max(parts, key=lambda kv: kv[1][0])
+        raise CaseError.invalid(largest, given, f"a load / coefficient ratio whose solution stays below "
+                                f"{limit:g}", why=f"the solution could reach ~{bound:.3g} (||b|| {rhs:.3g}, ||A|| "
+                                f"{matrix:.3g}), beyond {precision}; scale the loads down or {coefficient_field} up")
 
 
 # ----------------------------------------------------------------------------------------------

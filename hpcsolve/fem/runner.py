@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve import backends, memory
 from hpcsolve.fem import problem as prob
 from hpcsolve.family import SOLVER_SECONDS, Description
 from hpcsolve.fem.api import prepare_matrix, solve
@@ -26,32 +27,26 @@ class FEMFamily:
     capabilities = frozenset()
 
     def describe(self, case, backend, policy: Precision) -> Description:
-        """Mesh size, unknowns, matrix size and a memory estimate, without solving; the mesh it builds
-        is reused by ``run``."""
+        """Mesh size, unknowns and the peak memory (hpcsolve.memory), without solving; the mesh it builds
+        is reused by ``run``. A mesh that would not fit in host memory is not built (``run`` refuses it)."""
         from hpcsolve.fem.api import _method_for
 
         _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
+        estimate = memory.fem(case, backend, policy)
+        info = {"problem": case.problem.kind, "method": _method(case, policy), "rtol": case.solve.rtol,
+                "memory": memory.describe(estimate)}
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        free = backends.host_memory_available()
+        if free is not None and estimate.host_bytes > free:
+            points, triangles = memory.fem_mesh_size(case)
+            info.update(points=points, triangles=triangles, unknowns=points * ncomp)
+            return Description(info, estimate=estimate,
+                               note="mesh not built (the run does not fit in host memory); sizes are from the case")
         mesh = prob.build_mesh(case)
         prob.check_selections(case, mesh)
-        ncomp = 1 if case.problem.kind == "poisson" else 2
-        ndofs = mesh.n_points * ncomp
-        nnz_est = ndofs * (7 if ncomp == 1 else 14)     # P1 on triangles: about 7 neighbours per node
-        wbytes = policy.storage_bytes
-        matrix_bytes = nnz_est * (8 + 4) + (ndofs + 1) * 4
-        work_bytes = nnz_est * (wbytes + 4) if wbytes != 8 else 0
-        vectors = 8 * ndofs * 8
-        info = {
-            "problem": case.problem.kind,
-            "mesh": mesh.source,
-            "points": mesh.n_points,
-            "triangles": mesh.n_triangles,
-            "unknowns": ndofs,
-            "h_max": mesh.h_max(),
-            "boundary_tags": mesh.tag_names,
-            "method": _method(case, policy),
-            "rtol": case.solve.rtol,
-        }
-        return Description(info, int(matrix_bytes + work_bytes + vectors), setup=mesh)
+        info.update(mesh=mesh.source, points=mesh.n_points, triangles=mesh.n_triangles, unknowns=mesh.n_points * ncomp,
+                    h_max=mesh.h_max(), boundary_tags=mesh.tag_names)
+        return Description(info, estimate=estimate, setup=mesh)
 
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
@@ -129,6 +124,7 @@ def describe(case, backend, policy: Precision) -> dict:
 def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) -> Result:
     t_all = time.perf_counter()
     disc = prob.build(case, mesh=mesh)
+    prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     mesh = disc.mesh
     s = case.solve
     x, report = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,

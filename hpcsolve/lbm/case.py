@@ -23,6 +23,9 @@ from hpcsolve.lbm.units import Units
 TAU_MARGIN = 0.01
 #: warn above this peak lattice velocity (compressibility error ~ Ma^2), refuse above the second
 U_WARN, U_REFUSE = 0.1, 0.3
+#: most time steps a run may take, and most cells along one side (kernels index a side with int32)
+MAX_STEPS = 1_000_000_000
+MAX_CELLS_PER_SIDE = 10_000_000
 
 Side = Literal["periodic", "wall", "moving_wall", "inlet", "outlet"]
 BounceBack = Literal["simple", "bouzidi"]
@@ -104,10 +107,10 @@ class InitialSection(StrictModel):
 
 class TimeSection(StrictModel):
     end_time: float | None = Field(None, gt=0, description="physical end time, s")
-    steps: int | None = Field(None, ge=1, description="number of steps (overrides end_time)")
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="number of steps (overrides end_time)")
     output_interval: float = Field(0.0, ge=0, description="snapshot interval, s (0: final fields only)")
-    monitor_interval: int = Field(100, ge=1, description="steps between monitor points (series, NaN check)")
-    checkpoint_interval: int = Field(0, ge=0, description="steps between checkpoints of the full state in "
+    monitor_interval: int = Field(100, ge=1, le=MAX_STEPS, description="steps between monitor points (series, NaN check)")
+    checkpoint_interval: int = Field(0, ge=0, le=MAX_STEPS, description="steps between checkpoints of the full state in "
                                      "<out>/checkpoints (0: none; the last two are kept)")
 
     @model_validator(mode="after")
@@ -120,7 +123,7 @@ class TimeSection(StrictModel):
 class SteadySection(StrictModel):
     enabled: bool = False
     tolerance: float = Field(1e-6, gt=0, lt=1, description="stop when ||u - u_prev|| / ||u|| over `interval` steps falls below")
-    interval: int = Field(1000, ge=1, description="steps between steady-state checks")
+    interval: int = Field(1000, ge=1, le=MAX_STEPS, description="steps between steady-state checks")
 
 
 class ValidationSection(StrictModel):
@@ -184,11 +187,48 @@ def _what_to_change_tau(units: Units) -> str:
             f"or lattice.velocity, or lower physics.reynolds")
 
 
+def _in_range(value: float, what: str, field: str, case_value, low: float = 0.0, high: float = math.inf,
+              change: str = "") -> float:
+    """A derived quantity, refused (naming the case field that makes it so) unless finite and in (low, high]."""
+    if not (math.isfinite(value) and low < value <= high):
+        bound = f"in ({low:g}, {high:g}]" if math.isfinite(high) else f"finite and > {low:g}"
+        raise CaseError.invalid(field, case_value, f"a value that keeps it {bound}",
+                                why=f"{what} would be {value:.6g}" + (f"; {change}" if change else ""))
+    return value
+
+
+def _check_units(case: LBMCase, units: Units) -> None:
+    """Every physical quantity derived from the case is finite and positive (extreme but finite
+    inputs overflow or underflow them), each naming the field responsible."""
+    p = case.physics
+    _in_range(units.dx, "the cell size dx = physics.length / lattice.resolution (m)", "physics.length", p.length)
+    scale = units.velocity / units.lattice_velocity
+    _in_range(scale * scale, "the squared velocity scale (dx/dt)^2 = "
+              "(physics.velocity / lattice.velocity)^2 (m^2/s^2)", "physics.velocity", p.velocity)
+    _in_range(units.dt, "the time step dt = dx * lattice.velocity / physics.velocity (s)", "physics.velocity",
+              p.velocity)
+    _in_range(1.0 / units.dt, "the rate 1 / dt (1/s)", "physics.velocity", p.velocity)
+    _in_range(units.viscosity, "the viscosity physics.velocity * physics.length / physics.reynolds (m^2/s)",
+              "physics.reynolds", p.reynolds)
+    _in_range(units.characteristic_time, "the time scale physics.length / physics.velocity (s)", "physics.length",
+              p.length)
+    _in_range(abs(units.pressure_to_physical(2.0)), "the pressure scale physics.density * (dx/dt)^2 / 3 (Pa)",
+              "physics.density", p.density)
+
+
+def _steps(units: Units, seconds: float, field: str, limit: int = MAX_STEPS) -> int:
+    """Steps covering ``seconds``, refused (naming ``field``) beyond ``limit``."""
+    n = _in_range(seconds / units.dt, f"the number of steps {field} / dt", field, seconds, high=limit + 0.5,
+                  change=f"at most {limit:,} steps of dt = {units.dt:.6g} s")
+    return max(1, int(round(n)))
+
+
 def derive(case: LBMCase) -> Derived:
     """Lattice parameters of a case, or a CaseError naming the field to change."""
     units = Units(reynolds=case.physics.reynolds, length=case.physics.length, velocity=case.physics.velocity,
                   density=case.physics.density, resolution=case.lattice.resolution,
                   lattice_velocity=case.lattice.velocity)
+    _check_units(case, units)
     warnings: list[str] = []
     tau = units.relaxation_time
     if tau <= 0.5 + TAU_MARGIN:
@@ -221,12 +261,12 @@ def derive(case: LBMCase) -> Derived:
     if case.time.steps is not None:
         steps = case.time.steps
     else:
-        steps = units.steps_for(case.time.end_time)
-    out_every = units.steps_for(case.time.output_interval) if case.time.output_interval > 0 else 0
+        steps = _steps(units, case.time.end_time, "time.end_time")
+    out_every = _steps(units, case.time.output_interval, "time.output_interval") if case.time.output_interval > 0 else 0
     if out_every and steps // out_every > 1000:
         raise CaseError.invalid("time.output_interval", case.time.output_interval, "at most 1000 snapshots per run",
                                 why=f"{steps // out_every} snapshots")
-    ramp = units.steps_for(b.ramp_time) if b.ramp_time > 0 else 0
+    ramp = _steps(units, b.ramp_time, "boundaries.ramp_time") if b.ramp_time > 0 else 0
     if ramp:
         driven = [s for s in ("left", "right", "bottom", "top") if getattr(b, s) in ("inlet", "moving_wall")]
         if not driven:
@@ -246,7 +286,8 @@ def derive(case: LBMCase) -> Derived:
 
 
 def _cells(units: Units, length: float, field_name: str) -> int:
-    n = length / units.dx
+    n = _in_range(length / units.dx, f"the number of cells {field_name} / dx", field_name, length,
+                  high=MAX_CELLS_PER_SIDE, change=f"at most {MAX_CELLS_PER_SIDE:,} cells of dx = {units.dx:.6g} m")
     if abs(n - round(n)) > 1e-6 * max(1.0, n) or round(n) < 2:
         raise CaseError.invalid(field_name, length, f"a whole number (>= 2) of cells of size dx = {units.dx:.6g} m",
                                 why=f"{field_name} / dx = {n:.4f} cells; change lattice.resolution or {field_name}")

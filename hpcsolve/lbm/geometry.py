@@ -94,11 +94,15 @@ def build(case, derived) -> Geometry:
     x, y = geo.cell_centres()
     X, Y = np.meshgrid(x, y)
     for k, obs in enumerate(case.obstacles):
-        mask = _obstacle_mask(obs, X, Y, geo, case, k) & (flags == FLUID)
+        with np.errstate(over="ignore", invalid="ignore"):   # far-away shapes overflow to inf: outside
+            mask = _obstacle_mask(obs, X, Y, geo, case, k) & (flags == FLUID)
         if not mask.any():
             raise CaseError.invalid(f"obstacles[{k}]", obs.shape, "an obstacle covering at least one fluid cell centre",
                                     why="the obstacle misses every fluid cell (too small for lattice.resolution, or outside the domain)")
         flags[mask] = WALL
+        if not (flags == FLUID).any():
+            raise CaseError.invalid(f"obstacles[{k}]", obs.shape, "obstacles that leave fluid cells",
+                                    why="with this obstacle no fluid cell is left (it covers the whole domain)")
         geo.obstacles.append(mask)
         if obs.measure_force:
             geo.measured.append(k)
@@ -135,18 +139,15 @@ def _obstacle_mask(obs, X, Y, geo: Geometry, case, k: int) -> np.ndarray:
         return (X - obs.center[0]) ** 2 + (Y - obs.center[1]) ** 2 <= r * r
     if obs.shape == "rectangle":
         return (X >= obs.lower[0]) & (X <= obs.upper[0]) & (Y >= obs.lower[1]) & (Y <= obs.upper[1])
+    from hpcsolve.safe_io import load_npy
+
     path = case.base_dir / obs.file
     field_name = f"obstacles[{k}].file"
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise CaseError.invalid(field_name, obs.file, "a readable .npy boolean array", why=str(exc)) from None
     ny, nx = geo.shape
     p = geo.pad
     inner = (ny - p[2] - p[3], nx - p[0] - p[1])
-    if arr.shape != inner:
-        raise CaseError.invalid(field_name, obs.file, f"an array of shape {inner} (fluid region, rows = y)",
-                                why=f"shape is {arr.shape}")
+    arr = load_npy(path, field_name, shape=inner,
+                   allowed=f"an .npy boolean (or numeric) array of shape {inner} (fluid region, rows = y)")
     mask = np.zeros(geo.shape, bool)
     mask[p[2]:ny - p[3], p[0]:nx - p[1]] = arr.astype(bool)
     return mask

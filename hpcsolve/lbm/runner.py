@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hpcsolve import backends
+from hpcsolve import backends, memory
 from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, RunInterrupted
 from hpcsolve.family import SOLVER_SECONDS, Description
@@ -63,34 +63,25 @@ class LBMFamily:
     capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
 
     def describe(self, case: LBMCase, backend, policy: Precision) -> Description:
-        """Derived lattice parameters and memory; builds the geometry (reused by ``run``) unless the
-        host could not hold it."""
+        """Derived lattice parameters and the peak memory (hpcsolve.memory); builds the geometry (reused
+        by ``run``) unless the run would not fit in host memory (then ``run`` refuses it)."""
         backend = backends.get(backend)
         derived = derive(case)
         info = derived.summary()
         cells = derived.nx * derived.ny
         info["collision"] = case.lattice.collision
-        arrays = 1 if case.lattice.streaming == "in-place" and backend.gpu else 2
-        memory = int(arrays * lattice.Q * cells * policy.storage_bytes + cells + 2 * cells * 8)
-        info["memory"] = (f"{memory / 2**20:.1f} MiB ({arrays} population array{'s' if arrays > 1 else ''} "
-                          f"+ flags + boundary velocity)")
-        # the geometry and setup arrays built on the host: flags, masks, boundary velocity (2 x float64), coordinates
-        host = int(HOST_BYTES_PER_CELL * cells)
-        too_large = "geometry not built (too large for host memory); fluid_cells is the grid size"
+        estimate = memory.lbm(case, derived, backend, policy)
+        info["memory"] = memory.describe(estimate)
         free = backends.host_memory_available()
-        geo = None
-        if free is None or host <= free // 2:
-            try:
-                geo = geom.build(case, derived)
-            except MemoryError:
-                geo = None
-        if geo is None:
+        if free is not None and estimate.host_bytes > free:   # refused by run; validate still reports it
             info["fluid_cells"] = cells
-            return Description(info, memory, host, setup=None, note=too_large)
+            return Description(info, estimate=estimate, note="geometry not built (the run does not fit in host "
+                                                             "memory); fluid_cells is the grid size")
+        geo = geom.build(case, derived)
         info["fluid_cells"] = int(np.count_nonzero(geo.fluid))
         info["obstacle_cells"] = int(sum(int(m.sum()) for m in geo.obstacles))
         info.update(_bounce_back_summary(geo))
-        return Description(info, memory, host, setup=(derived, geo))
+        return Description(info, estimate=estimate, setup=(derived, geo))
 
     def estimate_runtime(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own stepper: the setup, warm steps timed until the
@@ -238,9 +229,6 @@ def _probe_steps(stepper, backend, batch: bool) -> float:
         done, seconds, chunk = done + chunk, seconds + t.seconds, chunk * 2
     return seconds / done
 
-
-# Host bytes per cell for the setup (flags, fluid/obstacle masks, boundary velocity, initial fields).
-HOST_BYTES_PER_CELL = 48
 
 # A lattice speed this high (Mach ~0.87) at a monitor point means the run has gone unstable.
 BLOW_UP_LATTICE_SPEED = 0.5

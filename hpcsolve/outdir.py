@@ -1,0 +1,161 @@
+"""The output folder of a run: checked before the run, locked during it, cleaned of what dead runs left.
+
+- ``check``: what can be said without touching anything (not a folder; holds a result or the
+  checkpoints of another run and neither --overwrite nor --resume was given).
+- ``claim``: creates the folder, proves it writable, takes its lock (one run per folder; a second
+  one is refused naming the holder), removes temporary files and staging folders that a killed run
+  left, and with --overwrite removes the previous run's files (marker first, so the folder never
+  looks complete while it is being cleared). The lock is held until the result is written.
+
+A result folder is complete when its marker ``manifest.json`` exists: it is written last and names
+the files of the result and the run id that ``result.h5`` and ``summary.json`` carry too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from hpcsolve.errors import OutputError, clip
+
+LOCK_NAME = ".hpcsolve.lock"
+OWNER_NAME = ".hpcsolve-owner.json"
+MARKER = "manifest.json"
+RESULT_FILES = ("result.h5", "result.xdmf", "summary.json")
+CHECKPOINT_DIR = "checkpoints"
+PLOT_DIR = "plots"
+STAGING_PREFIX = ".staging-"
+
+
+def _refuse(out: Path, why: str, allowed: str) -> OutputError:
+    return OutputError.invalid("--out", str(out), allowed, why=why)
+
+
+def has_result(out: Path) -> bool:
+    return any((out / n).exists() for n in (MARKER, *RESULT_FILES))
+
+
+def has_checkpoints(out: Path) -> bool:
+    d = out / CHECKPOINT_DIR
+    return d.is_dir() and any(d.glob("checkpoint_*.h5"))
+
+
+def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
+    """Refuse a target that is not a folder, or that holds another run's files without --overwrite."""
+    from hpcsolve.safe_io import path_problem
+
+    problem = path_problem(out)
+    if problem:
+        raise _refuse(out, problem, "a folder this user can write")
+    out = Path(out)
+    try:
+        exists, is_dir = out.exists(), out.is_dir()
+    except OSError as exc:
+        raise _refuse(out, f"cannot look at it ({exc.strerror})", "a folder this user can write") from None
+    if exists and not is_dir:
+        raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite)")
+    if not is_dir or overwrite or resume:
+        return
+    if has_result(out):
+        raise _refuse(out, "already holds a result", "a new folder, or --overwrite to replace the result there")
+    if has_checkpoints(out):
+        raise _refuse(out, "holds the checkpoints of an unfinished run",
+                      f"--resume {clip(str(out))} to continue it, --overwrite to replace it, or a new folder")
+
+
+def _owner_text() -> str:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                       "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                       "command": clip(" ".join(sys.argv), 300)})
+
+
+def holder(out: Path) -> str:
+    """Who holds the lock of ``out``, in words (from the owner file the holder wrote)."""
+    from hpcsolve.safe_io import read_text
+
+    try:
+        info = json.loads(read_text(out / OWNER_NAME, "--out", "an owner file", max_bytes=4096))
+        return (f"pid {info['pid']} on {info['host']}, started {info['started']}: "
+                f"{clip(str(info.get('command', '')), 200)}")
+    except (ValueError, KeyError, TypeError):   # CaseError is a ValueError: no readable owner file
+        return "holder unknown"
+
+
+def remove_stale(out: Path) -> list[str]:
+    """Temporary files and staging folders in ``out`` (and its checkpoints/ and plots/) that a killed
+    run left; only called with the folder's lock held, so none of them belongs to a live run."""
+    removed = []
+    for folder in (out, out / CHECKPOINT_DIR, out / PLOT_DIR):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            name = p.name
+            if name.startswith(".") and name.endswith(".tmp") and not p.is_dir():
+                p.unlink(missing_ok=True)
+                removed.append(str(p.relative_to(out)))
+            elif folder == out and name.startswith(STAGING_PREFIX) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(name)
+    return removed
+
+
+def clear_previous(out: Path) -> None:
+    """--overwrite: remove what hpcsolve wrote for the previous run (marker first); other files stay."""
+    (out / MARKER).unlink(missing_ok=True)
+    for name in RESULT_FILES:
+        (out / name).unlink(missing_ok=True)
+    for name in (CHECKPOINT_DIR, PLOT_DIR):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+
+
+def _probe_writable(out: Path) -> None:
+    fd, probe = tempfile.mkstemp(prefix=".hpcsolve-probe-", suffix=".tmp", dir=out)
+    try:
+        os.write(fd, b"w")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+@contextlib.contextmanager
+def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
+    """Create, check and lock ``out`` for one run; yields the folder. See the module docstring."""
+    from filelock import FileLock, Timeout
+
+    out = Path(out)
+    check(out, overwrite=overwrite, resume=resume)
+    allowed = "a folder this user can write, on a file system with free space"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(out / LOCK_NAME), timeout=0)
+        lock.acquire()
+    except Timeout:
+        raise _refuse(out, f"another hpcsolve run is writing into it ({holder(out)})",
+                      "a folder no other run is using: wait for that run, or choose another --out") from None
+    except OSError as exc:
+        raise _refuse(out, f"cannot create or lock it ({exc.strerror})", allowed) from None
+    try:
+        try:
+            from hpcsolve.safe_io import write_atomic
+
+            _probe_writable(out)
+            write_atomic(out / OWNER_NAME, _owner_text().encode())
+            remove_stale(out)
+            check(out, overwrite=overwrite, resume=resume)   # again, now that no other run can write
+            if overwrite and not resume:
+                clear_previous(out)
+        except OSError as exc:
+            raise _refuse(out, f"cannot write into it ({exc.strerror})", allowed) from None
+        yield out
+    finally:
+        with contextlib.suppress(OSError):
+            (out / OWNER_NAME).unlink(missing_ok=True)
+        lock.release()

@@ -1,0 +1,112 @@
+"""The reproducers of issue 13, one per line: each is one error line naming the field (exit 2), quickly.
+The classes themselves are covered by generated inputs (test_generated_inputs.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcsolve import cli
+
+CASES = Path(__file__).parent.parent / "cases"
+CAVITY = str(CASES / "lid_driven_cavity.toml")
+NO_REFERENCE = ("--set", 'validation.reference="none"')   # the Ghia comparison needs a cavity without obstacles
+POISSON = str(CASES / "poisson_manufactured.toml")
+
+
+def _cli(*argv) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("case, assignment, field", [
+    # 1: non-finite or extreme numbers and what they derive
+    (CAVITY, "time.end_time=inf", "time.end_time"),
+    (CAVITY, "physics.velocity=inf", "physics.velocity"),
+    (CAVITY, "physics.length=1e-300", "domain.length"),        # dx tiny: the domain would need 6e301 cells
+    (CAVITY, "time.end_time=1e300", "time.end_time"),
+    (CAVITY, "physics.density=1e308", "physics.density"),
+    (POISSON, "solve.rtol=1e-308", "solve.rtol"),
+    # 2: types are not coerced; --set values are TOML values
+    (CAVITY, "physics.reynolds='400'", "physics.reynolds"),
+    (CAVITY, "physics.reynolds=true", "physics.reynolds"),
+    (CAVITY, "lattice.resolution='64'", "lattice.resolution"),
+    (CAVITY, "lattice.resolution=64.0", "lattice.resolution"),
+    (CAVITY, "steady.enabled='yes'", "steady.enabled"),
+    (CAVITY, "physics.reynolds=400\nlattice.resolution=8", "--set"),
+    # 6: NaN/Inf in FEM and LBM fields
+    (POISSON, "output.probe=[nan, nan]", "output.probe"),
+    (POISSON, "boundary.dirichlet=[{where = {all = true}, value = nan}]", "boundary.dirichlet[0].value"),
+    (POISSON, "problem.conductivity=inf", "problem.conductivity"),
+    (POISSON, "mesh.x=[0.0, inf]", "mesh.x"),
+    (CAVITY, "physics.density=inf", "physics.density"),
+])
+def test_issue_reproducers_are_one_error_naming_the_field(case, assignment, field):
+    code, err = _cli("validate", case, "--set", assignment)
+    assert code == 2, err
+    assert err.startswith("hpcsolve: error: ") and field in err and "Traceback" not in err, err
+
+
+def test_rtol_below_round_off_is_refused_by_dry_run_too():
+    code, err = _cli("run", POISSON, "--dry-run", "--backend", "numpy", "--set", "solve.rtol=1e-308")
+    assert code == 2 and "solve.rtol: got 1e-308; allowed: >= 1e-16" in err
+
+
+def test_deep_nesting_and_long_dotted_keys_are_refused_quickly(tmp_path):
+    started = time.perf_counter()
+    deep = tmp_path / "deep.toml"
+    deep.write_text((CASES / "lid_driven_cavity.toml").read_text() + "\nextra = " + "[" * 900 + "]" * 900 + "\n")
+    code, err = _cli("validate", str(deep))
+    assert code == 2 and "arrays and tables nest more than 16 deep" in err and "case" in err
+    dotted = tmp_path / "dotted.toml"
+    dotted.write_text(".".join(["a"] * 20_000) + " = 1\n")
+    code, err = _cli("validate", str(dotted))
+    assert code == 2 and "a dotted key of more than 16 parts" in err
+    code, err = _cli("validate", CAVITY, "--set", ".".join(["a"] * 20_000) + "=1")
+    assert code == 2 and "--set: the key has more than 16 parts" in err and len(err) < 1000
+    code, err = _cli("validate", CAVITY, "--set", "physics.reynolds=" + "[" * 900 + "]" * 900)
+    assert code == 2 and "--set: the value nests arrays or tables more than 16 deep" in err
+    assert time.perf_counter() - started < 10
+
+
+def test_a_ten_megabyte_value_is_cut_short_in_the_message(tmp_path):
+    case = tmp_path / "long.toml"
+    case.write_text((CASES / "lid_driven_cavity.toml").read_text().replace('name = "lid_driven_cavity"',
+                                                                           'name = "' + "x" * 10_000_000 + '"'))
+    code, err = _cli("validate", str(case))
+    assert code == 2 and "name: got 'xxxx" in err and "(10,000,002 characters)" in err and len(err) < 1000
+
+
+def test_no_fluid_left_is_refused_by_validate_naming_the_obstacle(tmp_path):
+    mask = tmp_path / "solid.npy"
+    np.save(mask, np.ones((64, 64), bool))
+    code, err = _cli("validate", CAVITY, *NO_REFERENCE, "--set", f'obstacles=[{{shape = "mask", file = "{mask}"}}]')
+    assert code == 2 and "obstacles[0]: with this obstacle no fluid cell is left" in err
+    code, err = _cli("validate", CAVITY, *NO_REFERENCE,
+                     "--set", 'obstacles=[{shape = "circle", center = [0.5, 0.5], diameter = 5.0}]')
+    assert code == 2 and "obstacles[0]: with this obstacle no fluid cell is left" in err
+
+
+def test_mask_and_mesh_headers_are_checked_before_reading(tmp_path):
+    claims = tmp_path / "claims.npy"
+    header = b"{'descr': '|b1', 'fortran_order': False, 'shape': (100000000, 100000000), }"
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    claims.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\x01" * 64)
+    code, err = _cli("validate", CAVITY, *NO_REFERENCE, "--set", f'obstacles=[{{shape = "mask", file = "{claims}"}}]')
+    assert code == 2 and "obstacles[0].file: its header says shape (100000000, 100000000)" in err
+    negative = tmp_path / "negative.msh"
+    negative.write_text("$MeshFormat\n2.2 0 8\n$EndMeshFormat\n$Nodes\n4\n1 0 0 0\n2 1 0 0\n3 0 1 0\n4 1 1 0\n"
+                        "$EndNodes\n$Elements\n2\n1 2 2 1 1 1 2 3\n2 2 2 1 1 2 4 -2\n$EndElements\n")
+    code, err = _cli("validate", str(CASES / "heat_plate_with_hole.toml"), "--set", f'mesh.path="{negative}"')
+    assert code == 2 and "mesh.path: a negative number in $Elements (2 2 2 1 1 2 4 -2)" in err
+    junk = tmp_path / "junk.msh"
+    junk.write_text("this is not a mesh\n")
+    code, err = _cli("validate", str(CASES / "heat_plate_with_hole.toml"), "--set", f'mesh.path="{junk}"')
+    assert code == 2 and "mesh.path: not a gmsh file" in err and err.count("\n") == 1

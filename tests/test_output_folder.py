@@ -1,0 +1,346 @@
+"""The output folder under concurrent runs, a read-only or full file system, kills between files,
+stale temporary files and --overwrite: it is consistent at every instant (a result is complete only
+with its marker, and then result.h5, summary.json and the marker agree), errors are one message with
+exit 2, and what was written before is kept."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcsolve import cli, outdir, safe_io
+from hpcsolve.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
+from hpcsolve.errors import OutputError
+from hpcsolve.results import read_h5, read_result_folder
+
+ROOT = Path(__file__).parent.parent
+CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
+SMALL = ["--set", "lattice.resolution=16", "--set", "time.steps=400", "--set", "time.monitor_interval=50",
+         "--set", "time.checkpoint_interval=100", "--set", "steady.enabled=false"]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+
+
+def _leftovers(out: Path) -> list[str]:
+    """Temporary files and staging folders anywhere in ``out``."""
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                  if p.name.endswith(".tmp") or p.name.startswith(outdir.STAGING_PREFIX))
+
+
+def _run(*args) -> int:
+    return cli.main(["run", str(CAVITY), "--backend", "numpy", "--quiet", *args])
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.name.startswith(".hpcsolve")}
+
+
+# ------------------------------------------------------------------------------------------------
+# marker and consistency
+
+def test_a_result_folder_is_complete_with_its_marker_and_its_files_agree(tmp_path):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL) == 0
+    summary = read_result_folder(out)
+    manifest = json.loads((out / outdir.MARKER).read_text())
+    h5 = read_h5(out / "result.h5")
+    assert summary["run_id"] == manifest["run_id"] == h5["attrs"]["run_id"] and len(manifest["run_id"]) == 32
+    assert summary["status"] == manifest["status"] == h5["attrs"]["status"] == "completed"
+    assert set(manifest["files"]) >= {"result.h5", "result.xdmf", "summary.json", "plots/velocity.png"}
+    assert all((out / n).stat().st_size == size for n, size in manifest["files"].items())
+    assert _leftovers(out) == [] and not (out / outdir.OWNER_NAME).exists()
+    (out / outdir.MARKER).unlink()
+    with pytest.raises(OutputError, match="no manifest.json: the run that wrote it did not finish writing"):
+        read_result_folder(out)
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    kill_at = int(sys.argv[1])
+    calls = [0]
+    real_replace = os.replace
+    def replace(src, dst):
+        calls[0] += 1
+        if calls[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_replace(src, dst)
+    os.replace = replace
+    from hpcsolve import cli
+    sys.exit(cli.main(sys.argv[2:]))
+""")
+
+
+@pytest.mark.slow
+def test_a_kill_between_files_leaves_the_folder_marked_incomplete_and_resume_repairs_it(tmp_path):
+    """SIGKILL at every rename of a resumed run's result (the moments between result.h5, summary.json
+    and the marker): the folder is never complete-but-inconsistent, and a later --resume finishes it."""
+    base = tmp_path / "base"
+    proc = subprocess.run([sys.executable, "-c", KILLER, "0", "run", str(CAVITY), "--out", str(base), "--quiet",
+                           "--no-plots", *SMALL, "--set", "time.steps=400"], env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    # a folder with an interrupted result and checkpoints: the state a resume starts from
+    for k, ck in enumerate(list_checkpoints(base)[1:]):
+        ck.unlink()
+    renames = None
+    for kill_at in range(1, 12):
+        out = tmp_path / f"k{kill_at}"
+        shutil.copytree(base, out)
+        manifest_before = json.loads((out / outdir.MARKER).read_text())
+        proc = subprocess.run([sys.executable, "-c", KILLER, str(kill_at), "run", "--resume", str(out), "--quiet",
+                               "--no-plots", "--force"], env=ENV, capture_output=True, text=True)
+        if proc.returncode == 0:     # fewer renames than kill_at: the resume finished
+            renames = kill_at - 1
+            assert read_result_folder(out)["status"] == "completed"
+            break
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        if (out / outdir.MARKER).exists():
+            summary = read_result_folder(out)       # complete: and then consistent
+            assert summary["run_id"] in (manifest_before["run_id"], json.loads((out / outdir.MARKER).read_text())["run_id"])
+        else:
+            with pytest.raises(OutputError, match="did not finish writing"):
+                read_result_folder(out)
+        for ck in list_checkpoints(out):
+            read_checkpoint(ck)                      # every checkpoint present is readable
+        # the next resume removes what the killed one left and finishes the folder
+        assert cli.main(["run", "--resume", str(out), "--quiet", "--no-plots", "--force"]) == 0
+        assert read_result_folder(out)["status"] == "completed" and _leftovers(out) == []
+    assert renames is not None and renames >= 4   # checkpoints (3) + result.h5, xdmf, summary, marker
+
+
+# ------------------------------------------------------------------------------------------------
+# concurrent runs
+
+@pytest.mark.slow
+def test_two_concurrent_runs_into_one_folder_the_second_is_refused_naming_the_first(tmp_path):
+    out = tmp_path / "shared"
+    first = subprocess.Popen([sys.executable, "-m", "hpcsolve.cli", "run", str(CAVITY), "--backend", "numpy",
+                              "--out", str(out), "--quiet", "--no-plots", *SMALL, "--set", "time.steps=3000",
+                              "--set", "lattice.resolution=48"], env=ENV, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out / outdir.OWNER_NAME).exists() and time.time() < deadline and first.poll() is None:
+        time.sleep(0.02)
+    assert first.poll() is None, "the first run ended before the second could start"
+    second = subprocess.run([sys.executable, "-m", "hpcsolve.cli", "run", str(CAVITY), "--backend", "numpy",
+                             "--out", str(out), "--quiet", "--no-plots", "--overwrite", *SMALL],
+                            env=ENV, capture_output=True, text=True)
+    assert second.returncode == 2
+    assert f"--out: another hpcsolve run is writing into it (pid {first.pid} on " in second.stderr
+    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    summary = read_result_folder(out)          # the first run's result, whole and consistent
+    assert summary["metrics"]["steps"] == 3000 and summary["derived"]["nx"] == 48 + 2   # 48 fluid cells and two wall layers
+
+
+def test_the_lock_is_per_folder_and_released_after_the_run(tmp_path):
+    out = tmp_path / "f"
+    with outdir.claim(out):
+        with pytest.raises(OutputError, match=rf"another hpcsolve run is writing into it \(pid {os.getpid()} on"):
+            with outdir.claim(out, overwrite=True):
+                pass
+        with outdir.claim(tmp_path / "other"):    # another folder: no conflict
+            pass
+    with outdir.claim(out, overwrite=True):       # released
+        pass
+
+
+# ------------------------------------------------------------------------------------------------
+# --overwrite, checkpoints of another run, stale files
+
+def test_overwrite_leaves_nothing_of_the_previous_run(tmp_path):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL, "--set", "time.steps=350") == 0
+    assert list_checkpoints(out) and (out / "plots" / "velocity.png").exists()
+    (out / "notes.txt").write_text("mine")
+    assert _run("--out", str(out), "--overwrite", "--no-plots", "--set", "lattice.resolution=16",
+                "--set", "time.steps=60", "--set", "steady.enabled=false") == 0
+    assert not (out / "checkpoints").exists() and not (out / "plots").exists()
+    assert read_result_folder(out)["metrics"]["steps"] == 60
+    assert (out / "notes.txt").read_text() == "mine"          # not hpcsolve's: kept
+    # nothing stale to resume: the old run's checkpoints are gone
+    assert cli.main(["run", "--resume", str(out), "--quiet"]) == 2
+
+
+def test_a_folder_with_another_runs_checkpoints_is_refused_without_resume_or_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL) == 0
+    (out / outdir.MARKER).unlink()
+    for name in outdir.RESULT_FILES:
+        (out / name).unlink()
+    assert _run("--out", str(out), *SMALL) == 2
+    assert "--out: holds the checkpoints of an unfinished run" in capsys.readouterr().err
+
+
+def test_stale_temporary_files_and_staging_folders_are_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL, "--set", "time.steps=250") == 0
+    stale = [out / ".result.h5.x1y2.tmp", out / "checkpoints" / ".checkpoint_0000000300.h5.abc.tmp",
+             out / "plots" / ".velocity.png.q.tmp"]
+    for p in stale:
+        p.write_bytes(b"\0" * 1000)
+    (out / ".staging-deadbeef").mkdir()
+    (out / ".staging-deadbeef" / "result.h5").write_bytes(b"half")
+    assert len(_leftovers(out)) == 4
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--force"]) == 0   # finished: re-run from step 200 of 250
+    assert _leftovers(out) == [] and read_result_folder(out)["metrics"]["resumed_from_step"] == 200
+    assert _run("--out", str(out), "--overwrite", *SMALL) == 0 and _leftovers(out) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# read-only output
+
+@pytest.fixture
+def read_only_folder(tmp_path, monkeypatch):
+    """A folder nothing can be written under, with one file in it: by its mode for an ordinary user;
+    for root (whom modes do not stop) by a read-only bind mount, or, where mounting is not allowed,
+    by EROFS from every call that would create something under it."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("x")
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    bind = ["mount", "--bind", str(folder), str(folder)]
+    if subprocess.run(bind, capture_output=True).returncode == 0:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], capture_output=True).returncode == 0:
+            yield folder
+            monkeypatch.chdir(tmp_path)             # the test may have gone into it: umount needs it idle
+            if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+            return
+        subprocess.run(["umount", str(folder)], capture_output=True)
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def under(path):
+        return str(os.path.abspath(path)).startswith(str(folder) + os.sep)
+
+    def mkdir(path, *args, **kwargs):
+        if under(path):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    def open_(path, flags, *args, **kwargs):
+        if under(path) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(os, "open", open_)
+    yield folder
+
+
+def test_read_only_output_is_refused_before_the_run_naming_out(read_only_folder, monkeypatch, capsys):
+    started = time.perf_counter()
+    code = _run("--out", str(read_only_folder / "out"), "--set", "time.steps=100000")
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("hpcsolve: error: --out: cannot create or lock it (") and err.count("\n") == 1
+    assert ("Read-only file system" in err or "Permission denied" in err) and "ro/out" in err
+    assert time.perf_counter() - started < 30     # refused before 100,000 steps were run
+    # the default folder results/<case>-<backend>-<precision>-<time> under a read-only working directory
+    monkeypatch.chdir(read_only_folder)
+    assert _run("--set", "time.steps=100000") == 2
+    err = capsys.readouterr().err
+    assert "--out: cannot create or lock it (" in err and "'results/lid_driven_cavity-numpy-fp64-" in err
+    assert sorted(p.name for p in read_only_folder.iterdir()) == ["kept.txt"]
+
+
+# ------------------------------------------------------------------------------------------------
+# a full file system: ENOSPC injected at every write, and a real small file system where one can be mounted
+
+def _resume_state(tmp_path: Path) -> Path:
+    """A folder holding an interrupted run: a complete result marked 'interrupted' and checkpoints."""
+    out = tmp_path / "state"
+    assert _run("--out", str(out), *SMALL) == 0
+    for ck in list_checkpoints(out)[1:]:
+        ck.unlink()      # as if interrupted at step 200
+    return out
+
+
+def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
+    base = _resume_state(tmp_path)
+    writes = {"n": 0, "fail_at": None}
+    real = safe_io.write_chunk
+
+    def write_chunk(fd, piece, offset):
+        writes["n"] += 1
+        if writes["n"] == writes["fail_at"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, piece, offset)
+
+    monkeypatch.setattr(safe_io, "write_chunk", write_chunk)
+    clean = tmp_path / "clean"
+    shutil.copytree(base, clean)
+    assert cli.main(["run", "--resume", str(clean), "--quiet", "--force"]) == 0
+    total = writes["n"]
+    assert total >= 8        # owner file, checkpoints, result.h5, xdmf, summary, marker
+    for fail_at in range(1, total + 1):
+        out = tmp_path / f"full{fail_at}"
+        shutil.copytree(base, out)
+        before = _files(out)
+        writes.update(n=0, fail_at=fail_at)
+        capsys.readouterr()
+        code = cli.main(["run", "--resume", str(out), "--quiet", "--force"])
+        err = capsys.readouterr().err
+        assert code == 2, (fail_at, err)
+        assert err.startswith("hpcsolve: error: --out: ") and "(No space left on device)" in err, err
+        assert err.count("\n") == 1
+        assert _leftovers(out) == [], fail_at
+        # the earlier result is intact (complete, same files); every checkpoint there is readable
+        after = _files(out)
+        assert {k: v for k, v in after.items() if not k.startswith("checkpoints/")} == \
+               {k: v for k, v in before.items() if not k.startswith("checkpoints/")}
+        assert read_result_folder(out)["status"] == "completed"
+        assert latest_checkpoint(out).step >= 200
+        assert all(read_checkpoint(ck).step > 0 for ck in list_checkpoints(out))
+
+
+def test_a_full_disk_while_plotting_gives_one_error(tmp_path, monkeypatch, capsys):
+    import matplotlib.figure
+
+    def savefig(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL, "--set", "time.checkpoint_interval=0") == 2
+    err = capsys.readouterr().err
+    assert "--out: cannot write the result (No space left on device)" in err
+    assert _leftovers(out) == [] and not (out / outdir.MARKER).exists() and not (out / "result.h5").exists()
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_real_full_file_system_gives_one_error_no_crash(tmp_path):
+    """A 1 MiB tmpfs (where this machine lets the tests mount one): the HDF5 library never sees the
+    failed write (it used to crash the process with a segfault)."""
+    mnt = tmp_path / "small"
+    if os.geteuid() != 0 or not _mount_tmpfs(mnt, "1m"):
+        pytest.skip("cannot mount a small tmpfs here; the injected ENOSPC test covers every write")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hpcsolve.cli", "run", str(CAVITY), "--backend", "numpy",
+                               "--out", str(mnt / "out"), "--quiet", "--set", "lattice.resolution=200",
+                               "--set", "time.steps=30", "--set", "time.output_interval=0.0001",
+                               "--set", "steady.enabled=false"], env=ENV, capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "(No space left on device)" in proc.stderr and proc.stderr.count("\n") == 1
+        assert _leftovers(mnt / "out") == []
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
