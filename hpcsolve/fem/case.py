@@ -135,7 +135,8 @@ class SolverSection(StrictModel):
                         ">= 1e-16 (below float64 round-off it cannot be reached)")
     maxiter: int | None = Field(None, ge=1, le=MAX_ITERATIONS, description="total Krylov iterations (default 10 x unknowns)")
     check_every: int | None = Field(None, ge=1, le=10000, description="iterations between host convergence checks "
-                                     "(default: 10 on the CPU; on a GPU, the largest CUDA-graph block, 64)")
+                                     "(default 64 on every backend: the largest block of fused iterations, one CUDA graph "
+                                     "on the GPU; blocks shrink near convergence)")
     true_every: int = Field(0, ge=0, le=MAX_ITERATIONS, description="record the true residual every N iterations (0: at decisions)")
     inner_rtol: float | None = Field(None, gt=0, lt=1)
     max_outer: int | None = Field(None, ge=1, le=MAX_ITERATIONS)
