@@ -225,34 +225,41 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
 
 
 def _run_and_write(runner, case, backend, policy, kwargs, out_path, progress, plots) -> Result:
-    """The runner, then the result folder; a partial result is written where the run stopped early."""
+    """The runner, then the result folder; a partial result is written where the run stopped early.
+    Once the runner has returned or raised, signals only request a stop (the folder is written first)."""
     try:
-        result = runner.run(case, backend, policy, progress=progress, **kwargs)
+        try:
+            result = runner.run(case, backend, policy, progress=progress, **kwargs)
+        except HpcsolveError as exc:
+            with interrupts.deferred():
+                partial = getattr(exc, "result", None)
+                if partial is not None and out_path is not None:
+                    _finish(partial, case, backend, policy)
+                    partial.write(out_path, plots=plots)
+            raise
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            err = _gpu_error(exc, backend)
+            if err is None:
+                raise
+            raise err from exc
+        with interrupts.deferred():
+            _finish(result, case, backend, policy)
+            if out_path is not None:
+                result.write(out_path, plots=plots)
+        return result
     except KeyboardInterrupt:
         # stopped at once (a second signal, or a runner that cannot stop gracefully): the folder
         # says so, and where the newest checkpoint is, if there is one
-        exc = RunInterrupted(f"{case.name}: interrupted before it finished; {_resume_hint(out_path)}")
-        if out_path is not None:
-            partial = Result(case.name, case.solver, backend, policy.name, status="interrupted",
-                             message=f"interrupted by a signal before the run finished; {_resume_hint(out_path)}")
-            _finish(partial, case, backend, policy)
-            partial.write(out_path, plots=False)
+        with interrupts.deferred():
+            exc = RunInterrupted(f"{case.name}: interrupted before it finished; {_resume_hint(out_path)}")
+            if out_path is not None:
+                partial = Result(case.name, case.solver, backend, policy.name, status="interrupted",
+                                 message=f"interrupted by a signal before the run finished; {_resume_hint(out_path)}")
+                _finish(partial, case, backend, policy)
+                partial.write(out_path, plots=False)
         raise exc from None
-    except HpcsolveError as exc:
-        partial = getattr(exc, "result", None)
-        if partial is not None and out_path is not None:
-            _finish(partial, case, backend, policy)
-            partial.write(out_path, plots=plots)
-        raise
-    except Exception as exc:
-        err = _gpu_error(exc, backend)
-        if err is None:
-            raise
-        raise err from exc
-    _finish(result, case, backend, policy)
-    if out_path is not None:
-        result.write(out_path, plots=plots)
-    return result
 
 
 def _resume_hint(out_path: Path | None) -> str:
