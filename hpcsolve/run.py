@@ -113,6 +113,7 @@ def estimate_runtime(case: CaseBase, backend: str, policy: Precision, info: dict
         from hpcsolve.fem import problem, solve
 
         disc = problem.build(case)
+        problem.check_scales(disc, policy.storage_bytes)   # what run refuses, the probe does not try
         probe_its = 20
         method = "cg" if not policy.refinement else None
         solve(disc.A, disc.b, precision=policy, backend=backend, rtol=1e-300, maxiter=2, method=method)  # warm-up
