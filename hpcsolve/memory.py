@@ -61,9 +61,9 @@ RESULT_BYTES_PER_CELL = 110
 #: GPU backends, host side per cell: setup, moments fetched at monitor points (3 compute values,
 #: then float64 rho, ux, uy), speed and steady-state temporaries
 GPU_HOST_BYTES_PER_CELL = 150
-#: GPU backends, device side per cell besides the populations: flags (1), moments (3 compute values)
-#: or the isfinite mask (1 per population), whichever is larger, and the allocator's rounding
-GPU_DEVICE_EXTRA_PER_CELL = 10
+#: GPU backends, device side per cell besides the populations and the larger of the moments (3
+#: compute values) and the isfinite mask (1 byte per population): flags (1) and the allocator's rounding
+GPU_DEVICE_EXTRA_PER_CELL = 2
 
 
 def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
@@ -88,7 +88,7 @@ def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "
                               f"+ {snapshots} snapshots x {SNAPSHOT_BYTES_PER_CELL} B/cell")
     arrays = 1 if case.lattice.streaming == "in-place" else 2
-    device = cells * (arrays * q * storage + max(q, 3 * compute) + GPU_DEVICE_EXTRA_PER_CELL - q)
+    device = cells * (arrays * q * storage + max(q, 3 * compute) + GPU_DEVICE_EXTRA_PER_CELL)
     host = LBM_BASE_GPU_BYTES + kept + max(GPU_HOST_BYTES_PER_CELL * cells, RESULT_BYTES_PER_CELL * cells + plots)
     return MemoryEstimate(int(host), int(device), reduce,
                           f"device: {arrays} population array{'s' if arrays > 1 else ''} of {q} x {storage} B "
@@ -167,6 +167,8 @@ def fem(case, backend: str, policy) -> MemoryEstimate:
     if reference:
         coefficient, power = REFERENCE_FILL[ncomp]
         host += coefficient * float(unknowns) ** power
+    if case_plots(case):      # the figures are drawn after the solve, when its arrays are free
+        host = max(host, PLOT_BYTES)
     reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
     device = None
     base = FEM_BASE_BYTES

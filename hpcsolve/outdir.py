@@ -57,15 +57,17 @@ def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
     out = Path(out)
     try:
         exists, is_dir = out.exists(), out.is_dir()
+        holds_result = is_dir and has_result(out)
+        holds_checkpoints = is_dir and has_checkpoints(out)
     except OSError as exc:
         raise _refuse(out, f"cannot look at it ({exc.strerror})", "a folder this user can write") from None
     if exists and not is_dir:
         raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite)")
     if not is_dir or overwrite or resume:
         return
-    if has_result(out):
+    if holds_result:
         raise _refuse(out, "already holds a result", "a new folder, or --overwrite to replace the result there")
-    if has_checkpoints(out):
+    if holds_checkpoints:
         raise _refuse(out, "holds the checkpoints of an unfinished run",
                       f"--resume {clip(str(out))} to continue it, --overwrite to replace it, or a new folder")
 

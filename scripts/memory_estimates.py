@@ -109,15 +109,16 @@ def child(report: str, argv: list[str]) -> int:
     elif backend == "numba-cuda":
         from numba import cuda
 
-        ctx = cuda.current_context()
-        free0, total = ctx.get_memory_info()
+        free0, _ = cuda.current_context().get_memory_info()
         high = [0]
 
         def poll():
-            while not stop.is_set():
-                free, _ = ctx.get_memory_info()
-                high[0] = max(high[0], free0 - free)
-                time.sleep(0.005)
+            with cuda.gpus[0]:     # the polling thread needs the device's context current
+                ctx = cuda.current_context()
+                while not stop.is_set():
+                    free, _ = ctx.get_memory_info()
+                    high[0] = max(high[0], free0 - free)
+                    time.sleep(0.005)
 
         threading.Thread(target=poll, daemon=True).start()
 

@@ -57,6 +57,7 @@ class FEMFamily:
         s = case.solve
         t0 = time.perf_counter()
         disc = prob.build(case, mesh=description.setup)
+        prob.check_scales(disc, policy.storage_bytes)   # what run refuses, the probe does not try
         setup_s = time.perf_counter() - t0
         kwargs = dict(precision=policy, backend=backend, method=_method(case, policy), preconditioner=s.preconditioner,
                       check_every=s.check_every, **s.options())
