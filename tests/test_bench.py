@@ -17,3 +17,19 @@ def test_bench_lbm_on_the_cpu_reports_spread_and_the_sizes_it_ran(tmp_path, monk
         assert 0 < lo <= row["seconds_per_step"] <= hi and row["mlups"] > 0 and row["cpu_threads"] == 1
     md = (tmp_path / "results" / "bench" / "bench_lbm.md").read_text()
     assert "MLUPS (min-max)" in md and "numpy (CPU, 1 thread)" in md
+
+
+def test_bench_fem_runs_on_the_cpu_with_the_numpy_backend(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "fem", "--quick", "--sizes", "64", "--backends", "numpy"]) == 0
+    data = json.loads((tmp_path / "results" / "bench" / "bench_fem.json").read_text())
+    assert data["sizes"] == [64] and data["device"].startswith("CPU")
+    fused = [r for r in data["rows"] if r["variant"].startswith("fused")]
+    assert {r["precision"] for r in fused} == {"fp64", "fp32"}
+    for r in fused:
+        assert 0 < r["ms_min"] <= r["ms_per_iteration"] <= r["ms_max"]
+    solves = {(s["precision"], s["method"]): s for s in data["solve"]}
+    assert solves["fp64", "cg"]["converged"] and solves["fp64", "cg"]["true_residual"] <= 1e-10
+    assert solves["mixed", "cg-reliable"]["true_residual"] <= 1e-10          # mixed reaches fp64 accuracy
+    assert not solves["fp32", "cg"]["converged"] and solves["fp32", "cg"]["true_residual"] > 1e-8

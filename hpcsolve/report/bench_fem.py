@@ -10,7 +10,9 @@ unknowns, random right-hand side with a fixed seed):
 3. time to a float64 true relative residual of 1e-10: fp64 CG, mixed (cg-reliable, ir-restarted)
    and fp32 CG (which stalls: its floor is reported).
 
-JSON + markdown into --out (or $OUT, else bench/); the markdown table is printed last.
+Without a GPU the same tables come from the NumPy backend (the same fused CG on the CPU, host
+BLAS/OpenMP threads pinned) and SciPy, at CPU sizes. Times are medians of the repeats with min-max.
+JSON + markdown into --out (or $OUT, else results/bench/); the markdown table is printed last.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import backends
-from hpcsolve.errors import BackendError
 from hpcsolve.fem import cg, precond
 from hpcsolve.report.bandwidth import copy_bandwidth
 
 SIZES = (1024, 2048, 4096)
 QUICK_SIZES = (256, 512)
+CPU_SIZES = (256, 512)          # without a GPU: the NumPy backend
+CPU_QUICK_SIZES = (128, 256)
 
 
 def _host_poisson(m: int):
@@ -116,38 +119,36 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
 
 
 def main(args) -> int:
-    out = Path(args.out or os.environ.get("OUT") or "bench")
+    out = Path(args.out or os.environ.get("OUT") or Path("results") / "bench")
     out.mkdir(parents=True, exist_ok=True)
     quick = bool(getattr(args, "quick", False))
-    sizes = tuple(args.sizes) if getattr(args, "sizes", None) else (QUICK_SIZES if quick else SIZES)
     precisions = tuple(getattr(args, "precisions", None) or ("fp64", "fp32"))
     wanted = tuple(getattr(args, "backends", None) or ("cupy", "numba-cuda"))
     usable = [b for b in wanted if backends.probe(b).available and not backends.probe(b).simulator]
+    on_gpu = "cupy" in usable
+    default = (QUICK_SIZES if quick else SIZES) if on_gpu else (CPU_QUICK_SIZES if quick else CPU_SIZES)
+    sizes = tuple(args.sizes) if getattr(args, "sizes", None) else default
     n_iter = 100 if quick else 400
-    repeats = 3
+    repeats = 3 if on_gpu else 5
     result = {"host": platform.node(), "sizes": list(sizes), "iterations_timed": n_iter, "rows": [], "solve": [],
-              "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")}}
-    if "cupy" not in usable:
-        msg = "bench fem needs a usable CuPy GPU backend: " + backends.probe("cupy").reason
-        (out / "bench_fem.md").write_text(msg + "\n")
-        raise BackendError(msg)
-    from hpcsolve.fem import kernels_cupy
+              "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")},
+              "device": "GPU (CuPy)" if on_gpu else f"CPU (NumPy backend, {backends.cpu_threads()} thread)"}
+    if on_gpu:
+        from hpcsolve.fem import kernels_cupy
+    else:
+        print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
+              flush=True)
+        _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out)
+        return 0
 
     bw = copy_bandwidth("cupy", nbytes=(512 if quick else 2048) * 1024**2)
     result["copy_bandwidth"] = bw
     bwBps = bw["bandwidth_Bps"]
     print(f"copy bandwidth (read + write): {bw['bandwidth_GBps']:.0f} GB/s", flush=True)
-    from hpcsolve.fem import solve
-
     ops_nograph = kernels_cupy.low_ops(graphs=False)
 
     def row(m, backend, variant, precision, seconds, nbytes=None, note=""):
-        r = {"m": m, "unknowns": m * m, "backend": backend, "variant": variant, "precision": precision,
-             "ms_per_iteration": seconds * 1e3, "bytes_per_iteration": nbytes,
-             "pct_of_copy_bandwidth": (100 * nbytes / seconds / bwBps) if nbytes else None, "note": note}
-        result["rows"].append(r)
-        pct = f"{r['pct_of_copy_bandwidth']:.0f}%" if nbytes else "-"
-        print(f"  {m}^2 {backend:<10} {variant:<22} {precision:<5} {seconds * 1e3:8.4f} ms/it  {pct}", flush=True)
+        _row(result, bwBps, m, backend, variant, precision, seconds, nbytes, note)
 
     for m in sizes:
         print(f"== 2D Poisson {m}^2 = {m * m:,} unknowns", flush=True)
@@ -158,62 +159,110 @@ def main(args) -> int:
             dt = np.float64 if prec == "fp64" else np.float32
             nb = cg.bytes_per_iteration(dA.n, dA.nnz, dt)
             t = time_iterations(dA, dt, n_iter=n_iter, k=50, repeats=repeats)
-            row(m, "cupy", "fused+graphs", prec, t["seconds_per_iteration"], nb)
+            row(m, "cupy", "fused+graphs", prec, t, nb)
             t = time_iterations(dA_nograph, dt, n_iter=n_iter, k=50, repeats=repeats)
-            row(m, "cupy", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
+            row(m, "cupy", "fused, no graphs", prec, t, nb)
             if "numba-cuda" in usable:
                 try:
                     nA = _numba_view(dA)
                     t = time_iterations(nA, dt, n_iter=n_iter, k=50, repeats=repeats)
-                    row(m, "numba-cuda", "fused, no graphs", prec, t["seconds_per_iteration"], nb)
+                    row(m, "numba-cuda", "fused, no graphs", prec, t, nb)
                 except Exception as exc:  # report, keep benchmarking the rest
                     print(f"  numba-cuda failed: {type(exc).__name__}: {exc}")
                     result.setdefault("errors", []).append(f"numba-cuda {m} {prec}: {exc}")
             row(m, "cupy", "cupyx cg (cuSPARSE)", prec, _cupyx_cg_time(dA, dt, min(n_iter, 200), repeats))
             if host is not None and m <= (512 if quick else 2048):
                 row(m, "numpy", "scipy cg (CPU)", prec, _scipy_cg_time(host, dt, 10 if m > 1024 else 20))
-        # time to solution to a true relative residual of 1e-10
-        b = np.random.default_rng(1).standard_normal(dA.n)
-        ref_its = None
-        for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted"), ("fp32", "cg")):
-            maxiter = 50_000 if ref_its is None else int(3 * ref_its)
-            x, rep = solve(dA, b, precision=prec, method=method, rtol=1e-10, maxiter=maxiter)
-            if ref_its is None:
-                ref_its = rep.iterations
-                ref_t = rep.time_s
-            s = {"m": m, "precision": prec, "method": method, "converged": rep.converged,
-                 "iterations": rep.iterations, "outer": rep.outer_iterations, "time_s": rep.time_s,
-                 "time_vs_fp64": rep.time_s / ref_t, "iterations_vs_fp64": rep.iterations / ref_its,
-                 "true_residual": rep.true_residual, "kappa_estimate": rep.kappa_estimate,
-                 "fallback": rep.fallback, "reason": rep.reason}
-            result["solve"].append(s)
-            print(f"  solve {prec:<5} {method:<13} its {rep.iterations:6d} ({s['iterations_vs_fp64']:.2f}x)  "
-                  f"{rep.time_s * 1e3:9.1f} ms ({s['time_vs_fp64']:.2f}x)  true {rep.true_residual:.2e}  "
-                  f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
+        _solve_table(result, m, dA)
         del dA, dA_nograph
         import cupy
 
         cupy.get_default_memory_pool().free_all_blocks()
 
+    _write(result, out)
+    return 0
+
+
+def _row(result, bw_Bps, m, backend, variant, precision, timing, nbytes=None, note=""):
+    """One per-iteration row; ``timing``: time_iterations' dict (median and every repeat) or seconds."""
+    seconds = timing["seconds_per_iteration"] if isinstance(timing, dict) else float(timing)
+    every = timing.get("all", [seconds]) if isinstance(timing, dict) else [seconds]
+    r = {"m": m, "unknowns": m * m, "backend": backend, "variant": variant, "precision": precision,
+         "ms_per_iteration": seconds * 1e3, "ms_min": min(every) * 1e3, "ms_max": max(every) * 1e3,
+         "bytes_per_iteration": nbytes,
+         "pct_of_copy_bandwidth": (100 * nbytes / seconds / bw_Bps) if nbytes else None, "note": note}
+    result["rows"].append(r)
+    pct = f"{r['pct_of_copy_bandwidth']:.0f}%" if nbytes else "-"
+    print(f"  {m}^2 {backend:<10} {variant:<22} {precision:<5} {seconds * 1e3:8.4f} ms/it  {pct}", flush=True)
+
+
+def _solve_table(result, m, A):
+    """Time to a float64 true relative residual of 1e-10 on A's backend, per precision x method."""
+    from hpcsolve.fem import solve
+
+    b = np.random.default_rng(1).standard_normal(A.n)
+    ref_its = ref_t = None
+    for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted"), ("fp32", "cg")):
+        maxiter = 50_000 if ref_its is None else int(3 * ref_its)
+        x, rep = solve(A, b, precision=prec, method=method, rtol=1e-10, maxiter=maxiter)
+        if ref_its is None:
+            ref_its, ref_t = rep.iterations, rep.time_s
+        s = {"m": m, "precision": prec, "method": method, "converged": rep.converged,
+             "iterations": rep.iterations, "outer": rep.outer_iterations, "time_s": rep.time_s,
+             "time_vs_fp64": rep.time_s / ref_t, "iterations_vs_fp64": rep.iterations / ref_its,
+             "true_residual": rep.true_residual, "kappa_estimate": rep.kappa_estimate,
+             "fallback": rep.fallback, "reason": rep.reason}
+        result["solve"].append(s)
+        print(f"  solve {prec:<5} {method:<13} its {rep.iterations:6d} ({s['iterations_vs_fp64']:.2f}x)  "
+              f"{rep.time_s * 1e3:9.1f} ms ({s['time_vs_fp64']:.2f}x)  true {rep.true_residual:.2e}  "
+              f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
+
+
+def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out):
+    """Without a GPU: the fused CG on the NumPy backend and SciPy's CG, then the solve table."""
+    from hpcsolve.fem import prepare_matrix
+
+    numpy = backends.get("numpy")
+    bw = copy_bandwidth("numpy")
+    result["copy_bandwidth"] = bw
+    print(f"host copy bandwidth (read + write): {bw['bandwidth_GBps']:.1f} GB/s", flush=True)
+    with numpy.run_context():
+        for m in sizes:
+            print(f"== 2D Poisson {m}^2 = {m * m:,} unknowns (CPU)", flush=True)
+            host = _host_poisson(m)
+            A = prepare_matrix(host, backend=numpy)
+            for prec in precisions:
+                dt = np.float64 if prec == "fp64" else np.float32
+                nb = cg.bytes_per_iteration(A.n, A.nnz, dt)
+                t = time_iterations(A, dt, n_iter=max(n_iter // 4, 50), k=50, repeats=repeats)
+                _row(result, bw["bandwidth_Bps"], m, "numpy", "fused CG (NumPy backend)", prec, t, nb)
+                _row(result, bw["bandwidth_Bps"], m, "numpy", "scipy cg", prec,
+                     _scipy_cg_time(host, dt, 20))
+            _solve_table(result, m, A)
+    _write(result, out)
+
+
+def _write(result, out: Path) -> None:
+    result["sizes"] = sorted({r["m"] for r in result["rows"]})      # the sizes actually run
     (out / "bench_fem.json").write_text(json.dumps(result, indent=2, default=float))
     md = _markdown(result)
     (out / "bench_fem.md").write_text(md)
     print()
     print(md)
-    return 0
 
 
 def _markdown(res: dict) -> str:
     bw = res["copy_bandwidth"]["bandwidth_GBps"]
-    lines = [f"### FEM CG on 2D Poisson (copy bandwidth of this run: {bw:.0f} GB/s, "
+    lines = [f"### FEM CG on 2D Poisson, {res.get('device', 'GPU')} (copy bandwidth of this run: {bw:.0f} GB/s, "
              f"{res['iterations_timed']} iterations timed)", "",
-             "| unknowns | backend | variant | precision | ms / iteration | % of copy bandwidth |",
+             "| unknowns | backend | variant | precision | ms / iteration (min-max) | % of copy bandwidth |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in res["rows"]:
         pct = f"{r['pct_of_copy_bandwidth']:.0f}" if r["pct_of_copy_bandwidth"] else "-"
+        spread = f" ({r['ms_min']:.4f}-{r['ms_max']:.4f})" if "ms_min" in r else ""
         lines.append(f"| {r['m']}^2 | {r['backend']} | {r['variant']} | {r['precision']} | "
-                     f"{r['ms_per_iteration']:.4f} | {pct} |")
-    lines += ["", "Time to a float64 true relative residual of 1e-10 (fused CuPy, random b):", "",
+                     f"{r['ms_per_iteration']:.4f}{spread} | {pct} |")
+    lines += ["", f"Time to a float64 true relative residual of 1e-10 ({res.get('device', 'GPU')}, random b):", "",
               "| unknowns | precision | method | iterations (vs fp64) | time ms (vs fp64) | true residual | "
               "kappa est. | note |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in res["solve"]:
