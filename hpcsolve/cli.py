@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (GPU kernels vs copy bandwidth, CPU references)")
     p.add_argument("family", choices=("lbm", "fem"))
-    p.add_argument("--out", type=Path, default=None, help="folder for bench JSON and markdown (default: $OUT or bench/)")
+    p.add_argument("--out", type=Path, default=None, help="folder for bench JSON and markdown (default: $OUT or results/bench/)")
     p.add_argument("--sizes", type=int, nargs="+", help="problem sizes (grid edge / unknowns per edge)")
     p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
     p.add_argument("--precisions", nargs="+", help="precisions to time")
@@ -241,8 +241,11 @@ def main(argv=None) -> int:
     previous = _set_handlers(_interrupt)
     try:
         code, message = _execute(handler, args)
-    finally:
-        _set_handlers(signal.SIG_IGN)
+    except BaseException:
+        # an unexpected exception: called from Python (tests, notebooks), the caller's handlers come back
+        _set_handlers(previous if argv is not None else signal.SIG_IGN)
+        raise
+    _set_handlers(signal.SIG_IGN)
     if message:
         print(message, file=sys.stderr)
     if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back

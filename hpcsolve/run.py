@@ -47,8 +47,19 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
         free = available_memory(backend)
         if free is not None:
             info["device_memory_free_bytes"] = free
+        try:
+            check_memory(desc, backend)   # the probe allocates the run's state: only when the run fits
+        except CaseError as exc:
+            info["estimate_basis"] = f"not probed: {exc}"
+            return info
         if not desc.note:   # a case too large to describe fully is not probed either
-            info.update(family.estimate_runtime(case, backend, policy, desc))
+            try:
+                info.update(family.estimate_runtime(case, backend, policy, desc))
+            except Exception as exc:
+                err = _gpu_error(exc, backend)
+                if err is None:
+                    raise
+                raise err from exc
     return info
 
 

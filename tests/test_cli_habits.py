@@ -39,3 +39,23 @@ def test_top_level_entry_points_have_real_signatures():
     assert {"case", "backend", "precision", "out", "overrides", "resume"} <= set(params)
     assert {"backends", "precisions", "tolerance", "repeats"} <= set(inspect.signature(hpcsolve.compare).parameters)
     assert "overrides" in (hpcsolve.run_case.__doc__ or "")
+
+
+def test_an_unexpected_error_gives_the_callers_signal_handlers_back(monkeypatch):
+    import signal
+
+    from hpcsolve import cli as climod
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(climod, "cmd_info", lambda args: (_ for _ in ()).throw(ValueError("boom")))
+    with pytest.raises(ValueError, match="boom"):
+        climod.main(["info"])
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_dry_run_that_would_not_fit_is_not_probed(monkeypatch):
+    from hpcsolve import run as runmod
+
+    monkeypatch.setattr(runmod.backends, "host_memory_available", lambda: 1000)   # the NumPy state lives there
+    info = runmod.describe(CAVITY, "numpy", estimate=True)
+    assert "estimated_seconds" not in info and info["estimate_basis"].startswith("not probed: ")

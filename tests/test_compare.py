@@ -134,6 +134,19 @@ def test_recommendation_needs_a_speedup_beyond_the_spread():
     comp = _synthetic({ref: [1.0, 1.0, 1.0], f32: [0.1, 0.1001, 0.1002], f16: [0.097, 0.0971, 0.0972]},
                       {ref: 0.0, f32: 1e-6, f16: 1e-4})
     assert comp.recommendation()["precision"] == "fp32"
+    # a less accurate run must beat every more accurate choice, not only the reference
+    f64 = ("cupy", "fp64")
+    comp = _synthetic({ref: [3.0, 3.0, 3.0], f16: [0.9, 1.08, 1.6], f64: [1.5, 1.5, 1.5]},
+                      {ref: 0.0, f16: 1e-4, f64: 1e-5})
+    rec = comp.recommendation()
+    assert rec["precision"] == "fp64" and rec["backend"] == "cupy"        # fp16s is not measurably faster
+    assert comp.verdicts()["cupy/fp16s"].startswith("not measurably faster than cupy/fp64")
+    assert comp.verdicts()["numpy/fp64"].startswith("cupy/fp64 is measurably faster")
+    # ... while a run measurably faster than that choice, within the tolerance, takes its place
+    comp = _synthetic({ref: [3.0, 3.0, 3.0], f32: [1.0, 1.0, 1.0], f16: [0.9, 1.08, 1.6], f64: [1.5, 1.5, 1.5]},
+                      {ref: 0.0, f32: 5e-4, f16: 1e-4, f64: 1e-5})
+    assert comp.recommendation()["precision"] == "fp32"
+    assert comp.verdicts()["cupy/fp16s"].startswith("more accurate, but not measurably faster than cupy/fp32")
     # a run slower than the reference is never recommended, even when it is accurate
     comp = _synthetic({ref: [1.0, 1.0, 1.0], f32: [2.0, 2.0, 2.0]}, {ref: 0.0, f32: 1e-9})
     assert comp.recommendation()["precision"] == "fp64"

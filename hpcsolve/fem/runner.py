@@ -233,8 +233,9 @@ def _advice(report, policy: Precision, solve_opts) -> str:
     if report.converged:
         return ""
     if not policy.refinement and policy.compute != np.float64:
+        looser = (f" to about {max(report.true_residual, 1e-16):.0e}" if math.isfinite(report.true_residual) else "")
         return (f"; {policy.name} cannot reach rtol {solve_opts.rtol:g} on this problem: use precision 'mixed' "
-                f"(float32 work, float64 accuracy) or loosen solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
+                f"(float32 work, float64 accuracy) or loosen solve.rtol{looser}")
     return "; raise solve.maxiter or loosen solve.rtol"
 
 

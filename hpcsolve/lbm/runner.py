@@ -92,11 +92,15 @@ class LBMFamily:
         backend = backends.get(backend)
         t0 = _time.perf_counter()
         derived, geo, setup = build_setup(case, policy, description.setup)
+        ramp = min(derived.ramp_steps, derived.steps)
+        per_ramp_step = 0.0
+        if ramp:   # one stepper at a time: the probe never holds more state than the run
+            per_ramp_step = _probe_steps(get_stepper(backend, setup), backend, batch=False)
+            backend.free_pool()
+        t0 = _time.perf_counter() if ramp else t0
         stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
         setup_s = _time.perf_counter() - t0
         per_step = _probe_steps(stepper, backend, batch=True)
-        ramp = min(derived.ramp_steps, derived.steps)
-        per_ramp_step = _probe_steps(get_stepper(backend, setup), backend, batch=False) if ramp else 0.0
         monitor = _Monitor(case, derived, geo)
         t0 = _time.perf_counter()
         for _ in range(2):

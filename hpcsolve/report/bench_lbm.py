@@ -12,7 +12,7 @@ What one run does, in order:
    ``stepper.bytes_per_cell_step``) as % of the copy bandwidth, resident bytes per cell and the
    largest square grid that fits the device;
 5. writes ``bench_lbm.json`` and ``bench_lbm.md`` (``bench_lbm_in_place.*`` with ``--in-place``) to
-   ``--out`` (or ``$OUT``, or ``bench/``) and prints the markdown table last.
+   ``--out`` (or ``$OUT``, or ``results/bench/``) and prints the markdown table last.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ Every run gets a verdict saying why it is or is not recommended.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,14 +117,21 @@ def _solver_seconds(res: Result) -> float:
     return float(res.timings.get(SOLVER_SECONDS, math.nan))
 
 
-def _more_repeats(times: list[float], repeats: int | None, budget_s: float) -> bool:
+def _error(r: "Run") -> float:
+    return 0.0 if r.is_reference else r.error
+
+
+def _more_repeats(times: list[float], repeats: int | None, budget_s: float, extra_s: float = 0.0) -> bool:
+    """Another timed run? ``times``: solver times so far; ``extra_s``: wall time already spent on repeats
+    beyond the first DEFAULT_REPEATS (whole runs: setup, reference solves, fields), held to ``budget_s``."""
     if repeats is not None:
         return len(times) < repeats
     if len(times) < DEFAULT_REPEATS:
         return True
     med = float(np.median(times))
     spread = (max(times) - min(times)) / med if med > 0 else 0.0
-    return spread > TARGET_SPREAD and len(times) < MAX_REPEATS and sum(times[DEFAULT_REPEATS:]) + med <= budget_s
+    per_run = extra_s / (len(times) - DEFAULT_REPEATS) if len(times) > DEFAULT_REPEATS else med
+    return spread > TARGET_SPREAD and len(times) < MAX_REPEATS and extra_s + per_run <= budget_s
 
 
 def _throughput(res: Result) -> dict:
@@ -174,20 +182,20 @@ class Comparison:
                 why += (f"; the closest is {closest.backend}/{closest.precision} with error {closest.error:.3g} "
                         f"({closest.status})")
             return {"backend": None, "precision": None, "why": why}
-        most_accurate = min(ok, key=lambda r: (0.0 if r.is_reference else r.error, r.wall_s))
-        faster = [r for r in ok if r.faster_than(most_accurate)]
-        if not faster:
-            best = most_accurate
+        # from the most accurate run down: a less accurate run replaces the choice only when it is
+        # measurably faster than the choice so far
+        by_accuracy = sorted(ok, key=lambda r: (0.0 if r.is_reference else r.error, r.wall_s))
+        best = beaten = by_accuracy[0]
+        for r in by_accuracy[1:]:
+            if r.faster_than(best):
+                best, beaten = r, best
+        if best is by_accuracy[0]:
             why = (f"no configuration is measurably faster than {best.backend}/{best.precision} "
                    f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), the most accurate run")
         else:
-            fastest = min(faster, key=lambda r: r.wall_s)
-            # among the runs the fastest does not beat beyond the spread, prefer the most accurate
-            tie = [r for r in faster if not fastest.faster_than(r)]
-            best = min(tie, key=lambda r: (r.error, r.wall_s))
-            why = (f"measurably faster than {most_accurate.backend}/{most_accurate.precision} "
-                   f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {most_accurate.wall_min:.3g}-"
-                   f"{most_accurate.wall_max:.3g} s) with field error {best.error:.3g} <= tolerance {self.tolerance:g}")
+            why = (f"measurably faster than {beaten.backend}/{beaten.precision} "
+                   f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {beaten.wall_min:.3g}-"
+                   f"{beaten.wall_max:.3g} s) with field error {best.error:.3g} <= tolerance {self.tolerance:g}")
         return {"backend": best.backend, "precision": best.precision, "error": best.error,
                 "wall_s": best.wall_s, "speedup": best.speedup, "why": why}
 
@@ -213,9 +221,10 @@ class Comparison:
                 out[key] = (f"{chosen.backend}/{chosen.precision} is measurably faster ({chosen.wall_min:.3g}-"
                             f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s) within the tolerance")
             elif chosen is not None and not r.faster_than(chosen):
-                out[key] = (f"not measurably faster than {chosen.backend}/{chosen.precision} ({r.wall_min:.3g}-"
+                more = "more accurate, but " if _error(r) < _error(chosen) else ""
+                out[key] = (f"{more}not measurably faster than {chosen.backend}/{chosen.precision} ({r.wall_min:.3g}-"
                             f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
-                            f"at least {MIN_GAIN:.0%} beyond the spread is needed), and not more accurate")
+                            f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
             else:
                 out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
         return out
@@ -437,9 +446,12 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             if warmup:
                 run_case(case, backend_obj, policy, progress=False, description=desc)
             res = run_case(case, backend_obj, policy, out=run_dir, progress=progress, overwrite=True, description=desc)
-            times = [_solver_seconds(res)]
-            while _more_repeats(times, repeats, time_budget_s):
+            times, extra = [_solver_seconds(res)], 0.0
+            while _more_repeats(times, repeats, time_budget_s, extra):
+                t0 = time.perf_counter()
                 times.append(_solver_seconds(run_case(case, backend_obj, policy, progress=False, description=desc)))
+                if len(times) > DEFAULT_REPEATS:
+                    extra += time.perf_counter() - t0
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
             if ref_result is None:
