@@ -3,7 +3,6 @@ CaseError (or load), never an uncaught exception or a hang. Counts are reported 
 (``pytest --hypothesis-show-statistics``)."""
 
 import json
-import math
 import tomllib
 from pathlib import Path
 
@@ -14,33 +13,10 @@ from hypothesis import strategies as st
 from hpcsolve import run as runmod
 from hpcsolve.cases import parse_case_text
 from hpcsolve.errors import CaseError, HpcsolveError
+from tomlgen import to_toml
 
 CASES = sorted((Path(__file__).parent.parent / "cases").glob("*.toml"))
 FUZZ = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(v)
-
-
-def to_toml(data: dict) -> str:
-    return "\n".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in data.items()) + "\n"
 
 
 scalars = st.one_of(

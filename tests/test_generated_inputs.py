@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from hpcsolve import cli
 from hpcsolve.results import read_result_folder
+from tomlgen import to_toml
 
 ROOT = Path(__file__).parent.parent
 CASES = ROOT / "cases"
@@ -84,26 +85,6 @@ def names_a_field(message: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------
 # TOML text of a (possibly mutated) case
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(type(v))
-
-
-def to_toml(data: dict) -> str:
-    return "\n".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in data.items()) + "\n"
-
 
 def _leaves(data, prefix=()):
     """Paths to every scalar or array leaf (list items by index)."""
