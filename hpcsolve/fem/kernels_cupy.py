@@ -8,7 +8,10 @@ The algorithm (fused CG, reliable updates, restarted refinement, convergence che
 Kernels (T = float or double, the working precision; scalars are float64 in device memory):
 - ``spmv_dot``: q = A p and pq += p.q            (one pass over A and p; q written once)
 - ``update_r``: r -= alpha q, rr += r.r [, rz += r.D^-1 r]   alpha = rho_j / pq_j read on the device
-- ``update_xp``: x += alpha p, p = [D^-1] r + beta p          beta = rho_{j+1} / rho_j on the device
+- ``update_xp``: x += alpha p, p = [D^-1] r + beta p          beta a coefficient triple read on the device
+- ``csr_apply``: y = a (M x) + c b and ``mg_smooth`` (one Chebyshev / damped-Jacobi step, fused) on the
+  multigrid levels: LevelCSR matrices stored in S = float64, float32 or float16 (``__half`` from
+  cuda_fp16.h, widened with ``__half2float``), applied in T (float or double)
 - ``residual``: r_out = b - A64 x64 in float64, stored as float or double, rr [, rz] in float64
 - dot products: per-thread partial sums in T, block sums in float64, one atomicAdd per block.
 - ``check_matrix``: the validation of a matrix before a solve (non-finite values, symmetry, diagonal),
@@ -26,6 +29,7 @@ from hpcsolve.fem import lowops
 THREADS = 256
 
 _SOURCE = r"""
+#include <cuda_fp16.h>
 #define FULL_MASK 0xffffffffu
 #define GRID_STRIDE(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
 
@@ -194,16 +198,69 @@ __global__ void update_r(const int n, T* __restrict__ r, const T* __restrict__ q
     block_add2((double)acc_rr, (double)acc_rz, ws, i_rr, dinv ? i_rz : -1);
 }
 
-// fused CG: x += alpha p; p = [dinv] r + beta p (beta = ws[i_rho1]/ws[i_rho]). bytes 5 n s (+ n s)
+// fused CG: x += alpha p; p = [dinv] r + beta p (beta = coefficient (bnum, bden, bc): CG rho_{j+1}/rho_j,
+// flexible CG -z_{j+1}.q_j / p_j.q_j). bytes 5 n s (+ n s)
 template<typename T>
 __global__ void update_xp(const int n, T* __restrict__ x, T* __restrict__ p, const T* __restrict__ r,
-        const T* __restrict__ dinv, const double* ws, const int i_rho, const int i_pq, const int i_rho1) {
+        const T* __restrict__ dinv, const double* ws, const int i_rho, const int i_pq, const int bnum,
+        const int bden, const double bc) {
     const T alpha = (T)coef(ws, i_rho, i_pq, 1.0);
-    const T beta = (T)coef(ws, i_rho1, i_rho, 1.0);
+    const T beta = (T)coef(ws, bnum, bden, bc);
     GRID_STRIDE(i, n) {
         const T pi = p[i];
         x[i] += alpha * pi;
         p[i] = (dinv ? dinv[i] * r[i] : r[i]) + beta * pi;
+    }
+}
+
+// ---- multigrid levels: CSR (rows x cols, int32 indices) with values stored in S (double, float or __half),
+// applied in T; optional per-row scale (16-bit storage keeps rows scaled to a unit diagonal):
+// (M x)_i = rowscale_i * sum_k T(vals_k) x_{indices_k}
+template<typename T> __device__ __forceinline__ T widen(const double v) { return (T)v; }
+template<typename T> __device__ __forceinline__ T widen(const float v) { return (T)v; }
+template<typename T> __device__ __forceinline__ T widen(const __half v) { return (T)__half2float(v); }
+
+template<typename S, typename T>
+__device__ __forceinline__ T level_row(const int i, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const S* __restrict__ vals, const T* __restrict__ rowscale, const T* __restrict__ x) {
+    T s = 0;
+    const int end = indptr[i + 1];
+    for (int k = indptr[i]; k < end; ++k) s += widen<T>(vals[k]) * __ldg(x + indices[k]);
+    return rowscale ? rowscale[i] * s : s;
+}
+
+// y = a (M x) + c b in T (b null: y = a M x). b may be y itself: each row reads its own b[i] before writing y[i]
+// (so neither carries __restrict__). bytes: nnz (sizeof(S) + 4) + (rows+1) 4 [+ rows sizeof(T)] + cols sizeof(T)
+// + rows sizeof(T) [+ rows sizeof(T) for b]
+template<typename S, typename T>
+__global__ void csr_apply(const int rows, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const S* __restrict__ vals, const T* __restrict__ rowscale, const T* __restrict__ x, const T* b, T* y,
+        const double a, const double c) {
+    const T ta = (T)a, tc = (T)c;
+    GRID_STRIDE(i, rows) {
+        const T s = level_row<S, T>(i, indptr, indices, vals, rowscale, x);
+        y[i] = b ? ta * s + tc * b[i] : ta * s;
+    }
+}
+
+// one Chebyshev (c_d != 0) or damped-Jacobi (c_d = 0) step on M x = b, in T:
+// first: d = c_r dinv b; x_out = d (x_in not read)
+// else:  d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d (x_out never aliases x_in)
+template<typename S, typename T>
+__global__ void mg_smooth(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+        const S* __restrict__ vals, const T* __restrict__ rowscale, const T* __restrict__ x_in,
+        const T* __restrict__ b, const T* __restrict__ dinv, T* __restrict__ d, T* __restrict__ x_out,
+        const double c_d, const double c_r, const int first) {
+    const T cd = (T)c_d, cr = (T)c_r;
+    if (first) {
+        GRID_STRIDE(i, n) { const T di = (dinv[i] * b[i]) * cr; d[i] = di; x_out[i] = di; }
+    } else {
+        GRID_STRIDE(i, n) {
+            const T ri = b[i] - level_row<S, T>(i, indptr, indices, vals, rowscale, x_in);
+            const T di = cd * d[i] + cr * (dinv[i] * ri);
+            d[i] = di;
+            x_out[i] = x_in[i] + di;
+        }
     }
 }
 
@@ -260,14 +317,16 @@ __global__ void block_end(double* ws, const int i_rho, const int i_rr, const int
 }
 """
 
-_CT = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_CT = {np.dtype(np.float16): "__half", np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _ONE = ("replace_residual", "spmv_dot", "dot", "precondition", "precondition_init", "update_r", "update_xp", "fold")
 _TWO = ("residual", "axpy")
+_LEVEL = ("csr_apply", "mg_smooth")          # <storage S, compute T>
 
 
 def _names():
     out = [f"{k}<{t}>" for k in _ONE for t in ("float", "double")]
     out += [f"{k}<{a},{b}>" for k in _TWO for a in ("float", "double") for b in ("float", "double")]
+    out += [f"{k}<{s},{t}>" for k in _LEVEL for s in ("__half", "float", "double") for t in ("float", "double")]
     return out + ["block_start", "block_end", "check_matrix"]
 
 
@@ -381,10 +440,23 @@ class CupyOps(lowops.LowOps):
                      (np.int32(r.size), r, q, self._ptr(dinv), ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rz),
                       np.int32(i_rr)))
 
-    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, beta):
+        bnum, bden, bc = beta
         self._launch(self._kernel("update_xp", r.dtype), r.size,
                      (np.int32(r.size), x, p, r, self._ptr(dinv), ws, np.int32(i_rho), np.int32(i_pq),
-                      np.int32(i_rho1)))
+                      np.int32(bnum), np.int32(bden), np.float64(bc)))
+
+    # ---- multigrid levels (LevelCSR: values in S = M.vals.dtype, vectors in T)
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        self._launch(self._kernel("csr_apply", M.vals.dtype, y.dtype), M.rows,
+                     (np.int32(M.rows), M.indptr, M.indices, M.vals, self._ptr(M.rowscale), x, self._ptr(b), y,
+                      np.float64(a), np.float64(c)))
+
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        self._launch(self._kernel("mg_smooth", M.vals.dtype, d.dtype), M.rows,
+                     (np.int32(M.rows), M.indptr, M.indices, M.vals, self._ptr(M.rowscale),
+                      x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r),
+                      np.int32(1 if first else 0)))
 
     def fold(self, x64, y):
         self._launch(self._kernel("fold", y.dtype), y.size, (np.int32(y.size), x64, y))

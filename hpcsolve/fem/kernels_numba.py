@@ -4,10 +4,17 @@ float64 scalars in device memory, one atomicAdd per block), written with ``numba
 
 The algorithm lives in ``hpcsolve.fem.cg``; this module supplies the kernels of the
 ``hpcsolve.fem.lowops`` interface (``NumbaOps``). CUDA graphs: numba-cuda 0.30 has no stream-capture
-API of its own (one could call cuStreamBeginCapture through cuda-python on the stream handle and
-instantiate the graph by hand; not done here), so each block of k iterations is 3k kernel launches
-from Python on one stream, with no host synchronization until the convergence check. Python launch
-overhead (tens of microseconds per launch) therefore dominates at small sizes.
+API of its own. Where CuPy imports, NumbaOps launches on a CuPy stream (``numba.cuda.external_stream``
+of a ``cupy.cuda.Stream``) and records a block of launches with CuPy's stream capture,
+as ``kernels_cupy`` does; a failed capture is not fatal (``capture`` returns None, the caller launches
+directly, ``graph_error`` says why). Without CuPy (and under the simulator) each block of k iterations
+is 3k kernel launches from Python on one stream, with no host synchronization until the convergence
+check; Python launch overhead (tens of microseconds per launch) then dominates at small sizes.
+
+Arrays given to these ops must be numba device arrays (``DeviceNDArray``: what ``to_device`` / ``zeros``
+return, or ``numba.cuda.as_cuda_array(cupy_array)`` views made once, outside a capture). A CuPy array
+passed directly is imported by numba at every launch (DLPack with a stream handshake), which costs time
+and cannot be recorded into a graph.
 
 Kernels are generated per dtype by small factories (T = np.float32 / np.float64), so float32 work
 really is float32: accumulators and coefficients are cast to T. Block sums use a shared-memory tree
@@ -238,10 +245,10 @@ def _typed(T):
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
     @cuda.jit
-    def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, i_rho1):
-        # fused CG: x += alpha p; p = [dinv] r + beta p. bytes 5 n s
+    def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, bnum, bden, bc):
+        # fused CG: x += alpha p; p = [dinv] r + beta p, beta the coefficient (bnum, bden, bc). bytes 5 n s
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
-        beta = T(coef(ws, i_rho1, i_rho, 1.0))
+        beta = T(coef(ws, bnum, bden, bc))
         i = cuda.grid(1)
         while i < n:
             pi = p[i]
@@ -258,8 +265,53 @@ def _typed(T):
             y[i] = T(0)
             i += cuda.gridsize(1)
 
+    # ---- multigrid levels (LevelCSR): values stored in any of float64 / float32 / float16 (one compiled
+    # specialization per storage dtype), widened to T value by value: T(vals[k]); optional row scale
+    @cuda.jit(device=True, inline=True)
+    def level_row(i, indptr, indices, vals, rowscale, has_rs, x):
+        s = T(0)
+        for k in range(indptr[i], indptr[i + 1]):
+            s += T(vals[k]) * x[indices[k]]
+        if has_rs:
+            s = rowscale[i] * s
+        return s
+
+    @cuda.jit
+    def csr_apply(rows, indptr, indices, vals, rowscale, has_rs, x, b, has_b, y, a, c):
+        # y = a (M x) + c b (has_b False: y = a M x); b may be y itself (row i reads b[i] before writing y[i])
+        ta = T(a)
+        tc = T(c)
+        i = cuda.grid(1)
+        while i < rows:
+            s = level_row(i, indptr, indices, vals, rowscale, has_rs, x)
+            if has_b:
+                y[i] = ta * s + tc * b[i]
+            else:
+                y[i] = ta * s
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def mg_smooth(n, indptr, indices, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        # first: d = c_r dinv b; x_out = d.  else: d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d
+        cd = T(c_d)
+        cr = T(c_r)
+        i = cuda.grid(1)
+        if first:
+            while i < n:
+                di = (dinv[i] * b[i]) * cr
+                d[i] = di
+                x_out[i] = di
+                i += cuda.gridsize(1)
+        else:
+            while i < n:
+                ri = b[i] - level_row(i, indptr, indices, vals, rowscale, has_rs, x_in)
+                di = cd * d[i] + cr * (dinv[i] * ri)
+                d[i] = di
+                x_out[i] = x_in[i] + di
+                i += cuda.gridsize(1)
+
     return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
-                update_r=update_r, update_xp=update_xp, fold=fold)
+                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth)
 
 
 @functools.lru_cache(maxsize=None)
@@ -329,24 +381,60 @@ _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
 
 
 class NumbaOps(lowops.LowOps):
-    """The fused kernels as numba.cuda.jit kernels on one stream; no CUDA graphs (see module docstring)."""
+    """The fused kernels as numba.cuda.jit kernels on one stream; CUDA graphs through CuPy's stream capture
+    where CuPy imports and ``graphs`` is True (see the module docstring)."""
 
     name = "numba-cuda"
-    supports_graphs = False
+    supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
     graphs = False
 
-    def __init__(self):
+    def __init__(self, graphs: bool = True):
         self.cuda = _core()[0]
         self.sim = cuda_simulator_enabled()
         self.threads = 8 if self.sim else THREADS
+        self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
+        self._cp = self._cp_stream = self._cp_device = None
+        self.supports_graphs = self.graphs = False
         if self.sim:
             self.max_blocks = 2
             self.stream = 0
+            self.graph_error = "the CUDA simulator has no CUDA graphs"
         else:
-            sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
-            self.max_blocks = sms * (2048 // THREADS)
-            self.stream = cuda.stream()
+            dev = cuda.get_current_device()
+            self.max_blocks = dev.MULTIPROCESSOR_COUNT * (2048 // THREADS)
+            self.stream = None
+            if graphs:
+                self._use_cupy_stream(dev.id)
+            else:
+                self.graph_error = "graphs switched off (NumbaOps(graphs=False))"
+            if self.stream is None:
+                self.stream = cuda.stream()
+        # placeholders for absent optional arrays (dinv, rowscale, b), made now: never inside a capture
         self._dummy = {}
+        for dt in (np.float32, np.float64):
+            self._dinv(None, dt)
+
+    def _use_cupy_stream(self, device_id):
+        """Launch on a CuPy stream of the same device (primary context), so that CuPy's stream capture can
+        record the launches; on any failure stay on a numba stream and say why. The stream is a blocking one,
+        as numba's own streams are: it stays ordered after work on the legacy default stream (numba's
+        ``cuda.to_device`` without a stream, say), so arrays made that way elsewhere are ready for it."""
+        try:
+            import cupy
+        except Exception as exc:                          # no CuPy: no graphs, nothing else changes
+            self.graph_error = f"no CUDA graphs: cupy does not import ({type(exc).__name__}: {exc})"
+            return
+        try:
+            device = cupy.cuda.Device(device_id)
+            with device:
+                stream = cupy.cuda.Stream(non_blocking=False)
+            self.stream = cuda.external_stream(stream.ptr)
+        except Exception as exc:
+            self.graph_error = f"no CUDA graphs: a CuPy stream for numba failed ({type(exc).__name__}: {exc})"
+            self.stream = None
+            return
+        self._cp, self._cp_stream, self._cp_device = cupy, stream, device
+        self.supports_graphs = self.graphs = True
 
     def _grid(self, n):
         return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))
@@ -436,10 +524,26 @@ class NumbaOps(lowops.LowOps):
         self._go(_typed(_TYPES[r.dtype])["update_r"], r.size, np.int32(r.size), r, q, d, has, ws, np.int32(i_rho),
                  np.int32(i_pq), np.int32(i_rz), np.int32(i_rr))
 
-    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, beta):
+        bnum, bden, bc = beta
         d, has = self._dinv(dinv, r.dtype)
         self._go(_typed(_TYPES[r.dtype])["update_xp"], r.size, np.int32(r.size), x, p, r, d, has, ws,
-                 np.int32(i_rho), np.int32(i_pq), np.int32(i_rho1))
+                 np.int32(i_rho), np.int32(i_pq), np.int32(bnum), np.int32(bden), np.float64(bc))
+
+    # ---- multigrid levels (LevelCSR: values in M.vals.dtype, vectors in T; a None rowscale / b is a flag
+    #      and a placeholder array of dtype T, never read)
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        rs, has_rs = self._dinv(M.rowscale, y.dtype)
+        bb, has_b = self._dinv(b, y.dtype)
+        self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        rs, has_rs = self._dinv(M.rowscale, d.dtype)
+        first = bool(first)
+        self._go(_typed(_TYPES[d.dtype])["mg_smooth"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d),
+                 np.float64(c_r), first)
 
     def fold(self, x64, y):
         self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)
@@ -453,12 +557,43 @@ class NumbaOps(lowops.LowOps):
     def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
         self._go(_core()[6], n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
 
+    # ---- graphs and timing
+    def capture(self, fn):
+        """Record what ``fn()`` launches on the stream into a CUDA graph (CuPy stream capture, relaxed mode);
+        returns its launcher, or None (no graphs, or the capture failed: ``graph_error`` says why; nothing
+        recorded has run, so the caller then launches ``fn()`` directly)."""
+        if not self.graphs:
+            return None
+        s = self._cp_stream
+        err = graph = None
+        try:
+            with self._cp_device:
+                s.synchronize()
+                s.begin_capture()
+                try:
+                    fn()
+                except Exception as exc:          # the first cause, not end_capture's "invalidated"
+                    err = exc
+                finally:
+                    try:
+                        graph = s.end_capture()
+                    except Exception as exc:
+                        err = err or exc
+        except Exception as exc:
+            err = exc
+        if err is not None or graph is None:
+            self.graph_error = f"CUDA graph capture failed, launching directly ({type(err).__name__}: {err})"
+            return None
+        return lambda: graph.launch(stream=s)
+
     def timer(self):
         c = self.cuda
         return lowops.EventTimer(c.event, lambda e: e.record(self.stream),
                                     lambda a, b: c.event_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
 
 
-@functools.lru_cache(maxsize=1)
-def low_ops() -> NumbaOps:
-    return NumbaOps()
+@functools.lru_cache(maxsize=2)
+def low_ops(graphs: bool = True) -> NumbaOps:
+    """The Numba-CUDA low ops (one per process and setting; ``graphs=False``: a numba stream, no CuPy, the
+    kernels launched one by one)."""
+    return NumbaOps(graphs=graphs)

@@ -134,10 +134,10 @@ class NumpyLowOps(lowops.LowOps):
         if dinv is not None:
             ws[i_rz] += _sum64(rr * dinv)
 
-    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1):
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, beta):
         T = p.dtype.type
         alpha = T(_coef(ws, i_rho, i_pq, 1.0))
-        beta = T(_coef(ws, i_rho1, i_rho, 1.0))
+        beta = T(_coef(ws, *beta))
         x += alpha * p
         p *= beta
         p += dinv * r if dinv is not None else r
@@ -154,6 +154,44 @@ class NumpyLowOps(lowops.LowOps):
     def block_end(self, ws, i_rho, i_rr, k):
         ws[i_rho] = ws[i_rho + k]
         ws[i_rr] = ws[i_rr + k]
+
+    # ---- multigrid
+    def _level(self, M, dtype):
+        """A SciPy view of a LevelCSR with its values in ``dtype`` (float16 storage: the float16 values
+        widened exactly, as the GPU kernels read them), kept on the matrix."""
+        dtype = np.dtype(dtype)
+        hit = M.cache.get(("scipy", dtype))
+        if hit is None:
+            vals = M.vals if M.vals.dtype == dtype else M.vals.astype(dtype)
+            hit = M.cache[("scipy", dtype)] = sp.csr_matrix((vals, M.indices, M.indptr), shape=M.shape)
+        return hit
+
+    def _mv(self, M, x):
+        y = self._level(M, x.dtype) @ x
+        if M.rowscale is not None:
+            y *= M.rowscale
+        return y
+
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        T = y.dtype.type
+        out = self._mv(M, x)
+        if a != 1.0:
+            out *= T(a)
+        if b is not None:
+            out += T(c) * b
+        y[:] = out
+
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        T = d.dtype.type
+        if first:
+            np.multiply(dinv, b, out=d)
+            d *= T(c_r)
+            x_out[:] = d
+            return
+        r = b - self._mv(M, x_in)
+        d *= T(c_d)
+        d += T(c_r) * (dinv * r)
+        np.add(x_in, d, out=x_out)
 
     def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
         finite = np.isfinite(vals)

@@ -63,18 +63,58 @@ class LowOps:
     #   p = [dinv] r; ws[i_rr] += r.r; with dinv ws[i_rz] += r.dinv.r
     def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr): raise NotImplementedError
     #   alpha = ws[i_rho] / ws[i_pq]; r -= alpha q; ws[i_rr] += r.r; with dinv ws[i_rz] += r.dinv.r
-    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, i_rho1): raise NotImplementedError
-    #   alpha as above, beta = ws[i_rho1] / ws[i_rho]; x += alpha p; p = [dinv] r + beta p
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, beta): raise NotImplementedError
+    #   alpha as above, beta = coefficient triple (CG: (i_rho1, i_rho, 1.0) = rho_{j+1} / rho_j; flexible
+    #   CG (Notay 2000): (i_zq, i_pq, -1.0) = -z_{j+1}.q_j / p_j.q_j); x += alpha p; p = [dinv] r + beta p
     def fold(self, x64, y): raise NotImplementedError
     #   x64 += y; y = 0
     def block_start(self, ws, i_rho, i_pq, i_rr, K): raise NotImplementedError
     #   ws[i_rho+1 .. i_rho+K] = ws[i_pq .. i_pq+K-1] = ws[i_rr+1 .. i_rr+K] = 0
     def block_end(self, ws, i_rho, i_rr, k): raise NotImplementedError
     #   ws[i_rho] = ws[i_rho+k]; ws[i_rr] = ws[i_rr+k]
+    # ---- multigrid (hpcsolve.fem.multigrid): level matrices are LevelCSR (possibly rectangular, values
+    #      stored in float64, float32 or float16, optional per-row scale); vectors of one dtype T
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0): raise NotImplementedError
+    #   y = a (M x) + c b, computed in y's dtype T (b None: y = a M x); b may be y itself (y += a M x
+    #   with c = 1). (M x)_i = rowscale_i * sum_k T(vals_k) x_j when M.rowscale is not None.
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first): raise NotImplementedError
+    #   one Chebyshev (c_d != 0) or damped-Jacobi (c_d = 0) step on M x = b, in T:
+    #   first: d = c_r dinv b; x_out = d              (the initial guess is 0; x_in is not read)
+    #   else:  d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d    (x_out never aliases x_in)
+
     def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base): raise NotImplementedError
     #   one pass over a CSR matrix (rows sorted, no duplicates), float64 values; accumulates into
     #   ws[base + CHECK_*] (zeroed by the caller) what hpcsolve.fem.matrix decides on, and writes
     #   dinv_out[i] = 1 / a_ii where a_ii > 0, else 0 (see CHECK_SLOTS)
+
+
+class LevelCSR:
+    """A matrix of a multigrid hierarchy on a backend's device: ``rows x cols`` CSR with int32 ``indptr`` /
+    ``indices``, values ``vals`` stored in ``storage`` (float64, float32 or float16), applied in
+    ``compute`` (float64 or float32, the dtype of the vectors). 16-bit storage keeps the rows scaled to a
+    unit diagonal (``vals = a_ij / a_ii``, ``rowscale = a_ii`` in ``compute``) so that no coefficient
+    range (jumps of 1e6) over- or underflows; otherwise ``rowscale`` is None. ``cache`` holds what a
+    backend derives from it (e.g. a SciPy view)."""
+
+    def __init__(self, rows, cols, indptr, indices, vals, compute, rowscale=None):
+        import numpy as np
+
+        self.rows, self.cols = int(rows), int(cols)
+        self.indptr, self.indices, self.vals, self.rowscale = indptr, indices, vals, rowscale
+        self.nnz = int(indices.size)
+        self.storage = np.dtype(vals.dtype)
+        self.compute = np.dtype(compute)
+        self.cache: dict = {}
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one application reads from the matrix (values, indices, row pointers, row scales)."""
+        scale = self.rows * self.compute.itemsize if self.rowscale is not None else 0
+        return self.nnz * (self.storage.itemsize + 4) + (self.rows + 1) * 4 + scale
 
 
 #: ws slots of ``check_matrix`` (offsets from ``base``): counts are sums, the rest maxima of values >= 0
