@@ -154,6 +154,12 @@ def _file_mesh_size(case) -> tuple[int, int]:
     return nodes, 2 * nodes
 
 
+#: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
+#: int32 indices), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
+MG_DEVICE_BYTES_PER_UNKNOWN = {1: 400, 2: 800}
+AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
+
+
 def fem(case, backend: str, policy) -> MemoryEstimate:
     """Peak memory of an FEM run of ``case``, from the mesh size the case implies."""
     points, triangles = fem_mesh_size(case)
@@ -170,6 +176,11 @@ def fem(case, backend: str, policy) -> MemoryEstimate:
         host += coefficient * float(unknowns) ** power
     if case_plots(case):      # the figures are drawn after the solve, when its arrays are free
         host = max(host, PLOT_BYTES)
+    from hpcsolve.fem.runner import preconditioner_name
+
+    pc = preconditioner_name(case, None, policy)
+    if pc == "amg":                       # pyamg's hierarchy on the host
+        host += unknowns * AMG_HOST_BYTES_PER_UNKNOWN
     reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
     device = None
     base = FEM_BASE_BYTES
@@ -178,6 +189,8 @@ def fem(case, backend: str, policy) -> MemoryEstimate:
         nnz = unknowns * (7 if ncomp == 1 else 14)
         device = int(nnz * (policy.storage_bytes + 4 + (8 + 4 if policy.storage_bytes != 8 else 0))
                      + (unknowns + 1) * 4 + DEVICE_VECTORS * unknowns * 8)
+        if pc in ("mg", "amg"):           # the hierarchy, and the Galerkin products while it is built
+            device += int(unknowns * MG_DEVICE_BYTES_PER_UNKNOWN[ncomp])
     basis = (f"{triangles:,} triangles x {per_triangle} B" + (", float64 reference (SuperLU)" if reference else ""))
     return MemoryEstimate(int(base + host), device, reduce, basis)
 

@@ -91,14 +91,18 @@ def _method_for(policy: Precision, method: str | None) -> str:
 def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Backend | None" = None,
           rtol: float = 1e-8, maxiter: int | None = None, method: str | None = None, *, x0=None,
           preconditioner: "str | precond.Preconditioner | None" = None, check_every: int | None = None,
-          true_every: int = 0, **options) -> tuple[np.ndarray, SolveReport]:
+          true_every: int = 0, multigrid: dict | None = None, **options) -> tuple[np.ndarray, SolveReport]:
     """Solve the SPD system A x = b; return (x as a float64 NumPy array, SolveReport).
 
     A: a SciPy sparse or dense matrix, or a matrix from :func:`prepare_matrix` (then nothing is converted,
     checked or uploaded again). precision: 'fp64', 'fp32' or 'mixed'. method: 'cg', 'pcg-jacobi',
     'spsolve' (fp64 direct) for fp64/fp32; 'ir-restarted' or 'cg-reliable' (default) for mixed.
-    preconditioner: 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it) or a
-    :class:`hpcsolve.fem.precond.Preconditioner`. backend: 'numpy' (default; for a prepared matrix, its
+    preconditioner: 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic
+    multigrid V-cycle, any SPD matrix), 'mg' (geometric: needs the structured grid, so pass
+    ``hpcsolve.fem.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free))``) or a
+    :class:`hpcsolve.fem.precond.Preconditioner`; ``multigrid``: options of 'mg'/'amg'
+    (:class:`hpcsolve.fem.multigrid.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
+    coarse_size, amg 'sa'|'rs', flexible, ...); report.preconditioner shows the hierarchy. backend: 'numpy' (default; for a prepared matrix, its
     backend), 'cupy', 'numba-cuda' or 'auto'. rtol: target on the float64 true relative residual.
     maxiter: total Krylov iterations (default 10 n). check_every: iterations per block between host
     decisions (default 64; one CUDA graph per block on CuPy). true_every: also record the true residual
@@ -110,7 +114,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     policy = get_precision(precision, family="fem", field="precision")
     method = _method_for(policy, method)
     opts = _options(rtol, maxiter, check_every, true_every, options)
-    pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner)
+    if method == "pcg-jacobi" and preconditioner not in (None, "jacobi", "none"):
+        raise CaseError.invalid("preconditioner", preconditioner, "jacobi (or none)",
+                                why="method 'pcg-jacobi' is CG with the Jacobi preconditioner; use method 'cg'")
+    pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner, multigrid=multigrid)
     if method == "cg" and isinstance(pc, precond.Jacobi):
         method = "pcg-jacobi"
     be = _backend_for(A, backend)

@@ -49,6 +49,16 @@ def stiffness(mesh: Mesh, conductivity: float | np.ndarray = 1.0) -> sp.csr_matr
     return _to_csr(mesh.triangles, local, mesh.n_points)
 
 
+def stiffness_tensor(mesh: Mesh, K) -> sp.csr_matrix:
+    """K_ij = sum_T |T| grad phi_i . (K_T grad phi_j) for a symmetric positive definite 2x2 tensor K (one, or
+    one per triangle: shape (m, 2, 2)), e.g. anisotropic diffusion."""
+    area, bx, by = _gradients(mesh)
+    Kt = np.broadcast_to(np.asarray(K, dtype=np.float64), (len(area), 2, 2))
+    G = np.stack([bx, by], axis=2)                      # (m, 3, 2)
+    local = np.einsum("eia,eab,ejb->eij", G, Kt, G, optimize=True) * area[:, None, None]
+    return _to_csr(mesh.triangles, local, mesh.n_points)
+
+
 _MASS_REF = (np.ones((3, 3)) + np.eye(3)) / 12.0
 
 

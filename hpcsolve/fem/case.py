@@ -128,9 +128,30 @@ class BoundarySection(StrictModel):
     neumann: list[NeumannBC] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
+class MultigridSection(StrictModel):
+    """[solve.multigrid]: options of preconditioner = "mg" / "amg" (hpcsolve.fem.multigrid.MGOptions)."""
+
+    hierarchy: Literal["fp64", "fp32", "fp16"] = Field(
+        "fp32", description="precision of the multigrid hierarchy (fp16: 16-bit storage, float32 arithmetic); "
+        "the outer CG still converges on the float64 true residual")
+    smoother: Literal["chebyshev", "jacobi"] = Field("chebyshev", description="SpMV-only smoother on every level")
+    degree: int = Field(2, ge=1, le=10, description="smoothing steps before and after the coarse correction")
+    coarse_size: int = Field(400, ge=1, le=20000, description="levels with at most this many unknowns are solved directly")
+    max_levels: int = Field(30, ge=2, le=60)
+    amg: Literal["sa", "rs"] = Field("sa", description="algebraic coarsening (pyamg): smoothed aggregation or Ruge-Stueben")
+    strength: float = Field(0.0, ge=0, le=1, description="pyamg strength threshold (0: pyamg's default)")
+    flexible: bool = Field(True, description="flexible CG (robust to a slightly non-symmetric low-precision V-cycle)")
+
+    def options(self) -> dict:
+        return self.model_dump()
+
+
 class SolverSection(StrictModel):
     method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
-    preconditioner: Literal["none", "jacobi"] = "none"
+    preconditioner: Literal["auto", "none", "jacobi", "mg", "amg"] = Field(
+        "auto", description="auto: mg on structured generator meshes, amg otherwise (jacobi with pcg-jacobi); "
+        "mg: geometric multigrid V-cycle; amg: algebraic multigrid (pyamg hierarchy); none; jacobi")
+    multigrid: MultigridSection = Field(default_factory=MultigridSection, description="[solve.multigrid]")
     rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual, "
                         ">= 1e-16 (below float64 round-off it cannot be reached)")
     maxiter: int | None = Field(None, ge=1, le=MAX_ITERATIONS, description="total Krylov iterations (default 10 x unknowns)")

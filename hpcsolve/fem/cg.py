@@ -255,16 +255,18 @@ class CGEngine:
         self.r = low.zeros(n, self.dtype)
         self.p = low.zeros(n, self.dtype)
         self.q = low.zeros(n, self.dtype)
-        self.ws = low.zeros(3 * K + 2, F64)
+        self.ws = low.zeros(4 * K + 2, F64)
         self.scratch = low.zeros(1, F64)     # a slot for reductions nobody reads
         self.PQ = K + 1
         self.RR = 2 * K + 1
+        self.ZQ = 3 * K + 2                  # flexible CG: z_{j+1}.q_j
         self.RHO = self.RR if precond.identity else 0
         self.precond = precond
         self.dinv = precond.diagonal(A, self.dtype)                       # fused into the kernels
         self.dinv64 = precond.diagonal(A, F64) if self.dinv is not None else None
         self.general = None if precond.identity or self.dinv is not None else precond
         self.z = low.zeros(n, self.dtype) if self.general is not None else None
+        self.flexible = self.general is not None and bool(getattr(precond, "flexible", False))
         self._graphs = {}
         self.iterations = 0
         self.alpha: list[float] = []
@@ -283,6 +285,7 @@ class CGEngine:
         low.fill_zero(self.ws)
         if self.general is not None:
             self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+            self.general.cycles += 1
             low.scale_copy(self.z, self.p, 1.0)
             low.dot(self.r, self.r, self.ws, self.RR)
         else:
@@ -296,6 +299,7 @@ class CGEngine:
         low.residual(self.A, x64, b64, self.r, self.dinv64, self.ws, self.RHO, self.RR)
         if self.general is not None:
             self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+            self.general.cycles += 1
         return self._read_slots()
 
     def replace_residual(self, x64, b64) -> float:
@@ -318,6 +322,7 @@ class CGEngine:
             return out
         if self.general is not None:
             self.general.apply(self.low, self.A, r, out, self.scratch, 0)
+            self.general.cycles += 1
             return out
         return r
 
@@ -325,16 +330,23 @@ class CGEngine:
     def _launch_block(self, k):
         low, ws, A = self.low, self.ws, self.A
         low.block_start(ws, self.RHO, self.PQ, self.RR, self.K)
+        if self.flexible:
+            low.block_start(ws, self.ZQ - 1, self.ZQ, self.ZQ - 1, self.K)     # zq[0..K-1] = 0
         for j in range(k):
             rho, pq, rho1 = self.RHO + j, self.PQ + j, self.RHO + j + 1
             low.spmv_dot(A, self.p, self.q, ws, pq)
             if self.general is None:
                 low.update_r(self.r, self.q, self.dinv, ws, rho, pq, rho1, self.RR + j + 1)
-                low.update_xp(self.x, self.p, self.r, self.dinv, ws, rho, pq, rho1)
+                low.update_xp(self.x, self.p, self.r, self.dinv, ws, rho, pq, (rho1, rho, 1.0))
             else:
                 low.update_r(self.r, self.q, None, ws, rho, pq, -1, self.RR + j + 1)
                 self.general.apply(low, A, self.r, self.z, ws, rho1)
-                low.update_xp(self.x, self.p, self.z, None, ws, rho, pq, rho1)
+                if self.flexible:     # Notay's flexible CG: beta = -z_{j+1}.q_j / p_j.q_j
+                    low.dot(self.z, self.q, ws, self.ZQ + j)
+                    beta = (self.ZQ + j, pq, -1.0)
+                else:
+                    beta = (rho1, rho, 1.0)
+                low.update_xp(self.x, self.p, self.z, None, ws, rho, pq, beta)
         low.block_end(ws, self.RHO, self.RR, k)
 
     def launch(self, k):
@@ -347,6 +359,8 @@ class CGEngine:
         else:
             g()
         self.iterations += k
+        if self.general is not None:
+            self.general.cycles += k
 
     def read(self, k) -> np.ndarray:
         """After launch(k): host copies of rr[1..k] (synchronizes); alpha/beta recorded; Breakdown raised
@@ -427,6 +441,18 @@ class _Run:
         near; at most ``cap`` (the iterations to the next ``true_every`` record)."""
         K = eng.K
         k = K
+        short = _short_block(eng)
+        if short:
+            # a preconditioned iteration (a V-cycle) costs many plain ones: short blocks, sized by the recent
+            # rate, so that the solve stops within an iteration or two of convergence
+            k = min(K, short)
+            m = min(len(self.rec), short)
+            if m >= 2 and target_rel > 0:
+                a, b = self.rec[-m], self.rec[-1]
+                if a > 0 and b > 0 and b < a:
+                    need = math.log(target_rel / b) / (math.log(b / a) / (m - 1)) if b > target_rel else 1
+                    k = max(1, min(K, short, math.ceil(need)))
+            return max(1, min(k, cap)) if cap else k
         if len(self.rec) >= 2 * K and target_rel > 0:
             a, b = self.rec[-K], self.rec[-1]
             if a > 0 and b > 0 and b < a:
@@ -437,6 +463,11 @@ class _Run:
                     k *= 2
                 k = min(k, K)
         return max(1, min(k, cap)) if cap else k
+
+
+def _short_block(eng: CGEngine) -> int:
+    """The block length a costly general preconditioner asks for (``Preconditioner.block``), else 0."""
+    return int(getattr(eng.general, "block", 0) or 0) if eng.general is not None else 0
 
 
 def _run_cg(run: _Run, eng: CGEngine, maxiter: int, it0: int, target: float | None = None):
@@ -695,7 +726,7 @@ def _solve_ir(run: _Run):
         indefinite = False
         try:
             while eng.iterations < opts.maxiter - total:
-                k = min(eng.K, opts.maxiter - total - eng.iterations)
+                k = min(_short_block(eng) or eng.K, opts.maxiter - total - eng.iterations)
                 eng.launch(k)
                 rrs = eng.read(k)
                 run.rec.extend((np.sqrt(np.maximum(rrs, 0.0)) / run.bnorm).tolist())
@@ -742,6 +773,7 @@ def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, prec
                                 why=f"x64 += alpha p32 in the fused kernels exists only in the NumPy low ops "
                                     f"(a study option), not on {low.name}")
     state = _Run(A, b64, bnorm, x64, opts, precond, report)
+    precond.cycles = 0
     low.sync()
     t0 = time.perf_counter()
     if not policy.refinement:
@@ -757,4 +789,7 @@ def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, prec
     report.time_s = time.perf_counter() - t0
     x_host = np.asarray(low.to_host(x), dtype=np.float64)
     report.finish(state.rec, state.true_its, state.true, true, reason)
+    report.preconditioner = precond.info()
+    if report.preconditioner.get("flexible"):
+        report.notes.append("flexible CG (beta = -z.Aq / p.Aq): the V-cycle need not be exactly symmetric")
     return x_host, report

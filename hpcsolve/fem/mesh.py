@@ -106,7 +106,8 @@ def rectangle(nx: int, ny: int, x: tuple[float, float] = (0.0, 1.0), y: tuple[fl
     tags = _tag_edges_by_side(points, edges, {
         "left": lambda a, b: np.abs(a - x[0]) <= tol, "right": lambda a, b: np.abs(a - x[1]) <= tol,
         "bottom": lambda a, b: np.abs(b - y[0]) <= tol, "top": lambda a, b: np.abs(b - y[1]) <= tol})
-    return Mesh(points, tris, edges, tags, source=f"rectangle {nx}x{ny}")
+    # the node grid (row-major, x fastest) that geometric multigrid coarsens
+    return Mesh(points, tris, edges, tags, source=f"rectangle {nx}x{ny}", info={"grid": (nx, ny)})
 
 
 COOK_CORNERS = ((0.0, 0.0), (48.0, 44.0), (48.0, 60.0), (0.0, 44.0))
@@ -147,7 +148,8 @@ def refine_uniform(mesh: Mesh) -> Mesh:
     edges = np.concatenate([np.column_stack([be[:, 0], mid_of]), np.column_stack([mid_of, be[:, 1]])]).astype(np.int32)
     tags = np.concatenate([mesh.edge_tags, mesh.edge_tags])
     regions = None if mesh.cell_regions is None else np.tile(mesh.cell_regions, 4)
-    return Mesh(points, new, edges, tags, regions, source=mesh.source + " +refined", info=dict(mesh.info))
+    info = {k: v for k, v in mesh.info.items() if k != "grid"}     # new nodes are not numbered on a grid
+    return Mesh(points, new, edges, tags, regions, source=mesh.source + " +refined", info=info)
 
 
 def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:

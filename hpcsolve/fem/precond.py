@@ -6,8 +6,10 @@
 - *diagonal* (``diagonal`` returns D^-1 in the working dtype): fused into the CG kernels (the r
   update accumulates r.D^-1 r, the p update forms D^-1 r), so Jacobi costs one more vector read per
   kernel and no extra pass: ``Jacobi``.
-- *general* (``apply``): z = M^-1 r as its own launches after the r update, then the p update uses z.
-  A multigrid V-cycle or an AMG hierarchy would be this kind. ``apply`` must only launch work
+- *general* (``apply``): z = M^-1 r as its own launches after the r update, then the p update uses z:
+  the multigrid V-cycles of :mod:`hpcsolve.fem.multigrid` ("mg" geometric, "amg" algebraic). With
+  ``flexible`` True the CG's beta is the flexible one (-z.Aq / p.Aq, Notay 2000), which does not
+  assume that M is exactly symmetric (a V-cycle in float32 or 16-bit storage is not). ``apply`` must only launch work
   on the low ops' stream (no allocation, no synchronization), so that a block of CG iterations can
   still be captured into one CUDA graph; its hierarchy may be stored in a lower precision than the
   vectors it is applied to (it is called with r and z of the working dtype).
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from hpcsolve.errors import CaseError
 
-NAMES = ("none", "jacobi")
+NAMES = ("none", "jacobi", "mg", "amg")
 
 
 class Preconditioner:
@@ -25,6 +27,15 @@ class Preconditioner:
 
     name = "none"
     identity = True
+    flexible = False       #: general preconditioners: use flexible CG's beta
+    cycles = 0             #: general preconditioners: applications counted by the CG
+    block = 0              #: general preconditioners: at most this many iterations per block (0: the CG's
+    #                         check_every); a costly M (a V-cycle) asks for short blocks so the solve stops
+    #                         within an iteration or two of convergence
+
+    def info(self) -> dict:
+        """What the solve report shows about the preconditioner (levels, set-up time, ...)."""
+        return {}
 
     def setup(self, A) -> None:
         """Build what ``apply`` needs on A's device (called once per solve, before the timed part)."""
@@ -48,12 +59,24 @@ class Jacobi(Preconditioner):
         return A.dinv(dtype)
 
 
-def get(value, field: str = "preconditioner") -> Preconditioner:
-    """The preconditioner for a name or an instance."""
+def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> Preconditioner:
+    """The preconditioner for a name or an instance; ``multigrid``: options of "mg" / "amg"
+    (:class:`hpcsolve.fem.multigrid.MGOptions` fields)."""
     if isinstance(value, Preconditioner):
+        if multigrid:
+            raise CaseError.invalid("multigrid", multigrid, "nothing with a Preconditioner instance",
+                                    why="give the options to the instance (Multigrid(kind, options))")
         return value
     if value is None:
-        return Preconditioner()
+        value = "none"
     if not isinstance(value, str) or value.lower() not in NAMES:
         raise CaseError.invalid(field, value, ", ".join(NAMES) + " (or a hpcsolve.fem.precond.Preconditioner)")
-    return Jacobi() if value.lower() == "jacobi" else Preconditioner()
+    name = value.lower()
+    if name in ("mg", "amg"):
+        from hpcsolve.fem.multigrid import Multigrid
+
+        return Multigrid(name, multigrid)
+    if multigrid:
+        raise CaseError.invalid("multigrid", multigrid, f"nothing with preconditioner {name!r}",
+                                why="multigrid options apply to preconditioner 'mg' or 'amg'")
+    return Jacobi() if name == "jacobi" else Preconditioner()

@@ -33,6 +33,8 @@ class SolveReport:
     time_s: float = 0.0            # wall time of the solve (synchronized)
     setup_time_s: float = 0.0      # building the backend's Ops (matrix copies/uploads), not in time_s
     notes: list[str] = field(default_factory=list)
+    preconditioner: dict = field(default_factory=dict)  # multigrid: levels, rows, nnz, operator/grid complexity,
+    #                                                   setup_time_s, cycles, level_time_s, symmetry_defect, ...
     phase_time_s: dict = field(default_factory=dict)  # fused cg-reliable: synchronized wall time of the parts
     #                                                   outside the iteration blocks (kappa, replace, y_norm)
 

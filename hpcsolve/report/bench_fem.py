@@ -138,7 +138,7 @@ def main(args) -> int:
     else:
         print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
               flush=True)
-        _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out)
+        _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args)
         return 0
 
     bw = copy_bandwidth("cupy", nbytes=(512 if quick else 2048) * 1024**2)
@@ -179,8 +179,23 @@ def main(args) -> int:
 
         cupy.get_default_memory_pool().free_all_blocks()
 
+    _multigrid(result, args, gpu=True, numba="numba-cuda" in usable, quick=quick)
     _write(result, out)
     return 0
+
+
+def _multigrid(result, args, *, gpu: bool, numba: bool, quick: bool) -> None:
+    """The multigrid time-to-solution and robustness tables (hpcsolve.report.bench_mg)."""
+    from hpcsolve.report import bench_mg
+
+    if getattr(args, "no_multigrid", False):
+        return
+    sizes = getattr(args, "mg_sizes", None) or (
+        (bench_mg.GPU_QUICK_SIZES if quick else bench_mg.GPU_SIZES) if gpu else
+        (bench_mg.CPU_QUICK_SIZES if quick else bench_mg.CPU_SIZES))
+    bench_mg.poisson_table(result, sizes=tuple(sizes), gpu=gpu, numba=numba, quick=quick)
+    if not getattr(args, "no_robustness", False):
+        bench_mg.robustness_table(result, gpu=gpu, quick=quick)
 
 
 def _row(result, bw_Bps, m, backend, variant, precision, timing, nbytes=None, note=""):
@@ -218,7 +233,7 @@ def _solve_table(result, m, A):
               f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
 
 
-def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out):
+def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None):
     """Without a GPU: the fused CG on the NumPy backend and SciPy's CG, then the solve table."""
     from hpcsolve.fem import prepare_matrix
 
@@ -239,11 +254,13 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out):
                 _row(result, bw["bandwidth_Bps"], m, "numpy", "scipy cg", prec,
                      _scipy_cg_time(host, dt, 20))
             _solve_table(result, m, A)
+        _multigrid(result, args, gpu=False, numba=False, quick=quick)
     _write(result, out)
 
 
 def _write(result, out: Path) -> None:
     result["sizes"] = sorted({r["m"] for r in result["rows"]})      # the sizes actually run
+    result["multigrid_sizes"] = sorted({r["m"] for r in result.get("multigrid", [])})
     (out / "bench_fem.json").write_text(json.dumps(result, indent=2, default=float))
     md = _markdown(result)
     (out / "bench_fem.md").write_text(md)
@@ -270,4 +287,7 @@ def _markdown(res: dict) -> str:
         lines.append(f"| {s['m']}^2 | {s['precision']} | {s['method']} | {s['iterations']} "
                      f"({s['iterations_vs_fp64']:.2f}x) | {s['time_s'] * 1e3:.1f} ({s['time_vs_fp64']:.2f}x) | "
                      f"{s['true_residual']:.2e} | {s['kappa_estimate']:.2e} | {note[:110]} |")
+    from hpcsolve.report import bench_mg
+
+    lines += bench_mg.markdown(res)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,549 @@
+"""Multigrid preconditioners for the one CG of :mod:`hpcsolve.fem.cg`: geometric ("mg") and algebraic ("amg").
+
+A hierarchy is a list of levels ``A_0 = A, A_1 = R_0 A_0 P_0, ...`` (Galerkin coarse operators, R = P^T)
+and a coarsest level solved directly (its dense inverse, applied as one matrix-vector product on the
+device). The two kinds differ only in where the prolongations P come from:
+
+- ``mg``: nested structured meshes (the rectangle and Cook's-membrane generators number their nodes
+  on an (nx+1) x (ny+1) grid). P is P1 interpolation from the grid with half the cells: a fine node
+  takes the mean of the two coarse nodes at the ends of the coarse edge it halves (the (/) diagonal
+  included), a node that is also coarse takes its value. P is built on the free DOFs only: a coarse
+  node that is fixed (Dirichlet) on the fine level is fixed on the coarse one, so the correction is
+  zero there and Dirichlet rows stay consistent on every level. Several components per node
+  (elasticity) interpolate componentwise. When the grid cannot be halved any more (odd cells) and the
+  level is still above ``coarse_size``, the remaining levels are aggregation (pyamg).
+- ``amg``: smoothed aggregation (``amg = "sa"``, with a near-null space such as the rigid-body modes)
+  or classical Ruge-Stueben (``"rs"``) from pyamg, for any SPD matrix (file meshes, the
+  ``hpcsolve.fem.solve`` API).
+
+The V-cycle (``Multigrid.apply``) is written once over the backend's low ops (``csr_apply``,
+``mg_smooth``): on each level ``degree`` Chebyshev (or damped-Jacobi) smoothing steps with the Jacobi
+diagonal, the residual, the restriction, recursion, the prolongation added, ``degree`` smoothing
+steps again. Every step is SpMV-like, launched on the backend's stream without allocation or
+synchronization, so a block of preconditioned CG iterations is captured into one CUDA graph as the
+unpreconditioned ones are. The pre- and post-smoother are the same polynomial in D^-1 A, so the
+V-cycle is symmetric in exact arithmetic; in float32 or 16-bit storage it is only nearly so, and the
+outer iteration is flexible CG by default (``flexible``), whose beta = -z.Aq / p.Aq does not assume a
+symmetric M. ``symmetry_defect`` measures |x.My - y.Mx| / (|x| |My|) of the actual hierarchy.
+
+Hierarchy precision (``hierarchy``): "fp64", "fp32" (the default: a preconditioner only has to be
+approximately right) or "fp16" (16-bit storage of the level operators, rows scaled to a unit diagonal,
+float32 arithmetic). The outer CG converges on the float64 true residual in every case.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import scipy.sparse as sp
+
+from hpcsolve.errors import CaseError
+from hpcsolve.fem.lowops import LevelCSR
+from hpcsolve.fem.precond import Preconditioner
+
+F64 = np.dtype(np.float64)
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+KINDS = ("mg", "amg")
+HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # name: (storage, compute)
+SMOOTHERS = ("chebyshev", "jacobi")
+AMG_METHODS = ("sa", "rs")
+
+
+@dataclass
+class MGOptions:
+    """Options of the multigrid preconditioners (docs/fem_solvers.md, case section ``[solve.multigrid]``)."""
+
+    hierarchy: str = "fp32"        # precision of the level operators and V-cycle vectors: fp64 | fp32 | fp16
+    smoother: str = "chebyshev"    # chebyshev | jacobi (damped, weight jacobi_weight / lambda_max(D^-1 A))
+    degree: int = 2                # smoothing steps before and after the coarse correction (Chebyshev degree)
+    coarse_size: int = 400         # a level with at most this many unknowns is solved directly (dense inverse)
+    max_levels: int = 30
+    amg: str = "sa"                # aggregation of "amg" (and below the geometric levels): sa | rs
+    strength: float = 0.0          # pyamg strength threshold (sa: symmetric, 0 = pyamg's default; rs: classical 0.25)
+    cheby_lower: float = 0.3       # Chebyshev interval [cheby_lower, 1.1] x lambda_max(D^-1 A)
+    jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
+    power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
+    flexible: bool = True          # outer flexible CG (beta = -z.Aq / p.Aq); False: standard PCG beta
+
+    CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS}
+    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 20_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
+
+    def __post_init__(self):
+        for name, allowed in self.CHOICES.items():
+            v = getattr(self, name)
+            if not isinstance(v, str) or v.lower() not in allowed:
+                raise CaseError.invalid(f"multigrid.{name}", v, ", ".join(allowed))
+            setattr(self, name, v.lower())
+        for name, (lo, hi) in self.INTEGERS.items():
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise CaseError.invalid(f"multigrid.{name}", v, f"an integer in [{lo}, {hi}]")
+            setattr(self, name, int(v))
+        for name, lo, hi in (("strength", 0.0, 1.0), ("cheby_lower", 1e-3, 0.9), ("jacobi_weight", 0.1, 2.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not lo <= v <= hi:
+                raise CaseError.invalid(f"multigrid.{name}", v, f"a number in [{lo:g}, {hi:g}]")
+            setattr(self, name, float(v))
+        if not isinstance(self.flexible, (bool, np.bool_)):
+            raise CaseError.invalid("multigrid.flexible", self.flexible, "true or false")
+        self.flexible = bool(self.flexible)
+
+    @classmethod
+    def from_dict(cls, d: dict | None, field_name: str = "multigrid") -> "MGOptions":
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        for k in d:
+            if k not in known:
+                raise CaseError.invalid(f"{field_name}.{k}", d[k], ", ".join(sorted(known)), why="unknown multigrid option")
+        return cls(**d)
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "flexible")
+
+
+@dataclass
+class StructuredGrid:
+    """How the unknowns of a matrix sit on a structured (nx+1) x (ny+1) node grid (row-major, x fastest),
+    ``ncomp`` unknowns per node (interleaved), only the DOFs ``free`` (indices into the full DOF list,
+    increasing) kept in the matrix."""
+
+    nx: int
+    ny: int
+    free: np.ndarray
+    ncomp: int = 1
+
+    def __post_init__(self):
+        self.free = np.asarray(self.free, dtype=np.int64)
+        self.nx, self.ny, self.ncomp = int(self.nx), int(self.ny), int(self.ncomp)
+
+    @property
+    def n_full(self) -> int:
+        return (self.nx + 1) * (self.ny + 1) * self.ncomp
+
+    def halvable(self) -> bool:
+        return self.nx % 2 == 0 and self.ny % 2 == 0 and self.nx >= 2 and self.ny >= 2
+
+
+# --------------------------------------------------------------------------- building a hierarchy
+def _sparse_modules(low):
+    """(xp, sparse) where the hierarchy is built: CuPy's on a CuPy backend (the setup stays on the device),
+    NumPy/SciPy otherwise."""
+    if low.name == "cupy":
+        import cupy
+        import cupyx.scipy.sparse as csp
+
+        return cupy, csp
+    return np, sp
+
+
+def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
+    """(P, coarse grid): P1 interpolation from the grid with half the cells, restricted to the free DOFs
+    (rows: grid.free, columns: the coarse free DOFs) as a CSR matrix of ``sparse``."""
+    nx, ny, nc = grid.nx, grid.ny, grid.ncomp
+    cx, cy = nx // 2, ny // 2
+    free = xp.asarray(grid.free)
+    node, comp = free // nc, free % nc
+    i, j = node % (nx + 1), node // (nx + 1)
+    i0, j0 = i // 2, j // 2
+    i1, j1 = i0 + (i & 1), j0 + (j & 1)        # odd-odd: the (/) diagonal's far end
+    # coarse node -> fine node (2I, 2J); coarse DOF free where that fine DOF is free
+    fine_free = xp.zeros(grid.n_full, dtype=xp.bool_)
+    fine_free[free] = True
+    cI, cJ = xp.meshgrid(xp.arange(cx + 1), xp.arange(cy + 1))
+    cnode_fine = (2 * cJ * (nx + 1) + 2 * cI).ravel()
+    cdofs_fine = (cnode_fine[:, None] * nc + xp.arange(nc)[None, :]).ravel()     # coarse DOF k -> fine DOF
+    cfree_mask = fine_free[cdofs_fine]
+    cfree = xp.flatnonzero(cfree_mask)
+    cindex = xp.full(cdofs_fine.size, -1, dtype=xp.int64)
+    cindex[cfree] = xp.arange(cfree.size)
+    rows = xp.arange(free.size)
+    cols_a = cindex[(j0 * (cx + 1) + i0) * nc + comp]
+    cols_b = cindex[(j1 * (cx + 1) + i1) * nc + comp]
+    r = xp.concatenate([rows, rows])
+    c = xp.concatenate([cols_a, cols_b])
+    keep = c >= 0
+    v = xp.full(int(keep.sum()), 0.5)
+    P = sparse.coo_matrix((v, (r[keep], c[keep])), shape=(int(free.size), int(cfree.size))).tocsr()
+    P.sum_duplicates()
+    return P, StructuredGrid(cx, cy, _host(cfree), nc)
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _canonical(M, sparse):
+    """CSR with sorted indices, no duplicates and int32 index arrays."""
+    M = M.tocsr()
+    M.sum_duplicates()
+    if not M.has_sorted_indices:
+        M.sort_indices()
+    if M.indices.dtype != np.int32:
+        M = sparse.csr_matrix((M.data, M.indices.astype(np.int32), M.indptr.astype(np.int32)), shape=M.shape)
+    return M
+
+
+def _pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30):
+    """[(A_l, P_l), ...] and the coarsest A from pyamg's hierarchy (host, SciPy)."""
+    try:
+        import pyamg
+    except ImportError as exc:      # pragma: no cover - pyamg is a dependency
+        raise CaseError.invalid("preconditioner", "amg", "none, jacobi, mg",
+                                why=f"algebraic multigrid needs pyamg ({exc})") from None
+    kw = dict(max_coarse=opts.coarse_size, max_levels=max_levels, keep=False)
+    if opts.amg == "sa":
+        if opts.strength > 0:
+            kw["strength"] = ("symmetric", {"theta": opts.strength})
+        ml = pyamg.smoothed_aggregation_solver(A_host, B=near_nullspace, **kw)
+    else:
+        kw["strength"] = ("classical", {"theta": opts.strength or 0.25})
+        ml = pyamg.ruge_stuben_solver(A_host, **kw)
+    pairs = [(lvl.A, lvl.P) for lvl in ml.levels[:-1]]
+    return pairs, ml.levels[-1].A
+
+
+@dataclass
+class Level:
+    A: LevelCSR                      # the level operator (storage precision)
+    dinv: object                     # 1 / diag(A_l) in the compute dtype
+    P: LevelCSR | None = None        # to the next level (None on the coarsest)
+    R: LevelCSR | None = None
+    lam: float = float("nan")        # lambda_max(D^-1 A_l) estimate
+    coefs: list = field(default_factory=list)   # smoothing steps [(c_d, c_r), ...]
+    kind: str = "geometric"          # geometric | aggregation | coarse
+    bufs: dict = field(default_factory=dict)    # b, x0, x1, d, r (compute dtype)
+
+
+class Multigrid(Preconditioner):
+    """A V-cycle preconditioner (see the module docstring). ``kind`` "mg" needs ``grid`` (a
+    :class:`StructuredGrid`); ``near_nullspace`` (n x k, host) is smoothed aggregation's B (e.g. rigid-body
+    modes of elasticity)."""
+
+    identity = False
+    block = 8              # CG iterations per block at most (each costs a V-cycle; the host checks between)
+
+    def __init__(self, kind: str = "amg", options: "MGOptions | dict | None" = None, *, grid: StructuredGrid | None = None,
+                 near_nullspace=None):
+        if not isinstance(kind, str) or kind.lower() not in KINDS:
+            raise CaseError.invalid("preconditioner", kind, ", ".join(KINDS))
+        self.kind = self.name = kind.lower()
+        self.options = options if isinstance(options, MGOptions) else MGOptions.from_dict(options)
+        self.grid = grid
+        self.near_nullspace = near_nullspace
+        if self.kind == "mg" and grid is None:
+            raise CaseError.invalid("preconditioner", "mg", "amg (any matrix), or mg with a structured grid",
+                                    why="geometric multigrid needs the structured mesh behind the matrix (the rectangle "
+                                        "and cook_membrane generators give it); pass "
+                                        "hpcsolve.fem.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free)) "
+                                        "or use preconditioner='amg'")
+        self.flexible = self.options.flexible
+        self.levels: list[Level] = []
+        self.coarse: LevelCSR | None = None
+        self.setup_time_s = 0.0
+        self.symmetry_defect = float("nan")
+        self.cycles = 0
+        self.level_time_s: list[float] = []
+        self._A = None
+        self._casts: dict = {}
+
+    # ---- set-up
+    def setup(self, A) -> None:
+        """Build the hierarchy on A's device (kept on A for later solves with the same options)."""
+        key = self._key = ("multigrid", self.kind, self.options.key(), id(self.grid), id(self.near_nullspace))
+        hit = A.cache.get(key)
+        if hit is not None:
+            self.__dict__.update(hit)
+            return
+        t0 = time.perf_counter()
+        self._A = A
+        self._build(A)
+        A.low.sync()
+        self.setup_time_s = time.perf_counter() - t0
+        self.symmetry_defect = self._symmetry_defect()
+        A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "symmetry_defect", "_A",
+                                                      "_casts", "level_time_s")}
+
+    def _build(self, A) -> None:
+        low = A.low
+        opts = self.options
+        storage, compute = HIERARCHIES[opts.hierarchy]
+        xp, sparse = _sparse_modules(low)
+        if xp is np:
+            cur = A.to_scipy() if low.name != "numpy" else sp.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
+        else:
+            cur = sparse.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
+        mats: list = []       # (A_l, P_l, kind) in float64, SciPy or CuPy sparse
+        grid = self.grid if self.kind == "mg" else None
+        while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size \
+                and len(mats) < opts.max_levels - 1:
+            P, grid = geometric_prolongation(grid, xp, sparse)
+            if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:
+                break
+            mats.append((cur, P, "geometric"))
+            cur = _canonical(P.T.tocsr() @ (cur @ P), sparse)
+        if cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
+            # aggregation from here on (pyamg, host); the near-null space applies on the finest level only
+            pairs, cur = _pyamg_levels(_host_csr(cur), opts, None if mats else self.near_nullspace,
+                                       opts.max_levels - len(mats))
+            for Al, Pl in pairs:
+                Al, Pl = _canonical(sp.csr_matrix(Al), sp), _canonical(sp.csr_matrix(Pl), sp)
+                if xp is not np:
+                    Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
+                mats.append((Al, Pl, "aggregation"))
+        self.levels = []
+        for l, (Al, Pl, kind) in enumerate(mats):
+            if l == 0 and storage == compute:       # the solve's own matrix arrays, values in the compute dtype
+                op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
+            else:
+                op = self._upload(low, Al, storage, compute, scaled=storage == F16)
+            lvl = Level(A=op, dinv=self._dinv(low, Al, compute), kind=kind)
+            lvl.P = self._upload(low, Pl, compute, compute)
+            lvl.R = self._upload(low, _canonical(Pl.T.tocsr(), sparse), compute, compute)
+            self.levels.append(lvl)
+        # coarsest: dense inverse (float64 on the host, stored in the compute dtype)
+        Ac = _host_csr(cur)
+        inv = np.linalg.inv(Ac.toarray()) if Ac.shape[0] else np.zeros((0, 0))
+        inv = 0.5 * (inv + inv.T)
+        self.coarse = self._dense(low, inv, compute)
+        self._coarse_rows, self._coarse_nnz = Ac.shape[0], Ac.nnz
+        for lvl in self.levels:
+            self._alloc(low, lvl, compute)
+        self._coarse_b = low.zeros(self._coarse_rows, compute)
+        self._coarse_x = low.zeros(self._coarse_rows, compute)
+        for lvl in self.levels:
+            lvl.lam = self._lambda_max(low, lvl, compute)
+            lvl.coefs = self._smoother_coefficients(lvl.lam)
+
+    @staticmethod
+    def _dense(low, M: np.ndarray, compute) -> LevelCSR:
+        """A dense matrix as a LevelCSR (every entry stored)."""
+        rows, cols = M.shape
+        indptr = (np.arange(rows + 1, dtype=np.int64) * cols).astype(np.int32)
+        indices = np.tile(np.arange(cols, dtype=np.int32), rows)
+        return LevelCSR(rows, cols, low.to_device(indptr), low.to_device(indices),
+                        low.to_device(M.ravel().astype(compute)), compute)
+
+    @staticmethod
+    def _upload(low, M, storage, compute, scaled: bool = False) -> LevelCSR:
+        rows, cols = M.shape
+        data, indices, indptr = M.data, M.indices, M.indptr
+        put = low.to_device if isinstance(data, np.ndarray) else (lambda a: _convert(low, a))
+        rowscale = None
+        if scaled:                     # rows scaled to a unit diagonal: no coefficient range over/underflows
+            diag = M.diagonal()
+            data = data / diag[M.tocoo().row]
+            rowscale = put(diag.astype(compute))
+        return LevelCSR(rows, cols, put(indptr.astype(np.int32)), put(indices.astype(np.int32)),
+                        put(data.astype(storage)), compute, rowscale=rowscale)
+
+    @staticmethod
+    def _dinv(low, M, compute):
+        d = M.diagonal()
+        if isinstance(d, np.ndarray):
+            with np.errstate(divide="ignore"):
+                inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+            return low.to_device(inv.astype(compute))
+        import cupy
+
+        inv = cupy.where(d > 0, 1.0 / cupy.where(d > 0, d, 1.0), 0.0)
+        return _convert(low, inv.astype(compute))
+
+    @staticmethod
+    def _alloc(low, lvl: Level, compute):
+        n = lvl.A.rows
+        lvl.bufs = {k: low.zeros(n, compute) for k in ("b", "x0", "x1", "d", "r")}
+
+    def _lambda_max(self, low, lvl: Level, compute) -> float:
+        """lambda_max(D^-1 A) by power iteration on the device (float64 scalars; a few syncs)."""
+        n = lvl.A.rows
+        rng = np.random.default_rng(12345)
+        x = low.to_device((rng.standard_normal(n) / math.sqrt(max(n, 1))).astype(compute))
+        y, t = lvl.bufs["r"], lvl.bufs["d"]
+        ws = low.zeros(1, F64)
+        lam = 0.0
+        for _ in range(self.options.power_iterations):
+            low.csr_apply(lvl.A, x, y)                                     # y = A x
+            low.mg_smooth(lvl.A, x, y, lvl.dinv, t, x, 0.0, 1.0, True)     # x = t = D^-1 y
+            low.fill_zero(ws)
+            low.dot(x, x, ws, 0)
+            nrm = math.sqrt(max(float(low.to_host(ws)[0]), 0.0))
+            if not nrm > 0 or not math.isfinite(nrm):
+                break
+            lam = nrm
+            low.scale_copy(x, t, 1.0 / nrm)
+            low.scale_copy(t, x, 1.0)
+        return float(lam)
+
+    def _smoother_coefficients(self, lam: float) -> list:
+        """[(c_d, c_r)] of ``degree`` steps: Chebyshev on [cheby_lower, 1.1] x lam (Saad's three-term
+        recurrence, as PETSc and hypre), or damped Jacobi omega = jacobi_weight / lam."""
+        opts = self.options
+        if not lam > 0:
+            lam = 2.0
+        if opts.smoother == "jacobi":
+            w = opts.jacobi_weight / lam
+            return [(0.0, w)] * opts.degree
+        up = 1.1 * lam
+        lo = opts.cheby_lower * up
+        theta, delta = 0.5 * (up + lo), 0.5 * (up - lo)
+        sigma = theta / delta
+        rho = 1.0 / sigma
+        coefs = [(0.0, 1.0 / theta)]
+        for _ in range(opts.degree - 1):
+            rho_new = 1.0 / (2.0 * sigma - rho)
+            coefs.append((rho_new * rho, 2.0 * rho_new / delta))
+            rho = rho_new
+        return coefs
+
+    def release(self, A) -> None:
+        """Forget the hierarchy kept on A (its device memory is freed with the last reference)."""
+        A.cache.pop(getattr(self, "_key", None), None)
+        self.levels, self.coarse, self._A, self._casts = [], None, None, {}
+
+    # ---- the V-cycle
+    def _smooth(self, low, lvl: Level, first: bool, cur: int) -> int:
+        """The smoothing steps; the iterate moves between x0 and x1; returns where it is."""
+        B = lvl.bufs
+        for step, (c_d, c_r) in enumerate(lvl.coefs):
+            src, dst = B[f"x{cur}"], B[f"x{1 - cur}"]
+            if first and step == 0:
+                low.mg_smooth(lvl.A, src, B["b"], lvl.dinv, B["d"], B["x0"], c_d, c_r, True)
+                cur = 0
+                continue
+            low.mg_smooth(lvl.A, src, B["b"], lvl.dinv, B["d"], dst, c_d, c_r, False)
+            cur = 1 - cur
+        return cur
+
+    def _cycle(self, low, l: int) -> None:
+        """x of level l ~ A_l^-1 b_l (b_l in lvl.bufs['b']); the result ends in x1 (degree steps each side)."""
+        if l == len(self.levels):
+            low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
+            return
+        lvl = self.levels[l]
+        B = lvl.bufs
+        cur = self._smooth(low, lvl, True, 0)
+        x = B[f"x{cur}"]
+        low.csr_apply(lvl.A, x, B["r"], -1.0, B["b"], 1.0)                    # r = b - A x
+        nb = self._coarse_b if l + 1 == len(self.levels) else self.levels[l + 1].bufs["b"]
+        low.csr_apply(lvl.R, B["r"], nb)                                    # b_{l+1} = R r
+        self._cycle(low, l + 1)
+        nx = self._coarse_x if l + 1 == len(self.levels) else self.levels[l + 1].bufs[f"x{self._final}"]
+        low.csr_apply(lvl.P, nx, x, 1.0, x, 1.0)                            # x += P x_{l+1}
+        cur = self._smooth(low, lvl, False, cur)
+        if cur != self._final:
+            low.scale_copy(B[f"x{cur}"], B[f"x{self._final}"], 1.0)
+
+    @property
+    def _final(self) -> int:
+        return (2 * len(self.levels[0].coefs) - 1) % 2 if self.levels else 1
+
+    def apply(self, low, A, r, z, ws, i_rz) -> None:
+        """z = M^-1 r (one V-cycle) and ws[i_rz] += r.z; launches only (graph-capturable)."""
+        if not self.levels:
+            low.scale_copy(r, self._coarse_b, 1.0)
+            low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
+            low.scale_copy(self._coarse_x, z, 1.0)
+        else:
+            top = self.levels[0].bufs
+            low.scale_copy(r, top["b"], 1.0)
+            self._cycle(low, 0)
+            low.scale_copy(top[f"x{self._final}"], z, 1.0)
+        if i_rz >= 0:
+            low.dot(r, z, ws, i_rz)
+
+    # ---- what the report shows
+    def _symmetry_defect(self) -> float:
+        """|x.My - y.Mx| / (|x| |My|) for two random vectors, in the hierarchy's precision (float64 sums)."""
+        A = self._A
+        low = A.low
+        rng = np.random.default_rng(7)
+        x, y = (low.to_device(rng.standard_normal(A.n)) for _ in range(2))
+        mx, my = low.zeros(A.n, F64), low.zeros(A.n, F64)
+        ws = low.zeros(4, F64)
+        self.apply(low, A, x, mx, ws, -1)
+        self.apply(low, A, y, my, ws, -1)
+        low.dot(x, my, ws, 0)
+        low.dot(y, mx, ws, 1)
+        low.dot(x, x, ws, 2)
+        low.dot(my, my, ws, 3)
+        h = low.to_host(ws)
+        den = math.sqrt(max(h[2], 0.0) * max(h[3], 0.0))
+        return abs(h[0] - h[1]) / den if den > 0 else float("nan")
+
+    def time_levels(self, repeat: int = 5) -> list[float]:
+        """Median device time of one V-cycle's work on each level (smoothing, residual, transfers; launched
+        one by one), and the coarse solve last."""
+        A = self._A
+        low = A.low
+        out = []
+        for l, lvl in enumerate(self.levels):
+            ts = []
+            for _ in range(repeat):
+                with low.timer() as t:
+                    cur = self._smooth(low, lvl, True, 0)
+                    x = lvl.bufs[f"x{cur}"]
+                    low.csr_apply(lvl.A, x, lvl.bufs["r"], -1.0, lvl.bufs["b"], 1.0)
+                    nb = self._coarse_b if l + 1 == len(self.levels) else self.levels[l + 1].bufs["b"]
+                    low.csr_apply(lvl.R, lvl.bufs["r"], nb)
+                    nx = self._coarse_x if l + 1 == len(self.levels) else self.levels[l + 1].bufs["x1"]
+                    low.csr_apply(lvl.P, nx, x, 1.0, x, 1.0)
+                    self._smooth(low, lvl, False, cur)
+                ts.append(t.seconds)
+            out.append(float(np.median(ts)))
+        ts = []
+        for _ in range(repeat):
+            with low.timer() as t:
+                low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
+            ts.append(t.seconds)
+        out.append(float(np.median(ts)))
+        self.level_time_s = out
+        return out
+
+    def info(self) -> dict:
+        """Levels, complexities, set-up time, precision: what SolveReport.preconditioner_info holds."""
+        rows = [lvl.A.rows for lvl in self.levels] + [self._coarse_rows]
+        nnz = [lvl.A.nnz for lvl in self.levels] + [self._coarse_nnz]
+        return {
+            "kind": self.kind, "hierarchy": self.options.hierarchy, "smoother": self.options.smoother,
+            "degree": self.options.degree, "amg": self.options.amg if (self.kind == "amg" or any(
+                lvl.kind == "aggregation" for lvl in self.levels)) else "",
+            "levels": len(rows), "rows": rows, "nnz": nnz,
+            "level_kinds": [lvl.kind for lvl in self.levels] + ["direct"],
+            "operator_complexity": float(sum(nnz) / nnz[0]) if nnz and nnz[0] else float("nan"),
+            "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
+            "lambda_max": [lvl.lam for lvl in self.levels],
+            "setup_time_s": self.setup_time_s, "cycles": self.cycles,
+            "flexible": self.flexible, "symmetry_defect": self.symmetry_defect,
+            "level_time_s": list(self.level_time_s),
+        }
+
+
+def _convert(low, a):
+    """A CuPy array as an array of ``low`` (the same device memory)."""
+    if low.name == "cupy":
+        return a
+    return low.to_device(_host(a))
+
+
+def _host_csr(M) -> sp.csr_matrix:
+    """A SciPy copy of a SciPy or CuPy sparse matrix."""
+    if isinstance(M, sp.spmatrix) or isinstance(M, getattr(sp, "sparray", ())):
+        return sp.csr_matrix(M)
+    return M.get().tocsr()
+
+
+def rigid_body_modes(points: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """Near-null space of 2D elasticity (interleaved DOFs): two translations and the rotation, on the free DOFs."""
+    x, y = points[:, 0], points[:, 1]
+    n = len(points)
+    B = np.zeros((2 * n, 3))
+    B[0::2, 0] = 1.0
+    B[1::2, 1] = 1.0
+    B[0::2, 2] = -(y - y.mean())
+    B[1::2, 2] = x - x.mean()
+    return B[np.asarray(free)]

@@ -1,0 +1,227 @@
+"""Multigrid preconditioners (hpcsolve.fem.multigrid): symmetry, two-grid factor, h-independent cycle
+counts, agreement with spsolve, robustness problems, options and errors. NumPy backend (CI); the GPU
+agreement tests are marked ``gpu``."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+
+from hpcsolve.errors import CaseError
+from hpcsolve.fem import multigrid as mgm
+from hpcsolve.fem import prepare_matrix, solve
+from hpcsolve.fem import testproblems as tp
+from hpcsolve.fem.kernels_numpy_low import low_ops
+
+F64 = np.float64
+
+
+def _pc(problem, kind="mg", **options):
+    return mgm.Multigrid(kind, options, grid=problem.grid, near_nullspace=problem.near_nullspace)
+
+
+def _apply(pc, A, v):
+    low = A.low
+    out = np.zeros(A.n)
+    pc.apply(low, A, v.copy(), out, np.zeros(1), -1)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["mg", "amg"])
+def test_vcycle_is_symmetric_and_positive_in_fp64(kind):
+    P = tp.poisson_fd(31)
+    A = prepare_matrix(P.A)
+    pc = _pc(P, kind, hierarchy="fp64")
+    pc.setup(A)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(A.n), rng.standard_normal(A.n)
+    mx, my = _apply(pc, A, x), _apply(pc, A, y)
+    scale = np.linalg.norm(x) * np.linalg.norm(my)
+    assert abs(x @ my - y @ mx) / scale < 1e-13
+    assert pc.symmetry_defect < 1e-13
+    for v in (x, y, rng.random(A.n)):
+        assert v @ _apply(pc, A, v) > 0
+
+
+def test_low_precision_vcycle_is_only_nearly_symmetric_and_the_report_says_so():
+    P = tp.poisson_fd(31)
+    x, rep = solve(P.A, P.b, preconditioner=_pc(P, hierarchy="fp32"), rtol=1e-10)
+    info = rep.preconditioner
+    assert 0 < info["symmetry_defect"] < 1e-5     # float32 rounding, not exactly symmetric
+    assert info["flexible"] is True
+    assert rep.converged and rep.true_residual <= 1e-10
+
+
+def test_two_grid_convergence_factor_below_0_2_on_poisson():
+    P = tp.poisson_fd(63)
+    A = prepare_matrix(P.A)
+    pc = _pc(P, hierarchy="fp64", max_levels=2, coarse_size=1000)
+    pc.setup(A)
+    assert pc.info()["levels"] == 2 and pc.info()["level_kinds"] == ["geometric", "direct"]
+    xs = np.linalg.solve(P.A.toarray(), P.b) if P.n < 5000 else spla.spsolve(P.A.tocsc(), P.b)
+    x = np.zeros(P.n)
+    errs = []
+    for _ in range(6):          # stationary two-grid iteration x += M (b - A x)
+        x = x + _apply(pc, A, P.b - P.A @ x)
+        e = x - xs
+        errs.append(math.sqrt(e @ (P.A @ e)))
+    factor = (errs[-1] / errs[1]) ** (1 / 4)
+    assert factor < 0.2
+
+
+@pytest.mark.parametrize("kind", ["mg", "amg"])
+def test_cycle_counts_do_not_grow_with_the_mesh(kind):
+    its = []
+    for m in (15, 31, 63, 127):
+        P = tp.poisson_fd(m)
+        x, rep = solve(P.A, P.b, preconditioner=_pc(P, kind), rtol=1e-10)
+        assert rep.converged
+        its.append(rep.iterations)
+    assert max(its) <= (12 if kind == "mg" else 16)
+    assert max(its) - min(its) <= (2 if kind == "mg" else 5)
+
+
+@pytest.mark.parametrize("hierarchy", ["fp64", "fp32", "fp16"])
+@pytest.mark.parametrize("precision,method", [("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted")])
+def test_agrees_with_spsolve(hierarchy, precision, method):
+    P = tp.poisson_p1(24)
+    ref = spla.spsolve(P.A.tocsc(), P.b)
+    x, rep = solve(P.A, P.b, precision=precision, method=method, preconditioner=_pc(P, hierarchy=hierarchy),
+                   rtol=1e-10)
+    assert rep.converged and rep.true_residual <= 1e-10
+    assert np.linalg.norm(x - ref) / np.linalg.norm(ref) < 1e-8
+    assert rep.preconditioner["hierarchy"] == hierarchy
+    assert rep.iterations <= 25
+
+
+@pytest.mark.parametrize("make,kind,limit", [
+    (lambda: tp.anisotropic(48), "amg", 120),
+    (lambda: tp.jumps(48, 1e6), "amg", 40),
+    (lambda: tp.jumps(48, 1e6), "mg", 30),
+    (lambda: tp.cook(16), "amg", 90),
+    (lambda: tp.cook(16), "mg", 90),
+])
+def test_robust_problems_converge_far_faster_than_plain_cg(make, kind, limit):
+    P = make()
+    x0, plain = solve(P.A, P.b, rtol=1e-10, maxiter=50_000)
+    for hierarchy in ("fp32", "fp16"):
+        x, rep = solve(P.A, P.b, preconditioner=_pc(P, kind, hierarchy=hierarchy), rtol=1e-10)
+        assert rep.converged and rep.true_residual <= 1e-10
+        assert rep.iterations <= limit
+        assert rep.iterations * 4 < plain.iterations
+        assert np.linalg.norm(x - x0) / np.linalg.norm(x0) < 1e-7
+
+
+def test_fp16_hierarchy_keeps_coefficient_jumps_in_range():
+    """Rows scaled to a unit diagonal: a 1e6 jump neither overflows nor flushes the 16-bit values."""
+    P = tp.jumps(32, 1e6)
+    A = prepare_matrix(P.A)
+    pc = _pc(P, hierarchy="fp16")
+    pc.setup(A)
+    top = pc.levels[0].A
+    assert top.vals.dtype == np.float16 and top.rowscale is not None
+    assert np.all(np.isfinite(top.vals)) and np.max(np.abs(top.vals)) <= 1.0 + 1e-3
+    # the 16-bit operator times its row scales is the matrix to float16 rounding
+    back = top.vals.astype(F64) * np.repeat(top.rowscale.astype(F64), np.diff(top.indptr))
+    assert np.max(np.abs(back - P.A.data) / np.abs(P.A.data).max()) < 1e-3
+
+
+def test_odd_grid_continues_with_aggregation_below_the_geometric_levels():
+    P = tp.poisson_p1(2 * 2 * 25)        # 100 cells: halves twice (50, 25), then aggregation
+    x, rep = solve(P.A, P.b, preconditioner=_pc(P, "mg", coarse_size=50), rtol=1e-10)
+    kinds = rep.preconditioner["level_kinds"]
+    assert kinds[:2] == ["geometric", "geometric"] and "aggregation" in kinds and kinds[-1] == "direct"
+    assert rep.converged and rep.iterations <= 15
+
+
+def test_report_fields():
+    P = tp.poisson_fd(63)
+    x, rep = solve(P.A, P.b, preconditioner=_pc(P), rtol=1e-10)
+    info = rep.preconditioner
+    assert info["levels"] == len(info["rows"]) == len(info["nnz"]) >= 3
+    assert info["rows"][0] == P.n and all(a > b for a, b in zip(info["rows"], info["rows"][1:]))
+    assert 1.0 < info["operator_complexity"] < 1.6 and 1.0 < info["grid_complexity"] < 1.4
+    assert info["cycles"] >= rep.iterations
+    assert info["setup_time_s"] > 0
+    assert all(1.5 < lam < 2.3 for lam in info["lambda_max"])     # lambda_max(D^-1 A) of the Laplacian ~ 2
+    assert rep.method.endswith("+mg")
+
+
+def test_standard_pcg_beta_also_converges_with_a_symmetric_fp64_hierarchy():
+    P = tp.poisson_fd(63)
+    x, rep = solve(P.A, P.b, preconditioner=_pc(P, hierarchy="fp64", flexible=False), rtol=1e-10)
+    x2, rep2 = solve(P.A, P.b, preconditioner=_pc(P, hierarchy="fp64"), rtol=1e-10)
+    assert rep.converged and rep2.converged
+    assert abs(rep.iterations - rep2.iterations) <= 1
+
+
+def test_hierarchy_is_reused_for_a_prepared_matrix():
+    P = tp.poisson_fd(31)
+    A = prepare_matrix(P.A)
+    pc = _pc(P)
+    solve(A, P.b, preconditioner=pc, rtol=1e-10)
+    levels = pc.levels
+    x, rep = solve(A, 2 * P.b, preconditioner=pc, rtol=1e-10)
+    assert pc.levels is levels and rep.converged
+
+
+@pytest.mark.parametrize("options,field", [
+    ({"hierarchy": "fp8"}, "multigrid.hierarchy"), ({"degree": 0}, "multigrid.degree"),
+    ({"smoother": "gauss-seidel"}, "multigrid.smoother"), ({"coarse_size": 2.5}, "multigrid.coarse_size"),
+    ({"bogus": 1}, "multigrid.bogus"), ({"amg": "ml"}, "multigrid.amg"), ({"flexible": "yes"}, "multigrid.flexible"),
+])
+def test_bad_options_are_refused_naming_the_field(options, field):
+    P = tp.poisson_fd(7)
+    with pytest.raises(CaseError) as e:
+        solve(P.A, P.b, preconditioner="amg", multigrid=options)
+    assert field in str(e.value)
+
+
+def test_mg_needs_a_grid_and_pcg_jacobi_refuses_another_preconditioner():
+    P = tp.poisson_fd(7)
+    with pytest.raises(CaseError, match="structured"):
+        solve(P.A, P.b, preconditioner="mg")
+    with pytest.raises(CaseError, match="pcg-jacobi"):
+        solve(P.A, P.b, method="pcg-jacobi", preconditioner="amg")
+    with pytest.raises(CaseError, match="multigrid"):
+        solve(P.A, P.b, preconditioner="jacobi", multigrid={"degree": 3})
+
+
+def test_amg_on_the_api_with_any_matrix_and_ruge_stueben():
+    P = tp.anisotropic(32)
+    ref = spla.spsolve(P.A.tocsc(), P.b)
+    for method in ("sa", "rs"):
+        x, rep = solve(P.A, P.b, preconditioner="amg", multigrid={"amg": method}, rtol=1e-10)
+        assert rep.converged and np.linalg.norm(x - ref) / np.linalg.norm(ref) < 1e-8
+        assert rep.preconditioner["amg"] == method
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
+@pytest.mark.parametrize("kind,hierarchy", [("mg", "fp64"), ("mg", "fp32"), ("mg", "fp16"), ("amg", "fp32")])
+def test_gpu_agrees_with_numpy(backend, kind, hierarchy):
+    from hpcsolve import backends
+
+    if not backends.probe(backend).available:
+        pytest.skip(backends.probe(backend).reason)
+    P = tp.poisson_fd(63) if kind == "mg" else tp.anisotropic(64)
+    x_np, rep_np = solve(P.A, P.b, preconditioner=_pc(P, kind, hierarchy=hierarchy), rtol=1e-10)
+    x, rep = solve(P.A, P.b, backend=backend, preconditioner=_pc(P, kind, hierarchy=hierarchy), rtol=1e-10)
+    assert rep.converged and rep.true_residual <= 1e-10
+    assert abs(rep.iterations - rep_np.iterations) <= 1
+    assert np.linalg.norm(x - x_np) / np.linalg.norm(x_np) < 1e-8
+    assert rep.preconditioner["levels"] == rep_np.preconditioner["levels"]
+    assert rep.preconditioner["lambda_max"] == pytest.approx(rep_np.preconditioner["lambda_max"], rel=1e-3)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("kind,hierarchy", [("mg", "fp32"), ("mg", "fp16"), ("amg", "fp64")])
+def test_numba_vcycle_under_the_simulator_agrees_with_numpy(kind, hierarchy):
+    P = tp.poisson_fd(15)
+    x_np, rep_np = solve(P.A, P.b, preconditioner=_pc(P, kind, hierarchy=hierarchy, coarse_size=20), rtol=1e-10)
+    x, rep = solve(P.A, P.b, backend="numba-cuda", preconditioner=_pc(P, kind, hierarchy=hierarchy, coarse_size=20),
+                   rtol=1e-10)
+    assert rep.converged and abs(rep.iterations - rep_np.iterations) <= 1
+    assert np.linalg.norm(x - x_np) / np.linalg.norm(x_np) < 1e-8
+    assert rep.preconditioner["levels"] == rep_np.preconditioner["levels"] >= 3
