@@ -63,12 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_case_args(p)
     p.add_argument("--json", action="store_true", help="print the derived parameters as JSON")
 
-    p = sub.add_parser("compare", help="accuracy vs speed of a case across backends x precisions, vs the CPU FP64 reference")
+    p = sub.add_parser("compare", help="accuracy vs speed of a case across backends x precisions (x preconditioners, "
+                       "FEM), vs the CPU FP64 reference")
     _add_case_args(p)
     p.add_argument("--backends", nargs="+", choices=backends.BACKENDS,
                    help="backends to compare (default: every one usable here)")
     p.add_argument("--precisions", nargs="+", choices=list(precision.POLICIES),
                    help="precisions to compare (default: every one the solver family supports)")
+    p.add_argument("--preconditioners", nargs="+", metavar="NAME",
+                   help="FEM cases: run every backend x precision with each of these solve.preconditioner values "
+                        "(auto, none, jacobi, mg, amg); default: the case's own setting only")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
@@ -88,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
     p.add_argument("--precisions", nargs="+", help="precisions to time")
     p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (smoke test)")
+    p.add_argument("--mg-sizes", type=int, nargs="+", help="fem: unknowns per edge of the multigrid time-to-solution "
+                   "table (2^k - 1 halves to the end; default GPU 255 1023 2047 4095, CPU 127 255 511)")
+    p.add_argument("--no-multigrid", action="store_true", help="fem: skip the multigrid and robustness tables")
+    p.add_argument("--no-robustness", action="store_true", help="fem: skip the robustness table (anisotropy, jumps, Cook)")
     p.add_argument("--in-place", action="store_true", help="lbm: time the GPU steppers with in-place streaming "
                    "(one population array, lattice.streaming = 'in-place')")
     return parser
@@ -168,7 +176,7 @@ def cmd_compare(args) -> int:
     out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
-                   warmup=not args.no_warmup, repeats=args.repeats)
+                   warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners)
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     return 0
