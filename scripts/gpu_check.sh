@@ -5,7 +5,8 @@
 #   device run:  bash scripts/gpu_check.sh [pytest-args...]     (carry: .whl)
 # Environment: SKIP_TESTS=1, SKIP_BENCH=1, BENCH_FAMILIES (default "lbm fem"), BENCH_ARGS (extra args
 # for `hpcsolve bench`), VALIDATE=1 (scripts/validate_lbm_gpu.py), COMPARE=1 (hpcsolve compare on the
-# cavity and the manufactured Poisson case with every backend), LOG (default /tmp/hpcsolve_gpu_logs).
+# cavity and the manufactured Poisson case with every backend), PC_COMPARE=1 (hpcsolve compare of the
+# shipped FEM cases on CuPy with every preconditioner), LOG (default /tmp/hpcsolve_gpu_logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -41,6 +42,14 @@ if [ "${COMPARE:-0}" = 1 ]; then
     python3 -m hpcsolve.cli compare "cases/$c.toml" --out "$LOG/compare_$c" --quiet 2>&1 | tee "$LOG/compare_$c.txt" \
       || status=1
     cp "$LOG/compare_$c/comparison.md" "$OUT/compare_$c.md" 2>/dev/null
+  done
+fi
+if [ "${PC_COMPARE:-0}" = 1 ]; then
+  for c in poisson_manufactured cook_membrane heat_plate_with_hole; do
+    rm -rf "$LOG/pc_$c"
+    python3 -m hpcsolve.cli compare "cases/$c.toml" --backends cupy --precisions fp64 mixed \
+      --preconditioners none jacobi mg amg --out "$LOG/pc_$c" --quiet 2>&1 | tail -n 30 | tee "$LOG/pc_$c.txt" || status=1
+    cp "$LOG/pc_$c/comparison.md" "$OUT/compare_pc_$c.md" 2>/dev/null
   done
 fi
 echo "== pytest -m gpu: $(tail -n 1 "$OUT/pytest_gpu.txt" 2>/dev/null)"

@@ -153,12 +153,28 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     dA.ensure(policy.compute)
     pc.setup(dA)
     b_dev = low.to_device(b64)
-    x_dev = low.to_device(x0) if x0 is not None else low.zeros(n, F64)
+    x_dev = _solution_vector(dA, pc, x0)
     low.sync()
     setup = time.perf_counter() - t_start
     x, report = cg.run(dA, b_dev, bnorm, x_dev, policy=policy, method=method, opts=opts, precond=pc)
     report.setup_time_s = setup
     return x, report
+
+
+def _solution_vector(dA: DeviceCSR, pc, x0):
+    """The float64 solution vector on the device. With a costly general preconditioner it is one buffer kept
+    on the matrix (the CG engines and CUDA graphs built around it are reused by the next solve)."""
+    low = dA.low
+    if not (not pc.identity and getattr(pc, "block", 0)):
+        return low.to_device(x0) if x0 is not None else low.zeros(dA.n, F64)
+    x = dA.cache.get("solution-vector")
+    if x is None:
+        x = dA.cache["solution-vector"] = low.zeros(dA.n, F64)
+    if x0 is not None:
+        low.scale_copy(low.to_device(x0), x, 1.0)
+    else:
+        low.fill_zero(x)
+    return x
 
 
 def _options(rtol, maxiter, check_every, true_every, options: dict) -> cg.CGOptions:

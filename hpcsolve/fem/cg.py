@@ -42,6 +42,8 @@ F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
 U32 = 2.0 ** -24
 MAX_BLOCK = 10_000
+FIRST_SHORT_BLOCK = 4  # ... and before the rate is known, blocks of this many iterations
+SHORT_WINDOW = 1e-5    # cg-reliable with a V-cycle: replace once the recursive residual fell this far
 
 
 # --------------------------------------------------------------------------- options
@@ -273,6 +275,14 @@ class CGEngine:
         self.beta: list[float] = []
         self.rho_host = 0.0
 
+    def reset(self, zero_x: bool) -> None:
+        """Forget a previous solve (the vectors, and the graphs that use them, are kept)."""
+        self.iterations = 0
+        self.alpha, self.beta = [], []
+        self.rho_host = 0.0
+        if zero_x:
+            self.low.fill_zero(self.x)
+
     # -- state
     def _read_slots(self) -> float:
         h = self.low.to_host(self.ws)
@@ -292,12 +302,13 @@ class CGEngine:
             low.precondition_init(self.r, self.p, self.dinv, self.ws, self.RHO, self.RR)
         return self._read_slots()
 
-    def set_residual_from(self, x64, b64) -> float:
-        """r = b - A64 x64 (float64, stored in dtype), rho/rr slots reset; returns r.r (syncs)."""
+    def set_residual_from(self, x64, b64, precondition: bool = True) -> float:
+        """r = b - A64 x64 (float64, stored in dtype), rho/rr slots reset; returns r.r (syncs).
+        ``precondition`` False: z = M^-1 r is not formed (``start_from_r`` follows and forms it)."""
         low = self.low
         low.fill_zero(self.ws)
         low.residual(self.A, x64, b64, self.r, self.dinv64, self.ws, self.RHO, self.RR)
-        if self.general is not None:
+        if self.general is not None and precondition:
             self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
             self.general.cycles += 1
         return self._read_slots()
@@ -414,7 +425,19 @@ class _Run:
         self._ws = self.low.zeros(2, F64)
 
     def engine(self, dtype, x=None) -> CGEngine:
-        return CGEngine(self.A, dtype, self.precond, self.opts.check_every, x=x)
+        """A CGEngine for this solve. With a costly general preconditioner (``block``: a V-cycle) the engine
+        is kept on the matrix and reused by later solves with the same preconditioner object: its vectors
+        and so its captured CUDA graphs stay valid (capturing a block of V-cycles launches every kernel
+        once from Python, which costs more than the solve on small grids)."""
+        if not _short_block_of(self.precond):
+            return CGEngine(self.A, dtype, self.precond, self.opts.check_every, x=x)
+        key = ("cg-engine", np.dtype(dtype), self.opts.check_every, id(self.precond), id(x) if x is not None else None)
+        eng = self.A.cache.get(key)
+        if eng is None or eng.precond is not self.precond or (x is not None and eng.x is not x):
+            eng = self.A.cache[key] = CGEngine(self.A, dtype, self.precond, self.opts.check_every, x=x)
+        else:
+            eng.reset(zero_x=x is None)
+        return eng
 
     def true_residual(self, x, plus=None) -> float:
         """||b - A (x + plus)|| / ||b|| in float64 (x, plus of any working precision)."""
@@ -445,7 +468,7 @@ class _Run:
         if short:
             # a preconditioned iteration (a V-cycle) costs many plain ones: short blocks, sized by the recent
             # rate, so that the solve stops within an iteration or two of convergence
-            k = min(K, short)
+            k = min(K, short, FIRST_SHORT_BLOCK if len(self.rec) < 2 else short)
             m = min(len(self.rec), short)
             if m >= 2 and target_rel > 0:
                 a, b = self.rec[-m], self.rec[-1]
@@ -467,7 +490,11 @@ class _Run:
 
 def _short_block(eng: CGEngine) -> int:
     """The block length a costly general preconditioner asks for (``Preconditioner.block``), else 0."""
-    return int(getattr(eng.general, "block", 0) or 0) if eng.general is not None else 0
+    return _short_block_of(eng.general) if eng.general is not None else 0
+
+
+def _short_block_of(precond) -> int:
+    return 0 if precond is None or precond.identity else int(getattr(precond, "block", 0) or 0)
 
 
 def _run_cg(run: _Run, eng: CGEngine, maxiter: int, it0: int, target: float | None = None):
@@ -511,7 +538,7 @@ def _solve_plain(run: _Run, dtype):
     else:
         eng = run.engine(dtype)
         low.scale_copy(run.x64, eng.x, 1.0)
-    rr64 = eng.set_residual_from(run.x64, run.b)
+    rr64 = eng.set_residual_from(run.x64, run.b, precondition=False)
     rr = eng.start_from_r()                   # r.r of r as stored (float32 for fp32 CG)
     run.rec.append(math.sqrt(max(rr64 if dtype == F64 else rr, 0.0)) / run.bnorm)
     t = run.true_residual(run.x64)
@@ -533,7 +560,7 @@ def _fallback_fp64(run: _Run, why: str) -> str:
     rep.fallback = f"fell back to float64 CG: {why}"
     rep.notes.append(rep.fallback)
     eng = run.engine(F64, x=run.x64)
-    eng.set_residual_from(run.x64, run.b)
+    eng.set_residual_from(run.x64, run.b, precondition=False)
     eng.start_from_r()
     it0 = rep.iterations
     eng.iterations = it0
@@ -569,6 +596,11 @@ def _replace(run: _Run, eng: CGEngine, mode: str) -> float:
     mode "correct": p += M^-1 (r_true - r_rec) (one fused pass); "keep": p as it is;
     "rebeta": p = M^-1 r_true + (rz_true / rz_rec) (p - M^-1 r_rec), i.e. beta recomputed from the new r."""
     low = run.low
+    if mode == "restart":        # r = b - A x64, p = M^-1 r: one V-cycle (correcting p would cost two)
+        rr = eng.set_residual_from(run.x64, run.b, precondition=False)
+        if math.sqrt(max(rr, 0.0)) / run.bnorm <= run.opts.rtol:
+            return rr                # converged: no V-cycle for a direction that is not needed
+        return eng.start_from_r()
     if mode == "correct":
         return eng.replace_residual(run.x64, run.b)
     if mode == "keep":
@@ -585,7 +617,7 @@ def _solve_reliable(run: _Run):
     low, opts, rep = run.low, run.opts, run.report
     x_fp64 = opts.accumulate == "fp64"
     eng = run.engine(F32, x=run.x64 if x_fp64 else None)    # eng.x is y: the float32 partial solution
-    rr = eng.set_residual_from(run.x64, run.b)                # (or x64 itself, accumulate="fp64")
+    rr = eng.set_residual_from(run.x64, run.b, precondition=False)                # (or x64 itself, accumulate="fp64")
     res = math.sqrt(max(rr, 0.0)) / run.bnorm
     run.rec.append(res)
     run.add_true(0, res)
@@ -608,9 +640,12 @@ def _solve_reliable(run: _Run):
     def phase(name, t_start):
         rep.phase_time_s[name] = rep.phase_time_s.get(name, 0.0) + time.perf_counter() - t_start
 
+    short = _short_block(eng)     # a V-cycle preconditioner: replace by a fixed window, restart at replacements
     try:
         while eng.iterations < opts.maxiter:
             target = opts.reliable_delta * max_r if not vdvye else opts.rtol
+            if short:
+                target = max(opts.rtol, SHORT_WINDOW * max_r)
             cap = next_true - eng.iterations if next_true else None
             k = min(run.block_size(eng, target, cap), opts.maxiter - eng.iterations)
             eng.launch(k)
@@ -632,7 +667,11 @@ def _solve_reliable(run: _Run):
                                    f"(kappa * u32 = {kap * U32:.2f}): float32 recurrences would cost more iterations "
                                    "than they save")
                     break
-            if vdvye:
+            if short:
+                # each V-cycle iteration gains about a digit: the float32 recurrences are trusted for
+                # SHORT_WINDOW below the last true residual, then the true residual is substituted
+                due = rel <= target
+            elif vdvye:
                 if x_fp64:
                     ynorm = 0.0
                 else:
@@ -652,7 +691,7 @@ def _solve_reliable(run: _Run):
             if due:
                 t_phase = time.perf_counter()
                 fold()                                           # x64 += y; y = 0
-                rr = _replace(run, eng, opts.reliable_p)         # r = b - A x64 in float64, stored float32
+                rr = _replace(run, eng, "restart" if short else opts.reliable_p)   # r = b - A x64 (float64)
                 phase("replace", t_phase)
                 t = math.sqrt(max(rr, 0.0)) / run.bnorm
                 run.add_true(it, t)
@@ -703,7 +742,7 @@ def _solve_reliable(run: _Run):
 def _solve_ir(run: _Run):
     low, opts, rep = run.low, run.opts, run.report
     eng = run.engine(F32)
-    rr = eng.set_residual_from(run.x64, run.b)
+    rr = eng.set_residual_from(run.x64, run.b, precondition=False)
     res = math.sqrt(max(rr, 0.0)) / run.bnorm
     run.rec.append(res)
     run.add_true(0, res)
@@ -726,7 +765,8 @@ def _solve_ir(run: _Run):
         indefinite = False
         try:
             while eng.iterations < opts.maxiter - total:
-                k = min(_short_block(eng) or eng.K, opts.maxiter - total - eng.iterations)
+                k = eng.K if not _short_block(eng) else run.block_size(eng, tol * inner0 / run.bnorm)
+                k = min(k, opts.maxiter - total - eng.iterations)
                 eng.launch(k)
                 rrs = eng.read(k)
                 run.rec.extend((np.sqrt(np.maximum(rrs, 0.0)) / run.bnorm).tolist())
@@ -745,7 +785,7 @@ def _solve_ir(run: _Run):
         if reason:
             break
         low.fold(run.x64, eng.x)
-        new = math.sqrt(max(eng.set_residual_from(run.x64, run.b), 0.0)) / run.bnorm
+        new = math.sqrt(max(eng.set_residual_from(run.x64, run.b, precondition=False), 0.0)) / run.bnorm
         run.add_true(total, new)
         done, reason = watch.after(outer, tol, eng.iterations, new, rep.notes)
         if done:

@@ -114,12 +114,22 @@ class StructuredGrid:
 
     nx: int
     ny: int
-    free: np.ndarray
+    free: object = None     # None: every node off the boundary (Dirichlet all round); NumPy or CuPy array
     ncomp: int = 1
 
     def __post_init__(self):
-        self.free = np.asarray(self.free, dtype=np.int64)
+        if self.free is not None and not hasattr(self.free, "__cuda_array_interface__"):
+            self.free = np.asarray(self.free, dtype=np.int64)
         self.nx, self.ny, self.ncomp = int(self.nx), int(self.ny), int(self.ncomp)
+
+    def free_array(self, xp=np):
+        """The free DOFs as an int64 array of ``xp``."""
+        if self.free is None:
+            nx, ny, nc = self.nx, self.ny, self.ncomp
+            j, i = xp.divmod(xp.arange((nx - 1) * (ny - 1), dtype=xp.int64), nx - 1)
+            node = (j + 1) * (nx + 1) + (i + 1)
+            return (node[:, None] * nc + xp.arange(nc, dtype=xp.int64)[None, :]).ravel()
+        return xp.asarray(self.free, dtype=xp.int64)
 
     @property
     def n_full(self) -> int:
@@ -142,35 +152,100 @@ def _sparse_modules(low):
 
 
 def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
-    """(P, coarse grid): P1 interpolation from the grid with half the cells, restricted to the free DOFs
-    (rows: grid.free, columns: the coarse free DOFs) as a CSR matrix of ``sparse``."""
+    """(P, coarse grid, coarse index): P1 interpolation from the grid with half the cells, restricted to the
+    free DOFs (rows: the free DOFs, columns: the coarse free DOFs) as a CSR matrix of ``sparse``, built row by
+    row without sorting (every fine DOF has at most two coarse parents); the coarse index maps a coarse
+    full DOF to its free index (-1: fixed)."""
     nx, ny, nc = grid.nx, grid.ny, grid.ncomp
     cx, cy = nx // 2, ny // 2
-    free = xp.asarray(grid.free)
+    free = grid.free_array(xp)
     node, comp = free // nc, free % nc
     i, j = node % (nx + 1), node // (nx + 1)
     i0, j0 = i // 2, j // 2
     i1, j1 = i0 + (i & 1), j0 + (j & 1)        # odd-odd: the (/) diagonal's far end
-    # coarse node -> fine node (2I, 2J); coarse DOF free where that fine DOF is free
-    fine_free = xp.zeros(grid.n_full, dtype=xp.bool_)
+    # coarse DOF (I, J, c) sits on fine DOF (2I, 2J, c); it is free where that one is free
+    fine_free = xp.zeros((ny + 1) * (nx + 1) * nc, dtype=xp.bool_)
     fine_free[free] = True
-    cI, cJ = xp.meshgrid(xp.arange(cx + 1), xp.arange(cy + 1))
-    cnode_fine = (2 * cJ * (nx + 1) + 2 * cI).ravel()
-    cdofs_fine = (cnode_fine[:, None] * nc + xp.arange(nc)[None, :]).ravel()     # coarse DOF k -> fine DOF
-    cfree_mask = fine_free[cdofs_fine]
+    cJ, cI = xp.divmod(xp.arange((cx + 1) * (cy + 1), dtype=xp.int64), cx + 1)
+    cnode_fine = 2 * cJ * (nx + 1) + 2 * cI
+    cfree_mask = fine_free[(cnode_fine[:, None] * nc + xp.arange(nc, dtype=xp.int64)[None, :]).ravel()]
     cfree = xp.flatnonzero(cfree_mask)
-    cindex = xp.full(cdofs_fine.size, -1, dtype=xp.int64)
-    cindex[cfree] = xp.arange(cfree.size)
-    rows = xp.arange(free.size)
-    cols_a = cindex[(j0 * (cx + 1) + i0) * nc + comp]
-    cols_b = cindex[(j1 * (cx + 1) + i1) * nc + comp]
-    r = xp.concatenate([rows, rows])
-    c = xp.concatenate([cols_a, cols_b])
-    keep = c >= 0
-    v = xp.full(int(keep.sum()), 0.5)
-    P = sparse.coo_matrix((v, (r[keep], c[keep])), shape=(int(free.size), int(cfree.size))).tocsr()
-    P.sum_duplicates()
-    return P, StructuredGrid(cx, cy, _host(cfree), nc)
+    cindex = xp.full(cfree_mask.size, -1, dtype=xp.int64)
+    cindex[cfree] = xp.arange(cfree.size, dtype=xp.int64)
+    ca = cindex[(j0 * (cx + 1) + i0) * nc + comp]
+    cb = cindex[(j1 * (cx + 1) + i1) * nc + comp]
+    same = ca == cb
+    lo, hi = xp.minimum(ca, cb), xp.maximum(ca, cb)
+    cols = xp.stack([lo, hi], axis=1)
+    vals = xp.stack([xp.where(same, 1.0, 0.5), xp.full(lo.shape, 0.5)], axis=1)
+    mask = xp.stack([lo >= 0, (hi >= 0) & ~same], axis=1)
+    indptr = xp.zeros(free.size + 1, dtype=xp.int64)
+    indptr[1:] = xp.cumsum(mask.sum(axis=1))
+    P = sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32), indptr.astype(xp.int32)),
+                          shape=(int(free.size), int(cfree.size)))
+    return P, StructuredGrid(cx, cy, cfree, nc), cindex
+
+
+def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, sparse=sp):
+    """R A P on a structured coarse grid from 9 x ncomp products with probe vectors.
+
+    With P1 interpolation on the (/)-triangulated grid, a coarse DOF couples only with the DOFs of its
+    3 x 3 coarse neighbourhood (its hexagon, in fact), so colouring the coarse nodes by (I mod 3, J mod 3)
+    separates every row's neighbours: y = R A P v, with v the indicator of one colour and component,
+    holds in row I the entry of the one neighbour of that colour. The products run on the device
+    (``csr_apply``); the coarse CSR is assembled by index arithmetic. Exact zeros are dropped.
+    A, P, R: float64 CSR matrices of ``sparse``."""
+    nc = coarse.ncomp
+    cx = coarse.nx
+    free = coarse.free_array(xp)
+    n_c, n_f = int(free.size), A.shape[0]
+    node, comp = free // nc, free % nc
+    ci, cj = node % (cx + 1), node // (cx + 1)
+    color = (ci % 3) + 3 * (cj % 3)
+    dA_, dP, dR = (_level64(low, M, xp) for M in (A, P, R))
+    pv, apv, y = low.zeros(n_f, F64), low.zeros(n_f, F64), low.zeros(n_c, F64)
+    Y = []
+    for c in range(9):
+        for b in range(nc):
+            v = ((color == c) & (comp == b)).astype(xp.float64)
+            low.csr_apply(dP, _dev(low, v, xp), pv)
+            low.csr_apply(dA_, pv, apv)
+            low.csr_apply(dR, apv, y)
+            Y.append(_from_dev(low, y, xp).copy())
+    Y = xp.stack(Y)                                     # (9 nc, n_c)
+    rows = xp.arange(n_c, dtype=xp.int64)
+    off = [(di, dj, b) for dj in (-1, 0, 1) for di in (-1, 0, 1) for b in range(nc)]
+    di = xp.asarray([o[0] for o in off], dtype=xp.int64)[None, :]
+    dj = xp.asarray([o[1] for o in off], dtype=xp.int64)[None, :]
+    bb = xp.asarray([o[2] for o in off], dtype=xp.int64)[None, :]
+    ni, nj = ci[:, None] + di, cj[:, None] + dj
+    inside = (ni >= 0) & (ni <= cx) & (nj >= 0) & (nj <= coarse.ny)
+    nnode = xp.where(inside, nj * (cx + 1) + ni, 0)
+    cols = xp.where(inside, cindex[nnode * nc + bb], -1)
+    ncolor = (ni % 3) + 3 * (nj % 3)
+    vals = Y[ncolor * nc + bb, rows[:, None]]
+    mask = (cols >= 0) & (vals != 0)
+    indptr = xp.zeros(n_c + 1, dtype=xp.int64)
+    indptr[1:] = xp.cumsum(mask.sum(axis=1))
+    return sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32), indptr.astype(xp.int32)), shape=(n_c, n_c))
+
+
+def _level64(low, M, xp) -> LevelCSR:
+    return LevelCSR(M.shape[0], M.shape[1], _dev(low, M.indptr.astype(xp.int32), xp),
+                    _dev(low, M.indices.astype(xp.int32), xp), _dev(low, M.data.astype(xp.float64), xp), F64)
+
+
+def _dev(low, a, xp):
+    """An array of ``xp`` (NumPy or CuPy) as an array of ``low``."""
+    if low.name == "numpy" or (low.name == "cupy" and xp is not np):
+        return a
+    return low.to_device(_host(a))
+
+
+def _from_dev(low, a, xp):
+    if low.name == "numpy" or (low.name == "cupy" and xp is not np):
+        return a
+    return low.to_host(a)
 
 
 def _host(a):
@@ -246,6 +321,7 @@ class Multigrid(Preconditioner):
         self.coarse: LevelCSR | None = None
         self.setup_time_s = 0.0
         self.symmetry_defect = float("nan")
+        self.symmetry_check_s = 0.0
         self.cycles = 0
         self.level_time_s: list[float] = []
         self._A = None
@@ -264,9 +340,12 @@ class Multigrid(Preconditioner):
         self._build(A)
         A.low.sync()
         self.setup_time_s = time.perf_counter() - t0
-        self.symmetry_defect = self._symmetry_defect()
+        t0 = time.perf_counter()
+        self.symmetry_defect = self._symmetry_defect()       # a diagnostic, timed apart from the set-up
+        self.symmetry_check_s = time.perf_counter() - t0
         A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "symmetry_defect", "_A",
-                                                      "_casts", "level_time_s")}
+                                                      "_casts", "level_time_s", "symmetry_check_s",
+                                                      "_coarse_rows", "_coarse_nnz", "_coarse_b", "_coarse_x")}
 
     def _build(self, A) -> None:
         low = A.low
@@ -281,11 +360,13 @@ class Multigrid(Preconditioner):
         grid = self.grid if self.kind == "mg" else None
         while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size \
                 and len(mats) < opts.max_levels - 1:
-            P, grid = geometric_prolongation(grid, xp, sparse)
+            P, cgrid, cindex = geometric_prolongation(grid, xp, sparse)
             if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:
                 break
-            mats.append((cur, P, "geometric"))
-            cur = _canonical(P.T.tocsr() @ (cur @ P), sparse)
+            R = P.T.tocsr()
+            mats.append((cur, P, "geometric", R))
+            cur = galerkin_by_probing(low, cur, P, R, cgrid, cindex, xp, sparse)
+            grid = cgrid
         if cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
             # aggregation from here on (pyamg, host); the near-null space applies on the finest level only
             pairs, cur = _pyamg_levels(_host_csr(cur), opts, None if mats else self.near_nullspace,
@@ -294,16 +375,16 @@ class Multigrid(Preconditioner):
                 Al, Pl = _canonical(sp.csr_matrix(Al), sp), _canonical(sp.csr_matrix(Pl), sp)
                 if xp is not np:
                     Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
-                mats.append((Al, Pl, "aggregation"))
+                mats.append((Al, Pl, "aggregation", None))
         self.levels = []
-        for l, (Al, Pl, kind) in enumerate(mats):
+        for l, (Al, Pl, kind, Rl) in enumerate(mats):
             if l == 0 and storage == compute:       # the solve's own matrix arrays, values in the compute dtype
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
                 op = self._upload(low, Al, storage, compute, scaled=storage == F16)
             lvl = Level(A=op, dinv=self._dinv(low, Al, compute), kind=kind)
             lvl.P = self._upload(low, Pl, compute, compute)
-            lvl.R = self._upload(low, _canonical(Pl.T.tocsr(), sparse), compute, compute)
+            lvl.R = self._upload(low, _canonical(Rl if Rl is not None else Pl.T.tocsr(), sparse), compute, compute)
             self.levels.append(lvl)
         # coarsest: dense inverse (float64 on the host, stored in the compute dtype)
         Ac = _host_csr(cur)
@@ -403,6 +484,8 @@ class Multigrid(Preconditioner):
     def release(self, A) -> None:
         """Forget the hierarchy kept on A (its device memory is freed with the last reference)."""
         A.cache.pop(getattr(self, "_key", None), None)
+        for k in [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("cg-engine",) and k[3] == id(self)]:
+            del A.cache[k]          # the CG engines (and graphs) built around this hierarchy
         self.levels, self.coarse, self._A, self._casts = [], None, None, {}
 
     # ---- the V-cycle
@@ -519,6 +602,7 @@ class Multigrid(Preconditioner):
             "lambda_max": [lvl.lam for lvl in self.levels],
             "setup_time_s": self.setup_time_s, "cycles": self.cycles,
             "flexible": self.flexible, "symmetry_defect": self.symmetry_defect,
+            "symmetry_check_s": self.symmetry_check_s,
             "level_time_s": list(self.level_time_s),
         }
 

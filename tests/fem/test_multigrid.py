@@ -73,7 +73,7 @@ def test_two_grid_convergence_factor_below_0_2_on_poisson():
 @pytest.mark.parametrize("kind", ["mg", "amg"])
 def test_cycle_counts_do_not_grow_with_the_mesh(kind):
     its = []
-    for m in (15, 31, 63, 127):
+    for m in (31, 63, 127, 255):
         P = tp.poisson_fd(m)
         x, rep = solve(P.A, P.b, preconditioner=_pc(P, kind), rtol=1e-10)
         assert rep.converged
@@ -225,3 +225,22 @@ def test_numba_vcycle_under_the_simulator_agrees_with_numpy(kind, hierarchy):
     assert rep.converged and abs(rep.iterations - rep_np.iterations) <= 1
     assert np.linalg.norm(x - x_np) / np.linalg.norm(x_np) < 1e-8
     assert rep.preconditioner["levels"] == rep_np.preconditioner["levels"] >= 3
+
+
+@pytest.mark.parametrize("make", [lambda: tp.poisson_fd(15), lambda: tp.jumps(16, 1e6), lambda: tp.cook(8),
+                                  lambda: tp.anisotropic(12)])
+def test_galerkin_by_probing_equals_the_sparse_triple_product(make):
+    P = make()
+    Pm, cgrid, cindex = mgm.geometric_prolongation(P.grid)
+    R = Pm.T.tocsr()
+    probed = mgm.galerkin_by_probing(low_ops(), P.A, Pm, R, cgrid, cindex)
+    exact = (R @ P.A @ Pm).tocsr()
+    assert probed.shape == exact.shape
+    assert abs(probed - exact).max() <= 1e-13 * abs(exact).max()
+    assert probed.has_sorted_indices and probed.nnz <= exact.nnz
+
+
+def test_a_grid_without_free_list_means_dirichlet_all_round():
+    P = tp.poisson_fd(15)
+    g = mgm.StructuredGrid(16, 16, None)
+    assert np.array_equal(g.free_array(), P.grid.free)
