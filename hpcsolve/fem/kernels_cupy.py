@@ -472,6 +472,9 @@ class CupyOps(lowops.LowOps):
         self._launch(self._kernel("check_matrix"), n,
                      (np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base)))
 
+    def context(self):
+        return self.stream
+
     # ---- graphs and timing
     def capture(self, fn):
         """Record what ``fn()`` launches on the stream into a CUDA graph; returns its launcher."""

@@ -42,6 +42,13 @@ class LowOps:
     def sync(self): raise NotImplementedError
     def timer(self): raise NotImplementedError                   # EventTimer of the backend's stream
 
+    def context(self):
+        """A context manager under which array-library calls (CuPy, cupyx.scipy.sparse) run on the ops'
+        stream, so that they are ordered with the kernels (a set-up that mixes both must use it)."""
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def capture(self, fn):
         """A callable replaying what ``fn()`` launches (a CUDA graph), or None: then call ``fn`` each time."""
         return None

@@ -20,9 +20,17 @@ def _method(case, policy: Precision) -> str:
     return case.solve.method or policy.fem_method
 
 
+#: "auto" picks multigrid from this many unknowns on: below it the V-cycle's set-up and launch latency
+#: cost more than the Krylov iterations it saves (H200, docs/fem_multigrid.md: shipped cases of 2-4k
+#: unknowns 3-10 ms with jacobi against 20-25 ms with mg/amg; Poisson 255^2 10.8 ms plain CG against
+#: 32 ms for mg's set-up and solve; 1023^2 163 ms against 14 ms + set-up)
+AUTO_MULTIGRID_UNKNOWNS = 200_000
+
+
 def preconditioner_name(case, mesh, policy: Precision) -> str:
-    """The preconditioner a run uses: solve.preconditioner, with "auto" resolved (mg on a structured
-    generator mesh, amg otherwise; jacobi for method pcg-jacobi; none for spsolve)."""
+    """The preconditioner a run uses: solve.preconditioner, with "auto" resolved: jacobi below
+    AUTO_MULTIGRID_UNKNOWNS unknowns (and for method pcg-jacobi), above it mg on a structured generator
+    mesh and amg otherwise; none for spsolve."""
     s = case.solve
     method = _method(case, policy)
     if s.preconditioner != "auto":
@@ -31,6 +39,11 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
         return "jacobi"
     if method == "spsolve":
         return "none"
+    from hpcsolve.memory import fem_mesh_size
+
+    points = mesh.n_points if mesh is not None else fem_mesh_size(case)[0]
+    if points * (1 if case.problem.kind == "poisson" else 2) < AUTO_MULTIGRID_UNKNOWNS:
+        return "jacobi"
     if mesh is None:     # from the case alone: the generators number their nodes on a grid, refinement does not
         structured = case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
     else:

@@ -31,7 +31,8 @@ CPU_QUICK_SIZES = (63, 127)
 AMG_MAX = 2047            # our V-cycle on pyamg's hierarchy (its set-up runs on the CPU)
 PYAMG_MAX = 2047          # pyamg's own solver on the CPU
 NUMBA_MAX = 2047          # Numba-CUDA builds its hierarchy on the host
-PLAIN_REPEATS_MAX = 1023  # plain CG repeated only up to this size (seconds per solve beyond)
+PLAIN_REPEATS_MAX = 1023
+MG_MAXITER = 1000         # a preconditioned solve that needs more has failed (reported, not waited for)  # plain CG repeated only up to this size (seconds per solve beyond)
 
 
 def _median(ts):
@@ -148,7 +149,7 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             def make(kind=kind, hier=hier):
                 return mgm.Multigrid(kind, {"hierarchy": hier}, grid=grid)
             setup, pc = _setup_time(A, make, repeats if kind == "mg" else 1)
-            rep, ts = _time_solve(A, b, precision=prec, method=method, pc=pc, repeats=repeats)
+            rep, ts = _time_solve(A, b, precision=prec, method=method, pc=pc, repeats=repeats, maxiter=MG_MAXITER)
             if hier == "fp32" and prec == "fp64":
                 pc.time_levels()
                 rep.preconditioner["level_time_s"] = list(pc.level_time_s)
@@ -160,7 +161,7 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             try:
                 nA = _numba_view(A)
                 setup, pc = _setup_time(nA, lambda: mgm.Multigrid("mg", {"hierarchy": "fp32"}, grid=grid), 1)
-                rep, ts = _time_solve(nA, b, precision="fp64", method="cg", pc=pc, repeats=repeats)
+                rep, ts = _time_solve(nA, b, precision="fp64", method="cg", pc=pc, repeats=repeats, maxiter=MG_MAXITER)
                 _row(result, m, "numba-cuda", "mg", "fp32", "fp64", "cg", rep, ts, setup,
                      note=f"graphs: {getattr(nA.low, 'graphs', False)}")
                 pc.release(nA)
@@ -191,7 +192,7 @@ def robustness_table(result, *, gpu: bool, quick: bool) -> None:
                                      near_nullspace=problem.near_nullspace)
             setup, pc = ([], "none") if kind == "none" else _setup_time(A, make, 1)
             rep, ts = _time_solve(A, problem.b, precision="fp64", method="cg", pc=pc, repeats=1 if kind == "none" else 3,
-                                  maxiter=40_000)
+                                  maxiter=40_000 if kind == "none" else MG_MAXITER)
             med = _median(ts)[0]
             r = {"problem": problem.name, "unknowns": problem.n, "backend": backend, "preconditioner": kind,
                  "converged": rep.converged, "iterations": rep.iterations, "solve_ms": med * 1e3,
