@@ -363,7 +363,13 @@ class CGEngine:
     def launch(self, k):
         """Queue k iterations (graph replay when the backend has graphs); no synchronization."""
         g = self._graphs.get(k, False)
-        if g is False:
+        if g is False and getattr(self.low, "compiles_lazily", False) and self.low.graphs:
+            # kernels compiled at their first launch (Numba) must not compile inside a capture (the capture
+            # would fail and the block would be launched one kernel at a time from then on): run the block
+            # directly once, capture it at its next use
+            self._graphs[k] = "warm"
+            g = None
+        elif g is False or g == "warm":
             g = self._graphs[k] = self.low.capture(lambda: self._launch_block(k))
         if g is None:
             self._launch_block(k)
@@ -830,6 +836,8 @@ def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, prec
     x_host = np.asarray(low.to_host(x), dtype=np.float64)
     report.finish(state.rec, state.true_its, state.true, true, reason)
     report.preconditioner = precond.info()
+    if low.graphs and getattr(low, "graph_error", None):
+        report.notes.append(f"CUDA graphs: {low.graph_error}")
     if report.preconditioner.get("flexible"):
         report.notes.append("flexible CG (beta = -z.Aq / p.Aq): the V-cycle need not be exactly symmetric")
     return x_host, report

@@ -384,6 +384,7 @@ class NumbaOps(lowops.LowOps):
     """The fused kernels as numba.cuda.jit kernels on one stream; CUDA graphs through CuPy's stream capture
     where CuPy imports and ``graphs`` is True (see the module docstring)."""
 
+    compiles_lazily = True   # kernels compile at their first launch: cg runs a block once before capturing it
     name = "numba-cuda"
     supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
     graphs = False

@@ -30,6 +30,7 @@ class LowOps:
     name = "low"                 #: the backend's name (reports only; code asks capabilities)
     supports_graphs = False      #: ``capture`` can record a block of launches into a CUDA graph
     graphs = False               #: and is switched on
+    compiles_lazily = False      #: kernels compile at their first launch (then never first launched in a capture)
     mixed_x_update = False       #: ``update_xp`` accepts a float64 x with float32 p (accumulate="fp64")
 
     # ---- arrays

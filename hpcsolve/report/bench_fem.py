@@ -166,7 +166,8 @@ def main(args) -> int:
                 try:
                     nA = _numba_view(dA)
                     t = time_iterations(nA, dt, n_iter=n_iter, k=50, repeats=repeats)
-                    row(m, "numba-cuda", "fused, no graphs", prec, t, nb)
+                    row(m, "numba-cuda", "fused+graphs" if nA.low.graphs else "fused, no graphs", prec, t, nb,
+                        note=getattr(nA.low, "graph_error", None) or "")
                 except Exception as exc:  # report, keep benchmarking the rest
                     print(f"  numba-cuda failed: {type(exc).__name__}: {exc}")
                     result.setdefault("errors", []).append(f"numba-cuda {m} {prec}: {exc}")
