@@ -244,3 +244,48 @@ def test_a_grid_without_free_list_means_dirichlet_all_round():
     P = tp.poisson_fd(15)
     g = mgm.StructuredGrid(16, 16, None)
     assert np.array_equal(g.free_array(), P.grid.free)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ([], "jacobi"),                                                  # 65^2 nodes: below the threshold
+    (["mesh.nx=480"], "mg"),                                         # 481^2 nodes, structured generator mesh
+    (["mesh.nx=64", "mesh.refine=3"], "amg"),                        # refined: no grid numbering
+    (["mesh.nx=480", "solve.method=pcg-jacobi"], "jacobi"),
+    (["mesh.nx=480", "solve.preconditioner=none"], "none"),
+    (["solve.preconditioner=amg"], "amg"),
+])
+def test_auto_preconditioner_choice(overrides, expected):
+    from hpcsolve.cases import load_case
+    from hpcsolve.fem.runner import AUTO_MULTIGRID_UNKNOWNS, preconditioner_name
+    from hpcsolve.precision import get_precision
+
+    case = load_case("cases/poisson_manufactured.toml", overrides)
+    name = preconditioner_name(case, None, get_precision("fp64", family="fem"))
+    assert name == expected
+    assert 481 ** 2 > AUTO_MULTIGRID_UNKNOWNS > 65 ** 2
+
+
+def test_mg_on_a_file_mesh_is_a_case_error_naming_the_field():
+    from hpcsolve.cases import load_case
+    from hpcsolve.fem.runner import make_preconditioner
+    from hpcsolve.fem import problem as prob
+    from hpcsolve.precision import get_precision
+
+    case = load_case("cases/heat_plate_with_hole.toml", ["solve.preconditioner=mg"])
+    with pytest.raises(CaseError, match="solve.preconditioner"):
+        make_preconditioner(case, prob.build(case), get_precision("fp64", family="fem"))
+
+
+def test_case_run_with_mg_reports_the_hierarchy(tmp_path):
+    from hpcsolve.cases import load_case
+    from hpcsolve.fem.runner import run
+    from hpcsolve.precision import get_precision
+
+    case = load_case("cases/poisson_manufactured.toml", ["solve.preconditioner=mg", "solve.multigrid.hierarchy=fp16"])
+    res = run(case, "numpy", get_precision("fp64", family="fem"))
+    m = res.metrics
+    assert m["preconditioner"] == "mg" and m["converged"]
+    assert m["preconditioner_info"]["hierarchy"] == "fp16" and m["preconditioner_info"]["levels"] >= 2
+    assert m["iterations"] <= 12
+    assert m["error_vs_fp64_reference"] < 1e-8
+    assert res.timings["solver_s"] >= res.timings["solve_s"] + res.timings["preconditioner_setup_s"] - 1e-12
