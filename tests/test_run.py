@@ -110,3 +110,18 @@ def test_an_interrupted_fem_run_leaves_a_summary_marked_interrupted(tmp_path, mo
         runmod.run_case(CASES / "poisson_manufactured.toml", "numpy", out=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["case"] == "poisson_manufactured"
+
+
+@pytest.mark.parametrize("overrides", [[], ["physics.reynolds=20", "steady.tolerance=1e-6"]])
+def test_dry_run_predicts_the_steady_stop_of_the_run(overrides):
+    """The coarser copy of the case stops at the same physical time: the predicted step is the step at which
+    the run itself stops (Poiseuille, 16 cells across; the prediction runs it at 8)."""
+    info = runmod.describe(CASES / "poiseuille.toml", "numpy", overrides=overrides, estimate=True)
+    pred = info["steady_prediction"]
+    res = runmod.run_case(CASES / "poiseuille.toml", "numpy", overrides=overrides, progress=False, plots=False)
+    assert res.status == "converged"
+    steps = res.metrics["steps"]
+    interval = 1000
+    assert abs(pred["predicted_steps"] - steps) <= interval
+    assert info["estimated_steps"] == pred["predicted_steps"] < info["steps"]
+    assert pred["surrogate_resolution"] == 8
