@@ -54,7 +54,8 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
             return info
         if not desc.note:   # a case too large to describe fully is not probed either
             try:
-                info.update(family.estimate_runtime(case, backend, policy, desc))
+                with backend.run_context():     # the threads the run itself is pinned to (BLAS, OpenMP)
+                    info.update(family.estimate_runtime(case, backend, policy, desc))
             except Exception as exc:
                 err = _gpu_error(exc, backend)
                 if err is None:

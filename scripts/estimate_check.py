@@ -4,8 +4,9 @@ probe) and the measured run time, each in a fresh process, as a markdown table.
     python scripts/estimate_check.py [--cases cases/a.toml ...] [--backend B] [--set key=value ...]
 
 "measured" is the run's ``timings.total_s`` (setup, time loop or solve, reference, fields; not the
-interpreter start or file writing). A steady-state LBM run that stops early is also shown per step
-(the estimate scaled to the steps that ran), since the estimate is for the planned steps.
+interpreter start or file writing). For a steady-state LBM run the estimate counts the
+steps at which it predicts the steady stop (a coarser copy of the case, run to its stop); where the
+run stopped elsewhere the table also compares per step.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ PROBE = """
 import json, sys
 from hpcsolve import run as runmod
 info = runmod.describe(sys.argv[1], sys.argv[2], overrides=json.loads(sys.argv[3]), estimate=True)
-print(json.dumps({k: info.get(k) for k in ("estimated_seconds", "steps", "estimate_basis")}))
+print(json.dumps({k: info.get(k) for k in ("estimated_seconds", "steps", "estimated_steps", "estimate_basis")}))
 """
 RUN = """
 import json, sys
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for every case")
     args = p.parse_args(argv)
-    lines = ["| case | backend | estimate (s) | measured (s) | estimate / measured | steps done / planned | note |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| case | backend | estimate (s) | measured (s) | estimate / measured | steps: predicted / done / planned "
+             "| note |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for case in args.cases:
         est = _child(PROBE, case, args.backend, args.overrides)
         got = _child(RUN, case, args.backend, args.overrides)
@@ -60,13 +61,14 @@ def main(argv=None) -> int:
             continue
         e, m = float(est["estimated_seconds"]), float(got["total_s"])
         planned, done = est.get("steps"), got.get("steps")
+        predicted = est.get("estimated_steps") or planned
         note = got["status"]
         ratio = e / m
         steps = ""
         if planned and done:
-            steps = f"{done} / {planned}"
-            if done < planned:   # stopped at steady state: compare per step
-                note += f"; per step: estimate / measured {e * done / planned / m:.2f}"
+            steps = f"{predicted} / {done} / {planned}"
+            if done != predicted:   # the steady stop came elsewhere than predicted: compare per step too
+                note += f"; per step: estimate / measured {e * done / predicted / m:.2f}"
         lines.append(f"| {name} | {args.backend} | {e:.3g} | {m:.3g} | {ratio:.2f} | {steps} | {note} |")
         print(lines[-1], flush=True)
     print("\n" + "\n".join(lines))
