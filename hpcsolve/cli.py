@@ -128,7 +128,8 @@ def cmd_run(args) -> int:
         return _report(args, case, result, args.resume)
     if args.dry_run:
         info = runmod.describe(args.case, args.backend, args.precision, args.overrides, estimate=True)
-        _print_kv("dry run (nothing was run):", info)
+        _print_kv("dry run (nothing written; the estimate probed the case: a short timed run, a coarser copy "
+                  "for a steady stop, or the whole run of a small FEM system):", info)
         runmod.check_memory(info, info["backend"])   # a run that would not fit: exit 2 naming the field
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)

@@ -37,7 +37,8 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     """Derived parameters and memory estimate of a case, without running it.
 
     With ``estimate``, also the memory available on the chosen device and a run-time estimate from
-    a short timed probe of the chosen backend (a few steps or iterations; nothing is written)."""
+    a timed probe on the chosen backend (nothing is written): a few seconds of steps or iterations, a
+    coarser copy of a steady LBM case run to its stop, or the whole run of a small FEM system."""
     case, backend, policy = prepare(case, backend, precision, overrides)
     family = families.get(case.solver)
     desc = family.describe(case, backend, policy)

@@ -136,7 +136,7 @@ class MultigridSection(StrictModel):
         "the outer CG still converges on the float64 true residual")
     smoother: Literal["chebyshev", "jacobi"] = Field("chebyshev", description="SpMV-only smoother on every level")
     degree: int = Field(2, ge=1, le=10, description="smoothing steps before and after the coarse correction")
-    coarse_size: int = Field(400, ge=1, le=20000, description="levels with at most this many unknowns are solved directly")
+    coarse_size: int = Field(400, ge=1, le=5000, description="levels with at most this many unknowns are solved directly")
     max_levels: int = Field(30, ge=2, le=60)
     amg: Literal["sa", "rs"] = Field("sa", description="algebraic coarsening (pyamg): smoothed aggregation or Ruge-Stueben")
     strength: float = Field(0.0, ge=0, le=1, description="pyamg strength threshold (0: pyamg's default)")
@@ -149,8 +149,9 @@ class MultigridSection(StrictModel):
 class SolverSection(StrictModel):
     method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
     preconditioner: Literal["auto", "none", "jacobi", "mg", "amg"] = Field(
-        "auto", description="auto: mg on structured generator meshes, amg otherwise (jacobi with pcg-jacobi); "
-        "mg: geometric multigrid V-cycle; amg: algebraic multigrid (pyamg hierarchy); none; jacobi")
+        "auto", description="auto: jacobi below 200,000 unknowns; above, mg on structured generator meshes and amg "
+        "otherwise (none with method = cg or spsolve); mg: geometric multigrid V-cycle; amg: algebraic multigrid "
+        "(pyamg hierarchy); none; jacobi")
     multigrid: MultigridSection = Field(default_factory=MultigridSection, description="[solve.multigrid]")
     rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual, "
                         ">= 1e-16 (below float64 round-off it cannot be reached)")

@@ -437,11 +437,18 @@ class _Run:
         once from Python, which costs more than the solve on small grids)."""
         if not _short_block_of(self.precond):
             return CGEngine(self.A, dtype, self.precond, self.opts.check_every, x=x)
-        key = ("cg-engine", np.dtype(dtype), self.opts.check_every, id(self.precond), id(x) if x is not None else None)
+        # one engine per role on the matrix, replaced (and freed) when the hierarchy or x differs; reused, graphs
+        # and all, by a preconditioner object sharing the same hierarchy (the same levels on the device)
+        key = ("cg-engine", np.dtype(dtype), self.opts.check_every, x is not None)
         eng = self.A.cache.get(key)
-        if eng is None or eng.precond is not self.precond or (x is not None and eng.x is not x):
+        same = eng is not None and (eng.precond is self.precond or (
+            getattr(eng.precond, "levels", None) is not None and eng.precond.levels is getattr(self.precond, "levels", ())
+            and eng.precond.flexible == self.precond.flexible))
+        if not same or (x is not None and eng.x is not x):
+            self.A.cache.pop(key, None)
             eng = self.A.cache[key] = CGEngine(self.A, dtype, self.precond, self.opts.check_every, x=x)
         else:
+            eng.precond = eng.general = self.precond          # cycles are counted on the caller's object
             eng.reset(zero_x=x is None)
         return eng
 

@@ -585,6 +585,7 @@ class NumbaOps(lowops.LowOps):
         if err is not None or graph is None:
             self.graph_error = f"CUDA graph capture failed, launching directly ({type(err).__name__}: {err})"
             return None
+        self.graph_error = None          # a capture that worked: no failure to report any more
         return lambda: graph.launch(stream=s)
 
     def timer(self):

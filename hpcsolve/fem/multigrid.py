@@ -52,6 +52,7 @@ KINDS = ("mg", "amg")
 HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # name: (storage, compute)
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
+DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
 SA_WEIGHTING = "diagonal"   # "local" (row sums) halves the set-up but costs Poisson 12 -> 17 iterations
 
 
@@ -72,7 +73,7 @@ class MGOptions:
     flexible: bool = True          # outer flexible CG (beta = -z.Aq / p.Aq); False: standard PCG beta
 
     CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS}
-    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 20_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
+    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
 
     def __post_init__(self):
         for name, allowed in self.CHOICES.items():
@@ -96,6 +97,9 @@ class MGOptions:
 
     @classmethod
     def from_dict(cls, d: dict | None, field_name: str = "multigrid") -> "MGOptions":
+        if d is not None and not isinstance(d, dict):
+            raise CaseError.invalid(field_name, d, "a dict of multigrid options (e.g. {'hierarchy': 'fp16'}) or "
+                                    "a hpcsolve.fem.multigrid.MGOptions")
         d = dict(d or {})
         known = {f.name for f in fields(cls)}
         for k in d:
@@ -185,6 +189,18 @@ def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
     P = sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32), indptr.astype(xp.int32)),
                           shape=(int(free.size), int(cfree.size)))
     return P, StructuredGrid(cx, cy, cfree, nc), cindex
+
+
+def coarse_rows_in_fine(grid: StructuredGrid, coarse: StructuredGrid, xp=np):
+    """For each free coarse DOF (I, J, c), the row of the fine free DOF (2I, 2J, c) it sits on."""
+    nc = grid.ncomp
+    free = grid.free_array(xp)
+    index = xp.full(grid.n_full, -1, dtype=xp.int64)
+    index[free] = xp.arange(free.size, dtype=xp.int64)
+    cfree = coarse.free_array(xp)
+    node, comp = cfree // nc, cfree % nc
+    ci, cj = node % (coarse.nx + 1), node // (coarse.nx + 1)
+    return index[(2 * cj * (grid.nx + 1) + 2 * ci) * nc + comp]
 
 
 def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, sparse=sp):
@@ -330,16 +346,23 @@ class Multigrid(Preconditioner):
         self.cycles = 0
         self.level_time_s: list[float] = []
         self._A = None
+        self._scale = 1.0
         self._casts: dict = {}
 
     # ---- set-up
     def setup(self, A) -> None:
         """Build the hierarchy on A's device (kept on A for later solves with the same options)."""
-        key = self._key = ("multigrid", self.kind, self.options.key(), id(self.grid), id(self.near_nullspace))
+        # the cached entry holds the grid and near-null space themselves: a hit must be for these very objects
+        key = self._key = ("multigrid", self.kind, self.options.key())     # one hierarchy per kind and options
         hit = A.cache.get(key)
-        if hit is not None:
-            self.__dict__.update(hit)
+        if hit is not None and hit["_grid"] is self.grid and hit["_nns"] is self.near_nullspace:
+            self.__dict__.update({k: v for k, v in hit.items() if not k.startswith("_grid") and k != "_nns"})
             return
+        self._check_grid(A)
+        if hit is not None:           # another grid or near-null space: the old hierarchy and its engines go
+            old = Multigrid.__new__(Multigrid)
+            old.__dict__.update(hit, _key=key)
+            old.release(A)
         t0 = time.perf_counter()
         self._A = A
         with A.low.context():       # CuPy set-up work on the stream of the kernels it feeds (no races)
@@ -350,18 +373,46 @@ class Multigrid(Preconditioner):
         self.symmetry_defect = self._symmetry_defect()       # a diagnostic, timed apart from the set-up
         self.symmetry_check_s = time.perf_counter() - t0
         A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "symmetry_defect", "_A",
-                                                      "_casts", "level_time_s", "symmetry_check_s",
+                                                      "_casts", "level_time_s", "symmetry_check_s", "_scale",
                                                       "_coarse_rows", "_coarse_nnz", "_coarse_b", "_coarse_x")}
+        A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
+
+    def _check_grid(self, A) -> None:
+        """The grid (and near-null space) must describe A's unknowns; a CaseError names what does not fit."""
+        if self.near_nullspace is not None:
+            B = np.asarray(self.near_nullspace)
+            if B.ndim != 2 or B.shape[0] != A.n or not np.all(np.isfinite(B)):
+                raise CaseError.invalid("near_nullspace", f"shape {B.shape}", f"a finite ({A.n}, k) array",
+                                        why="one row per unknown of the matrix")
+        if self.kind != "mg":
+            return
+        g = self.grid
+        if g.nx < 1 or g.ny < 1 or g.ncomp < 1:
+            raise CaseError.invalid("grid", (g.nx, g.ny, g.ncomp), "nx, ny, ncomp >= 1")
+        n = (g.nx - 1) * (g.ny - 1) * g.ncomp if g.free is None else int(np.size(g.free))
+        top = g.n_full - 1 if g.free is None else int(_host(g.free).max(initial=-1))
+        if n != A.n or top >= g.n_full:
+            raise CaseError.invalid("grid", f"{g.nx} x {g.ny} cells, {g.ncomp} per node, {n} free unknowns",
+                                    f"a grid whose free unknowns are the {A.n} rows of the matrix",
+                                    why="geometric multigrid interpolates on this grid")
 
     def _build(self, A) -> None:
         low = A.low
         opts = self.options
         storage, compute = HIERARCHIES[opts.hierarchy]
         xp, sparse = _sparse_modules(low)
+        # a matrix outside [1e-20, 1e20] is built as A / s, s a power of two near max a_ii, so that float32 and
+        # 16-bit levels hold any matrix float64 can (M(A) = M(A / s) / s: apply() scales z back)
+        d = A.max_diag
+        self._scale = 2.0 ** round(math.log2(d)) if d > 0 and math.isfinite(d) and not 1e-20 <= d <= 1e20 else 1.0
+        inv_s = 1.0 / self._scale
         if xp is np:
             cur = A.to_scipy() if low.name != "numpy" else sp.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
         else:
             cur = sparse.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
+        if self._scale != 1.0:
+            cur = cur * inv_s             # a new matrix; A itself is untouched
+        nns = None if self.near_nullspace is None else np.asarray(self.near_nullspace, dtype=np.float64)
         mats: list = []       # (A_l, P_l, kind) in float64, SciPy or CuPy sparse
         grid = self.grid if self.kind == "mg" else None
         while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size \
@@ -369,14 +420,15 @@ class Multigrid(Preconditioner):
             P, cgrid, cindex = geometric_prolongation(grid, xp, sparse)
             if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:
                 break
+            if nns is not None:           # coarse DOFs are fine DOFs (2I, 2J): the near-null space by injection
+                nns = nns[_host(coarse_rows_in_fine(grid, cgrid))]
             R = P.T.tocsr()
             mats.append((cur, P, "geometric", R))
             cur = galerkin_by_probing(low, cur, P, R, cgrid, cindex, xp, sparse)
             grid = cgrid
         if cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
             # aggregation from here on (pyamg, host); the near-null space applies on the finest level only
-            pairs, cur = _pyamg_levels(_host_csr(cur), opts, None if mats else self.near_nullspace,
-                                       opts.max_levels - len(mats))
+            pairs, cur = _pyamg_levels(_host_csr(cur), opts, nns, opts.max_levels - len(mats))
             for Al, Pl in pairs:
                 Al, Pl = _canonical(sp.csr_matrix(Al), sp), _canonical(sp.csr_matrix(Pl), sp)
                 if xp is not np:
@@ -384,7 +436,7 @@ class Multigrid(Preconditioner):
                 mats.append((Al, Pl, "aggregation", None))
         self.levels = []
         for l, (Al, Pl, kind, Rl) in enumerate(mats):
-            if l == 0 and storage == compute:       # the solve's own matrix arrays, values in the compute dtype
+            if l == 0 and storage == compute and self._scale == 1.0:   # the solve's own arrays, compute dtype
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
                 op = self._upload(low, Al, storage, compute, scaled=storage == F16)
@@ -393,6 +445,10 @@ class Multigrid(Preconditioner):
             lvl.R = self._upload(low, _canonical(Rl if Rl is not None else Pl.T.tocsr(), sparse), compute, compute)
             self.levels.append(lvl)
         # coarsest: dense inverse (float64 on the host, stored in the compute dtype)
+        if cur.shape[0] > DENSE_COARSE_MAX:
+            raise CaseError.invalid("multigrid.max_levels", opts.max_levels, "more levels (or a larger mesh coarsening)",
+                                    why=f"the coarsest level has {cur.shape[0]:,} unknowns, more than the "
+                                        f"{DENSE_COARSE_MAX:,} a dense direct solve takes")
         Ac = _host_csr(cur)
         inv = np.linalg.inv(Ac.toarray()) if Ac.shape[0] else np.zeros((0, 0))
         inv = 0.5 * (inv + inv.T)
@@ -498,7 +554,8 @@ class Multigrid(Preconditioner):
     def release(self, A) -> None:
         """Forget the hierarchy kept on A (its device memory is freed with the last reference)."""
         A.cache.pop(getattr(self, "_key", None), None)
-        for k in [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("cg-engine",) and k[3] == id(self)]:
+        for k in [k for k, v in A.cache.items() if isinstance(k, tuple) and k[:1] == ("cg-engine",)
+                  and getattr(v.precond, "levels", None) is self.levels]:
             del A.cache[k]          # the CG engines (and graphs) built around this hierarchy
         self.levels, self.coarse, self._A, self._casts = [], None, None, {}
 
@@ -544,12 +601,12 @@ class Multigrid(Preconditioner):
         if not self.levels:
             low.scale_copy(r, self._coarse_b, 1.0)
             low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
-            low.scale_copy(self._coarse_x, z, 1.0)
+            low.scale_copy(self._coarse_x, z, 1.0 / self._scale)
         else:
             top = self.levels[0].bufs
             low.scale_copy(r, top["b"], 1.0)
             self._cycle(low, 0)
-            low.scale_copy(top[f"x{self._final}"], z, 1.0)
+            low.scale_copy(top[f"x{self._final}"], z, 1.0 / self._scale)
         if i_rz >= 0:
             low.dot(r, z, ws, i_rz)
 

@@ -37,7 +37,7 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
         return s.preconditioner
     if method == "pcg-jacobi":
         return "jacobi"
-    if method == "spsolve":
+    if method == "spsolve" or s.method == "cg":      # plain CG asked for by name: no preconditioner
         return "none"
     from hpcsolve.memory import fem_mesh_size
 
@@ -67,8 +67,10 @@ def make_preconditioner(case, disc, policy: Precision):
             raise CaseError.invalid("solve.preconditioner", "mg", "amg (or auto) for this mesh",
                                     why=f"geometric multigrid needs a structured generator mesh (mesh.kind rectangle or "
                                         f"cook_membrane without mesh.refine); this mesh is {disc.mesh.source!r}")
-        return mg.Multigrid("mg", opts, grid=mg.StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp))
     nns = mg.rigid_body_modes(disc.mesh.points, disc.free) if disc.kind == "elasticity" else None
+    if name == "mg":      # the rigid-body modes serve the aggregation levels below the last halvable grid
+        return mg.Multigrid("mg", opts, grid=mg.StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp),
+                            near_nullspace=nns)
     return mg.Multigrid("amg", opts, near_nullspace=nns)
 
 

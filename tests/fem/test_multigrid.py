@@ -289,3 +289,70 @@ def test_case_run_with_mg_reports_the_hierarchy(tmp_path):
     assert m["iterations"] <= 12
     assert m["error_vs_fp64_reference"] < 1e-8
     assert res.timings["solver_s"] >= res.timings["solve_s"] + res.timings["preconditioner_setup_s"] - 1e-12
+
+
+def test_repeated_solves_keep_one_engine_and_one_hierarchy_per_matrix():
+    P = tp.poisson_fd(31)
+    A = prepare_matrix(P.A)
+    for _ in range(4):                                   # a new preconditioner object each call
+        x, rep = solve(A, P.b, preconditioner="amg", rtol=1e-10)
+        assert rep.converged
+    engines = [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("cg-engine",)]
+    hierarchies = [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("multigrid",)]
+    assert len(engines) == 1 and len(hierarchies) == 1
+    for _ in range(3):                                   # a new grid object each call: rebuilt, not piled up
+        x, rep = solve(A, P.b, preconditioner=mgm.Multigrid("mg", grid=tp.poisson_fd(31).grid), rtol=1e-10)
+        assert rep.converged
+    engines = [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("cg-engine",)]
+    hierarchies = [k for k in A.cache if isinstance(k, tuple) and k[:1] == ("multigrid",)]
+    assert len(engines) == 1 and len(hierarchies) == 2        # one amg, one mg
+
+
+def test_a_hierarchy_is_not_reused_for_another_near_nullspace():
+    P = tp.cook(24)
+    A = prepare_matrix(P.A)
+    one = mgm.Multigrid("amg", near_nullspace=np.ones((P.n, 1)))
+    one.setup(A)
+    rows_one = one.info()["rows"]
+    three = mgm.Multigrid("amg", near_nullspace=P.near_nullspace)
+    three.setup(A)
+    assert three.levels is not one.levels and three.info()["rows"] != rows_one
+
+
+def test_elasticity_mg_carries_the_rigid_body_modes_to_the_aggregation_levels():
+    P = tp.cook(33)                     # odd: no geometric level, aggregation from the top
+    with_modes = mgm.Multigrid("mg", grid=P.grid, near_nullspace=P.near_nullspace)
+    x, rep = solve(P.A, P.b, preconditioner=with_modes, rtol=1e-10)
+    x2, rep2 = solve(P.A, P.b, preconditioner=mgm.Multigrid("mg", grid=P.grid), rtol=1e-10)
+    assert rep.converged and rep.iterations < 0.5 * rep2.iterations
+    P = tp.cook(34)                     # halves once (17), then aggregation with the injected modes
+    pc = mgm.Multigrid("mg", {"coarse_size": 100}, grid=P.grid, near_nullspace=P.near_nullspace)
+    x, rep = solve(P.A, P.b, preconditioner=pc, rtol=1e-10)
+    assert rep.preconditioner["level_kinds"][:2] == ["geometric", "aggregation"] and rep.converged
+    assert rep.iterations <= 90
+
+
+@pytest.mark.parametrize("conductivity", [1e-40, 1e40])
+@pytest.mark.parametrize("hierarchy", ["fp32", "fp16"])
+def test_low_precision_hierarchies_take_matrices_outside_float32_range(conductivity, hierarchy):
+    P = tp.poisson_fd(31)
+    x, rep = solve(P.A * conductivity, P.b, preconditioner=_pc(P, hierarchy=hierarchy), rtol=1e-10)
+    assert rep.converged and rep.iterations <= 12
+
+
+def test_a_coarsest_level_too_large_for_a_dense_solve_is_refused():
+    P = tp.poisson_fd(255)
+    with pytest.raises(CaseError, match="multigrid.max_levels"):
+        solve(P.A, P.b, preconditioner=_pc(P, max_levels=2, coarse_size=400), rtol=1e-10)
+
+
+@pytest.mark.parametrize("grid,match", [
+    (lambda P: mgm.StructuredGrid(16, 16, None), "grid"),
+    (lambda P: mgm.StructuredGrid(32, 16, P.grid.free), "grid"),
+])
+def test_a_grid_that_does_not_fit_the_matrix_is_a_case_error(grid, match):
+    P = tp.poisson_fd(31)
+    with pytest.raises(CaseError, match=match):
+        solve(P.A, P.b, preconditioner=mgm.Multigrid("mg", grid=grid(P)), rtol=1e-10)
+    with pytest.raises(CaseError, match="multigrid"):
+        solve(P.A, P.b, preconditioner="amg", multigrid="fp16")
