@@ -347,7 +347,6 @@ class Multigrid(Preconditioner):
         self.level_time_s: list[float] = []
         self._A = None
         self._scale = 1.0
-        self._casts: dict = {}
 
     # ---- set-up
     def setup(self, A) -> None:
@@ -373,7 +372,7 @@ class Multigrid(Preconditioner):
         self.symmetry_defect = self._symmetry_defect()       # a diagnostic, timed apart from the set-up
         self.symmetry_check_s = time.perf_counter() - t0
         A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "symmetry_defect", "_A",
-                                                      "_casts", "level_time_s", "symmetry_check_s", "_scale",
+                                                      "level_time_s", "symmetry_check_s", "_scale",
                                                       "_coarse_rows", "_coarse_nnz", "_coarse_b", "_coarse_x")}
         A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
 
@@ -557,7 +556,7 @@ class Multigrid(Preconditioner):
         for k in [k for k, v in A.cache.items() if isinstance(k, tuple) and k[:1] == ("cg-engine",)
                   and getattr(v.precond, "levels", None) is self.levels]:
             del A.cache[k]          # the CG engines (and graphs) built around this hierarchy
-        self.levels, self.coarse, self._A, self._casts = [], None, None, {}
+        self.levels, self.coarse, self._A = [], None, None
 
     # ---- the V-cycle
     def _smooth(self, low, lvl: Level, first: bool, cur: int) -> int:
@@ -573,8 +572,9 @@ class Multigrid(Preconditioner):
             cur = 1 - cur
         return cur
 
-    def _cycle(self, low, l: int) -> None:
-        """x of level l ~ A_l^-1 b_l (b_l in lvl.bufs['b']); the result ends in x1 (degree steps each side)."""
+    def _cycle(self, low, l: int, recurse: bool = True) -> None:
+        """x of level l ~ A_l^-1 b_l (b_l in lvl.bufs['b']); the result ends in x1 (degree steps each side).
+        ``recurse`` False: this level's work only, the next level's x as it stands (``time_levels``)."""
         if l == len(self.levels):
             low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
             return
@@ -585,7 +585,8 @@ class Multigrid(Preconditioner):
         low.csr_apply(lvl.A, x, B["r"], -1.0, B["b"], 1.0)                    # r = b - A x
         nb = self._coarse_b if l + 1 == len(self.levels) else self.levels[l + 1].bufs["b"]
         low.csr_apply(lvl.R, B["r"], nb)                                    # b_{l+1} = R r
-        self._cycle(low, l + 1)
+        if recurse:
+            self._cycle(low, l + 1)
         nx = self._coarse_x if l + 1 == len(self.levels) else self.levels[l + 1].bufs[f"x{self._final}"]
         low.csr_apply(lvl.P, nx, x, 1.0, x, 1.0)                            # x += P x_{l+1}
         cur = self._smooth(low, lvl, False, cur)
@@ -634,26 +635,13 @@ class Multigrid(Preconditioner):
         A = self._A
         low = A.low
         out = []
-        for l, lvl in enumerate(self.levels):
+        for l in range(len(self.levels) + 1):        # the last: the coarse solve
             ts = []
             for _ in range(repeat):
                 with low.timer() as t:
-                    cur = self._smooth(low, lvl, True, 0)
-                    x = lvl.bufs[f"x{cur}"]
-                    low.csr_apply(lvl.A, x, lvl.bufs["r"], -1.0, lvl.bufs["b"], 1.0)
-                    nb = self._coarse_b if l + 1 == len(self.levels) else self.levels[l + 1].bufs["b"]
-                    low.csr_apply(lvl.R, lvl.bufs["r"], nb)
-                    nx = self._coarse_x if l + 1 == len(self.levels) else self.levels[l + 1].bufs["x1"]
-                    low.csr_apply(lvl.P, nx, x, 1.0, x, 1.0)
-                    self._smooth(low, lvl, False, cur)
+                    self._cycle(low, l, recurse=False)
                 ts.append(t.seconds)
             out.append(float(np.median(ts)))
-        ts = []
-        for _ in range(repeat):
-            with low.timer() as t:
-                low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
-            ts.append(t.seconds)
-        out.append(float(np.median(ts)))
         self.level_time_s = out
         return out
 

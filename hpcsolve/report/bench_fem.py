@@ -119,6 +119,11 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
 
 
 def main(args) -> int:
+    bad = [m for m in (getattr(args, "mg_sizes", None) or ()) if not 3 <= m <= 16383]
+    if bad:     # refused before anything runs
+        from hpcsolve.errors import CaseError
+
+        raise CaseError.invalid("--mg-sizes", bad[0], "unknowns per edge in [3, 16383] (2^k - 1 halves to the end)")
     out = Path(args.out or os.environ.get("OUT") or Path("results") / "bench")
     out.mkdir(parents=True, exist_ok=True)
     quick = bool(getattr(args, "quick", False))

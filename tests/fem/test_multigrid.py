@@ -135,6 +135,12 @@ def test_odd_grid_continues_with_aggregation_below_the_geometric_levels():
     assert rep.converged and rep.iterations <= 15
 
 
+def rep_pc(P):
+    pc = _pc(P)
+    pc.setup(prepare_matrix(P.A))
+    return pc
+
+
 def test_report_fields():
     P = tp.poisson_fd(63)
     x, rep = solve(P.A, P.b, preconditioner=_pc(P), rtol=1e-10)
@@ -145,6 +151,8 @@ def test_report_fields():
     assert info["cycles"] >= rep.iterations
     assert info["setup_time_s"] > 0
     assert all(1.5 < lam < 2.3 for lam in info["lambda_max"])     # lambda_max(D^-1 A) of the Laplacian ~ 2
+    times = rep_pc(P).time_levels(repeat=2)
+    assert len(times) == info["levels"] and all(t > 0 for t in times)
     assert rep.method.endswith("+mg")
 
 
