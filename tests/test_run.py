@@ -1,5 +1,6 @@
 """run.py: memory refusal before allocation, dry-run estimates, GPU errors as one message."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,23 @@ def test_dry_run_predicts_the_steady_stop_of_the_run(overrides):
     assert abs(pred["predicted_steps"] - steps) <= interval
     assert info["estimated_steps"] == pred["predicted_steps"] < info["steps"]
     assert pred["surrogate_resolution"] == 8
+
+
+def test_dry_run_counts_snapshots_per_output_not_per_monitor_point(monkeypatch):
+    """Snapshot fields cost per output (every output_interval), monitor points per monitor_interval: a snapshot
+    made to cost 0.2 s adds about 2 x 0.2 s to the estimate of a run with 2 outputs and 129 monitor points (not
+    129 x 0.2 s, which the cylinder 2D-2 estimate on the GPU did, 5x too high)."""
+    from hpcsolve.lbm import runner as lbm_runner
+
+    over = ["time.monitor_interval=10", "time.output_interval=0.5", "lattice.resolution=16"]
+    base = runmod.describe(CASES / "taylor_green.toml", "numpy", overrides=over, estimate=True)
+    real = lbm_runner._snapshot_fields
+
+    def slow(*args):
+        time.sleep(0.2)
+        return real(*args)
+
+    monkeypatch.setattr(lbm_runner, "_snapshot_fields", slow)
+    info = runmod.describe(CASES / "taylor_green.toml", "numpy", overrides=over, estimate=True)
+    assert "2 snapshots" in info["estimate_basis"]
+    assert 0.25 < info["estimated_seconds"] - base["estimated_seconds"] < 1.5

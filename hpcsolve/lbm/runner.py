@@ -103,23 +103,31 @@ class LBMFamily:
         per_step = _probe_steps(stepper, backend, batch=True)
         monitor = _Monitor(case, derived, geo)
 
-        def monitor_point():
+        def monitor_point():          # what the run does every monitor_interval steps
             stepper.finite()
             rho, ux, uy = stepper.macroscopic()
+            float(np.max(obs.speed(ux, uy)[geo.fluid]))
             monitor.record(stepper, 0, rho, ux, uy)
-            if derived.output_every:
-                _snapshot_fields(rho, ux, uy, derived, geo, 0)
+            return rho, ux, uy
 
-        # the first monitor point compiles the GPU reductions (hundreds of ms on CuPy): counted once, the
-        # warm ones per point
-        t0 = _time.perf_counter()
-        monitor_point()
-        first_monitor = _time.perf_counter() - t0
-        t0 = _time.perf_counter()
-        for _ in range(3):
-            monitor_point()
-        per_monitor = (_time.perf_counter() - t0) / 3
+        def timed(fn, n):
+            t0 = _time.perf_counter()
+            for _ in range(n):
+                out = fn()
+            return (_time.perf_counter() - t0) / n, out
+
+        # the first monitor point compiles the GPU reductions (hundreds of ms on CuPy) and the first snapshot
+        # its field kernels: each counted once, the warm ones per point / per snapshot (every output_every
+        # steps, not every monitor point)
+        first_monitor, fields = timed(monitor_point, 1)
+        per_monitor, _ = timed(monitor_point, 3)
         setup_s += max(first_monitor - per_monitor, 0.0)
+        per_snapshot = 0.0
+        if derived.output_every:
+            snap = (lambda: _snapshot_fields(*fields, derived, geo, 0))
+            first_snapshot, _ = timed(snap, 1)
+            per_snapshot, _ = timed(snap, 2)
+            setup_s += max(first_snapshot - per_snapshot, 0.0)
         del stepper
         backend.free_pool()
         steps, steady = derived.steps, None
@@ -128,7 +136,9 @@ class LBMFamily:
             if steady.get("predicted_steps"):
                 steps = max(min(steady["predicted_steps"], derived.steps), ramp)
         points = steps // case.time.monitor_interval + 2          # + the initial state and the end
-        seconds = setup_s + ramp * per_ramp_step + (steps - ramp) * per_step + points * per_monitor
+        snapshots = steps // derived.output_every if derived.output_every else 0
+        seconds = (setup_s + ramp * per_ramp_step + (steps - ramp) * per_step + points * per_monitor
+                   + snapshots * per_snapshot)
         info = description.parameters
         mlups = info.get("fluid_cells", 0) / per_step / 1e6 if per_step > 0 else math.nan
         if steady is None:
@@ -142,7 +152,9 @@ class LBMFamily:
         out = {"probe_mlups": mlups, "estimated_seconds": seconds, "estimated_steps": steps,
                "estimate_basis": (f"setup {setup_s:.3g} s + {steps} steps at {per_step * 1e3:.3g} ms"
                                   + (f" ({ramp} ramp steps at {per_ramp_step * 1e3:.3g} ms)" if ramp else "")
-                                  + f" + {points} monitor points at {per_monitor * 1e3:.3g} ms, probed on this case"
+                                  + f" + {points} monitor points at {per_monitor * 1e3:.3g} ms"
+                                  + (f" + {snapshots} snapshots at {per_snapshot * 1e3:.3g} ms" if snapshots else "")
+                                  + ", probed on this case"
                                   + how)}
         if steady is not None:
             out["steady_prediction"] = steady
