@@ -53,7 +53,6 @@ HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # n
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
-SA_WEIGHTING = "diagonal"   # "local" (row sums) halves the set-up but costs Poisson 12 -> 17 iterations
 
 
 @dataclass
@@ -281,26 +280,92 @@ def _canonical(M, sparse):
 
 
 def _pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30):
-    """[(A_l, P_l), ...] and the coarsest A from pyamg's hierarchy (host, SciPy)."""
+    """[(A_l, P_l), ...] and the coarsest A of an aggregation hierarchy (host, SciPy): smoothed aggregation
+    (:func:`_sa_levels`, pyamg's pieces) or pyamg's Ruge-Stueben."""
     try:
         import pyamg
     except ImportError as exc:      # pragma: no cover - pyamg is a dependency
         raise CaseError.invalid("preconditioner", "amg", "none, jacobi, mg",
                                 why=f"algebraic multigrid needs pyamg ({exc})") from None
-    # pyamg's own smoothers are not set up: the V-cycle brings its own (about a fifth of pyamg's set-up time)
-    kw = dict(max_coarse=opts.coarse_size, max_levels=max_levels, keep=False, presmoother=None, postsmoother=None)
     if opts.amg == "sa":
-        if opts.strength > 0:
-            kw["strength"] = ("symmetric", {"theta": opts.strength})
-        # the prolongation smoother's weight: pyamg's default ('diagonal', an Arnoldi estimate of rho(D^-1 A) per
-        # level, most of its set-up time); 'local' row sums were measured faster to build but weaker
-        ml = pyamg.smoothed_aggregation_solver(A_host, B=near_nullspace, smooth=("jacobi", {"weighting": SA_WEIGHTING}),
-                                               **kw)
-    else:
-        kw["strength"] = ("classical", {"theta": opts.strength or 0.25})
-        ml = pyamg.ruge_stuben_solver(A_host, **kw)
+        return _sa_levels(A_host, opts, near_nullspace, max_levels)
+    # pyamg's own smoothers are not set up: the V-cycle brings its own (about a fifth of pyamg's set-up time)
+    ml = pyamg.ruge_stuben_solver(A_host, max_coarse=opts.coarse_size, max_levels=max_levels, keep=False,
+                                  presmoother=None, postsmoother=None,
+                                  strength=("classical", {"theta": opts.strength or 0.25}))
     pairs = [(lvl.A, lvl.P) for lvl in ml.levels[:-1]]
     return pairs, ml.levels[-1].A
+
+
+SA_OMEGA = 4.0 / 3.0          # prolongation smoothing P = (I - omega / rho(D^-1 A) D^-1 A) T, pyamg's default
+SA_LANCZOS_STEPS = 20
+
+
+def _sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
+    """Smoothed aggregation as pyamg's ``smoothed_aggregation_solver`` builds it by default (symmetric strength,
+    standard aggregation, candidates improved by 4 symmetric block Gauss-Seidel sweeps on the finest level,
+    tentative prolongator by ``fit_candidates``, one Jacobi smoothing step with omega 4/3 over rho(D^-1 A),
+    Galerkin coarse operators), with pyamg's own pieces, except rho: pyamg estimates it by restarted Arnoldi
+    (5 x 15 steps, most of its set-up time); D^-1 A is similar to the symmetric D^-1/2 A D^-1/2, so
+    :func:`_rho_dinv_a` takes 20 Lanczos steps instead."""
+    from pyamg.aggregation.aggregate import standard_aggregation
+    from pyamg.aggregation.tentative import fit_candidates
+    from pyamg.relaxation.utils import relaxation_as_linear_operator
+    from pyamg.strength import symmetric_strength_of_connection
+
+    A = sp.csr_matrix(A)
+    n = A.shape[0]
+    B = np.ones((n, 1)) if B is None else np.asarray(B, dtype=np.float64).reshape(n, -1)
+    pairs = []
+    while len(pairs) < max_levels - 1 and A.shape[0] > opts.coarse_size:
+        C = symmetric_strength_of_connection(A, theta=opts.strength)
+        agg, _ = standard_aggregation(C)
+        if not pairs:                 # pyamg's default improve_candidates (finest level only)
+            zero = np.zeros((A.shape[0], 1))
+            B = relaxation_as_linear_operator(("block_gauss_seidel", {"sweep": "symmetric", "iterations": 4}),
+                                              A, zero) @ B
+        T, Bc = fit_candidates(agg, B)
+        T = sp.csr_matrix(T)
+        d = A.diagonal()
+        dinv = np.where(d != 0, 1.0 / np.where(d != 0, d, 1.0), 0.0)
+        rho = _rho_dinv_a(A, dinv)
+        P = sp.csr_matrix(T - sp.diags((SA_OMEGA / rho) * dinv) @ (A @ T))
+        if P.shape[1] == 0 or P.shape[1] >= A.shape[0]:
+            break
+        pairs.append((A, P))
+        A = sp.csr_matrix(P.T @ A @ P)
+        A.sum_duplicates()
+        B = Bc
+    return pairs, A
+
+
+def _rho_dinv_a(A: sp.csr_matrix, dinv: np.ndarray, steps: int = SA_LANCZOS_STEPS, seed: int = 0) -> float:
+    """The spectral radius of D^-1 A (A SPD): the largest Ritz value of ``steps`` Lanczos steps on the similar
+    S = D^-1/2 A D^-1/2 (no reorthogonalization: lost orthogonality only repeats converged Ritz values); small
+    matrices exactly. Ritz values lie inside the spectrum, so this never overestimates."""
+    n = A.shape[0]
+    s = np.sqrt(np.maximum(dinv, 0.0))
+    if n <= 4 * steps:
+        S = s[:, None] * A.toarray() * s[None, :]
+        return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (S + S.T))))) if n else 1.0
+    v = np.random.default_rng(seed).standard_normal(n)
+    v /= np.linalg.norm(v)
+    v_prev = np.zeros(n)
+    alpha, beta = [], []
+    b = 0.0
+    for _ in range(steps):
+        w = s * (A @ (s * v))
+        a = float(v @ w)
+        w -= a * v + b * v_prev
+        alpha.append(a)
+        b = float(np.linalg.norm(w))
+        if not b > 1e-12 * abs(a):
+            break
+        beta.append(b)
+        v_prev, v = v, w / b
+    k = len(alpha)
+    Tk = np.diag(alpha) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
+    return float(np.max(np.abs(np.linalg.eigvalsh(Tk))))
 
 
 @dataclass
@@ -629,18 +694,24 @@ class Multigrid(Preconditioner):
         den = math.sqrt(max(h[2], 0.0) * max(h[3], 0.0))
         return abs(h[0] - h[1]) / den if den > 0 else float("nan")
 
-    def time_levels(self, repeat: int = 5) -> list[float]:
-        """Median device time of one V-cycle's work on each level (smoothing, residual, transfers; launched
-        one by one), and the coarse solve last."""
+    def time_levels(self, repeat: int = 5, replays: int = 10) -> list[float]:
+        """Median device time of one V-cycle's work on each level (smoothing, residual, transfers), and the
+        coarse solve last. Where the backend records CUDA graphs, each level's work is captured into a graph and
+        timed over ``replays`` replays, as it runs inside a solve; otherwise its launches are timed one by one."""
         A = self._A
         low = A.low
         out = []
         for l in range(len(self.levels) + 1):        # the last: the coarse solve
+            work = (lambda l=l: self._cycle(low, l, recurse=False))
+            work()                                   # compiled and warm before any capture
+            graph = low.capture(work) if low.graphs else None
+            run, per = (graph, replays) if graph is not None else (work, 1)
             ts = []
             for _ in range(repeat):
                 with low.timer() as t:
-                    self._cycle(low, l, recurse=False)
-                ts.append(t.seconds)
+                    for _ in range(per):
+                        run()
+                ts.append(t.seconds / per)
             out.append(float(np.median(ts)))
         self.level_time_s = out
         return out
