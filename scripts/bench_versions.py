@@ -3,7 +3,7 @@ of each tree, interleaved (old, new, old, new, ...) so that clock or thermal dri
 markdown table of the rows both produced: the median over rounds of each version and new / old.
 
     python scripts/bench_versions.py OLD_TREE NEW_TREE [--rounds 2] [--families lbm fem] [--out DIR]
-                                     [--lbm-args "--sizes 8192"] [--fem-args "--sizes 2048 4096"]
+                                     [--lbm-args "--sizes 8192"] [--fem-args "--sizes 2048 4096"] [--new-args ...]
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     p.add_argument("--families", nargs="+", default=["lbm", "fem"])
     p.add_argument("--lbm-args", default="")
     p.add_argument("--fem-args", default="")
+    p.add_argument("--new-args", default="", help="appended for the new tree only (options the old one lacks, "
+                   "e.g. \"--no-multigrid\")")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "results/bench_versions")))
     args = p.parse_args(argv)
     figures: dict[str, dict[tuple, list]] = {"old": {}, "new": {}}
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
         for family in args.families:
             extra = args.lbm_args if family == "lbm" else args.fem_args
             for label, tree in (("old", args.old), ("new", args.new)) if rnd % 2 == 0 else (("new", args.new), ("old", args.old)):
-                data = _bench(tree.resolve(), family, args.out / f"{label}_{family}_{rnd}", extra)
+                data = _bench(tree.resolve(), family, args.out / f"{label}_{family}_{rnd}",
+                              f"{extra} {args.new_args}" if label == "new" else extra)
                 for k, v in (_rows(family, data) if data else {}).items():
                     figures[label].setdefault(k, []).append(v)
                 print(f"round {rnd} {family} {label}: {'ok' if data else 'failed'}", flush=True)

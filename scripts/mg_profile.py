@@ -1,0 +1,88 @@
+"""Where a multigrid-preconditioned solve spends its time, on CuPy and Numba-CUDA (same matrix, same process):
+the solve (warm-up, then 3 timed), each level's V-cycle work (``time_levels``), the finest level's operations
+one by one (device events, 20 launches each, with the bytes they move and the bandwidth that gives), and the
+outer CG's own iteration (plain fused CG, graph replays).
+
+    python scripts/mg_profile.py [--sizes 2047 4095] [--hierarchies fp64 fp32 fp16] [--backends cupy numba-cuda]
+"""
+import argparse
+
+import numpy as np
+
+from hpcsolve.fem import kernels_cupy, solve
+from hpcsolve.fem import multigrid as mgm
+from hpcsolve.fem import testproblems as tp
+from hpcsolve.report.bench_fem import _numba_view, time_iterations
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--sizes", type=int, nargs="+", default=[2047, 4095])
+ap.add_argument("--hierarchies", nargs="+", default=["fp64", "fp32", "fp16"])
+ap.add_argument("--backends", nargs="+", default=["cupy", "numba-cuda"])
+ap.add_argument("--ops", action="store_true", help="time the finest level's operations one by one")
+args = ap.parse_args()
+
+
+def op_time(low, fn, n=20, replays=5):
+    """Seconds per launch of fn: n launches recorded in a CUDA graph where the backend can (so that launch
+    costs from Python do not count), replayed; else launched directly."""
+    fn()
+
+    def many():
+        for _ in range(n):
+            fn()
+
+    graph = low.capture(many) if low.graphs else None
+    run, per = (graph, replays) if graph is not None else (many, 1)
+    run()
+    with low.timer() as t:
+        for _ in range(per):
+            run()
+    return t.seconds / (n * per)
+
+
+for m in args.sizes:
+    A = kernels_cupy.poisson_5point_device(m)
+    b = np.random.default_rng(1).standard_normal(m * m)
+    for name in args.backends:
+        M = A if name == "cupy" else _numba_view(A)
+        low = M.low
+        cg64 = time_iterations(M, np.float64, n_iter=100, k=50, repeats=3)["seconds_per_iteration"]
+        for h in args.hierarchies:
+            pc = mgm.Multigrid("mg", {"hierarchy": h}, grid=tp.fd_grid(m))
+            times = []
+            for i in range(4):
+                x, rep = solve(M, b, preconditioner=pc, rtol=1e-10, maxiter=1000)
+                if i:
+                    times.append(rep.time_s * 1e3)
+            lv = pc.time_levels()
+            per_it = np.median(times) / rep.iterations
+            print(f"{m}^2 {name:<10} {h}: {rep.iterations} it, solve {np.median(times):.2f} ms "
+                  f"({min(times):.2f}-{max(times):.2f}), {per_it:.3f} ms/it; outer fp64 CG it {cg64 * 1e3:.3f} ms; "
+                  f"V-cycle levels (ms) {' '.join(f'{t * 1e3:.3f}' for t in lv)} sum {sum(lv) * 1e3:.3f}; "
+                  f"graphs {low.graphs} {getattr(low, 'graph_error', None)}", flush=True)
+            if args.ops:
+                L = pc.levels[0]
+                B = L.bufs
+                n, nnz = L.A.rows, L.A.nnz
+                vb, ib = L.A.vals.dtype.itemsize, 4
+                tb = B["b"].dtype.itemsize
+                ops = {
+                    "smooth": (lambda: low.mg_smooth(L.A, B["x0"], B["b"], L.dinv, B["d"], B["x1"], 0.5, 0.5, False),
+                               nnz * (vb + ib) + 4 * n + 6 * n * tb),
+                    "residual": (lambda: low.csr_apply(L.A, B["x0"], B["r"], -1.0, B["b"], 1.0),
+                                 nnz * (vb + ib) + 4 * n + 3 * n * tb),
+                    "restrict": (lambda: low.csr_apply(L.R, B["r"], pc.levels[1].bufs["b"]),
+                                 L.R.nnz * (tb + ib) + 4 * L.R.rows + n * tb + L.R.rows * tb),
+                    "prolong": (lambda: low.csr_apply(L.P, pc.levels[1].bufs["x1"], B["x0"], 1.0, B["x0"], 1.0),
+                                L.P.nnz * (tb + ib) + 4 * n + 2 * n * tb + L.P.cols * tb),
+                }
+                C = pc.levels[-1]
+                ops["coarse-lvl"] = (lambda: low.mg_smooth(C.A, C.bufs["x0"], C.bufs["b"], C.dinv, C.bufs["d"],
+                                                           C.bufs["x1"], 0.5, 0.5, False), 1)
+                ops["tiny-copy"] = (lambda: low.scale_copy(C.bufs["x0"], C.bufs["x1"], 1.0), 1)
+                for k, (fn, nbytes) in ops.items():
+                    t = op_time(low, fn)
+                    print(f"    {k:<9} {t * 1e3:.4f} ms  {nbytes / t / 1e9:7.0f} GB/s  ({nbytes / n:.0f} B/row)",
+                          flush=True)
+            pc.release(M)
+    del A
