@@ -1,7 +1,12 @@
 """How good is the --dry-run time estimate? For each case: the estimate (``hpcsolve run --dry-run``'s
 probe) and the measured run time, each in a fresh process, as a markdown table.
 
-    python scripts/estimate_check.py [--cases cases/a.toml ...] [--backend B] [--set key=value ...]
+    python scripts/estimate_check.py [--cases cases/a.toml ...] [--backend B] [--set key=value ...] [--repeats N]
+
+With ``--repeats N`` each estimate and each run is made N times (alternating, each in a fresh process) and the
+table compares medians; the measured column shows the runs' own spread (min-max). Runs of a fraction of a
+second on a GPU vary by tens of percent from process to process (clock ramp-up of an idle GPU, first-call costs),
+so one pair says little about the estimate.
 
 "measured" is the run's ``timings.total_s`` (setup, time loop or solve, reference, fields; not the
 interpreter start or file writing). For a steady-state LBM run the estimate counts the
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -48,18 +54,26 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="+", default=sorted(str(c) for c in (ROOT / "cases").glob("*.toml")))
     p.add_argument("--backend", default="auto")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for every case")
+    p.add_argument("--repeats", type=int, default=1, help="estimates and runs per case (medians compared)")
     args = p.parse_args(argv)
     lines = ["| case | backend | estimate (s) | measured (s) | estimate / measured | steps: predicted / done / planned "
              "| note |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for case in args.cases:
-        est = _child(PROBE, case, args.backend, args.overrides)
-        got = _child(RUN, case, args.backend, args.overrides)
+        ests, gots = [], []
+        for _ in range(max(args.repeats, 1)):
+            ests.append(_child(PROBE, case, args.backend, args.overrides))
+            gots.append(_child(RUN, case, args.backend, args.overrides))
         name = Path(case).stem
-        if "error" in est or "error" in got:
-            lines.append(f"| {name} | {args.backend} | | | | | {est.get('error') or got.get('error')} |")
+        bad = [d["error"] for d in ests + gots if "error" in d]
+        if bad:
+            lines.append(f"| {name} | {args.backend} | | | | | {bad[0]} |")
             print(lines[-1], flush=True)
             continue
-        e, m = float(est["estimated_seconds"]), float(got["total_s"])
+        est, got = ests[0], gots[0]
+        e = statistics.median(float(d["estimated_seconds"]) for d in ests)
+        ms = [float(d["total_s"]) for d in gots]
+        m = statistics.median(ms)
+        spread = f" ({min(ms):.3g}-{max(ms):.3g})" if len(ms) > 1 else ""
         planned, done = est.get("steps"), got.get("steps")
         predicted = est.get("estimated_steps") or planned
         note = got["status"]
@@ -69,7 +83,7 @@ def main(argv=None) -> int:
             steps = f"{predicted} / {done} / {planned}"
             if done != predicted:   # the steady stop came elsewhere than predicted: compare per step too
                 note += f"; per step: estimate / measured {e * done / predicted / m:.2f}"
-        lines.append(f"| {name} | {args.backend} | {e:.3g} | {m:.3g} | {ratio:.2f} | {steps} | {note} |")
+        lines.append(f"| {name} | {args.backend} | {e:.3g} | {m:.3g}{spread} | {ratio:.2f} | {steps} | {note} |")
         print(lines[-1], flush=True)
     print("\n" + "\n".join(lines))
     return 0

@@ -292,13 +292,17 @@ class CGEngine:
     def start_from_r(self) -> float:
         """p = M^-1 r, rho = r.z, rr = r.r from the residual already in self.r; returns r.r (syncs)."""
         low = self.low
-        low.fill_zero(self.ws)
-        if self.general is not None:
-            self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+        if self.general is not None:      # a V-cycle is ~100 launches: replayed as one graph, as the blocks are
+            def start():
+                low.fill_zero(self.ws)
+                self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+                low.scale_copy(self.z, self.p, 1.0)
+                low.dot(self.r, self.r, self.ws, self.RR)
+
+            self._replay("start", start)
             self.general.cycles += 1
-            low.scale_copy(self.z, self.p, 1.0)
-            low.dot(self.r, self.r, self.ws, self.RR)
         else:
+            low.fill_zero(self.ws)
             low.precondition_init(self.r, self.p, self.dinv, self.ws, self.RHO, self.RR)
         return self._read_slots()
 
@@ -362,22 +366,26 @@ class CGEngine:
 
     def launch(self, k):
         """Queue k iterations (graph replay when the backend has graphs); no synchronization."""
-        g = self._graphs.get(k, False)
-        if g is False and getattr(self.low, "compiles_lazily", False) and self.low.graphs:
-            # kernels compiled at their first launch (Numba) must not compile inside a capture (the capture
-            # would fail and the block would be launched one kernel at a time from then on): run the block
-            # directly once, capture it at its next use
-            self._graphs[k] = "warm"
-            g = None
-        elif g is False or g == "warm":
-            g = self._graphs[k] = self.low.capture(lambda: self._launch_block(k))
-        if g is None:
-            self._launch_block(k)
-        else:
-            g()
+        self._replay(k, lambda: self._launch_block(k))
         self.iterations += k
         if self.general is not None:
             self.general.cycles += k
+
+    def _replay(self, key, launches) -> None:
+        """Queue what ``launches()`` launches: as a CUDA graph recorded at its first use (kept under ``key``)
+        where the backend has graphs, else directly. Kernels compiled at their first launch (Numba) must not
+        compile inside a capture (the capture would fail and the work would be launched one kernel at a time
+        from then on): such a backend runs the work directly once and captures it at its next use."""
+        g = self._graphs.get(key, False)
+        if g is False and getattr(self.low, "compiles_lazily", False) and self.low.graphs:
+            self._graphs[key] = "warm"
+            g = None
+        elif g is False or g == "warm":
+            g = self._graphs[key] = self.low.capture(launches)
+        if g is None:
+            launches()
+        else:
+            g()
 
     def read(self, k) -> np.ndarray:
         """After launch(k): host copies of rr[1..k] (synchronizes); alpha/beta recorded; Breakdown raised
