@@ -36,7 +36,8 @@ RUN = """
 import json, sys
 from hpcsolve import run as runmod
 res = runmod.run_case(sys.argv[1], sys.argv[2], overrides=json.loads(sys.argv[3]), progress=False, plots=False)
-print(json.dumps({"total_s": res.timings["total_s"], "steps": res.metrics.get("steps"), "status": res.status}))
+print(json.dumps({"total_s": res.timings["total_s"], "steps": res.metrics.get("steps"), "status": res.status,
+                  "timings": res.timings}))
 """
 
 
@@ -55,6 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="key=value for every case")
     p.add_argument("--repeats", type=int, default=1, help="estimates and runs per case (medians compared)")
+    p.add_argument("--verbose", action="store_true", help="print each estimate's basis and each run's timings")
     args = p.parse_args(argv)
     lines = ["| case | backend | estimate (s) | measured (s) | estimate / measured | steps: predicted / done / planned "
              "| note |", "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
@@ -63,6 +65,9 @@ def main(argv=None) -> int:
         for _ in range(max(args.repeats, 1)):
             ests.append(_child(PROBE, case, args.backend, args.overrides))
             gots.append(_child(RUN, case, args.backend, args.overrides))
+            if args.verbose:
+                print(f"{Path(case).stem}: estimate {ests[-1].get('estimate_basis', ests[-1])}\n    run "
+                      f"{ {k: round(v, 4) for k, v in gots[-1].get('timings', {}).items()} or gots[-1]}", flush=True)
         name = Path(case).stem
         bad = [d["error"] for d in ests + gots if "error" in d]
         if bad:
