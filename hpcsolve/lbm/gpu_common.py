@@ -172,3 +172,67 @@ class InPlaceTables:
              else np.zeros((2, 1), dtype=ct))
         return self.to_device(np.ascontiguousarray(u.ravel()))
 
+
+
+#: lengths of the step runs recorded as CUDA graphs, longest first; even, so that a replay leaves the two
+#: buffers (and the in-place parity) where it found them and the host-side state needs no update
+GRAPH_STEPS = (64, 32, 16, 8, 4, 2)
+
+
+class StepGraphs:
+    """Time steps replayed as CUDA graphs: on small grids a step's launches (and Numba's launch cost, tens of
+    microseconds) take longer than the step itself. ``capture(fn)`` records what ``fn()`` launches and returns
+    the replay (or raises); ``direct(k)`` launches k steps one by one. A run of k steps is recorded per starting
+    state (the buffers' identity and the parity), at its second use: the first runs directly, so that kernels
+    compiled at their first launch (Numba) never compile inside a capture. A capture that fails switches the
+    graphs off (``error`` says why); the steps then run directly. ``clear()`` after the buffers are replaced."""
+
+    def __init__(self, capture=None, why_not: str | None = None):
+        self._capture = capture
+        self.enabled = capture is not None
+        self.error = None if capture is not None else why_not
+        self._cache: dict = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def advance(self, n: int, direct, buffers: tuple, parity: int, restore) -> int:
+        """Run what even-length graphs can of n steps; returns the steps left (0 or 1; n when off).
+        ``restore(buffers, parity)`` puts the stepper back in that state after a failed capture (whose
+        launches, recorded or not, never ran)."""
+        while self.enabled and n >= 2:
+            k = next(s for s in GRAPH_STEPS if s <= n)
+            key = (k, parity) + tuple(id(b) for b in buffers)
+            entry = self._cache.get(key)
+            if entry is None or any(a is not b for a, b in zip(entry[0], buffers)):
+                self._cache[key] = (buffers, None)        # first use: directly (compiles what is lazy)
+                direct(k)
+            else:
+                replay = entry[1]
+                if replay is None:
+                    try:
+                        replay = self._capture(lambda: direct(k))
+                    except Exception as exc:          # nothing recorded has run: run directly from now on
+                        restore(buffers, parity)
+                        self.enabled, self.error = False, f"CUDA graph capture failed ({type(exc).__name__}: {exc})"
+                        self._cache.clear()
+                        return n
+                    self._cache[key] = (buffers, replay)
+                replay()
+            n -= k
+        return n
+
+
+def cupy_stream_capture(stream):
+    """``capture`` for :class:`StepGraphs` on a CuPy stream (launches inside ``fn`` go to ``stream``: CuPy's
+    kernels launch on the current stream, Numba's must be bound to it)."""
+    def capture(fn):
+        with stream:
+            stream.begin_capture()
+            try:
+                fn()
+            finally:
+                graph = stream.end_capture()
+        return lambda: graph.launch(stream=stream)
+
+    return capture

@@ -56,8 +56,9 @@ import numpy as np
 
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
-                                     host_macroscopic, step_kernel_shape, velocity_table)
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, StepGraphs, bytes_per_cell,
+                                     cupy_stream_capture, device_flags, host_macroscopic, step_kernel_shape,
+                                     velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -603,11 +604,16 @@ class CupyStepper(Stepper):
     backend = "cupy"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
-                 pairs: bool | None = None, max_registers: int | None = None):
+                 pairs: bool | None = None, max_registers: int | None = None, graphs: bool = True):
         import cupy
 
         super().__init__(setup)
         self.cp = cupy
+        # runs of steps replayed as CUDA graphs on a blocking stream (ordered with the default stream, where
+        # everything else runs); graphs=False launches every step from Python
+        self._stream = cupy.cuda.Stream(non_blocking=False)
+        self.graphs = StepGraphs(cupy_stream_capture(self._stream) if graphs else None,
+                                 why_not="graphs switched off (graphs=False)")
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
@@ -652,6 +658,16 @@ class CupyStepper(Stepper):
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
     def _advance(self, n: int) -> None:
+        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
+                                self._restore)
+        self._advance_direct(n)
+
+    def _restore(self, buffers, parity) -> None:
+        self.a, self.b = buffers
+        if self.in_place:
+            self.parity = parity
+
+    def _advance_direct(self, n: int) -> None:
         if self.in_place:
             aa = self._aa
             tail = (aa.out_cells, self.own_u, np.int32(aa.n_out), np.int32(self.nx), np.int32(self.ny),
@@ -690,6 +706,7 @@ class CupyStepper(Stepper):
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         g = self._check_loadable(g)
+        self.graphs.clear()            # recorded for the old buffers
         self.a = self.cp.asarray(np.ascontiguousarray(g))
         if self.in_place:
             self.parity = 0

@@ -33,8 +33,9 @@ import numpy as np
 from hpcsolve import backends
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, bytes_per_cell, device_flags,
-                                     host_macroscopic, step_kernel_shape, velocity_table)
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, StepGraphs, bytes_per_cell,
+                                     cupy_stream_capture, device_flags, host_macroscopic, step_kernel_shape,
+                                     velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -572,11 +573,33 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     return kernels + (src,)
 
 
+def _launch_stream(cuda, graphs: bool):
+    """(numba stream, StepGraphs): a blocking CuPy stream seen by numba (``external_stream``), so that CuPy's
+    stream capture records the step kernels, where CuPy imports and ``graphs`` is True; else numba's default
+    stream and no graphs (the simulator, no CuPy, graphs=False). A blocking stream stays ordered with work on the
+    legacy default stream (``cuda.to_device`` without a stream, the backend's events)."""
+    if backends.cuda_simulator_enabled() or not graphs:
+        why = "the CUDA simulator has no CUDA graphs" if graphs else "graphs switched off (graphs=False)"
+        return cuda.default_stream(), StepGraphs(None, why)
+    try:
+        import cupy
+
+        with cupy.cuda.Device(cuda.get_current_device().id):
+            cp_stream = cupy.cuda.Stream(non_blocking=False)
+        stream = cuda.external_stream(cp_stream.ptr)
+    except Exception as exc:          # no CuPy (or no stream): launches from Python, as before
+        return cuda.default_stream(), StepGraphs(None, f"no CUDA graphs: {type(exc).__name__}: {exc}")
+    graphs = StepGraphs(cupy_stream_capture(cp_stream))
+    graphs.cupy_stream = cp_stream    # kept alive with the stepper
+    return stream, graphs
+
+
 class NumbaCudaStepper(Stepper):
     backend = "numba-cuda"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
-                 max_registers: int | None = None, pairs: bool | None = None, exchange: str | None = None):
+                 max_registers: int | None = None, pairs: bool | None = None, exchange: str | None = None,
+                 graphs: bool = True):
         from numba import cuda
 
         super().__init__(setup)
@@ -592,7 +615,7 @@ class NumbaCudaStepper(Stepper):
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,
             self.pairs, exchange or PAIR_EXCHANGE, self.in_place)
         self.nx, self.ny = nx, ny
-        self.stream = cuda.default_stream()
+        self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
         cells, uw = velocity_table(setup, ct)
         self.vel_cells, self.vel_u = cuda.to_device(cells), cuda.to_device(uw.ravel())
@@ -647,6 +670,16 @@ class NumbaCudaStepper(Stepper):
         self._k_scale[math.ceil(n / 256), 256, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
 
     def _advance(self, n: int) -> None:
+        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
+                                self._restore)
+        self._advance_direct(n)
+
+    def _restore(self, buffers, parity) -> None:
+        self.a, self.b = buffers
+        if self.in_place:
+            self.parity = parity
+
+    def _advance_direct(self, n: int) -> None:
         launch = self._launch
         nx, ny = np.int64(self.nx), np.int64(self.ny)
         if self.in_place:
@@ -688,6 +721,7 @@ class NumbaCudaStepper(Stepper):
         from numba import cuda
 
         g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
+        self.graphs.clear()            # recorded for the old buffers
         self.a = cuda.to_device(g, stream=self.stream)
         if self.in_place:
             self.parity = 0

@@ -303,3 +303,33 @@ def test_fp16s_odd_nx_uses_per_cell_kernel(backend):
     dev.step(STEPS)
     ref.step(STEPS)
     assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp16s"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["two-buffer fp32 bouzidi", "in-place fp64 bouzidi", "fp16s pairs"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_steps_replayed_as_cuda_graphs_equal_steps_launched_one_by_one(backend, variant):
+    """Bitwise: runs of steps recorded as CUDA graphs (every run length, both buffer orders / parities, recorded
+    at the second use and replayed after) against the same steps launched from Python."""
+    import dataclasses
+
+    from lbm_gpu_cases import channel_with_bouzidi
+
+    policy = {"two-buffer fp32 bouzidi": FP32, "in-place fp64 bouzidi": FP64, "fp16s pairs": FP16S}[variant]
+    setup = (channel_with_bouzidi(nx=48, ny=24, collision="trt", policy=policy) if "bouzidi" in variant
+             else _setup("channel", "trt", policy))
+    if "in-place" in variant:
+        setup = dataclasses.replace(setup, in_place=True)
+    _stepper_or_skip(backend, setup)
+    if backend == "cupy":
+        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
+    else:
+        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
+    fast, slow = S(setup), S(setup, graphs=False)
+    for st in (fast, slow):
+        st.step(1)                     # odd: the graphs start from the swapped buffers / odd parity
+        for _ in range(5):             # 127 = 64 + 32 + 16 + 8 + 4 + 2 + 1, odd: the calls alternate between two
+            st.step(127)               # starting states; per state: directly, then recorded, then replayed
+    assert fast.graphs.enabled and fast.graphs.error is None, fast.graphs.error
+    assert sum(1 for _, replay in fast.graphs._cache.values() if replay is not None) == 12
+    assert np.array_equal(fast.populations(), slow.populations())
