@@ -44,10 +44,34 @@ def _random_level(rng, rows, cols, storage, compute, rowscale, per_row=5):
     return np.asarray(indptr, np.int32), np.asarray(indices, np.int32), vals, scale
 
 
-def _level(low, host, rows, cols, compute):
+def _random_banded(rng, n, storage, compute, rowscale, band=6, per_row=5):
+    """A random square CSR whose entries lie within ``band`` of the diagonal (at most 2 band + 1 offsets: what
+    a level stored by diagonals holds), some rows empty."""
+    indptr, indices = [0], []
+    for i in range(n):
+        lo, hi = max(0, i - band), min(n, i + band + 1)
+        k = 0 if i % 7 == 3 else int(rng.integers(1, min(per_row, hi - lo) + 1))
+        indices.extend(sorted(rng.choice(np.arange(lo, hi), size=k, replace=False).tolist()))
+        indptr.append(len(indices))
+    vals = rng.uniform(-1.0, 1.0, len(indices)).astype(storage)
+    scale = rng.uniform(0.5, 4.0, n).astype(compute) if rowscale else None
+    return np.asarray(indptr, np.int32), np.asarray(indices, np.int32), vals, scale
+
+
+def _level(low, host, rows, cols, compute, dia=False):
+    """The host level on ``low``'s device, as CSR or (``dia``, square) stored by diagonals."""
     indptr, indices, vals, scale = host
+    rs = None if scale is None else low.to_device(scale)
+    if dia:
+        row = np.repeat(np.arange(rows), np.diff(indptr))
+        off = indices.astype(np.int64) - row
+        offsets = np.unique(off)
+        dv = np.zeros((offsets.size, rows), dtype=vals.dtype)
+        dv[np.searchsorted(offsets, off), row] = vals
+        return lowops.LevelCSR(rows, cols, None, None, low.to_device(dv.ravel()), compute, rowscale=rs,
+                               offsets=low.to_device(offsets.astype(np.int32)), nnz=indices.size)
     dev = [low.to_device(a) for a in (indptr, indices, vals)]
-    return lowops.LevelCSR(rows, cols, *dev, compute, rowscale=None if scale is None else low.to_device(scale))
+    return lowops.LevelCSR(rows, cols, *dev, compute, rowscale=rs)
 
 
 def _absmv(host, x, rows, cols):
@@ -70,13 +94,15 @@ def _close(got, ref, T, mag):
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def check_csr_apply(low, storage, T, rowscale, rows, cols, seed=0):
-    """csr_apply with b None / b given / b is y, a and c not 1, against the NumPy ops."""
+def check_csr_apply(low, storage, T, rowscale, rows, cols, seed=0, dia=False):
+    """csr_apply with b None / b given / b is y, a and c not 1, against the NumPy ops (CSR); ``dia``: the
+    tested level stored by diagonals (a banded square matrix)."""
     ref_ops = kernels_numpy_low.low_ops()
     rng = np.random.default_rng(seed)
-    host = _random_level(rng, rows, cols, storage, T, rowscale)
+    host = _random_banded(rng, rows, storage, T, rowscale) if dia else _random_level(rng, rows, cols, storage, T,
+                                                                                      rowscale)
     Mr = _level(ref_ops, host, rows, cols, T)
-    Md = _level(low, host, rows, cols, T)
+    Md = _level(low, host, rows, cols, T, dia=dia)
     x = rng.standard_normal(cols).astype(T)
     b = rng.standard_normal(rows).astype(T)
     y0 = rng.standard_normal(rows).astype(T)
@@ -100,13 +126,13 @@ def check_csr_apply(low, storage, T, rowscale, rows, cols, seed=0):
         _close(got, yr, T, abs(a) * mv + bmag)
 
 
-def check_mg_smooth(low, storage, T, rowscale, n, seed=1):
+def check_mg_smooth(low, storage, T, rowscale, n, seed=1, dia=False):
     """mg_smooth: the first step (x_in not read, d overwritten), a Chebyshev step and a Jacobi step."""
     ref_ops = kernels_numpy_low.low_ops()
     rng = np.random.default_rng(seed)
-    host = _random_level(rng, n, n, storage, T, rowscale)
+    host = _random_banded(rng, n, storage, T, rowscale) if dia else _random_level(rng, n, n, storage, T, rowscale)
     Mr = _level(ref_ops, host, n, n, T)
-    Md = _level(low, host, n, n, T)
+    Md = _level(low, host, n, n, T, dia=dia)
     b = rng.standard_normal(n).astype(T)
     dinv = rng.uniform(0.2, 1.0, n).astype(T)
     x_in = rng.standard_normal(n).astype(T)
@@ -147,6 +173,15 @@ def check_update_xp(low, T, with_dinv, beta, n, seed=2):
     _close(low.to_host(pd), pr, T, np.abs(r) * (1.0 if dinv is None else dinv) + p64)    # |beta| <= 0.6
 
 
+@pytest.mark.parametrize("rowscale", [False, True], ids=["noscale", "rowscale"])
+@pytest.mark.parametrize("storage,T", COMBOS, ids=COMBO_IDS)
+def test_numpy_dia_levels_match_csr(storage, T, rowscale):
+    """The NumPy reference on a level stored by diagonals against the same level as CSR."""
+    low = kernels_numpy_low.low_ops()
+    check_csr_apply(low, storage, T, rowscale, 60, 60, dia=True)
+    check_mg_smooth(low, storage, T, rowscale, 60, dia=True)
+
+
 # ------------------------------------------------------------------------------- the CUDA simulator
 @pytest.fixture(scope="module")
 def sim_ops():
@@ -168,6 +203,14 @@ def test_sim_csr_apply_matches_numpy(sim_ops, storage, T, rowscale, shape):
 @pytest.mark.parametrize("storage,T", COMBOS, ids=COMBO_IDS)
 def test_sim_mg_smooth_matches_numpy(sim_ops, storage, T, rowscale):
     check_mg_smooth(sim_ops, storage, T, rowscale, 30)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("rowscale", [False, True], ids=["noscale", "rowscale"])
+@pytest.mark.parametrize("storage,T", [(F32, F32), (F16, F32), (F64, F64)], ids=["f32-f32", "f16-f32", "f64-f64"])
+def test_sim_dia_levels_match_numpy(sim_ops, storage, T, rowscale):
+    check_csr_apply(sim_ops, storage, T, rowscale, 30, 30, dia=True)
+    check_mg_smooth(sim_ops, storage, T, rowscale, 30, dia=True)
 
 
 @pytest.mark.cudasim
@@ -208,6 +251,15 @@ def test_gpu_csr_apply_matches_numpy(gpu_backend_names, storage, T, rowscale, sh
 def test_gpu_mg_smooth_matches_numpy(gpu_backend_names, storage, T, rowscale):
     for name, low in _gpu_ops(gpu_backend_names):
         check_mg_smooth(low, storage, T, rowscale, 5000)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rowscale", [False, True], ids=["noscale", "rowscale"])
+@pytest.mark.parametrize("storage,T", COMBOS, ids=COMBO_IDS)
+def test_gpu_dia_levels_match_numpy(gpu_backend_names, storage, T, rowscale):
+    for name, low in _gpu_ops(gpu_backend_names):
+        check_csr_apply(low, storage, T, rowscale, 5000, 5000, dia=True)
+        check_mg_smooth(low, storage, T, rowscale, 5000, dia=True)
 
 
 @pytest.mark.gpu

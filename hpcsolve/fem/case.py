@@ -141,6 +141,9 @@ class MultigridSection(StrictModel):
     amg: Literal["sa", "rs"] = Field("sa", description="algebraic coarsening (pyamg): smoothed aggregation or Ruge-Stueben")
     strength: float = Field(0.0, ge=0, le=1, description="pyamg strength threshold (0: pyamg's default)")
     flexible: bool = Field(True, description="flexible CG (robust to a slightly non-symmetric low-precision V-cycle)")
+    level_format: Literal["auto", "dia", "csr"] = Field(
+        "auto", description="storage of the level matrices: dia stores those of structured grids by diagonals (no "
+        "column indices to read) and the others as CSR; csr; auto: dia on a GPU, csr on the CPU")
 
     def options(self) -> dict:
         return self.model_dump()

@@ -264,6 +264,43 @@ __global__ void mg_smooth(const int n, const int* __restrict__ indptr, const int
     }
 }
 
+// ---- the same on a level stored by diagonals (DIA: square n x n, ndiag offsets, values diagonal-major,
+// vals[d n + i] = a_{i, i + offsets[d]}, 0 where that is outside the matrix): no column indices to read.
+// bytes: ndiag n sizeof(S) + ndiag 4 [+ n sizeof(T)] + vectors as above
+template<typename S, typename T>
+__device__ __forceinline__ T dia_row(const int i, const int n, const int ndiag, const int* __restrict__ offsets,
+        const S* __restrict__ vals, const T* __restrict__ rowscale, const T* __restrict__ x) {
+    T s = 0;
+    for (int k = 0; k < ndiag; ++k) {
+        const int j = i + __ldg(offsets + k);
+        if (j >= 0 && j < n) s += widen<T>(vals[(size_t)k * n + i]) * __ldg(x + j);
+    }
+    return rowscale ? rowscale[i] * s : s;
+}
+
+template<typename S, typename T>
+__global__ void dia_apply(const int n, const int ndiag, const int* __restrict__ offsets, const S* __restrict__ vals,
+        const T* __restrict__ rowscale, const T* __restrict__ x, const T* b, T* y, const double a, const double c) {
+    const T ta = (T)a, tc = (T)c;
+    GRID_STRIDE(i, n) {
+        const T s = dia_row<S, T>(i, n, ndiag, offsets, vals, rowscale, x);
+        y[i] = b ? ta * s + tc * b[i] : ta * s;
+    }
+}
+
+template<typename S, typename T>
+__global__ void dia_smooth(const int n, const int ndiag, const int* __restrict__ offsets, const S* __restrict__ vals,
+        const T* __restrict__ rowscale, const T* __restrict__ x_in, const T* __restrict__ b,
+        const T* __restrict__ dinv, T* __restrict__ d, T* __restrict__ x_out, const double c_d, const double c_r) {
+    const T cd = (T)c_d, cr = (T)c_r;
+    GRID_STRIDE(i, n) {
+        const T ri = b[i] - dia_row<S, T>(i, n, ndiag, offsets, vals, rowscale, x_in);
+        const T di = cd * d[i] + cr * (dinv[i] * ri);
+        d[i] = di;
+        x_out[i] = x_in[i] + di;
+    }
+}
+
 // x64 += y; y = 0 (fold a float32 correction into the float64 solution)
 template<typename T>
 __global__ void fold(const int n, double* __restrict__ x, T* __restrict__ y) {
@@ -320,7 +357,7 @@ __global__ void block_end(double* ws, const int i_rho, const int i_rr, const int
 _CT = {np.dtype(np.float16): "__half", np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _ONE = ("replace_residual", "spmv_dot", "dot", "precondition", "precondition_init", "update_r", "update_xp", "fold")
 _TWO = ("residual", "axpy")
-_LEVEL = ("csr_apply", "mg_smooth")          # <storage S, compute T>
+_LEVEL = ("csr_apply", "mg_smooth", "dia_apply", "dia_smooth")          # <storage S, compute T>
 
 
 def _names():
@@ -448,13 +485,23 @@ class CupyOps(lowops.LowOps):
 
     # ---- multigrid levels (LevelCSR: values in S = M.vals.dtype, vectors in T)
     def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        if M.offsets is not None:
+            self._launch(self._kernel("dia_apply", M.vals.dtype, y.dtype), M.rows,
+                         (np.int32(M.rows), np.int32(M.ndiag), M.offsets, M.vals, self._ptr(M.rowscale), x,
+                          self._ptr(b), y, np.float64(a), np.float64(c)))
+            return
         self._launch(self._kernel("csr_apply", M.vals.dtype, y.dtype), M.rows,
                      (np.int32(M.rows), M.indptr, M.indices, M.vals, self._ptr(M.rowscale), x, self._ptr(b), y,
                       np.float64(a), np.float64(c)))
 
     def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        if M.offsets is not None and not first and x_in is not None:
+            self._launch(self._kernel("dia_smooth", M.vals.dtype, d.dtype), M.rows,
+                         (np.int32(M.rows), np.int32(M.ndiag), M.offsets, M.vals, self._ptr(M.rowscale), x_in, b,
+                          dinv, d, x_out, np.float64(c_d), np.float64(c_r)))
+            return
         self._launch(self._kernel("mg_smooth", M.vals.dtype, d.dtype), M.rows,
-                     (np.int32(M.rows), M.indptr, M.indices, M.vals, self._ptr(M.rowscale),
+                     (np.int32(M.rows), self._ptr(M.indptr), self._ptr(M.indices), M.vals, self._ptr(M.rowscale),
                       x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r),
                       np.int32(1 if first else 0)))
 

@@ -310,8 +310,46 @@ def _typed(T):
                 x_out[i] = x_in[i] + di
                 i += cuda.gridsize(1)
 
+    # ---- the same on a level stored by diagonals (DIA, square n x n: vals[k n + i] = a_{i, i + offsets[k]})
+    @cuda.jit(device=True, inline=True)
+    def dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x):
+        s = T(0)
+        for k in range(ndiag):
+            j = i + offsets[k]
+            if j >= 0 and j < n:
+                s += T(vals[k * n + i]) * x[j]
+        if has_rs:
+            s = rowscale[i] * s
+        return s
+
+    @cuda.jit
+    def dia_apply(n, ndiag, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
+        ta = T(a)
+        tc = T(c)
+        i = cuda.grid(1)
+        while i < n:
+            s = dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x)
+            if has_b:
+                y[i] = ta * s + tc * b[i]
+            else:
+                y[i] = ta * s
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def dia_smooth(n, ndiag, offsets, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r):
+        cd = T(c_d)
+        cr = T(c_r)
+        i = cuda.grid(1)
+        while i < n:
+            ri = b[i] - dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x_in)
+            di = cd * d[i] + cr * (dinv[i] * ri)
+            d[i] = di
+            x_out[i] = x_in[i] + di
+            i += cuda.gridsize(1)
+
     return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
-                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth)
+                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth,
+                dia_apply=dia_apply, dia_smooth=dia_smooth)
 
 
 @functools.lru_cache(maxsize=None)
@@ -536,15 +574,36 @@ class NumbaOps(lowops.LowOps):
     def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
         rs, has_rs = self._dinv(M.rowscale, y.dtype)
         bb, has_b = self._dinv(b, y.dtype)
+        if M.offsets is not None:
+            self._go(_typed(_TYPES[y.dtype])["dia_apply"], M.rows, np.int32(M.rows), np.int32(M.ndiag), M.offsets,
+                     M.vals, rs, has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+            return
         self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
                  has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
 
     def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
         rs, has_rs = self._dinv(M.rowscale, d.dtype)
         first = bool(first)
+        if M.offsets is not None and not first and x_in is not None:
+            self._go(_typed(_TYPES[d.dtype])["dia_smooth"], M.rows, np.int32(M.rows), np.int32(M.ndiag), M.offsets,
+                     M.vals, rs, has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
+            return
+        if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
+            M = self._dia_as_csr_placeholder(M)
         self._go(_typed(_TYPES[d.dtype])["mg_smooth"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
                  has_rs, x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d),
                  np.float64(c_r), first)
+
+    def _dia_as_csr_placeholder(self, M):
+        """For ``mg_smooth``'s first step (no matrix read): the DIA level with int32 placeholder index arrays, made
+        once (never inside a capture: the first step runs before any capture of the V-cycle)."""
+        hit = M.cache.get("numba-csr-placeholder")
+        if hit is None:
+            from hpcsolve.fem.lowops import LevelCSR
+
+            z = self.cuda.to_device(np.zeros(2, np.int32), stream=self.stream)
+            hit = M.cache["numba-csr-placeholder"] = LevelCSR(M.rows, M.cols, z, z, M.vals, M.compute)
+        return hit
 
     def fold(self, x64, y):
         self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)

@@ -167,7 +167,24 @@ class NumpyLowOps(lowops.LowOps):
         return hit
 
     def _mv(self, M, x):
+        if M.offsets is not None:
+            return self._dia_mv(M, x)
         y = self._level(M, x.dtype) @ x
+        if M.rowscale is not None:
+            y *= M.rowscale
+        return y
+
+    @staticmethod
+    def _dia_mv(M, x):
+        """A DIA level (vals[k n + i] = a_{i, i + offsets[k]}) times x in x's dtype, diagonal by diagonal in the
+        order of the offsets (the GPU kernels' order within a row)."""
+        n, T = M.rows, x.dtype
+        vals = M.vals.reshape(M.ndiag, n)
+        y = np.zeros(n, dtype=T)
+        for k, off in enumerate(M.offsets.tolist()):
+            lo, hi = max(0, -off), min(n, n - off)
+            if lo < hi:
+                y[lo:hi] += vals[k, lo:hi].astype(T) * x[lo + off:hi + off]
         if M.rowscale is not None:
             y *= M.rowscale
         return y

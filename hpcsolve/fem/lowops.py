@@ -81,7 +81,8 @@ class LowOps:
     def block_end(self, ws, i_rho, i_rr, k): raise NotImplementedError
     #   ws[i_rho] = ws[i_rho+k]; ws[i_rr] = ws[i_rr+k]
     # ---- multigrid (hpcsolve.fem.multigrid): level matrices are LevelCSR (possibly rectangular, values
-    #      stored in float64, float32 or float16, optional per-row scale); vectors of one dtype T
+    #      stored in float64, float32 or float16, optional per-row scale; square ones possibly stored by
+    #      diagonals, LevelCSR.offsets); vectors of one dtype T
     def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0): raise NotImplementedError
     #   y = a (M x) + c b, computed in y's dtype T (b None: y = a M x); b may be y itself (y += a M x
     #   with c = 1). (M x)_i = rowscale_i * sum_k T(vals_k) x_j when M.rowscale is not None.
@@ -102,17 +103,29 @@ class LevelCSR:
     ``compute`` (float64 or float32, the dtype of the vectors). 16-bit storage keeps the rows scaled to a
     unit diagonal (``vals = a_ij / a_ii``, ``rowscale = a_ii`` in ``compute``) so that no coefficient
     range (jumps of 1e6) over- or underflows; otherwise ``rowscale`` is None. ``cache`` holds what a
-    backend derives from it (e.g. a SciPy view)."""
+    backend derives from it (e.g. a SciPy view).
 
-    def __init__(self, rows, cols, indptr, indices, vals, compute, rowscale=None):
+    Or stored by diagonals (DIA; ``offsets`` given, ``indptr`` / ``indices`` None): a square matrix with
+    ``ndiag`` distinct offsets j - i (int32 device array, ascending), ``vals`` of ndiag x rows entries,
+    diagonal-major: ``vals[k rows + i] = a_{i, i + offsets[k]}``, 0 where that lies outside the matrix or is
+    not stored. No column index is read: on the structured grids of geometric multigrid this moves fewer bytes
+    (``Multigrid`` chooses it where it does). ``nnz`` stays the number of stored nonzeros of the matrix."""
+
+    def __init__(self, rows, cols, indptr, indices, vals, compute, rowscale=None, *, offsets=None, nnz=None):
         import numpy as np
 
         self.rows, self.cols = int(rows), int(cols)
         self.indptr, self.indices, self.vals, self.rowscale = indptr, indices, vals, rowscale
-        self.nnz = int(indices.size)
+        self.offsets = offsets
+        self.ndiag = int(offsets.size) if offsets is not None else 0
+        self.nnz = int(nnz) if nnz is not None else int(indices.size)
         self.storage = np.dtype(vals.dtype)
         self.compute = np.dtype(compute)
         self.cache: dict = {}
+
+    @property
+    def format(self) -> str:
+        return "dia" if self.offsets is not None else "csr"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -120,8 +133,10 @@ class LevelCSR:
 
     @property
     def nbytes(self) -> int:
-        """Bytes one application reads from the matrix (values, indices, row pointers, row scales)."""
+        """Bytes one application reads from the matrix (values, indices / offsets, row pointers, row scales)."""
         scale = self.rows * self.compute.itemsize if self.rowscale is not None else 0
+        if self.offsets is not None:
+            return self.ndiag * self.rows * self.storage.itemsize + self.ndiag * 4 + scale
         return self.nnz * (self.storage.itemsize + 4) + (self.rows + 1) * 4 + scale
 
 

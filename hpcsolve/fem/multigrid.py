@@ -53,6 +53,9 @@ HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # n
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
+LEVEL_FORMATS = ("auto", "dia", "csr")
+DIA_MAX_DIAGONALS = 32      # "auto" stores a level by diagonals when it has at most this many distinct offsets
+                            # and that reads no more bytes than CSR (values + column indices)
 
 
 @dataclass
@@ -70,8 +73,11 @@ class MGOptions:
     jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
     power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
     flexible: bool = True          # outer flexible CG (beta = -z.Aq / p.Aq); False: standard PCG beta
+    level_format: str = "auto"     # dia: levels with few diagonals (structured grids) stored by diagonals, the
+                                   # others CSR | csr | auto: dia on the GPU, csr on the CPU (SciPy's CSR product)
 
-    CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS}
+    CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS,
+               "level_format": LEVEL_FORMATS}
     INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
 
     def __post_init__(self):
@@ -499,11 +505,13 @@ class Multigrid(Preconditioner):
                     Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
                 mats.append((Al, Pl, "aggregation", None))
         self.levels = []
+        fmt = opts.level_format if opts.level_format != "auto" else ("csr" if low.name == "numpy" else "dia")
         for l, (Al, Pl, kind, Rl) in enumerate(mats):
-            if l == 0 and storage == compute and self._scale == 1.0:   # the solve's own arrays, compute dtype
+            dia = fmt == "dia" and _dia_pays(Al, storage)
+            if l == 0 and storage == compute and self._scale == 1.0 and not dia:   # the solve's own arrays
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
-                op = self._upload(low, Al, storage, compute, scaled=storage == F16)
+                op = self._upload(low, Al, storage, compute, scaled=storage == F16, dia=dia)
             lvl = Level(A=op, dinv=self._dinv(low, Al, compute), kind=kind)
             lvl.P = self._upload(low, Pl, compute, compute)
             lvl.R = self._upload(low, _canonical(Rl if Rl is not None else Pl.T.tocsr(), sparse), compute, compute)
@@ -536,15 +544,25 @@ class Multigrid(Preconditioner):
                         low.to_device(M.ravel().astype(compute)), compute)
 
     @staticmethod
-    def _upload(low, M, storage, compute, scaled: bool = False) -> LevelCSR:
+    def _upload(low, M, storage, compute, scaled: bool = False, dia: bool = False) -> LevelCSR:
         rows, cols = M.shape
         data, indices, indptr = M.data, M.indices, M.indptr
-        put = low.to_device if isinstance(data, np.ndarray) else (lambda a: _convert(low, a))
+        host = isinstance(data, np.ndarray)
+        put = low.to_device if host else (lambda a: _convert(low, a))
+        xp = np if host else _cupy()
         rowscale = None
+        row = M.tocoo().row.astype(xp.int64)        # entry by entry, in the order of data (canonical CSR)
         if scaled:                     # rows scaled to a unit diagonal: no coefficient range over/underflows
             diag = M.diagonal()
-            data = data / diag[M.tocoo().row]
+            data = data / diag[row]
             rowscale = put(diag.astype(compute))
+        if dia:                        # by diagonals: vals[k rows + i] = a_{i, i + offsets[k]}
+            off = indices.astype(xp.int64) - row
+            offsets = xp.unique(off)
+            vals = xp.zeros((offsets.size, rows), dtype=storage)
+            vals[xp.searchsorted(offsets, off), row] = data.astype(storage)
+            return LevelCSR(rows, cols, None, None, put(vals.ravel()), compute, rowscale=rowscale,
+                            offsets=put(offsets.astype(np.int32)), nnz=int(M.nnz))
         return LevelCSR(rows, cols, put(indptr.astype(np.int32)), put(indices.astype(np.int32)),
                         put(data.astype(storage)), compute, rowscale=rowscale)
 
@@ -726,6 +744,7 @@ class Multigrid(Preconditioner):
                 lvl.kind == "aggregation" for lvl in self.levels)) else "",
             "levels": len(rows), "rows": rows, "nnz": nnz,
             "level_kinds": [lvl.kind for lvl in self.levels] + ["direct"],
+            "level_formats": [lvl.A.format for lvl in self.levels] + ["dense"],
             "operator_complexity": float(sum(nnz) / nnz[0]) if nnz and nnz[0] else float("nan"),
             "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
             "lambda_max": [lvl.lam for lvl in self.levels],
@@ -734,6 +753,25 @@ class Multigrid(Preconditioner):
             "symmetry_check_s": self.symmetry_check_s,
             "level_time_s": list(self.level_time_s),
         }
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def _dia_pays(M, storage) -> bool:
+    """Store square M by diagonals: at most DIA_MAX_DIAGONALS distinct offsets, and ndiag values per row read no
+    more bytes than CSR's nnz / rows values and column indices."""
+    rows, cols = M.shape
+    if rows != cols or rows == 0 or M.nnz == 0:
+        return False
+    xp = np if isinstance(M.data, np.ndarray) else _cupy()
+    row = M.tocoo().row.astype(xp.int64)
+    ndiag = int(xp.unique(M.indices.astype(xp.int64) - row).size)
+    s = np.dtype(storage).itemsize
+    return ndiag <= DIA_MAX_DIAGONALS and ndiag * rows * s <= M.nnz * (s + 4)
 
 
 def _convert(low, a):

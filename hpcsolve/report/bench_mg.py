@@ -141,19 +141,21 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             rep, ts = _time_solve(A, b, precision=prec, method=method, pc="none", repeats=plain_reps,
                                   maxiter=60_000)
             _row(result, m, name, "none", "-", prec, method, rep, ts)
-        configs = [("mg", "fp64", "fp64", "cg"), ("mg", "fp32", "fp64", "cg"), ("mg", "fp16", "fp64", "cg"),
-                   ("mg", "fp32", "mixed", "cg-reliable")]
+        # level_format "csr": the same hierarchies with every level in CSR (before levels were stored by diagonals)
+        configs = [("mg", "fp64", "fp64", "cg", "auto"), ("mg", "fp32", "fp64", "cg", "auto"),
+                   ("mg", "fp16", "fp64", "cg", "auto"), ("mg", "fp32", "mixed", "cg-reliable", "auto"),
+                   ("mg", "fp64", "fp64", "cg", "csr"), ("mg", "fp32", "fp64", "cg", "csr")]
         if m <= AMG_MAX:
-            configs.append(("amg", "fp32", "fp64", "cg"))
-        for kind, hier, prec, method in configs:
-            def make(kind=kind, hier=hier):
-                return mgm.Multigrid(kind, {"hierarchy": hier}, grid=grid)
+            configs.append(("amg", "fp32", "fp64", "cg", "auto"))
+        for kind, hier, prec, method, fmt in configs:
+            def make(kind=kind, hier=hier, fmt=fmt):
+                return mgm.Multigrid(kind, {"hierarchy": hier, "level_format": fmt}, grid=grid)
             setup, pc = _setup_time(A, make, repeats if kind == "mg" else 1)
             rep, ts = _time_solve(A, b, precision=prec, method=method, pc=pc, repeats=repeats, maxiter=MG_MAXITER)
-            if hier == "fp32" and prec == "fp64":
+            if prec == "fp64":             # one V-cycle's device time, level by level (graph replays on the GPU)
                 pc.time_levels()
                 rep.preconditioner["level_time_s"] = list(pc.level_time_s)
-            _row(result, m, name, kind, hier, prec, method, rep, ts, setup)
+            _row(result, m, name, kind, hier, prec, method, rep, ts, setup, note="levels in CSR" if fmt == "csr" else "")
             pc.release(A)
         if gpu and numba and m <= NUMBA_MAX:
             from hpcsolve.report.bench_fem import _numba_view
@@ -163,6 +165,8 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
                 # as for CuPy, the median of fresh set-ups: the first one compiles the Numba kernels (seconds)
                 setup, pc = _setup_time(nA, lambda: mgm.Multigrid("mg", {"hierarchy": "fp32"}, grid=grid), repeats)
                 rep, ts = _time_solve(nA, b, precision="fp64", method="cg", pc=pc, repeats=repeats, maxiter=MG_MAXITER)
+                pc.time_levels()
+                rep.preconditioner["level_time_s"] = list(pc.level_time_s)
                 _row(result, m, "numba-cuda", "mg", "fp32", "fp64", "cg", rep, ts, setup,
                      note=f"graphs: {getattr(nA.low, 'graphs', False)}")
                 pc.release(nA)
@@ -213,15 +217,18 @@ def markdown(res: dict) -> list[str]:
         lines += ["", f"Multigrid: time to a float64 true relative residual of {RTOL:g} on 2D Poisson (random b); "
                   "setup and solve separately, median (min-max):", "",
                   "| unknowns | backend | preconditioner | hierarchy | outer | cycles | setup ms | solve ms | "
-                  "true residual | levels | op. complexity | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "V-cycle ms | true residual | levels | op. complexity | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in res["multigrid"]:
             setup = f"{r['setup_ms']:.1f}" if r["setup_ms"] is not None else "-"
             oc = f"{r['operator_complexity']:.2f}" if r.get("operator_complexity") else "-"
+            vc = f"{sum(r['level_time_ms']):.3f}" if r.get("level_time_ms") else "-"
             lines.append(f"| {r['m']}^2 | {r['backend']} | {r['preconditioner']} | {r['hierarchy']} | "
                          f"{r['precision']} {r['method']} | {r['iterations']} | {setup} | {r['solve_ms']:.2f} "
-                         f"({r['solve_ms_min']:.2f}-{r['solve_ms_max']:.2f}) | {r['true_residual']:.1e} | "
+                         f"({r['solve_ms_min']:.2f}-{r['solve_ms_max']:.2f}) | {vc} | {r['true_residual']:.1e} | "
                          f"{r['levels'] or '-'} | {oc} | {r['note']} |")
+        lines += ["", "V-cycle ms: one V-cycle's device time, the sum over its levels (each level's smoothing, residual "
+                  "and transfers, and the coarse solve; recorded and replayed as a CUDA graph on the GPU)."]
     if res.get("robustness"):
         lines += ["", "Robustness (fp64 CG, fp32 hierarchies, true residual 1e-10):", "",
                   "| problem | unknowns | preconditioner | iterations | setup ms | solve ms | true residual |",
