@@ -155,8 +155,9 @@ def _file_mesh_size(case) -> tuple[int, int]:
 
 
 #: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
-#: int32 indices), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
-MG_DEVICE_BYTES_PER_UNKNOWN = {1: 400, 2: 800}
+#: int32 indices; the finest level stored by diagonals is a copy of its own: 7 (scalar) to ~20 (elasticity)
+#: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
+MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
 AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
 
 

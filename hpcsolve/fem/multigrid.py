@@ -551,16 +551,20 @@ class Multigrid(Preconditioner):
         put = low.to_device if host else (lambda a: _convert(low, a))
         xp = np if host else _cupy()
         rowscale = None
-        row = M.tocoo().row.astype(xp.int64)        # entry by entry, in the order of data (canonical CSR)
+        row = M.tocoo().row.astype(xp.int32)        # entry by entry, in the order of data (canonical CSR)
         if scaled:                     # rows scaled to a unit diagonal: no coefficient range over/underflows
             diag = M.diagonal()
             data = data / diag[row]
             rowscale = put(diag.astype(compute))
         if dia:                        # by diagonals: vals[k rows + i] = a_{i, i + offsets[k]}
-            off = indices.astype(xp.int64) - row
+            off = indices.astype(xp.int32) - row                 # int32 temporaries (a level's n < 2^31)
             offsets = xp.unique(off)
+            lo = int(offsets[0])
+            slot = xp.zeros(int(offsets[-1]) - lo + 1, dtype=xp.int32)     # offset -> its diagonal
+            slot[offsets - lo] = xp.arange(offsets.size, dtype=xp.int32)
             vals = xp.zeros((offsets.size, rows), dtype=storage)
-            vals[xp.searchsorted(offsets, off), row] = data.astype(storage)
+            vals[slot[off - lo], row] = data.astype(storage)
+            del off, slot
             return LevelCSR(rows, cols, None, None, put(vals.ravel()), compute, rowscale=rowscale,
                             offsets=put(offsets.astype(np.int32)), nnz=int(M.nnz))
         return LevelCSR(rows, cols, put(indptr.astype(np.int32)), put(indices.astype(np.int32)),
@@ -768,8 +772,7 @@ def _dia_pays(M, storage) -> bool:
     if rows != cols or rows == 0 or M.nnz == 0:
         return False
     xp = np if isinstance(M.data, np.ndarray) else _cupy()
-    row = M.tocoo().row.astype(xp.int64)
-    ndiag = int(xp.unique(M.indices.astype(xp.int64) - row).size)
+    ndiag = int(xp.unique(M.indices.astype(xp.int32) - M.tocoo().row.astype(xp.int32)).size)
     s = np.dtype(storage).itemsize
     return ndiag <= DIA_MAX_DIAGONALS and ndiag * rows * s <= M.nnz * (s + 4)
 
