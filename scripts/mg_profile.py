@@ -63,14 +63,13 @@ for m in args.sizes:
             if args.ops:
                 L = pc.levels[0]
                 B = L.bufs
-                n, nnz = L.A.rows, L.A.nnz
-                vb, ib = L.A.vals.dtype.itemsize, 4
+                n, ib = L.A.rows, 4
                 tb = B["b"].dtype.itemsize
                 ops = {
                     "smooth": (lambda: low.mg_smooth(L.A, B["x0"], B["b"], L.dinv, B["d"], B["x1"], 0.5, 0.5, False),
-                               nnz * (vb + ib) + 4 * n + 6 * n * tb),
+                               L.A.nbytes + 6 * n * tb),          # nbytes: CSR or by diagonals
                     "residual": (lambda: low.csr_apply(L.A, B["x0"], B["r"], -1.0, B["b"], 1.0),
-                                 nnz * (vb + ib) + 4 * n + 3 * n * tb),
+                                 L.A.nbytes + 3 * n * tb),
                     "restrict": (lambda: low.csr_apply(L.R, B["r"], pc.levels[1].bufs["b"]),
                                  L.R.nnz * (tb + ib) + 4 * L.R.rows + n * tb + L.R.rows * tb),
                     "prolong": (lambda: low.csr_apply(L.P, pc.levels[1].bufs["x1"], B["x0"], 1.0, B["x0"], 1.0),

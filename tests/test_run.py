@@ -146,3 +146,17 @@ def test_dry_run_counts_snapshots_per_output_not_per_monitor_point(monkeypatch):
     info = runmod.describe(CASES / "taylor_green.toml", "numpy", overrides=over, estimate=True)
     assert "2 snapshots" in info["estimate_basis"]
     assert 0.25 < info["estimated_seconds"] - base["estimated_seconds"] < 1.5
+
+
+def test_dry_run_counts_the_monitor_points_outputs_force():
+    """The run stops for a monitor point at every multiple of monitor_interval and of the output interval; the
+    estimate counts the union (Taylor-Green, 16 cells: 320 steps, monitor every 100, output every 16 steps:
+    3 + 20 stops, recorded with the initial state as 24 points; the estimate adds the end once more)."""
+    from hpcsolve.lbm.runner import _stops
+
+    assert _stops(320, (100, 16, 0)) == 23 and _stops(320, (100, 20, 0)) == 3 + 16 - 3
+    over = ["time.monitor_interval=100", "time.output_interval=0.05", "lattice.resolution=16"]
+    info = runmod.describe(CASES / "taylor_green.toml", "numpy", estimate=True, overrides=over)
+    res = runmod.run_case(CASES / "taylor_green.toml", "numpy", progress=False, plots=False, overrides=over)
+    assert res.metrics["steps"] == 320 and len(res.series["step"]) == 24
+    assert "25 monitor points" in info["estimate_basis"] and "20 snapshots" in info["estimate_basis"]

@@ -764,6 +764,7 @@ class CupyStepper(Stepper):
         del noise, h
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.graphs.clear()            # recorded with the old outlet-velocity table
 
 
 def make_stepper(setup: LBMSetup) -> CupyStepper:

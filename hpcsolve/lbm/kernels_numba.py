@@ -770,6 +770,7 @@ class NumbaCudaStepper(Stepper):
             self.a, self.flags, weights, np.int64(n), self.ct.type(amplitude), np.int64(seed))
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.graphs.clear()            # recorded with the old outlet-velocity table
 
     def finite(self) -> bool:
         out = self.cuda.to_device(np.zeros(1, dtype=np.int32), stream=self.stream)

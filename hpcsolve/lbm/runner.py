@@ -135,7 +135,10 @@ class LBMFamily:
             steady = predict_steady_stop(case, backend, policy, derived)
             if steady.get("predicted_steps"):
                 steps = max(min(steady["predicted_steps"], derived.steps), ramp)
-        points = steps // case.time.monitor_interval + 2          # + the initial state and the end
+        # the run stops for a monitor point at every multiple of monitor_interval, of output_every and of the
+        # checkpoint interval (+ the initial state and the end)
+        points = _stops(steps, (case.time.monitor_interval, derived.output_every,
+                                case.time.checkpoint_interval)) + 2
         snapshots = steps // derived.output_every if derived.output_every else 0
         seconds = (setup_s + ramp * per_ramp_step + (steps - ramp) * per_step + points * per_monitor
                    + snapshots * per_snapshot)
@@ -164,6 +167,14 @@ class LBMFamily:
             progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
         return run(case, backend, policy, progress=progress, stop=stop, checkpoint_dir=checkpoint_dir,
                    resume=resume, built=description.setup if description is not None else None)
+
+
+def _stops(steps: int, intervals) -> int:
+    """How many of the steps 1..steps are a multiple of at least one of ``intervals`` (those > 0)."""
+    from itertools import combinations
+
+    iv = sorted({int(i) for i in intervals if i and i > 0})
+    return sum((-1) ** (r + 1) * (steps // math.lcm(*c)) for r in range(1, len(iv) + 1) for c in combinations(iv, r))
 
 
 #: steady-state prediction: the case at resolution / k (k a power of two up to SURROGATE_MAX_FACTOR, at least
