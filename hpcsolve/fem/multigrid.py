@@ -507,11 +507,11 @@ class Multigrid(Preconditioner):
         self.levels = []
         fmt = opts.level_format if opts.level_format != "auto" else ("csr" if low.name == "numpy" else "dia")
         for l, (Al, Pl, kind, Rl) in enumerate(mats):
-            dia = fmt == "dia" and _dia_pays(Al, storage)
-            if l == 0 and storage == compute and self._scale == 1.0 and not dia:   # the solve's own arrays
+            dia = _dia_layout(Al, storage) if fmt == "dia" else None
+            if l == 0 and storage == compute and self._scale == 1.0 and dia is None:   # the solve's own arrays
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
-                op = self._upload(low, Al, storage, compute, scaled=storage == F16, dia=dia)
+                op = self._upload(low, Al, storage, compute, scaled=storage == F16, dia_layout=dia)
             lvl = Level(A=op, dinv=self._dinv(low, Al, compute), kind=kind)
             lvl.P = self._upload(low, Pl, compute, compute)
             lvl.R = self._upload(low, _canonical(Rl if Rl is not None else Pl.T.tocsr(), sparse), compute, compute)
@@ -544,27 +544,28 @@ class Multigrid(Preconditioner):
                         low.to_device(M.ravel().astype(compute)), compute)
 
     @staticmethod
-    def _upload(low, M, storage, compute, scaled: bool = False, dia: bool = False) -> LevelCSR:
+    def _upload(low, M, storage, compute, scaled: bool = False, dia_layout=None) -> LevelCSR:
+        """M on the device as CSR, or by diagonals with ``dia_layout`` (what :func:`_dia_layout` found)."""
         rows, cols = M.shape
         data, indices, indptr = M.data, M.indices, M.indptr
         host = isinstance(data, np.ndarray)
         put = low.to_device if host else (lambda a: _convert(low, a))
         xp = np if host else _cupy()
         rowscale = None
-        row = M.tocoo().row.astype(xp.int32)        # entry by entry, in the order of data (canonical CSR)
+        row = None
         if scaled:                     # rows scaled to a unit diagonal: no coefficient range over/underflows
+            row = dia_layout[0] if dia_layout is not None else _entry_rows(M, xp)
             diag = M.diagonal()
             data = data / diag[row]
             rowscale = put(diag.astype(compute))
-        if dia:                        # by diagonals: vals[k rows + i] = a_{i, i + offsets[k]}
-            off = indices.astype(xp.int32) - row                 # int32 temporaries (a level's n < 2^31)
-            offsets = xp.unique(off)
+        if dia_layout is not None:     # by diagonals: vals[k rows + i] = a_{i, i + offsets[k]}
+            row, off, offsets = dia_layout
             lo = int(offsets[0])
             slot = xp.zeros(int(offsets[-1]) - lo + 1, dtype=xp.int32)     # offset -> its diagonal
             slot[offsets - lo] = xp.arange(offsets.size, dtype=xp.int32)
             vals = xp.zeros((offsets.size, rows), dtype=storage)
             vals[slot[off - lo], row] = data.astype(storage)
-            del off, slot
+            del slot
             return LevelCSR(rows, cols, None, None, put(vals.ravel()), compute, rowscale=rowscale,
                             offsets=put(offsets.astype(np.int32)), nnz=int(M.nnz))
         return LevelCSR(rows, cols, put(indptr.astype(np.int32)), put(indices.astype(np.int32)),
@@ -765,16 +766,26 @@ def _cupy():
     return cupy
 
 
-def _dia_pays(M, storage) -> bool:
-    """Store square M by diagonals: at most DIA_MAX_DIAGONALS distinct offsets, and ndiag values per row read no
-    more bytes than CSR's nnz / rows values and column indices."""
+def _entry_rows(M, xp):
+    """The row of every stored entry of CSR M, in the order of its data (int32: a level's n < 2^31)."""
+    return M.tocoo().row.astype(xp.int32)
+
+
+def _dia_layout(M, storage):
+    """(entry rows, entry offsets j - i, the distinct offsets ascending) of square M where storing it by
+    diagonals pays: at most DIA_MAX_DIAGONALS offsets, and ndiag values per row read no more bytes than CSR's
+    nnz / rows values and column indices; else None."""
     rows, cols = M.shape
     if rows != cols or rows == 0 or M.nnz == 0:
-        return False
+        return None
     xp = np if isinstance(M.data, np.ndarray) else _cupy()
-    ndiag = int(xp.unique(M.indices.astype(xp.int32) - M.tocoo().row.astype(xp.int32)).size)
+    row = _entry_rows(M, xp)
+    off = M.indices.astype(xp.int32) - row
+    offsets = xp.unique(off)
     s = np.dtype(storage).itemsize
-    return ndiag <= DIA_MAX_DIAGONALS and ndiag * rows * s <= M.nnz * (s + 4)
+    if offsets.size > DIA_MAX_DIAGONALS or offsets.size * rows * s > M.nnz * (s + 4):
+        return None
+    return row, off, offsets
 
 
 def _convert(low, a):

@@ -223,6 +223,22 @@ class StepGraphs:
         return n
 
 
+class GraphedSteps:
+    """``Stepper._advance`` of the two GPU steppers: what :class:`StepGraphs` (``self.graphs``) can replay, the
+    rest through the stepper's ``_advance_direct(n)``. ``self.a`` / ``self.b`` are the population buffers
+    (``b`` None in place), ``self.parity`` the in-place parity."""
+
+    def _advance(self, n: int) -> None:
+        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
+                                self._restore)
+        self._advance_direct(n)
+
+    def _restore(self, buffers, parity) -> None:
+        self.a, self.b = buffers
+        if self.in_place:
+            self.parity = parity
+
+
 def cupy_stream_capture(stream):
     """``capture`` for :class:`StepGraphs` on a CuPy stream (launches inside ``fn`` go to ``stream``: CuPy's
     kernels launch on the current stream, Numba's must be bound to it)."""

@@ -56,9 +56,9 @@ import numpy as np
 
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, StepGraphs, bytes_per_cell,
-                                     cupy_stream_capture, device_flags, host_macroscopic, step_kernel_shape,
-                                     velocity_table)
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
+                                     bytes_per_cell, cupy_stream_capture, device_flags, host_macroscopic,
+                                     step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -600,7 +600,7 @@ def initial_state(setup: LBMSetup, xp):
     return xp.asarray(setup.initial_populations())
 
 
-class CupyStepper(Stepper):
+class CupyStepper(GraphedSteps, Stepper):
     backend = "cupy"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
@@ -656,16 +656,6 @@ class CupyStepper(Stepper):
             self.parity = 0
             self._aa = InPlaceTables(setup, cupy.asarray, make_prepass)
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
-
-    def _advance(self, n: int) -> None:
-        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
-                                self._restore)
-        self._advance_direct(n)
-
-    def _restore(self, buffers, parity) -> None:
-        self.a, self.b = buffers
-        if self.in_place:
-            self.parity = parity
 
     def _advance_direct(self, n: int) -> None:
         if self.in_place:

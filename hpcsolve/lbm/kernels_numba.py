@@ -33,9 +33,9 @@ import numpy as np
 from hpcsolve import backends
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, InPlaceTables, StepGraphs, bytes_per_cell,
-                                     cupy_stream_capture, device_flags, host_macroscopic, step_kernel_shape,
-                                     velocity_table)
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
+                                     bytes_per_cell, cupy_stream_capture, device_flags, host_macroscopic,
+                                     step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -594,7 +594,7 @@ def _launch_stream(cuda, graphs: bool):
     return stream, graphs
 
 
-class NumbaCudaStepper(Stepper):
+class NumbaCudaStepper(GraphedSteps, Stepper):
     backend = "numba-cuda"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
@@ -668,16 +668,6 @@ class NumbaCudaStepper(Stepper):
         n = self.vel_u.shape[0]
         # float64 product rounded to the compute dtype in place (the step kernel keeps its pointer)
         self._k_scale[math.ceil(n / 256), 256, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
-
-    def _advance(self, n: int) -> None:
-        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
-                                self._restore)
-        self._advance_direct(n)
-
-    def _restore(self, buffers, parity) -> None:
-        self.a, self.b = buffers
-        if self.in_place:
-            self.parity = parity
 
     def _advance_direct(self, n: int) -> None:
         launch = self._launch
