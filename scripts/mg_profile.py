@@ -10,9 +10,11 @@ import argparse
 import numpy as np
 
 from hpcsolve.fem import kernels_cupy, solve
+from hpcsolve.fem.cg import CGEngine
 from hpcsolve.fem import multigrid as mgm
 from hpcsolve.fem import testproblems as tp
 from hpcsolve.report.bench_fem import _numba_view, time_iterations
+from hpcsolve.report.bench_mg import _setup_time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--sizes", type=int, nargs="+", default=[2047, 4095])
@@ -55,6 +57,24 @@ for m in args.sizes:
                 if i:
                     times.append(rep.time_s * 1e3)
             lv = pc.time_levels()
+            pc.release(M)
+            st, pc = _setup_time(M, lambda: mgm.Multigrid("mg", {"hierarchy": h}, grid=tp.fd_grid(m)), 3)
+            print(f"{m}^2 {name:<10} {h}: setup {' '.join(f'{t * 1e3:.1f}' for t in st)} ms; phases (ms) "
+                  + " ".join(f"{k} {v * 1e3:.1f}" for k, v in pc.setup_phases_s.items()), flush=True)
+            solve(M, b, preconditioner=pc, rtol=1e-10, maxiter=1000)
+            x, rep = solve(M, b, preconditioner=pc, rtol=1e-10, maxiter=1000)
+            engines = [e for e in M.cache.values() if isinstance(e, CGEngine) and e.general is not None]
+            for eng in engines:          # the solve's recorded graphs replayed alone: device time of its blocks
+                parts = []
+                for key, g in eng._graphs.items():
+                    if callable(g):
+                        g()
+                        with low.timer() as t:
+                            for _ in range(5):
+                                g()
+                        parts.append(f"{key}: {t.seconds / 5 * 1e3:.3f} ms")
+                print(f"    graphs of the solve ({rep.iterations} it, solve {rep.time_s * 1e3:.2f} ms): "
+                      + "; ".join(parts), flush=True)
             per_it = np.median(times) / rep.iterations
             print(f"{m}^2 {name:<10} {h}: {rep.iterations} it, solve {np.median(times):.2f} ms "
                   f"({min(times):.2f}-{max(times):.2f}), {per_it:.3f} ms/it; outer fp64 CG it {cg64 * 1e3:.3f} ms; "

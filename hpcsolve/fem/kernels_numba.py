@@ -310,46 +310,8 @@ def _typed(T):
                 x_out[i] = x_in[i] + di
                 i += cuda.gridsize(1)
 
-    # ---- the same on a level stored by diagonals (DIA, square n x n: vals[k n + i] = a_{i, i + offsets[k]})
-    @cuda.jit(device=True, inline=True)
-    def dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x):
-        s = T(0)
-        for k in range(ndiag):
-            j = i + offsets[k]
-            if j >= 0 and j < n:
-                s += T(vals[k * n + i]) * x[j]
-        if has_rs:
-            s = rowscale[i] * s
-        return s
-
-    @cuda.jit
-    def dia_apply(n, ndiag, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
-        ta = T(a)
-        tc = T(c)
-        i = cuda.grid(1)
-        while i < n:
-            s = dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x)
-            if has_b:
-                y[i] = ta * s + tc * b[i]
-            else:
-                y[i] = ta * s
-            i += cuda.gridsize(1)
-
-    @cuda.jit
-    def dia_smooth(n, ndiag, offsets, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r):
-        cd = T(c_d)
-        cr = T(c_r)
-        i = cuda.grid(1)
-        while i < n:
-            ri = b[i] - dia_row(i, n, ndiag, offsets, vals, rowscale, has_rs, x_in)
-            di = cd * d[i] + cr * (dinv[i] * ri)
-            d[i] = di
-            x_out[i] = x_in[i] + di
-            i += cuda.gridsize(1)
-
     return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
-                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth,
-                dia_apply=dia_apply, dia_smooth=dia_smooth)
+                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth)
 
 
 @functools.lru_cache(maxsize=None)
@@ -413,6 +375,58 @@ def _pair(TA, TO):
             i += cuda.gridsize(1)
 
     return dict(residual=residual, replace_residual=replace_residual, axpy=axpy, cast_copy=cast_copy)
+
+
+_DIA_SOURCE = """
+@cuda.jit
+def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
+    ta = T(a)
+    tc = T(c)
+{loads}
+    i = cuda.grid(1)
+    while i < n:
+        s = T(0)
+{terms}
+        if has_rs:
+            s = rowscale[i] * s
+        if has_b:
+            y[i] = ta * s + tc * b[i]
+        else:
+            y[i] = ta * s
+        i += cuda.gridsize(1)
+
+@cuda.jit
+def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
+    cd = T(c_d)
+    cr = T(c_r)
+{loads}
+    i = cuda.grid(1)
+    while i < n:
+        s = T(0)
+{terms}
+        if has_rs:
+            s = rowscale[i] * s
+        di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
+        d[i] = di
+        x_out[i] = x[i] + di
+        i += cuda.gridsize(1)
+
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _dia_unrolled(T, ndiag: int):
+    """(dia_apply, dia_smooth) in working precision T for levels with ``ndiag`` diagonals: the loop over the
+    diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's
+    loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS."""
+    _core()
+    loads = "\n".join(f"    o{k} = offsets[{k}]" for k in range(ndiag))
+    terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < n:\n"
+                      f"            s += T(vals[{k} * n + i]) * x[j]" for k in range(ndiag))
+    scope = {"cuda": cuda, "T": T}      # the kernels' module globals (the simulator swaps ``cuda`` there)
+    exec(compile(_DIA_SOURCE.format(loads=loads, terms=terms), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
+         scope)
+    return scope["dia_apply"], scope["dia_smooth"]
 
 
 _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
@@ -575,8 +589,8 @@ class NumbaOps(lowops.LowOps):
         rs, has_rs = self._dinv(M.rowscale, y.dtype)
         bb, has_b = self._dinv(b, y.dtype)
         if M.offsets is not None:
-            self._go(_typed(_TYPES[y.dtype])["dia_apply"], M.rows, np.int32(M.rows), np.int32(M.ndiag), M.offsets,
-                     M.vals, rs, has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+            self._go(_dia_unrolled(_TYPES[y.dtype], M.ndiag)[0], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
             return
         self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
                  has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
@@ -585,8 +599,8 @@ class NumbaOps(lowops.LowOps):
         rs, has_rs = self._dinv(M.rowscale, d.dtype)
         first = bool(first)
         if M.offsets is not None and not first and x_in is not None:
-            self._go(_typed(_TYPES[d.dtype])["dia_smooth"], M.rows, np.int32(M.rows), np.int32(M.ndiag), M.offsets,
-                     M.vals, rs, has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
+            self._go(_dia_unrolled(_TYPES[d.dtype], M.ndiag)[1], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
             return
         if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
             M = self._dia_as_csr_placeholder(M)

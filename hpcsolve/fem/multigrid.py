@@ -54,6 +54,7 @@ SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
 LEVEL_FORMATS = ("auto", "dia", "csr")
+HOST_BUILD_ROWS = 1 << 17   # a level this small is built on the host: on a GPU its set-up is launches, not work
 DIA_MAX_DIAGONALS = 32      # "auto" stores a level by diagonals when it has at most this many distinct offsets
                             # and that reads no more bytes than CSR (values + column indices)
 
@@ -139,6 +140,8 @@ class StructuredGrid:
             j, i = xp.divmod(xp.arange((nx - 1) * (ny - 1), dtype=xp.int64), nx - 1)
             node = (j + 1) * (nx + 1) + (i + 1)
             return (node[:, None] * nc + xp.arange(nc, dtype=xp.int64)[None, :]).ravel()
+        if xp is np:
+            return np.asarray(_host(self.free), dtype=np.int64)
         return xp.asarray(self.free, dtype=xp.int64)
 
     @property
@@ -150,6 +153,19 @@ class StructuredGrid:
 
 
 # --------------------------------------------------------------------------- building a hierarchy
+class _Phases:
+    """Wall seconds of the set-up's phases (the device synchronized at each phase's end), summed by name."""
+
+    def __init__(self, low):
+        self.low, self.seconds, self._t = low, {}, time.perf_counter()
+
+    def done(self, name: str) -> None:
+        self.low.sync()
+        t = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + (t - self._t)
+        self._t = t
+
+
 def _sparse_modules(low):
     """(xp, sparse) where the hierarchy is built: CuPy's on a CuPy backend (the setup stays on the device),
     NumPy/SciPy otherwise."""
@@ -168,7 +184,8 @@ def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
     full DOF to its free index (-1: fixed)."""
     nx, ny, nc = grid.nx, grid.ny, grid.ncomp
     cx, cy = nx // 2, ny // 2
-    free = grid.free_array(xp)
+    it = _index_dtype(grid.n_full, xp)             # int32 index arithmetic where it fits: half the traffic
+    free = grid.free_array(xp).astype(it, copy=False)
     node, comp = free // nc, free % nc
     i, j = node % (nx + 1), node // (nx + 1)
     i0, j0 = i // 2, j // 2
@@ -176,12 +193,12 @@ def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
     # coarse DOF (I, J, c) sits on fine DOF (2I, 2J, c); it is free where that one is free
     fine_free = xp.zeros((ny + 1) * (nx + 1) * nc, dtype=xp.bool_)
     fine_free[free] = True
-    cJ, cI = xp.divmod(xp.arange((cx + 1) * (cy + 1), dtype=xp.int64), cx + 1)
+    cJ, cI = xp.divmod(xp.arange((cx + 1) * (cy + 1), dtype=it), cx + 1)
     cnode_fine = 2 * cJ * (nx + 1) + 2 * cI
-    cfree_mask = fine_free[(cnode_fine[:, None] * nc + xp.arange(nc, dtype=xp.int64)[None, :]).ravel()]
+    cfree_mask = fine_free[(cnode_fine[:, None] * nc + xp.arange(nc, dtype=it)[None, :]).ravel()]
     cfree = xp.flatnonzero(cfree_mask)
-    cindex = xp.full(cfree_mask.size, -1, dtype=xp.int64)
-    cindex[cfree] = xp.arange(cfree.size, dtype=xp.int64)
+    cindex = xp.full(cfree_mask.size, -1, dtype=it)
+    cindex[cfree] = xp.arange(cfree.size, dtype=it)
     ca = cindex[(j0 * (cx + 1) + i0) * nc + comp]
     cb = cindex[(j1 * (cx + 1) + i1) * nc + comp]
     same = ca == cb
@@ -194,6 +211,11 @@ def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
     P = sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32), indptr.astype(xp.int32)),
                           shape=(int(free.size), int(cfree.size)))
     return P, StructuredGrid(cx, cy, cfree, nc), cindex
+
+
+def _index_dtype(n_full: int, xp):
+    """int32 for index arithmetic on a grid of n_full DOFs (every product stays below n_full), else int64."""
+    return xp.int32 if n_full < 2**31 - 1 else xp.int64
 
 
 def coarse_rows_in_fine(grid: StructuredGrid, coarse: StructuredGrid, xp=np):
@@ -219,7 +241,8 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     A, P, R: float64 CSR matrices of ``sparse``."""
     nc = coarse.ncomp
     cx = coarse.nx
-    free = coarse.free_array(xp)
+    it = _index_dtype(coarse.n_full, xp)
+    free = coarse.free_array(xp).astype(it, copy=False)
     n_c, n_f = int(free.size), A.shape[0]
     node, comp = free // nc, free % nc
     ci, cj = node % (cx + 1), node // (cx + 1)
@@ -235,11 +258,11 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
             low.csr_apply(dR, apv, y)
             Y.append(_from_dev(low, y, xp).copy())
     Y = xp.stack(Y)                                     # (9 nc, n_c)
-    rows = xp.arange(n_c, dtype=xp.int64)
+    rows = xp.arange(n_c, dtype=it)
     off = [(di, dj, b) for dj in (-1, 0, 1) for di in (-1, 0, 1) for b in range(nc)]
-    di = xp.asarray([o[0] for o in off], dtype=xp.int64)[None, :]
-    dj = xp.asarray([o[1] for o in off], dtype=xp.int64)[None, :]
-    bb = xp.asarray([o[2] for o in off], dtype=xp.int64)[None, :]
+    di = xp.asarray([o[0] for o in off], dtype=it)[None, :]
+    dj = xp.asarray([o[1] for o in off], dtype=it)[None, :]
+    bb = xp.asarray([o[2] for o in off], dtype=it)[None, :]
     ni, nj = ci[:, None] + di, cj[:, None] + dj
     inside = (ni >= 0) & (ni <= cx) & (nj >= 0) & (nj <= coarse.ny)
     nnode = xp.where(inside, nj * (cx + 1) + ni, 0)
@@ -249,7 +272,7 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     mask = (cols >= 0) & (vals != 0)
     indptr = xp.zeros(n_c + 1, dtype=xp.int64)
     indptr[1:] = xp.cumsum(mask.sum(axis=1))
-    return sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32), indptr.astype(xp.int32)), shape=(n_c, n_c))
+    return sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32, copy=False), indptr.astype(xp.int32)), shape=(n_c, n_c))
 
 
 def _level64(low, M, xp) -> LevelCSR:
@@ -412,6 +435,7 @@ class Multigrid(Preconditioner):
         self.levels: list[Level] = []
         self.coarse: LevelCSR | None = None
         self.setup_time_s = 0.0
+        self.setup_phases_s: dict[str, float] = {}
         self.symmetry_defect = float("nan")
         self.symmetry_check_s = 0.0
         self.cycles = 0
@@ -442,7 +466,8 @@ class Multigrid(Preconditioner):
         t0 = time.perf_counter()
         self.symmetry_defect = self._symmetry_defect()       # a diagnostic, timed apart from the set-up
         self.symmetry_check_s = time.perf_counter() - t0
-        A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "symmetry_defect", "_A",
+        A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "setup_phases_s",
+                                                      "symmetry_defect", "_A",
                                                       "level_time_s", "symmetry_check_s", "_scale",
                                                       "_coarse_rows", "_coarse_nnz", "_coarse_b", "_coarse_x")}
         A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
@@ -471,6 +496,7 @@ class Multigrid(Preconditioner):
         opts = self.options
         storage, compute = HIERARCHIES[opts.hierarchy]
         xp, sparse = _sparse_modules(low)
+        ph = _Phases(low)
         # a matrix outside [1e-20, 1e20] is built as A / s, s a power of two near max a_ii, so that float32 and
         # 16-bit levels hold any matrix float64 can (M(A) = M(A / s) / s: apply() scales z back)
         d = A.max_diag
@@ -483,18 +509,28 @@ class Multigrid(Preconditioner):
         if self._scale != 1.0:
             cur = cur * inv_s             # a new matrix; A itself is untouched
         nns = None if self.near_nullspace is None else np.asarray(self.near_nullspace, dtype=np.float64)
+        ph.done("matrix")
         mats: list = []       # (A_l, P_l, kind) in float64, SciPy or CuPy sparse
         grid = self.grid if self.kind == "mg" else None
+        plow = low            # where the Galerkin products run
         while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size \
                 and len(mats) < opts.max_levels - 1:
+            if cur.shape[0] <= HOST_BUILD_ROWS and plow.name != "numpy":     # the small levels: on the host
+                from hpcsolve.fem.kernels_numpy_low import low_ops
+
+                xp, sparse, plow = np, sp, low_ops()
+                cur = _host_csr(cur)
+                grid = StructuredGrid(grid.nx, grid.ny, None if grid.free is None else _host(grid.free), grid.ncomp)
             P, cgrid, cindex = geometric_prolongation(grid, xp, sparse)
             if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:
                 break
             if nns is not None:           # coarse DOFs are fine DOFs (2I, 2J): the near-null space by injection
-                nns = nns[_host(coarse_rows_in_fine(grid, cgrid))]
+                nns = nns[_host(coarse_rows_in_fine(grid, cgrid, xp))]
             R = P.T.tocsr()
             mats.append((cur, P, "geometric", R))
-            cur = galerkin_by_probing(low, cur, P, R, cgrid, cindex, xp, sparse)
+            ph.done("prolongation")
+            cur = galerkin_by_probing(plow, cur, P, R, cgrid, cindex, xp, sparse)
+            ph.done("galerkin")
             grid = cgrid
         if cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
             # aggregation from here on (pyamg, host); the near-null space applies on the finest level only
@@ -504,18 +540,23 @@ class Multigrid(Preconditioner):
                 if xp is not np:
                     Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
                 mats.append((Al, Pl, "aggregation", None))
+            ph.done("aggregation")
         self.levels = []
         fmt = opts.level_format if opts.level_format != "auto" else ("csr" if low.name == "numpy" else "dia")
         for l, (Al, Pl, kind, Rl) in enumerate(mats):
             dia = _dia_layout(Al, storage) if fmt == "dia" else None
+            ph.done("dia layout")
             if l == 0 and storage == compute and self._scale == 1.0 and dia is None:   # the solve's own arrays
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
                 op = self._upload(low, Al, storage, compute, scaled=storage == F16, dia_layout=dia)
             lvl = Level(A=op, dinv=self._dinv(low, Al, compute), kind=kind)
+            ph.done("operators")
             lvl.P = self._upload(low, Pl, compute, compute)
-            lvl.R = self._upload(low, _canonical(Rl if Rl is not None else Pl.T.tocsr(), sparse), compute, compute)
+            # a geometric R = P^T came from a transpose (sorted, no duplicates); an aggregation one is made here
+            lvl.R = self._upload(low, Rl if Rl is not None else _canonical(Pl.T.tocsr(), sparse), compute, compute)
             self.levels.append(lvl)
+            ph.done("transfers")
         # coarsest: dense inverse (float64 on the host, stored in the compute dtype)
         if cur.shape[0] > DENSE_COARSE_MAX:
             raise CaseError.invalid("multigrid.max_levels", opts.max_levels, "more levels (or a larger mesh coarsening)",
@@ -526,13 +567,17 @@ class Multigrid(Preconditioner):
         inv = 0.5 * (inv + inv.T)
         self.coarse = self._dense(low, inv, compute)
         self._coarse_rows, self._coarse_nnz = Ac.shape[0], Ac.nnz
+        ph.done("coarse inverse")
         for lvl in self.levels:
             self._alloc(low, lvl, compute)
         self._coarse_b = low.zeros(self._coarse_rows, compute)
         self._coarse_x = low.zeros(self._coarse_rows, compute)
-        for lvl in self.levels:
-            lvl.lam = self._lambda_max(low, lvl, compute)
+        ph.done("buffers")
+        for lvl, (Al, *_) in zip(self.levels, mats):
+            lvl.lam = self._lambda_max(low, lvl, compute) if Al.shape[0] > HOST_BUILD_ROWS else self._lambda_max_host(Al)
             lvl.coefs = self._smoother_coefficients(lvl.lam)
+        ph.done("lambda_max")
+        self.setup_phases_s = ph.seconds
 
     @staticmethod
     def _dense(low, M: np.ndarray, compute) -> LevelCSR:
@@ -607,6 +652,24 @@ class Multigrid(Preconditioner):
             low.scale_copy(x, t, 1.0 / nrm)
             low.scale_copy(t, x, 1.0)
         return float(lam)
+
+    def _lambda_max_host(self, M) -> float:
+        """lambda_max(D^-1 M) of a small level: the power iteration of :meth:`_lambda_max` in float64 on the host
+        (on a GPU, a small level's iterations cost their launches and synchronizations, not their work)."""
+        M = _host_csr(M)
+        d = M.diagonal()
+        with np.errstate(divide="ignore"):
+            dinv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+        x = np.sin(np.arange(M.shape[0], dtype=np.float64) * 12.9898 + 78.233)
+        lam = 0.0
+        for _ in range(self.options.power_iterations):
+            x = dinv * (M @ x)
+            nrm = float(np.linalg.norm(x))
+            if not nrm > 0 or not math.isfinite(nrm):
+                break
+            lam = nrm
+            x /= nrm
+        return lam
 
     @staticmethod
     def _start_vector(low, n: int, shift: float = 0.0):
@@ -753,7 +816,7 @@ class Multigrid(Preconditioner):
             "operator_complexity": float(sum(nnz) / nnz[0]) if nnz and nnz[0] else float("nan"),
             "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
             "lambda_max": [lvl.lam for lvl in self.levels],
-            "setup_time_s": self.setup_time_s, "cycles": self.cycles,
+            "setup_time_s": self.setup_time_s, "setup_phases_s": dict(self.setup_phases_s), "cycles": self.cycles,
             "flexible": self.flexible, "symmetry_defect": self.symmetry_defect,
             "symmetry_check_s": self.symmetry_check_s,
             "level_time_s": list(self.level_time_s),
@@ -780,12 +843,28 @@ def _dia_layout(M, storage):
         return None
     xp = np if isinstance(M.data, np.ndarray) else _cupy()
     row = _entry_rows(M, xp)
-    off = M.indices.astype(xp.int32) - row
-    offsets = xp.unique(off)
+    off = M.indices.astype(xp.int32, copy=False) - row
+    offsets = _distinct(off, xp)
     s = np.dtype(storage).itemsize
     if offsets.size > DIA_MAX_DIAGONALS or offsets.size * rows * s > M.nnz * (s + 4):
         return None
     return row, off, offsets
+
+
+def _distinct(off, xp):
+    """The distinct values of int32 ``off``, ascending: those of a sample of about 2^20 entries, checked against
+    every entry through a lookup table (no sort of every entry, no writes to a few shared addresses); the
+    unique of all entries when the sample missed one."""
+    step = max(1, off.size >> 20)
+    cand = xp.unique(off[::step]) if step > 1 else xp.unique(off)
+    if step == 1:
+        return cand
+    lo, hi = int(off.min()), int(off.max())
+    if hi - lo >= 1 << 24 or int(cand[0]) != lo or int(cand[-1]) != hi:
+        return xp.unique(off)
+    known = xp.zeros(hi - lo + 1, dtype=xp.bool_)
+    known[cand - lo] = True
+    return cand if bool(known[off - lo].all()) else xp.unique(off)
 
 
 def _convert(low, a):

@@ -264,6 +264,66 @@ def test_gpu_agrees_with_numpy(backend, kind, hierarchy):
     assert rep.preconditioner["lambda_max"] == pytest.approx(rep_np.preconditioner["lambda_max"], rel=1e-3)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
+def test_gpu_elasticity_mg_with_rigid_body_modes_agrees_with_numpy(backend):
+    """Geometric levels built on the device, then aggregation with the injected rigid-body modes (the
+    modes are carried down by host indexing of device-built coarse grids)."""
+    from hpcsolve import backends
+
+    if not backends.probe(backend).available:
+        pytest.skip(backends.probe(backend).reason)
+    P = tp.cook(68)                     # halves twice (34, 17), then aggregation
+    opts = {"coarse_size": 100, "hierarchy": "fp32"}
+    x_np, rep_np = solve(P.A, P.b, preconditioner=_pc(P, "mg", **opts), rtol=1e-10)
+    x, rep = solve(P.A, P.b, backend=backend, preconditioner=_pc(P, "mg", **opts), rtol=1e-10)
+    assert rep.preconditioner["level_kinds"][:3] == ["geometric", "geometric", "aggregation"]
+    assert rep.converged and rep.true_residual <= 1e-10 and abs(rep.iterations - rep_np.iterations) <= 1
+    assert np.linalg.norm(x - x_np) / np.linalg.norm(x_np) < 1e-8
+
+
+def _device_vs_host_build(backend, P, monkeypatch, **opts):
+    """Solve with every geometric level built where the matrix lives (HOST_BUILD_ROWS 0), then with every level
+    built on the host; the hierarchies and solves must agree."""
+    out = []
+    for rows in (0, 1 << 40):
+        monkeypatch.setattr(mgm, "HOST_BUILD_ROWS", rows)
+        x, rep = solve(P.A, P.b, backend=backend, preconditioner=_pc(P, "mg", hierarchy="fp64", **opts), rtol=1e-10)
+        out.append((x, rep))
+    (x0, r0), (x1, r1) = out
+    assert r0.preconditioner["rows"] == r1.preconditioner["rows"] and r0.preconditioner["nnz"] == r1.preconditioner["nnz"]
+    assert r0.preconditioner["lambda_max"] == pytest.approx(r1.preconditioner["lambda_max"], rel=1e-9)
+    assert r0.converged and r1.converged and r0.iterations == r1.iterations
+    assert np.linalg.norm(x0 - x1) / np.linalg.norm(x1) < 1e-9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
+@pytest.mark.parametrize("make", [lambda: tp.poisson_fd(255), lambda: tp.cook(64)])
+def test_gpu_levels_built_on_the_device_equal_levels_built_on_the_host(backend, make, monkeypatch):
+    from hpcsolve import backends
+
+    if not backends.probe(backend).available:
+        pytest.skip(backends.probe(backend).reason)
+    _device_vs_host_build(backend, make(), monkeypatch, coarse_size=50)
+
+
+@pytest.mark.cudasim
+def test_numba_levels_built_through_device_products_equal_host_ones_under_the_simulator(monkeypatch):
+    _device_vs_host_build("numba-cuda", tp.poisson_fd(15), monkeypatch, coarse_size=10)
+
+
+def test_small_levels_built_on_the_host_give_the_same_lambda_max():
+    """The host power iteration of a small level equals the low-ops one on the NumPy backend."""
+    P = tp.poisson_fd(31)
+    pc = _pc(P, hierarchy="fp64", coarse_size=10)
+    x, rep = solve(P.A, P.b, preconditioner=pc, rtol=1e-10)
+    low = prepare_matrix(P.A).low
+    for lvl, lam in zip(pc.levels, rep.preconditioner["lambda_max"]):
+        assert pc._lambda_max(low, lvl, F64) == pytest.approx(lam, rel=1e-12)
+    assert 1.5 < rep.preconditioner["lambda_max"][0] <= 2.0
+
+
 @pytest.mark.cudasim
 @pytest.mark.parametrize("kind,hierarchy", [("mg", "fp32"), ("mg", "fp16"), ("amg", "fp64")])
 def test_numba_vcycle_under_the_simulator_agrees_with_numpy(kind, hierarchy):
