@@ -54,7 +54,8 @@ SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
 LEVEL_FORMATS = ("auto", "dia", "csr")
-HOST_BUILD_ROWS = 1 << 17   # a level this small is built on the host: on a GPU its set-up is launches, not work
+HOST_BUILD_ROWS = 1 << 12   # a level this small is built on the host: on a GPU its set-up is launches, not work
+HOST_PRODUCTS_ROWS = 1 << 17  # a hierarchy built on the host (Numba) runs its probe products on the host below this
 DIA_MAX_DIAGONALS = 32      # "auto" stores a level by diagonals when it has at most this many distinct offsets
                             # and that reads no more bytes than CSR (values + column indices)
 
@@ -515,7 +516,8 @@ class Multigrid(Preconditioner):
         plow = low            # where the Galerkin products run
         while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size \
                 and len(mats) < opts.max_levels - 1:
-            if cur.shape[0] <= HOST_BUILD_ROWS and plow.name != "numpy":     # the small levels: on the host
+            small = HOST_BUILD_ROWS if xp is not np else HOST_PRODUCTS_ROWS
+            if cur.shape[0] <= small and plow.name != "numpy":     # the small levels: on the host
                 from hpcsolve.fem.kernels_numpy_low import low_ops
 
                 xp, sparse, plow = np, sp, low_ops()

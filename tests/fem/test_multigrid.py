@@ -288,6 +288,7 @@ def _device_vs_host_build(backend, P, monkeypatch, **opts):
     out = []
     for rows in (0, 1 << 40):
         monkeypatch.setattr(mgm, "HOST_BUILD_ROWS", rows)
+        monkeypatch.setattr(mgm, "HOST_PRODUCTS_ROWS", rows)
         x, rep = solve(P.A, P.b, backend=backend, preconditioner=_pc(P, "mg", hierarchy="fp64", **opts), rtol=1e-10)
         out.append((x, rep))
     (x0, r0), (x1, r1) = out
