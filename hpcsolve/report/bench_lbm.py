@@ -6,7 +6,8 @@ What one run does, in order:
 2. times the NumPy CPU reference at a small size (the speedup column's denominator);
 3. for each GPU backend x precision: checks the kernel against the NumPy reference on a small
    cavity (relative L2 difference of the populations after a few steps; fp16s against fp64),
-   then times the lid-driven cavity at each size (default 4096^2 and 8192^2): warm-up, CUDA
+   then times the lid-driven cavity at each size (default 4096^2 and 8192^2): warm-up (then the timed
+   run length twice, so that its step graphs are recorded untimed), CUDA
    events around a batch of steps, median of repeats;
 4. reports MLUPS, effective bandwidth (bytes per cell per step from the kernel header,
    ``stepper.bytes_per_cell_step``) as % of the copy bandwidth, resident bytes per cell and the
