@@ -90,16 +90,22 @@ class LBMFamily:
         import dataclasses
 
         backend = backends.get(backend)
+        # the set-up the run pays: its setup and its first stepper, made cold (the first stepper of a process
+        # loads the GPU kernels); a second stepper (the ramp probe's successor) is made warm and not counted
         t0 = _time.perf_counter()
         derived, geo, setup = build_setup(case, policy, description.setup)
         ramp = min(derived.ramp_steps, derived.steps)
         per_ramp_step = 0.0
         if ramp:   # one stepper at a time: the probe never holds more state than the run
-            per_ramp_step = _probe_steps(get_stepper(backend, setup), backend, batch=False)
+            first = get_stepper(backend, setup)
+            setup_s = _time.perf_counter() - t0
+            per_ramp_step = _probe_steps(first, backend, batch=False)
+            del first
             backend.free_pool()
-        t0 = _time.perf_counter() if ramp else t0
-        stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
-        setup_s = _time.perf_counter() - t0
+            stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
+        else:
+            stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
+            setup_s = _time.perf_counter() - t0
         per_step = _probe_steps(stepper, backend, batch=True)
         monitor = _Monitor(case, derived, geo)
 
@@ -120,7 +126,14 @@ class LBMFamily:
         # its field kernels: each counted once, the warm ones per point / per snapshot (every output_every
         # steps, not every monitor point)
         first_monitor, fields = timed(monitor_point, 1)
-        per_monitor = _median_time(monitor_point)
+
+        def steps_between():          # as in the run, each point follows its interval's steps (not timed)
+            stepper.step(case.time.monitor_interval)
+            backend.synchronize()
+
+        # (when an interval is short: a long one would make the probe as long as the run)
+        short = per_step * case.time.monitor_interval <= 0.05
+        per_monitor = _median_time(monitor_point, before=steps_between if short else None)
         setup_s += max(first_monitor - per_monitor, 0.0)
         per_snapshot = 0.0
         if derived.output_every:
@@ -335,14 +348,15 @@ PROBE_SECONDS = 0.3   # how long the run-time probe steps (after a warm-up)
 MONITOR_PROBE_SECONDS = 0.2   # ... and how long it times warm monitor points (at least 5, at most 25)
 
 
-def _median_time(fn, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5, most: int = 25) -> float:
+def _median_time(fn, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5, most: int = 25, before=None) -> float:
     """Median seconds of warm calls of ``fn`` (host work, one synchronization each): timed one by one until
-    ``seconds`` have passed. The first calls after the warm one can still cost more (Cylinder 2D-2 on the
+    ``seconds`` of them have passed, each after an untimed ``before()``. The first calls after the warm one can still cost more (Cylinder 2D-2 on the
     development CPU: 12.6, 12.5, then 10.4-11.1 ms); with the mean of 3 the H200 probe put that case's monitor
     point at 6.7 ms where the run's averaged 4.4 ms."""
     times: list[float] = []
-    start = _time.perf_counter()
-    while len(times) < most and (len(times) < least or _time.perf_counter() - start < seconds):
+    while len(times) < most and (len(times) < least or sum(times) < seconds):
+        if before is not None:
+            before()
         t0 = _time.perf_counter()
         fn()
         times.append(_time.perf_counter() - t0)
