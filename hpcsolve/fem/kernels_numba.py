@@ -385,10 +385,7 @@ def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
 {loads}
     i = cuda.grid(1)
     while i < n:
-        s = T(0)
-{terms}
-        if has_rs:
-            s = rowscale[i] * s
+{row}
         if has_b:
             y[i] = ta * s + tc * b[i]
         else:
@@ -402,10 +399,7 @@ def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_
 {loads}
     i = cuda.grid(1)
     while i < n:
-        s = T(0)
-{terms}
-        if has_rs:
-            s = rowscale[i] * s
+{row}
         di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
         d[i] = di
         x_out[i] = x[i] + di
@@ -423,8 +417,9 @@ def _dia_unrolled(T, ndiag: int):
     loads = "\n".join(f"    o{k} = offsets[{k}]" for k in range(ndiag))
     terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < n:\n"
                       f"            s += T(vals[{k} * n + i]) * x[j]" for k in range(ndiag))
+    row = f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s"   # s = (M x)_i
     scope = {"cuda": cuda, "T": T}      # the kernels' module globals (the simulator swaps ``cuda`` there)
-    exec(compile(_DIA_SOURCE.format(loads=loads, terms=terms), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
+    exec(compile(_DIA_SOURCE.format(loads=loads, row=row), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
          scope)
     return scope["dia_apply"], scope["dia_smooth"]
 
