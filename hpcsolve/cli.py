@@ -113,6 +113,7 @@ def _print_kv(title: str, mapping: dict) -> None:
 
 
 def cmd_run(args) -> int:
+    from hpcsolve import parallel
     from hpcsolve import run as runmod
 
     if args.case is None and args.resume is None:
@@ -133,8 +134,11 @@ def cmd_run(args) -> int:
         runmod.check_memory(info, info["backend"])   # a run that would not fit: exit 2 naming the field
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
-    out = args.out or runmod.default_out_dir(case, backend, policy)
+    comm = parallel.world()
+    out = comm.bcast(args.out or runmod.default_out_dir(case, backend, policy), root=0)   # rank 0's name
     runmod.check_out_dir(out, args.overwrite)
+    if comm.Get_rank() != 0:          # one rank reports and writes: the others step quietly
+        args.quiet = True
     if not args.quiet:
         print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
     result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
@@ -143,6 +147,10 @@ def cmd_run(args) -> int:
 
 
 def _report(args, case, result, out) -> int:
+    from hpcsolve import parallel
+
+    if parallel.world().Get_rank() != 0:
+        return 3 if result.status in ("blew_up", "not_converged") else 0
     if not args.quiet:
         derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
@@ -257,9 +265,22 @@ def main(argv=None) -> int:
     _set_handlers(signal.SIG_IGN)
     if message:
         print(message, file=sys.stderr)
+    if code != 0 and argv is None:
+        _abort_other_ranks(code)
     if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back
         _set_handlers(previous)
     return code
+
+
+def _abort_other_ranks(code: int) -> None:
+    """Under ``mpiexec -n N`` (N > 1) a rank that fails ends the job with its exit code: the other ranks would
+    otherwise wait for it in their next collective (halo exchange, gather) for ever."""
+    from hpcsolve import parallel
+
+    comm = parallel.world()
+    if parallel.ranks(comm) > 1:
+        sys.stderr.flush()
+        comm.Abort(code)
 
 
 def _execute(handler, args) -> tuple[int, str | None]:

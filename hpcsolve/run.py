@@ -8,7 +8,7 @@ import platform
 import socket
 from pathlib import Path
 
-from hpcsolve import __version__, backends, interrupts, outdir
+from hpcsolve import __version__, backends, interrupts, outdir, parallel
 from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
 from hpcsolve.checkpoint import check_compatible, latest_checkpoint, list_checkpoints
@@ -128,6 +128,7 @@ def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "case_file": str(case.path) if case.path else "",
         "overrides": list(case.overrides),
+        "ranks": parallel.ranks(parallel.world()),
     }
 
 
@@ -187,6 +188,15 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     else:
         case, backend, policy = prepare(case, backend, precision, overrides)
     out_path = Path(out) if out is not None else None
+    comm = parallel.world()
+    if parallel.ranks(comm) > 1:       # mpiexec -n N: every rank runs the same case, rank 0 writes
+        if case.solver != "lbm":
+            raise CaseError.invalid("ranks", parallel.ranks(comm), "1 for a FEM case",
+                                    why="only the LBM runs on several MPI ranks so far; run this case with one rank")
+        parallel.check_same(comm, "case", "\n".join([case.effective_json(), str(backend), policy.name,
+                                                     str(resume or "")]))
+        if comm.Get_rank() != 0:
+            out_path, progress, plots = None, False, False
     if out_path is not None:
         check_out_dir(out_path, overwrite, resume=resume is not None)
     family = families.get(case.solver)

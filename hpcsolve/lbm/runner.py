@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hpcsolve import backends, memory
+from hpcsolve import backends, memory, parallel
 from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, HpcsolveError, RunInterrupted
 from hpcsolve.family import SOLVER_SECONDS, Description
@@ -402,7 +402,14 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     derived, geo, setup = build_setup(case, policy, built)
     for w in derived.warnings:
         warnings.warn(w, stacklevel=2)
-    stepper = get_stepper(backend, setup)
+    comm = parallel.world()
+    ranks = parallel.ranks(comm)
+    if ranks > 1:                  # mpiexec -n N: this rank's slab of rows (hpcsolve/lbm/distributed.py)
+        from hpcsolve.lbm.distributed import SlabStepper
+
+        stepper = SlabStepper(backend, setup, comm)
+    else:
+        stepper = get_stepper(backend, setup)
     units = derived.units
     x, y = geo.cell_centres()
     result = Result(case_name=case.name, solver="lbm", backend=backend, precision=policy.name,
@@ -414,11 +421,15 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     from hpcsolve.lbm.plots import plot_result
 
     result.plotter = plot_result
+    result.provenance["decomposition"] = (stepper.decomposition() if ranks > 1 else
+                                          {"ranks": 1, "kind": "none", "rows_per_rank": [derived.ny]})
     monitor = _Monitor(case, derived, geo)
     total = derived.steps
     every = case.time.monitor_interval
     out_every = derived.output_every
-    ckpt_every = case.time.checkpoint_interval if checkpoint_dir is not None else 0
+    # every rank takes part in a checkpoint (it gathers the populations); rank 0 writes it
+    ckpt_every, ckpt_on_stop = comm.bcast((case.time.checkpoint_interval if checkpoint_dir is not None else 0,
+                                           checkpoint_dir is not None), root=0)
     step_seconds = 0.0
     earlier_seconds = 0.0      # wall time of the runs before a resume (from the checkpoint)
     if resume is None:
@@ -435,8 +446,9 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
 
     def checkpoint():
         elapsed = earlier_seconds + _time.perf_counter() - t_start
-        write_checkpoint(checkpoint_dir, _checkpoint(case, backend, policy, stepper, monitor, result, step,
-                                                     mass0, step_seconds, elapsed))
+        state = _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, step_seconds, elapsed)
+        if checkpoint_dir is not None:
+            write_checkpoint(checkpoint_dir, state)
 
     try:
         while step < total:
@@ -470,12 +482,15 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
                 break
             if ckpt_every and step % ckpt_every == 0 and step < total:
                 checkpoint()
-            if stop is not None and getattr(stop, "requested", False):
+            requested = stop is not None and getattr(stop, "requested", False)
+            if ranks > 1:              # the ranks stop together (a signal reaches them at different steps)
+                requested = any(comm.allgather(bool(requested)))
+            if requested:
                 status = "interrupted"
                 message = f"interrupted at step {step} of {total}"
-                if checkpoint_dir is not None:
+                if ckpt_on_stop:
                     checkpoint()
-                    message += f"; resume with: hpcsolve run --resume {Path(checkpoint_dir)}"
+                    message += f"; resume with: hpcsolve run --resume {Path(checkpoint_dir or '.')}"
                 break
     finally:
         bar.close()
