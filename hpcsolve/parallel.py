@@ -12,6 +12,7 @@ The LBM decomposition is by slabs of rows (:func:`slabs`): rank r owns rows [y0,
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,11 +51,26 @@ class SingleRank:
         pass
 
 
+#: set by MPI launchers (MPICH/Hydra and Intel MPI: PMI_*, Open MPI: OMPI_*, PMIx, MVAPICH); a process
+#: started without one is a single rank and never imports mpi4py (whose import initializes MPI)
+LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
 def world():
-    """mpi4py's COMM_WORLD where mpi4py imports and more than one rank runs, else a :class:`SingleRank`."""
+    """mpi4py's COMM_WORLD when started by an MPI launcher with more than one rank (and mpi4py imports),
+    else a :class:`SingleRank`."""
+    if not any(os.environ.get(v) for v in LAUNCHER_VARIABLES):
+        return SingleRank()
     try:
         from mpi4py import MPI
     except ImportError:
+        size = max(int(os.environ.get(v, "1") or 1) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                                                 "MV2_COMM_WORLD_SIZE"))
+        if size > 1:     # each process would run the whole case alone, into the same folder
+            from hpcsolve.errors import BackendError
+
+            raise BackendError(f"started as one of {size} MPI ranks, but mpi4py does not import here; "
+                               "install it (pip install 'hpcsolve[mpi]') or run one process") from None
         return SingleRank()
     comm = MPI.COMM_WORLD
     return comm if comm.Get_size() > 1 else SingleRank()

@@ -180,6 +180,18 @@ def test_a_gpu_backend_on_several_ranks_is_refused_by_name():
         on_ranks(2, lambda comm: SlabStepper("cupy", setup, comm))
 
 
+def test_world_is_one_rank_without_a_launcher_and_refuses_ranks_without_mpi4py(monkeypatch):
+    for v in parallel.LAUNCHER_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    assert isinstance(parallel.world(), parallel.SingleRank)           # mpi4py never imported
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)                   # as if not installed
+    with pytest.raises(BackendError, match="one of 2 MPI ranks, but mpi4py does not import"):
+        parallel.world()
+    monkeypatch.setenv("PMI_SIZE", "1")
+    assert isinstance(parallel.world(), parallel.SingleRank)
+
+
 def test_ranks_running_different_cases_are_refused():
     def run(comm):
         parallel.check_same(comm, "case", f"lattice.resolution = {64 if comm.Get_rank() == 0 else 65}")
