@@ -190,9 +190,6 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     out_path = Path(out) if out is not None else None
     comm = parallel.world()
     if parallel.ranks(comm) > 1:       # mpiexec -n N: every rank runs the same case, rank 0 writes
-        if case.solver != "lbm":
-            raise CaseError.invalid("ranks", parallel.ranks(comm), "1 for a FEM case",
-                                    why="only the LBM runs on several MPI ranks so far; run this case with one rank")
         parallel.check_same(comm, "case", "\n".join([case.effective_json(), str(backend), policy.name,
                                                      str(resume or "")]))
         if comm.Get_rank() != 0:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import backends, memory
+from hpcsolve import backends, memory, parallel
+from hpcsolve.errors import BackendError, CaseError
 from hpcsolve.fem import problem as prob
 from hpcsolve.family import SOLVER_SECONDS, Description
 from hpcsolve.fem.api import prepare_matrix, solve
@@ -37,6 +38,8 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
         return s.preconditioner
     if method == "pcg-jacobi":
         return "jacobi"
+    if parallel.ranks(parallel.world()) > 1 and method != "spsolve":
+        return "jacobi"                               # the multigrid hierarchy is not distributed over ranks
     if method == "spsolve" or s.method == "cg":      # plain CG asked for by name: no preconditioner
         return "none"
     from hpcsolve.memory import fem_mesh_size
@@ -198,8 +201,24 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     mesh = disc.mesh
     s = case.solve
-    pc = make_preconditioner(case, disc, policy)
-    x, report = solve(disc.A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
+    A, pc = disc.A, make_preconditioner(case, disc, policy)
+    comm = parallel.world()
+    if parallel.ranks(comm) > 1:     # mpiexec -n N: a block of rows per rank (hpcsolve/fem/distributed.py)
+        from hpcsolve.fem.distributed import prepare_distributed
+
+        name = pc if isinstance(pc, str) else pc.name
+        if name not in ("none", "jacobi"):
+            raise CaseError.invalid("solve.preconditioner", name, "none or jacobi on several MPI ranks (auto picks "
+                                    "jacobi there)", why="the multigrid hierarchy is not distributed yet")
+        if _method(case, policy) == "spsolve":
+            raise CaseError.invalid("solve.method", "spsolve", "a CG method on several MPI ranks",
+                                    why="a matrix distributed over ranks has no single copy to factorize")
+        if backends.get(backend).name != "numpy":
+            raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use "
+                               "--backend numpy, or one rank")
+        A = prepare_distributed(disc.A, comm)
+        backend = None                # the prepared matrix names its backend
+    x, report = solve(A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
                       method=_method(case, policy), preconditioner=pc, check_every=s.check_every,
                       true_every=s.true_every, **s.options())
     u = disc.full_solution(x)

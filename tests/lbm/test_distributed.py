@@ -5,11 +5,9 @@ the stepper makes on mpi4py's); one runs the real thing under ``mpiexec -n 2`` w
 MPI launcher are installed (``pip install 'hpcsolve[mpi]'``), and skips otherwise."""
 
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -22,61 +20,9 @@ from hpcsolve.lbm.stepper import get_stepper
 from hpcsolve.precision import FP16S, FP32, FP64
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import lbm_gpu_cases as cases  # noqa: E402
-
-
-class _Hub:
-    def __init__(self, n):
-        self.n = n
-        self.queues = {(a, b): queue.Queue() for a in range(n) for b in range(n)}
-        self.barrier = threading.Barrier(n)
-        self.slots = [None] * n
-
-
-class ThreadComm:
-    """Rank ``rank`` of ranks that are threads of one process: mpi4py's Sendrecv / allgather semantics."""
-
-    def __init__(self, hub, rank):
-        self.hub, self.rank = hub, rank
-
-    def Get_rank(self):  # noqa: N802
-        return self.rank
-
-    def Get_size(self):  # noqa: N802
-        return self.hub.n
-
-    def Sendrecv(self, sendbuf, dest, recvbuf, source, **_):  # noqa: N802
-        self.hub.queues[(self.rank, dest)].put(np.array(sendbuf, copy=True))
-        np.copyto(recvbuf, self.hub.queues[(source, self.rank)].get(timeout=60))
-
-    def allgather(self, obj):
-        self.hub.slots[self.rank] = obj
-        self.hub.barrier.wait(timeout=60)
-        out = list(self.hub.slots)
-        self.hub.barrier.wait(timeout=60)
-        return out
-
-
-def on_ranks(n, fn):
-    """[fn(comm) for each of n thread ranks], run concurrently; the first exception is raised."""
-    hub = _Hub(n)
-    out, errors = [None] * n, []
-
-    def work(r):
-        try:
-            out[r] = fn(ThreadComm(hub, r))
-        except BaseException as exc:  # noqa: BLE001 (re-raised below)
-            errors.append(exc)
-            hub.barrier.abort()
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return out
+from thread_ranks import on_ranks  # noqa: E402
 
 
 def _reference(setup, steps):
@@ -288,11 +234,25 @@ def test_hpcsolve_run_under_mpiexec_writes_the_single_process_result(tmp_path):
     assert all(np.array_equal(a[k], c[k]) for k in numeric)
 
 
-def test_a_fem_case_on_two_ranks_is_refused_naming_ranks(tmp_path):
+def test_a_fem_case_under_mpiexec_solves_as_one_process_and_refuses_multigrid(tmp_path):
+    """`mpiexec -n 2 hpcsolve run` on the manufactured Poisson case: CG over two row blocks, the same iterations
+    and error norms as one process; amg on two ranks: exit 2 naming solve.preconditioner, nothing written."""
+    import json
+
     launcher = _mpiexec()
     case = Path(__file__).parents[2] / "cases" / "poisson_manufactured.toml"
-    p = subprocess.run([launcher, "-n", "2", sys.executable, "-m", "hpcsolve.cli", "run", str(case), "--out",
-                        str(tmp_path / "r"), "--quiet"], capture_output=True, text=True, timeout=300)
+    cli = [sys.executable, "-m", "hpcsolve.cli", "run", str(case), "--backend", "numpy", "--quiet", "--no-plots"]
+    p1 = subprocess.run(cli + ["--out", str(tmp_path / "one")], capture_output=True, text=True, timeout=300)
+    p2 = subprocess.run([launcher, "-n", "2"] + cli + ["--out", str(tmp_path / "two")], capture_output=True,
+                        text=True, timeout=300)
+    assert p1.returncode == 0 and p2.returncode == 0, p2.stderr[-2000:]
+    m1, m2 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("one", "two"))
+    assert m2["provenance"]["ranks"] == 2 and m2["metrics"]["converged"]
+    assert abs(m2["metrics"]["iterations"] - m1["metrics"]["iterations"]) <= 2
+    assert m2["metrics"]["error_l2"] == pytest.approx(m1["metrics"]["error_l2"], rel=1e-9)
+    p = subprocess.run([launcher, "-n", "2"] + cli + ["--out", str(tmp_path / "r"), "--set",
+                                                      'solve.preconditioner="amg"'],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, (p.returncode, p.stderr[-1500:])
-    assert "ranks" in p.stderr and "only the LBM runs on several MPI ranks" in p.stderr
+    assert "solve.preconditioner" in p.stderr and "not distributed yet" in p.stderr
     assert not (tmp_path / "r" / "result.h5").exists()
