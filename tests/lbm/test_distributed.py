@@ -247,7 +247,10 @@ def test_a_fem_case_under_mpiexec_solves_as_one_process_and_refuses_multigrid(tm
                         text=True, timeout=300)
     assert p1.returncode == 0 and p2.returncode == 0, p2.stderr[-2000:]
     m1, m2 = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("one", "two"))
-    assert m2["provenance"]["ranks"] == 2 and m2["metrics"]["converged"]
+    assert m2["provenance"]["ranks"] == 2 and m2["metrics"]["converged"] and m2["backend"] == m1["backend"] == "numpy"
+    rows = m2["provenance"]["decomposition"]["rows_per_rank"]
+    assert len(rows) == 2 and abs(rows[0] - rows[1]) <= 1
+    assert sum(rows) == m1["provenance"]["decomposition"]["rows_per_rank"][0]
     assert abs(m2["metrics"]["iterations"] - m1["metrics"]["iterations"]) <= 2
     assert m2["metrics"]["error_l2"] == pytest.approx(m1["metrics"]["error_l2"], rel=1e-9)
     p = subprocess.run([launcher, "-n", "2"] + cli + ["--out", str(tmp_path / "r"), "--set",
