@@ -213,9 +213,9 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         if _method(case, policy) == "spsolve":
             raise CaseError.invalid("solve.method", "spsolve", "a CG method on several MPI ranks",
                                     why="a matrix distributed over ranks has no single copy to factorize")
-        if backends.get(backend).name != "numpy":
-            raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use "
-                               "--backend numpy, or one rank")
+        if backends.get(backend).gpu:
+            raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use a "
+                               "CPU backend (--backend numpy), or one rank")
         A = prepare_distributed(disc.A, comm)
     x, report = solve(A, disc.b, precision=policy, backend=None if A is not disc.A else backend, rtol=s.rtol,
                       maxiter=s.maxiter,

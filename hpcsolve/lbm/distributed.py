@@ -90,10 +90,10 @@ class SlabStepper(Stepper):
         if setup.in_place:
             raise BackendError("a decomposed run (several MPI ranks) does not support lattice.streaming = "
                                "'in-place' yet; use 'two-buffer'")
-        name = backends.get(backend).name
-        if name != "numpy":
-            raise BackendError(f"backend {name!r} cannot run on several MPI ranks yet (the GPU steppers' halo "
-                               "exchange is not written); use --backend numpy, or one rank")
+        be = backends.get(backend)
+        if be.gpu:
+            raise BackendError(f"backend {be.name!r} cannot run on several MPI ranks yet (the GPU steppers' halo "
+                               "exchange is not written); use a CPU backend (--backend numpy), or one rank")
         self.local = get_stepper(backend, local_setup(setup, self.slab))
         self.backend = self.local.backend
         self.bouzidi = self.local.bouzidi
