@@ -104,14 +104,6 @@ class MPINumpyOps(NumpyLowOps):
     def _sum(self, *values) -> np.ndarray:
         return np.asarray(self.comm.allreduce(np.asarray(values, dtype=np.float64)))
 
-    def _mat(self, A, dtype):
-        vals = A.vals[np.dtype(dtype)]
-        hit = A.cache.get(("scipy", vals.dtype))
-        if hit is None or hit[0] is not vals:
-            M = sp.csr_matrix((vals, A.indices, A.indptr), shape=(A.n, A.ncols))
-            hit = A.cache[("scipy", vals.dtype)] = (vals, M)
-        return hit[1]
-
     def spmv_dot(self, A, p, q, ws, i_pq):
         q[:] = self._mat(A, p.dtype) @ A.exchange(p)
         if i_pq >= 0:
