@@ -45,6 +45,9 @@ class ThreadComm:
             total = total + p
         return total
 
+    def Allreduce(self, sendbuf, recvbuf, op=None):  # noqa: N802
+        np.copyto(recvbuf, self.allreduce(np.array(sendbuf, copy=True)))
+
     def alltoall(self, objs):
         rows = self.allgather(list(objs))
         return [rows[src][self.rank] for src in range(self.hub.n)]

@@ -6,8 +6,8 @@
 Rank r owns rows [r0, r1) of A (contiguous blocks in rank order, as even as n allows) and the same
 entries of every vector. Its block of A keeps the owned columns first (local indices 0 .. n_own - 1),
 then the other columns it touches (its halo, ascending global index). An SpMV first fetches the halo
-entries of the vector from the ranks that own them (``alltoall``, host-staged), then multiplies the
-local block; every reduction (p.Ap, r.r, r.z) is the sum over ranks of the local sums (``allreduce``),
+entries of the vector from the ranks that own them (``Sendrecv`` rounds, host-staged), then multiplies
+the local block; every reduction (p.Ap, r.r, r.z) is the sum over ranks of the local sums (``Allreduce``),
 so every rank takes the same decisions (block lengths, convergence, breakdowns) from the same
 scalars. The one CG of :mod:`hpcsolve.fem.cg` runs unchanged on these low ops
 (:class:`MPINumpyOps`): plain CG, Jacobi-PCG and the mixed methods. The float64 true residual is
@@ -18,6 +18,8 @@ So far on the NumPy backend (the reference); multigrid preconditioners on severa
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,11 +77,23 @@ class DistributedCSR(DeviceCSR):
         self._recv_slices = np.concatenate([[0], np.cumsum([w.size for w in want])])
         asked = comm.alltoall([w for w in want])
         self._send = [np.asarray(a, dtype=np.int64) - r0 for a in asked]
+        self._want = [w.size for w in want]
+        self._rank, self._size = rank, len(blocks)
+        self.halo_entries = int(halo.size)                                  # received per SpMV
+        self.sent_entries = int(sum(s.size for q, s in enumerate(self._send) if q != rank))
+        self.exchange_seconds = 0.0
 
     def exchange(self, v: np.ndarray) -> np.ndarray:
         """[v_own, v_halo]: the rank's vector extended by the halo entries the other ranks own."""
-        got = self.comm.alltoall([v[idx] for idx in self._send])
-        return np.concatenate([v] + [np.asarray(g, dtype=v.dtype) for g in got])
+        t0 = time.perf_counter()
+        r, size = self._rank, self._size
+        got = [np.empty(k, dtype=v.dtype) for k in self._want]
+        for d in range(1, size):         # round d: send to rank + d, receive from rank - d (possibly nothing)
+            to, frm = (r + d) % size, (r - d) % size
+            self.comm.Sendrecv(np.ascontiguousarray(v[self._send[to]]), dest=to, recvbuf=got[frm], source=frm)
+        out = np.concatenate([v] + got)
+        self.exchange_seconds += time.perf_counter() - t0
+        return out
 
     def local(self, v: np.ndarray) -> np.ndarray:
         """The owned entries of a whole-system vector."""
@@ -96,13 +110,16 @@ class DistributedCSR(DeviceCSR):
 
 class MPINumpyOps(NumpyLowOps):
     """The NumPy low ops of a rank: SpMVs on the rank's block with the halo fetched first, reductions summed
-    over the ranks (one ``allreduce`` per kernel that reduces)."""
+    over the ranks (one ``Allreduce`` per kernel that reduces)."""
 
     def __init__(self, comm):
         self.comm = comm
 
     def _sum(self, *values) -> np.ndarray:
-        return np.asarray(self.comm.allreduce(np.asarray(values, dtype=np.float64)))
+        local = np.asarray(values, dtype=np.float64)
+        total = np.empty_like(local)
+        self.comm.Allreduce(local, total)            # a buffer reduction (sum), no pickling
+        return total
 
     def spmv_dot(self, A, p, q, ws, i_pq):
         q[:] = self._mat(A, p.dtype) @ A.exchange(p)

@@ -21,6 +21,7 @@ steppers, in-place streaming and NCCL are not wired yet.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -98,6 +99,7 @@ class SlabStepper(Stepper):
         self.backend = self.local.backend
         self.bouzidi = self.local.bouzidi
         self._rows_all = [s.rows for s in self.slabs]
+        self.halo_seconds = 0.0       # wall time spent in exchange() (scripts/bench_ranks.py reports it)
 
     # -- stepping
     def _advance(self, n: int) -> None:
@@ -112,6 +114,7 @@ class SlabStepper(Stepper):
     def exchange(self) -> None:
         """Halo rows from the neighbours: my first owned row goes to the rank below (its top halo), my last
         owned row to the rank above (its bottom halo)."""
+        t0 = time.perf_counter()
         g = self.local.g
         s, h, n = self.slab, HALO, self.slab.rows
         first, last = np.ascontiguousarray(g[:, h:2 * h]), np.ascontiguousarray(g[:, n:n + h])
@@ -120,6 +123,13 @@ class SlabStepper(Stepper):
         self.comm.Sendrecv(last, dest=s.upper, recvbuf=from_lower, source=s.lower)
         g[:, n + h:n + 2 * h] = from_upper
         g[:, 0:h] = from_lower
+        self.halo_seconds += time.perf_counter() - t0
+
+    @property
+    def halo_bytes_per_step(self) -> int:
+        """Bytes this rank sends per step (it receives as many): HALO rows of all populations to each neighbour."""
+        g = self.local.g
+        return 2 * HALO * g.shape[0] * g.shape[2] * g.dtype.itemsize
 
     # -- the whole lattice
     def populations(self) -> np.ndarray:

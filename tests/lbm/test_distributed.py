@@ -259,3 +259,24 @@ def test_a_fem_case_under_mpiexec_solves_as_one_process_and_refuses_multigrid(tm
     assert p.returncode == 2, (p.returncode, p.stderr[-1500:])
     assert "solve.preconditioner" in p.stderr and "not distributed yet" in p.stderr
     assert not (tmp_path / "r" / "result.h5").exists()
+
+
+def test_bench_ranks_reports_the_halo_of_each_decomposition(tmp_path):
+    """scripts/bench_ranks.py under mpiexec -n 2: the halo bytes an LBM rank sends per step (one row of 9
+    populations to each neighbour) and the entries a FEM block receives per SpMV (one grid row of the
+    5-point stencil from its one neighbour) are those of the decomposition; timings are reported, not tested."""
+    import json
+
+    launcher = _mpiexec()
+    script = Path(__file__).parents[2] / "scripts" / "bench_ranks.py"
+    p = subprocess.run([launcher, "-n", "2", sys.executable, str(script), "--lbm-sizes", "24", "--fem-sizes", "15",
+                        "--steps", "4", "--iterations", "5", "--repeats", "1", "--weak", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads((tmp_path / "bench_ranks.json").read_text())["rows"]
+    lbm, fem = rows
+    assert lbm["ny"] == 48 and lbm["rows_per_rank"] == [24, 24]
+    assert lbm["halo_bytes_sent_per_step_per_rank"] == 2 * 9 * 24 * 8
+    assert fem["unknowns"] == 15 * 30 and fem["rows_per_rank"] == [225, 225]
+    assert fem["halo_entries_received_per_spmv"] == [15, 15]
+    assert lbm["seconds_per_step"] > 0 and fem["seconds_per_iteration"] > 0
