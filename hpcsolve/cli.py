@@ -283,9 +283,22 @@ def _abort_other_ranks(code: int) -> None:
         comm.Abort(code)
 
 
+def _one_process_only(args) -> None:
+    """Under ``mpiexec -n N`` (N > 1) only ``hpcsolve run`` (not ``--dry-run``) works on the ranks; the other
+    commands would run N times side by side (and their collectives would not match)."""
+    from hpcsolve import parallel
+
+    n = parallel.ranks(parallel.world())
+    if n > 1 and (args.command != "run" or getattr(args, "dry_run", False)):
+        what = "run --dry-run" if args.command == "run" else args.command
+        raise CaseError.invalid("ranks", n, "1 (one process) for hpcsolve " + what,
+                                why=f"hpcsolve {what} runs as one process; under mpiexec use hpcsolve run")
+
+
 def _execute(handler, args) -> tuple[int, str | None]:
     """The command's exit code and the one line to print on stderr (None when it succeeded)."""
     try:
+        _one_process_only(args)
         return handler(args), None
     except HpcsolveError as exc:
         label = "interrupted" if exc.exit_code == 130 else "error"

@@ -280,3 +280,13 @@ def test_bench_ranks_reports_the_halo_of_each_decomposition(tmp_path):
     assert fem["unknowns"] == 15 * 30 and fem["rows_per_rank"] == [225, 225]
     assert fem["halo_entries_received_per_spmv"] == [15, 15]
     assert lbm["seconds_per_step"] > 0 and fem["seconds_per_iteration"] > 0
+
+
+@pytest.mark.parametrize("command", [["compare"], ["run", "--dry-run"]])
+def test_commands_other_than_run_are_refused_on_several_ranks(command, tmp_path):
+    launcher = _mpiexec()
+    p = subprocess.run([launcher, "-n", "2", sys.executable, "-m", "hpcsolve.cli", command[0], str(CAVITY)]
+                       + command[1:] + ["--quiet"] * (command[0] == "compare"), capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert p.returncode == 2, (p.returncode, p.stderr[-1500:])
+    assert "ranks" in p.stderr and "runs as one process" in p.stderr
