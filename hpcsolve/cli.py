@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import time
 import sys
 from pathlib import Path
 
@@ -118,6 +119,8 @@ def cmd_run(args) -> int:
 
     if args.case is None and args.resume is None:
         raise CaseError.invalid("case", None, "a case file, or --resume DIR", why="no case given")
+    if parallel.world().Get_rank() != 0:       # one rank reports and writes: the others step quietly
+        args.quiet = True
     if args.resume is not None:
         case, backend, policy, ckpt = runmod.prepare_resume(args.resume, args.case, args.backend, args.precision,
                                                             args.overrides, args.force)
@@ -137,8 +140,6 @@ def cmd_run(args) -> int:
     comm = parallel.world()
     out = comm.bcast(args.out or runmod.default_out_dir(case, backend, policy), root=0)   # rank 0's name
     runmod.check_out_dir(out, args.overwrite)
-    if comm.Get_rank() != 0:          # one rank reports and writes: the others step quietly
-        args.quiet = True
     if not args.quiet:
         print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
     result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
@@ -261,26 +262,64 @@ def main(argv=None) -> int:
     except BaseException:
         # an unexpected exception: called from Python (tests, notebooks), the caller's handlers come back
         _set_handlers(previous if argv is not None else signal.SIG_IGN)
+        if argv is None:
+            _end_ranks(1, unexpected=True)
         raise
     _set_handlers(signal.SIG_IGN)
     if message:
-        print(message, file=sys.stderr)
-    if code != 0 and argv is None:
-        _abort_other_ranks(code)
+        rank = _rank()
+        print(message if rank == 0 else f"[rank {rank}] {message}", file=sys.stderr)
+    if argv is None:
+        _end_ranks(code)
     if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back
         _set_handlers(previous)
     return code
 
 
-def _abort_other_ranks(code: int) -> None:
-    """Under ``mpiexec -n N`` (N > 1) a rank that fails ends the job with its exit code: the other ranks would
-    otherwise wait for it in their next collective (halo exchange, gather) for ever."""
+#: exit codes every rank of a run reaches together (the run's own outcome: done, not converged / blown up,
+#: interrupted): a rank with one of these waits for rank 0, which may still be writing the results
+SHARED_EXIT_CODES = (0, 3, 130)
+RANKS_WAIT_S = 10.0     # how long a failed rank waits for the others before it ends the job
+
+
+def _rank() -> int:
     from hpcsolve import parallel
 
-    comm = parallel.world()
-    if parallel.ranks(comm) > 1:
+    try:
+        return parallel.world().Get_rank()
+    except Exception:   # noqa: BLE001 (no usable MPI: the error was reported already)
+        return 0
+
+
+def _end_ranks(code: int, unexpected: bool = False) -> None:
+    """Under ``mpiexec -n N`` (N > 1): the ranks end together. A rank meets the others in a barrier; when they
+    do not all come (a rank failed alone, e.g. rank 0 could not claim the output folder, while the others wait
+    in a halo exchange), it ends the whole job with its exit code after RANKS_WAIT_S (MPI Abort) instead of
+    leaving them waiting for ever. A rank whose code is the run's shared outcome waits as long as it takes,
+    so that rank 0 finishes writing. An unexpected exception ends the job at once (its traceback first)."""
+    from hpcsolve import parallel
+
+    try:
+        comm = parallel.world()
+    except Exception:   # noqa: BLE001 (no usable MPI: nothing to coordinate)
+        return
+    if parallel.ranks(comm) < 2:
+        return
+    sys.stdout.flush()
+    if unexpected:
+        import traceback
+
+        traceback.print_exc()
         sys.stderr.flush()
-        comm.Abort(code)
+        comm.Abort(code or 1)
+    sys.stderr.flush()
+    patient = comm.Get_rank() != 0 and code in SHARED_EXIT_CODES
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + RANKS_WAIT_S
+    while not request.Test():
+        if not patient and time.monotonic() > deadline:
+            comm.Abort(code or 1)
+        time.sleep(0.005)
 
 
 def _one_process_only(args) -> None:

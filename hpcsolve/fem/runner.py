@@ -38,10 +38,10 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
         return s.preconditioner
     if method == "pcg-jacobi":
         return "jacobi"
-    if parallel.ranks(parallel.world()) > 1 and method != "spsolve":
-        return "jacobi"                               # the multigrid hierarchy is not distributed over ranks
     if method == "spsolve" or s.method == "cg":      # plain CG asked for by name: no preconditioner
         return "none"
+    if parallel.ranks(parallel.world()) > 1:
+        return "jacobi"                               # the multigrid hierarchy is not distributed over ranks
     from hpcsolve.memory import fem_mesh_size
 
     points = mesh.n_points if mesh is not None else fem_mesh_size(case)[0]

@@ -54,19 +54,24 @@ def local_setup(setup: LBMSetup, slab: parallel.Slab) -> LBMSetup:
 def _local_links(links: BouzidiLinks, rows: np.ndarray, nx: int) -> BouzidiLinks | None:
     n = rows.size
     ny = links.shape[0]
-    where = np.full(ny, -1, dtype=np.int64)
-    # a row appears once in a slab unless one rank holds the whole (wrapped) lattice: then the owned copy
-    # (not the halo copy) takes the link; owned rows are local rows 1 .. n - 2
-    where[rows[::-1]] = np.arange(n - 1, -1, -1)
+    # a global row can appear twice in a slab (one rank holding the whole wrapped lattice, or both halos the
+    # same row when ny = 3 on 2 ranks): the link's own cell takes the owned copy (local rows 1 .. n - 2), its
+    # partner the copy next to that cell
+    first = np.full(ny, -1, dtype=np.int64)
+    second = np.full(ny, -1, dtype=np.int64)
+    for k, g in enumerate(rows.tolist()):
+        if first[g] < 0:
+            first[g] = k
+        else:
+            second[g] = k
+    owned = first.copy()
     if n > 2:
-        where[rows[1:-1]] = np.arange(1, n - 1)
+        owned[rows[1:-1]] = np.arange(1, n - 1)
 
-    def local(cell):
-        y, x = np.divmod(cell, nx)
-        return where[y], x
-
-    ly, lx = local(links.cell)
-    py, px = local(links.partner_cell)
+    cy_, lx = np.divmod(links.cell, nx)
+    ly = owned[cy_]
+    gy, px = np.divmod(links.partner_cell, nx)
+    py = np.where(np.abs(first[gy] - ly) <= 1, first[gy], second[gy])
     cy = np.asarray(lattice.CY)[links.direction]
     wy = ly + cy                               # the wall cell's local row, not wrapped
     keep = (ly >= 0) & (py >= 0) & (np.abs(py - ly) <= 1) & (wy >= 0) & (wy < n)

@@ -490,7 +490,8 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
                 message = f"interrupted at step {step} of {total}"
                 if ckpt_on_stop:
                     checkpoint()
-                    message += f"; resume with: hpcsolve run --resume {Path(checkpoint_dir or '.')}"
+                    if checkpoint_dir is not None:      # the rank that writes knows where
+                        message += f"; resume with: hpcsolve run --resume {Path(checkpoint_dir)}"
                 break
     finally:
         bar.close()

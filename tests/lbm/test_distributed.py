@@ -253,6 +253,12 @@ def test_a_fem_case_under_mpiexec_solves_as_one_process_and_refuses_multigrid(tm
     assert sum(rows) == m1["provenance"]["decomposition"]["rows_per_rank"][0]
     assert abs(m2["metrics"]["iterations"] - m1["metrics"]["iterations"]) <= 2
     assert m2["metrics"]["error_l2"] == pytest.approx(m1["metrics"]["error_l2"], rel=1e-9)
+    # a run that fails together (not converged): rank 0 writes its result before the ranks end (exit 3)
+    p = subprocess.run([launcher, "-n", "2"] + cli + ["--out", str(tmp_path / "nc"), "--set", "solve.maxiter=3"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, (p.returncode, p.stderr[-1500:])
+    nc = json.loads((tmp_path / "nc" / "summary.json").read_text())
+    assert nc["status"] == "not_converged" and nc["metrics"]["iterations"] == 3 and (tmp_path / "nc" / "result.h5").exists()
     p = subprocess.run([launcher, "-n", "2"] + cli + ["--out", str(tmp_path / "r"), "--set",
                                                       'solve.preconditioner="amg"'],
                        capture_output=True, text=True, timeout=300)
@@ -290,3 +296,23 @@ def test_commands_other_than_run_are_refused_on_several_ranks(command, tmp_path)
                        timeout=120, cwd=tmp_path)
     assert p.returncode == 2, (p.returncode, p.stderr[-1500:])
     assert "ranks" in p.stderr and "runs as one process" in p.stderr
+
+
+@pytest.mark.parametrize("ny", [3, 4, 5])
+def test_tiny_lattices_with_links_on_every_rank_count(ny):
+    """A Bouzidi obstacle on lattices of 3 to 5 rows (periodic in y) on 1 .. ny ranks: with ny = 3 on 2 ranks
+    both halos are the same row, and a link's partner must be taken from the copy next to its cell."""
+    from hpcsolve.lbm import bouzidi
+    from hpcsolve.lbm.stepper import LBMSetup, WALL
+
+    nx = 8
+    flags = np.zeros((ny, nx), np.uint8)
+    flags[0, 3:5] = WALL
+    links = bouzidi.build_links(flags, [(flags == WALL, lambda j, i, cx, cy: np.full(j.shape, 0.25))])
+    u0 = np.zeros((2, ny, nx))
+    u0[0] = 0.05
+    setup = LBMSetup(flags=flags, relaxation_time=0.8, links=links, initial_velocity=u0)
+    ref = _reference(setup, 5).populations()
+    for n in range(1, ny + 1):
+        out = on_ranks(n, lambda comm: (lambda s: (s.step(5), s.populations())[1])(SlabStepper("numpy", setup, comm)))
+        assert all(np.array_equal(g, ref) for g in out), (ny, n)
