@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import time
 import sys
+import time
 from pathlib import Path
 
 from hpcsolve import __version__, backends, precision
@@ -119,7 +119,7 @@ def cmd_run(args) -> int:
 
     if args.case is None and args.resume is None:
         raise CaseError.invalid("case", None, "a case file, or --resume DIR", why="no case given")
-    if parallel.world().Get_rank() != 0:       # one rank reports and writes: the others step quietly
+    if _rank() != 0:                  # one rank reports and writes: the others step quietly
         args.quiet = True
     if args.resume is not None:
         case, backend, policy, ckpt = runmod.prepare_resume(args.resume, args.case, args.backend, args.precision,
@@ -148,16 +148,15 @@ def cmd_run(args) -> int:
 
 
 def _report(args, case, result, out) -> int:
-    from hpcsolve import parallel
-
-    if parallel.world().Get_rank() != 0:
-        return 3 if result.status in ("blew_up", "not_converged") else 0
+    failed = result.status in ("blew_up", "not_converged")
+    if _rank() != 0:                  # rank 0 reports (and wrote the results) for every rank
+        return 3 if failed else 0
     if not args.quiet:
         derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
-    if result.status in ("blew_up", "not_converged"):
+    if failed:
         print(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}", file=sys.stderr)
         return 3
     return 0

@@ -24,20 +24,7 @@ import numpy as np
 
 from hpcsolve import parallel
 from hpcsolve.precision import get_precision
-
-
-def cavity(nx: int, ny: int, policy, lid: float = 0.1, reynolds: float = 1000.0):
-    from hpcsolve.lbm import physics
-    from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
-
-    flags = np.zeros((ny, nx), dtype=np.uint8)
-    flags[0, :] = WALL
-    flags[:, 0] = WALL
-    flags[:, -1] = WALL
-    flags[-1, :] = VELOCITY
-    uw = np.zeros((2, ny, nx))
-    uw[0, -1, :] = lid
-    return LBMSetup(flags, physics.tau_from_viscosity(lid * (nx - 2) / reynolds), policy=policy, boundary_velocity=uw)
+from hpcsolve.report.bench_lbm import cavity_setup
 
 
 def bench_lbm(comm, n: int, weak: bool, steps: int, repeats: int, precision: str) -> dict:
@@ -45,7 +32,7 @@ def bench_lbm(comm, n: int, weak: bool, steps: int, repeats: int, precision: str
 
     ranks = parallel.ranks(comm)
     ny = n * ranks if weak else n
-    s = SlabStepper("numpy", cavity(n, ny, get_precision(precision, "lbm")), comm)
+    s = SlabStepper("numpy", cavity_setup(n, get_precision(precision, "lbm"), ny=ny), comm)
     s.step(3)                                      # warm-up
     times, halo = [], []
     for _ in range(repeats):

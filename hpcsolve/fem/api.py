@@ -135,16 +135,15 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
 
     if isinstance(A, DeviceCSR):
         dA = A
-        b64, bnorm = _vector(b, "b", getattr(dA, "global_n", dA.n))     # a distributed matrix: the whole b
+        b64, bnorm = _vector(b, "b", dA.global_n)      # a distributed matrix (fem.distributed): the whole b
     else:
         csr = matrix.as_csr(A)
         b64, bnorm = _vector(b, "b", csr.shape[0])
         dA = matrix.prepare(csr, be.fem_low_ops())
-    n = getattr(dA, "global_n", dA.n)
-    part = dA.local if hasattr(dA, "global_n") else (lambda v: v)   # this rank's entries (hpcsolve.fem.distributed)
+    n = dA.global_n
     if x0 is not None:
         x0, _ = _vector(x0, "x0", n)
-        x0 = part(x0)
+        x0 = dA.local(x0)
     if maxiter is None:
         opts.maxiter = max(10 * n, 100)
     if bnorm == 0.0:
@@ -152,19 +151,19 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
         report.setup_time_s = time.perf_counter() - t_start
         return _zero_rhs(n, report)
     low = dA.low
-    if hasattr(dA, "global_n") and not (pc.identity or isinstance(pc, precond.Jacobi)):
+    if dA.distributed and not (pc.identity or isinstance(pc, precond.Jacobi)):
         raise CaseError.invalid("preconditioner", pc.name, "none or jacobi for a matrix distributed over ranks",
                                 why="the multigrid hierarchy is not distributed over ranks yet")
     dA.ensure(policy.compute)
     pc.setup(dA)
-    b_dev = low.to_device(part(b64))
+    b_dev = low.to_device(dA.local(b64))
     x_dev = _solution_vector(dA, pc, x0)
     low.sync()
     setup = time.perf_counter() - t_start
     x, report = cg.run(dA, b_dev, bnorm, x_dev, policy=policy, method=method, opts=opts, precond=pc)
     report.setup_time_s = setup
-    if hasattr(dA, "global_n"):
-        x = dA.gather(x)
+    x = dA.gather(x)
+    if dA.distributed:
         report.notes.append(f"{len(dA.blocks)} MPI ranks, rows in blocks of {[r1 - r0 for r0, r1 in dA.blocks]}")
     return x, report
 

@@ -705,7 +705,7 @@ def _solve_reliable(run: _Run):
                     hi = lanczos_extremes(eng.alpha, eng.beta)[1] if run.precond.identity else math.nan
                     if not (math.isfinite(hi) and hi > 0):   # preconditioned: T is of M A; bound ||A|| by 2 max a_ii
                         hi = 2.0 * run.A.max_diag
-                    rate = RoundingEstimate(res, norm_a=hi, row_nnz=getattr(run.A, "row_nnz", run.A.nnz / run.A.n))
+                    rate = RoundingEstimate(res, norm_a=hi, row_nnz=run.A.row_nnz)
                 due = rate.due(k, ynorm, new, rel) or rel <= opts.rtol
             else:
                 due = rel <= opts.reliable_delta * max_r or rel <= opts.rtol

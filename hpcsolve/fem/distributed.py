@@ -69,6 +69,7 @@ class DistributedCSR(DeviceCSR):
         self.comm, self.blocks, self.global_n, self.r0, self.r1 = comm, blocks, host.shape[0], r0, r1
         self.ncols = n_own + halo.size
         self.row_nnz = host.nnz / max(host.shape[0], 1)     # of the whole matrix: the same on every rank
+        self.distributed = True
         # halo exchange plan: which of my halo entries each rank owns (I receive them in that order), and
         # which of my owned entries each rank asks for (I send them)
         starts = np.asarray([b[0] for b in blocks])

@@ -79,8 +79,7 @@ class NumpyLowOps(lowops.LowOps):
         vals = A.vals[np.dtype(dtype)]
         hit = A.cache.get(("scipy", vals.dtype))
         if hit is None or hit[0] is not vals:
-            # a rank's block of a distributed matrix (hpcsolve.fem.distributed) has its halo columns after its own
-            M = sp.csr_matrix((vals, A.indices, A.indptr), shape=(A.n, getattr(A, "ncols", A.n)))
+            M = sp.csr_matrix((vals, A.indices, A.indptr), shape=(A.n, A.ncols))   # ncols: a rank's halo too
             hit = A.cache[("scipy", vals.dtype)] = (vals, M)
         return hit[1]
 

@@ -41,6 +41,20 @@ class DeviceCSR:
         self.max_abs = float(max_abs)      # max |a_ij|
         self.max_diag = float(max_diag)    # max |a_ii|: bounds ||A|| by 2 max a_ii for Jacobi's rounding estimate
         self.cache: dict = {}              # the backend's own derived objects (e.g. a SciPy view)
+        # the whole system: one block of rows here; a rank's block of a distributed matrix
+        # (hpcsolve.fem.distributed.DistributedCSR) overrides these
+        self.global_n = self.n             # unknowns of the whole system (the length of b and x)
+        self.ncols = self.n                # columns of the stored block (a rank's halo columns follow its own)
+        self.row_nnz = self.nnz / max(self.n, 1)     # nonzeros per row of the whole matrix
+        self.distributed = False
+
+    def local(self, v):
+        """This block's entries of a whole-system vector."""
+        return v
+
+    def gather(self, v):
+        """The whole-system vector from every block's entries."""
+        return v
 
     @property
     def shape(self) -> tuple[int, int]:

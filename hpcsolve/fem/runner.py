@@ -217,8 +217,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
             raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use a "
                                "CPU backend (--backend numpy), or one rank")
         A = prepare_distributed(disc.A, comm)
-    x, report = solve(A, disc.b, precision=policy, backend=None if A is not disc.A else backend, rtol=s.rtol,
-                      maxiter=s.maxiter,
+    x, report = solve(A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
                       method=_method(case, policy), preconditioner=pc, check_every=s.check_every,
                       true_every=s.true_every, **s.options())
     u = disc.full_solution(x)
@@ -312,7 +311,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         message=report.reason + (f"; {report.fallback}" if report.fallback else "") + _advice(report, policy, s),
         plotter=plot_result if out.plots else None,
     )
-    blocks = getattr(A, "blocks", [(0, disc.A.shape[0])])
+    blocks = A.blocks if getattr(A, "distributed", False) else [(0, disc.A.shape[0])]
     result.provenance["decomposition"] = {"ranks": len(blocks), "kind": "row blocks" if len(blocks) > 1 else "none",
                                           "rows_per_rank": [r1 - r0 for r0, r1 in blocks]}
     return result

@@ -96,16 +96,14 @@ class LBMFamily:
         derived, geo, setup = build_setup(case, policy, description.setup)
         ramp = min(derived.ramp_steps, derived.steps)
         per_ramp_step = 0.0
+        steady_setup = dataclasses.replace(setup, ramp_steps=0)
+        stepper = get_stepper(backend, setup if ramp else steady_setup)
+        setup_s = _time.perf_counter() - t0
         if ramp:   # one stepper at a time: the probe never holds more state than the run
-            first = get_stepper(backend, setup)
-            setup_s = _time.perf_counter() - t0
-            per_ramp_step = _probe_steps(first, backend, batch=False)
-            del first
+            per_ramp_step = _probe_steps(stepper, backend, batch=False)
+            del stepper
             backend.free_pool()
-            stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
-        else:
-            stepper = get_stepper(backend, dataclasses.replace(setup, ramp_steps=0))
-            setup_s = _time.perf_counter() - t0
+            stepper = get_stepper(backend, steady_setup)
         per_step = _probe_steps(stepper, backend, batch=True)
         monitor = _Monitor(case, derived, geo)
 
@@ -350,9 +348,8 @@ MONITOR_PROBE_SECONDS = 0.2   # ... and how long it times warm monitor points (a
 
 def _median_time(fn, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5, most: int = 25, before=None) -> float:
     """Median seconds of warm calls of ``fn`` (host work, one synchronization each): timed one by one until
-    ``seconds`` of them have passed, each after an untimed ``before()``. The first calls after the warm one can still cost more (Cylinder 2D-2 on the
-    development CPU: 12.6, 12.5, then 10.4-11.1 ms); with the mean of 3 the H200 probe put that case's monitor
-    point at 6.7 ms where the run's averaged 4.4 ms."""
+    ``seconds`` of them have passed, each after an untimed ``before()``. The first calls after the warm one
+    can still cost more (Cylinder 2D-2 on the development CPU: 12.6, 12.5, then 10.4-11.1 ms)."""
     times: list[float] = []
     while len(times) < most and (len(times) < least or sum(times) < seconds):
         if before is not None:

@@ -50,19 +50,19 @@ def _out_dir(args) -> Path:
 
 
 def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1,
-                 in_place: bool = False):
-    """Lid-driven cavity on an n x n lattice: resting walls left, right and bottom, the lid (a
-    VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells across.
-    ``in_place``: the GPU steppers stream in place (one population array)."""
+                 in_place: bool = False, ny: int | None = None):
+    """Lid-driven cavity on an n x n lattice (``ny`` x n with ``ny``): resting walls left, right and bottom,
+    the lid (a VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells
+    across. ``in_place``: the GPU steppers stream in place (one population array)."""
     from hpcsolve.lbm import physics
     from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
 
-    flags = np.zeros((n, n), dtype=np.uint8)
+    flags = np.zeros((ny or n, n), dtype=np.uint8)
     flags[0, :] = WALL
     flags[:, 0] = WALL
     flags[:, -1] = WALL
     flags[-1, :] = VELOCITY
-    uw = np.zeros((2, n, n))
+    uw = np.zeros((2,) + flags.shape)
     uw[0, -1, :] = lid_velocity
     tau = physics.tau_from_viscosity(lid_velocity * (n - 2) / reynolds)
     return LBMSetup(flags, tau, collision=collision, policy=policy, boundary_velocity=uw, in_place=in_place)

@@ -285,7 +285,6 @@ def test_bench_ranks_reports_the_halo_of_each_decomposition(tmp_path):
     assert lbm["halo_bytes_sent_per_step_per_rank"] == 2 * 9 * 24 * 8
     assert fem["unknowns"] == 15 * 30 and fem["rows_per_rank"] == [225, 225]
     assert fem["halo_entries_received_per_spmv"] == [15, 15]
-    assert lbm["seconds_per_step"] > 0 and fem["seconds_per_iteration"] > 0
 
 
 @pytest.mark.parametrize("command", [["compare"], ["run", "--dry-run"]])
