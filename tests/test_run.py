@@ -160,3 +160,76 @@ def test_dry_run_counts_the_monitor_points_outputs_force():
     res = runmod.run_case(CASES / "taylor_green.toml", "numpy", progress=False, plots=False, overrides=over)
     assert res.metrics["steps"] == 320 and len(res.series["step"]) == 24
     assert "25 monitor points" in info["estimate_basis"] and "20 snapshots" in info["estimate_basis"]
+
+
+class _FakeClock:
+    """perf_counter for the probe tests: advanced by the fake work, not by the machine."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_ramp_probe_stays_inside_the_smooth_start(monkeypatch):
+    """The smooth-start probe times only smooth-start steps: stepping past its end (steps one launch each at
+    0.04 ms, then graph steps at 0.005 ms) timed 2D-1's smooth start at 0.02 ms on the H200, 40 % short. A
+    fake stepper whose steps cost 4 (ramp) or 1 (after it) time units: the probe returns 4 per step and never
+    steps past the ramp."""
+    from contextlib import contextmanager
+
+    from hpcsolve.lbm import runner as lbm_runner
+
+    clock = _FakeClock()
+    monkeypatch.setattr(lbm_runner._time, "perf_counter", clock)
+    ramp = 6400
+
+    class Stepper:
+        time_step = 0
+
+        def step(self, n):
+            for _ in range(n):
+                clock.now += 4e-5 if self.time_step < ramp else 1e-5
+                self.time_step += 1
+
+    class Backend:
+        def synchronize(self):
+            pass
+
+        @contextmanager
+        def timer(self):
+            class T:
+                seconds = 0.0
+            t, t0 = T(), clock.now
+            yield t
+            t.seconds = clock.now - t0
+
+    st = Stepper()
+    per = lbm_runner._probe_steps(st, Backend(), batch=False, limit=ramp)
+    assert per == pytest.approx(4e-5) and st.time_step <= ramp
+    st = Stepper()       # without the limit, the same probe runs past the ramp and times the cheaper steps
+    assert lbm_runner._probe_steps(st, Backend(), batch=False) < 3e-5 and st.time_step > ramp
+
+
+def test_monitor_probe_lengthens_for_monitor_bound_runs(monkeypatch):
+    """A monitor point's cost is the median of the later half of warm points, timed for 5 % of the run's
+    predicted monitor time (at most 1.5 s): points that cost 7 time units for their first 0.5 s and 4.8 after
+    it (the H200 host's pattern on Cylinder 2D-2) give 4.8 for a run of 4,802 points, and a short run keeps
+    the 0.2 s probe."""
+    from hpcsolve.lbm import runner as lbm_runner
+
+    clock = _FakeClock()
+    monkeypatch.setattr(lbm_runner._time, "perf_counter", clock)
+    calls = []
+
+    def point():
+        calls.append(1)
+        clock.now += 7e-3 if clock.now < 0.5 else 4.8e-3
+
+    assert lbm_runner._median_time(point, points=4802) == pytest.approx(4.8e-3)
+    assert 1.0 < clock.now < 1.6
+    calls.clear()
+    clock.now = 0.0
+    assert lbm_runner._median_time(point, points=20) == pytest.approx(7e-3)      # no more points than the run
+    assert len(calls) == 20

@@ -100,7 +100,7 @@ class LBMFamily:
         stepper = get_stepper(backend, setup if ramp else steady_setup)
         setup_s = _time.perf_counter() - t0
         if ramp:   # one stepper at a time: the probe never holds more state than the run
-            per_ramp_step = _probe_steps(stepper, backend, batch=False)
+            per_ramp_step = _probe_steps(stepper, backend, batch=False, limit=ramp)
             del stepper
             backend.free_pool()
             stepper = get_stepper(backend, steady_setup)
@@ -131,7 +131,9 @@ class LBMFamily:
 
         # (when an interval is short: a long one would make the probe as long as the run)
         short = per_step * case.time.monitor_interval <= 0.05
-        per_monitor = _median_time(monitor_point, before=steps_between if short else None)
+        intervals = (case.time.monitor_interval, derived.output_every, case.time.checkpoint_interval)
+        per_monitor = _median_time(monitor_point, points=_stops(derived.steps, intervals) + 2,
+                                   before=steps_between if short else None)
         setup_s += max(first_monitor - per_monitor, 0.0)
         per_snapshot = 0.0
         if derived.output_every:
@@ -148,8 +150,7 @@ class LBMFamily:
                 steps = max(min(steady["predicted_steps"], derived.steps), ramp)
         # the run stops for a monitor point at every multiple of monitor_interval, of output_every and of the
         # checkpoint interval (+ the initial state and the end)
-        points = _stops(steps, (case.time.monitor_interval, derived.output_every,
-                                case.time.checkpoint_interval)) + 2
+        points = _stops(steps, intervals) + 2
         snapshots = steps // derived.output_every if derived.output_every else 0
         seconds = (setup_s + ramp * per_ramp_step + (steps - ramp) * per_step + points * per_monitor
                    + snapshots * per_snapshot)
@@ -343,27 +344,41 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry, step: int) -> dic
 
 
 PROBE_SECONDS = 0.3   # how long the run-time probe steps (after a warm-up)
-MONITOR_PROBE_SECONDS = 0.2   # ... and how long it times warm monitor points (at least 5, at most 25)
+# A monitor point is host work on the fields. Its warm cost is timed for MONITOR_PROBE_SECONDS, and longer
+# (MONITOR_PROBE_SHARE of the run's predicted monitor time, at most MONITOR_PROBE_MAX_SECONDS) when the run
+# is monitor-bound: on the H200 machine's host the first fraction of a second of points took 7.2-7.5 ms each
+# where the 25 s run of Cylinder 2D-2 averaged 4.8 ms (a busy host CPU runs faster than one just woken).
+MONITOR_PROBE_SECONDS = 0.2
+MONITOR_PROBE_SHARE = 0.05
+MONITOR_PROBE_MAX_SECONDS = 1.5
 
 
-def _median_time(fn, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5, most: int = 25, before=None) -> float:
-    """Median seconds of warm calls of ``fn`` (host work, one synchronization each): timed one by one until
-    ``seconds`` of them have passed, each after an untimed ``before()``. The first calls after the warm one
-    can still cost more (Cylinder 2D-2 on the development CPU: 12.6, 12.5, then 10.4-11.1 ms)."""
+def _median_time(fn, points: int = 1, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5,
+                 before=None) -> float:
+    """Median seconds of warm calls of ``fn`` (host work, one synchronization each), each after an untimed
+    ``before()``. Timed one by one for ``seconds``, or for ``MONITOR_PROBE_SHARE`` of the ``points`` calls
+    the run makes (at most ``MONITOR_PROBE_MAX_SECONDS``); the median of the later half of the calls, since
+    the first ones cost more (Cylinder 2D-2 on the development CPU: 12.6, 12.5, then 10.4-11.1 ms)."""
     times: list[float] = []
-    while len(times) < most and (len(times) < least or sum(times) < seconds):
+    while True:
+        if len(times) >= least:
+            goal = min(max(seconds, MONITOR_PROBE_SHARE * points * float(np.median(times))),
+                       MONITOR_PROBE_MAX_SECONDS)
+            if sum(times) >= goal or len(times) >= max(points, least):
+                break
         if before is not None:
             before()
         t0 = _time.perf_counter()
         fn()
         times.append(_time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(times[len(times) // 2:]))
 
 
-def _probe_steps(stepper, backend, batch: bool) -> float:
+def _probe_steps(stepper, backend, batch: bool, limit: int | None = None) -> float:
     """Seconds per step of ``stepper``: a warm-up, then chunks (doubling) until PROBE_SECONDS have
     passed, the time per step of the last chunk; ``batch=False`` steps one call at a time, as the smooth
-    start does."""
+    start does; ``limit``: at most this many steps in all (the smooth start's, which cost more than the
+    steps after it: a probe running past its end timed 2D-1's smooth start 40 % short)."""
     def advance(n):
         if batch:
             stepper.step(n)
@@ -371,10 +386,13 @@ def _probe_steps(stepper, backend, batch: bool) -> float:
             for _ in range(n):
                 stepper.step(1)
 
-    advance(2)
+    limit = 10**9 if limit is None else max(int(limit), 1)
+    warm = min(2, limit)
+    advance(warm)
     backend.synchronize()
-    done, seconds, chunk, last = 0, 0.0, 2, 0.0
-    while seconds < PROBE_SECONDS and done < 100_000:
+    done, seconds, chunk, last = warm, 0.0, 2, 0.0
+    while seconds < PROBE_SECONDS and done < 100_000 and (last == 0.0 or done + chunk <= limit):
+        chunk = min(chunk, max(limit - done, 1))
         with backend.timer() as t:
             advance(chunk)
         done, seconds, last, chunk = done + chunk, seconds + t.seconds, t.seconds / chunk, chunk * 2
