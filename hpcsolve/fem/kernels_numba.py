@@ -32,8 +32,20 @@ from hpcsolve.backends import cuda_simulator_enabled
 from hpcsolve.fem import lowops
 
 THREADS = 256          # the shared-memory size of the block reduction (power of two)
+#: every kernel is compiled for THREADS-thread blocks, 2048 // THREADS of them resident per SM (at most 32
+#: registers a thread), the occupancy the grid size assumes (SMs x 2048 / THREADS blocks). Without the bound,
+#: ptxas gave the CG kernels 36-40 registers and the DIA smoothers 48-64, so 4-6 blocks fit per SM and the
+#: grid ran in partly filled extra waves (the CuPy kernels compile to <= 32 registers).
+LAUNCH_BOUNDS = (THREADS, 2048 // THREADS)
 cuda = None            # numba.cuda, imported lazily by _core(); a module global so that the CUDA
                        # simulator can substitute its own module inside the kernels
+
+
+def _kernel_decorator():
+    """``cuda.jit`` with LAUNCH_BOUNDS (the CUDA simulator takes no launch bounds)."""
+    if cuda_simulator_enabled():
+        return cuda.jit
+    return functools.partial(cuda.jit, launch_bounds=LAUNCH_BOUNDS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,6 +54,7 @@ def _core():
     from numba import cuda as numba_cuda, float64
 
     cuda = numba_cuda
+    kernel = _kernel_decorator()
 
     @cuda.jit(device=True, inline=True)
     def block_add2(a, b, ws, ia, ib):
@@ -97,7 +110,7 @@ def _core():
         d = ws[iden]
         return c * ws[inum] / d if d != 0.0 else 0.0
 
-    @cuda.jit
+    @kernel
     def block_start(ws, i_rho, i_pq, i_rr, K):
         j = cuda.threadIdx.x
         while j < K:
@@ -106,20 +119,20 @@ def _core():
             ws[i_rr + 1 + j] = 0.0
             j += cuda.blockDim.x
 
-    @cuda.jit
+    @kernel
     def block_end(ws, i_rho, i_rr, k):
         if cuda.threadIdx.x == 0:
             ws[i_rho] = ws[i_rho + k]
             ws[i_rr] = ws[i_rr + k]
 
-    @cuda.jit
+    @kernel
     def fill_zero(a, start, count):
         i = cuda.grid(1)
         while i < count:
             a[start + i] = 0
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @kernel
     def check_matrix(n, indptr, indices, vals, dinv, ws, base):
         # validation of a CSR matrix (rows sorted, no duplicates), one row per thread; slots as in
         # kernels_cupy's check_matrix (hpcsolve.fem.lowops.CHECK_*)
@@ -178,8 +191,9 @@ def _core():
 def _typed(T):
     """Kernels in working precision T (np.float32 or np.float64)."""
     _, block_add2, coef = _core()[:3]
+    kernel = _kernel_decorator()
 
-    @cuda.jit
+    @kernel
     def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
         # q = A p, ws[i_pq] += p.q. bytes: nnz (s + 4) + (n+1) 4 + 2 n s
         acc = T(0)
@@ -194,7 +208,7 @@ def _typed(T):
         if i_pq >= 0:
             block_add2(float(acc), 0.0, ws, i_pq, -1)
 
-    @cuda.jit
+    @kernel
     def dot(n, x, y, ws, j):
         acc = T(0)
         i = cuda.grid(1)
@@ -203,7 +217,7 @@ def _typed(T):
             i += cuda.gridsize(1)
         block_add2(float(acc), 0.0, ws, j, -1)
 
-    @cuda.jit
+    @kernel
     def precondition(n, dinv, r, z, ws, i_rz):
         acc = T(0)
         i = cuda.grid(1)
@@ -214,7 +228,7 @@ def _typed(T):
             i += cuda.gridsize(1)
         block_add2(float(acc), 0.0, ws, i_rz, -1)
 
-    @cuda.jit
+    @kernel
     def precondition_init(n, r, p, dinv, has_dinv, ws, i_rz, i_rr):
         acc_rr = T(0)
         acc_rz = T(0)
@@ -228,7 +242,7 @@ def _typed(T):
             i += cuda.gridsize(1)
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
-    @cuda.jit
+    @kernel
     def update_r(n, r, q, dinv, has_dinv, ws, i_rho, i_pq, i_rz, i_rr):
         # fused CG: r -= alpha q (alpha = rho/pq from device memory); r.r [, r.dinv.r]. bytes 3 n s
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
@@ -244,7 +258,7 @@ def _typed(T):
             i += cuda.gridsize(1)
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
-    @cuda.jit
+    @kernel
     def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, bnum, bden, bc):
         # fused CG: x += alpha p; p = [dinv] r + beta p, beta the coefficient (bnum, bden, bc). bytes 5 n s
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
@@ -257,7 +271,7 @@ def _typed(T):
             p[i] = zi + beta * pi
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @kernel
     def fold(n, x64, y):
         i = cuda.grid(1)
         while i < n:
@@ -276,7 +290,7 @@ def _typed(T):
             s = rowscale[i] * s
         return s
 
-    @cuda.jit
+    @kernel
     def csr_apply(rows, indptr, indices, vals, rowscale, has_rs, x, b, has_b, y, a, c):
         # y = a (M x) + c b (has_b False: y = a M x); b may be y itself (row i reads b[i] before writing y[i])
         ta = T(a)
@@ -290,7 +304,7 @@ def _typed(T):
                 y[i] = ta * s
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @kernel
     def mg_smooth(n, indptr, indices, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r, first):
         # first: d = c_r dinv b; x_out = d.  else: d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d
         cd = T(c_d)
@@ -318,8 +332,9 @@ def _typed(T):
 def _pair(TA, TO):
     """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA)."""
     _, block_add2, coef = _core()[:3]
+    kernel = _kernel_decorator()
 
-    @cuda.jit
+    @kernel
     def residual(n, indptr, indices, vals, x, b, r, dinv, has_dinv, ws, i_rz, i_rr):
         acc_rr = TA(0)
         acc_rz = TA(0)
@@ -336,7 +351,7 @@ def _pair(TA, TO):
             i += cuda.gridsize(1)
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
-    @cuda.jit
+    @kernel
     def replace_residual(n, indptr, indices, vals, x, b, r, p, dinv, has_dinv, ws, i_rz, i_rr):
         # reliable update (TA = float64): r_true = b - A x; p += [dinv] (r_true - r_old); r = r_true
         acc_rr = TA(0)
@@ -358,7 +373,7 @@ def _pair(TA, TO):
             i += cuda.gridsize(1)
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
-    @cuda.jit
+    @kernel
     def axpy(n, x, y, ws, inum, iden, c):
         a = TO(coef(ws, inum, iden, c))
         i = cuda.grid(1)
@@ -366,7 +381,7 @@ def _pair(TA, TO):
             y[i] += a * TO(x[i])
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @kernel
     def cast_copy(n, src, dst, scale):
         # dst = scale * src, computed in the wider type
         i = cuda.grid(1)
@@ -378,7 +393,7 @@ def _pair(TA, TO):
 
 
 _DIA_SOURCE = """
-@cuda.jit
+@kernel
 def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
     ta = T(a)
     tc = T(c)
@@ -392,7 +407,7 @@ def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
             y[i] = ta * s
         i += cuda.gridsize(1)
 
-@cuda.jit
+@kernel
 def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
     cd = T(c_d)
     cr = T(c_r)
@@ -418,7 +433,8 @@ def _dia_unrolled(T, ndiag: int):
     terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < n:\n"
                       f"            s += T(vals[{k} * n + i]) * x[j]" for k in range(ndiag))
     row = f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s"   # s = (M x)_i
-    scope = {"cuda": cuda, "T": T}      # the kernels' module globals (the simulator swaps ``cuda`` there)
+    scope = {"cuda": cuda, "T": T, "kernel": _kernel_decorator()}   # the kernels' module globals (the simulator
+    #                                                                  swaps ``cuda`` there)
     exec(compile(_DIA_SOURCE.format(loads=loads, row=row), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
          scope)
     return scope["dia_apply"], scope["dia_smooth"]
