@@ -72,6 +72,14 @@ def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
     return cells, np.ascontiguousarray(uw)
 
 
+def device_macroscopic(cp, m, solid):
+    """``host_macroscopic`` on the device: (rho, ux, uy) float64 CuPy arrays from the moments ``m`` (3, ny, nx)
+    and the device mask ``solid`` (flags != FLUID), without a host synchronization. A monitor point reduces
+    them there (kinetic energy, peak speed) and copies scalars back, not the fields."""
+    rho = cp.where(solid, 1.0, 1.0 + m[0].astype(cp.float64))
+    return rho, m[1].astype(cp.float64), m[2].astype(cp.float64)
+
+
 def host_macroscopic(m: np.ndarray, flags: np.ndarray):
     """(rho, ux, uy) as float64 host arrays from the device moments (drho, ux, uy) of one (3, ny, nx)
     array; non-fluid cells get rho = 1."""

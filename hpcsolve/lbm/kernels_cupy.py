@@ -57,8 +57,8 @@ import numpy as np
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
 from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
-                                     bytes_per_cell, cupy_stream_capture, device_flags, host_macroscopic,
-                                     step_kernel_shape, velocity_table)
+                                     bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -723,6 +723,11 @@ class CupyStepper(GraphedSteps, Stepper):
 
     def macroscopic(self):
         return host_macroscopic(self.macroscopic_device().get(), self.setup.flags)
+
+    def fields_on_device(self):
+        if getattr(self, "_solid_device", None) is None:
+            self._solid_device = self.cp.asarray(self.setup.flags != FLUID)
+        return device_macroscopic(self.cp, self.macroscopic_device(), self._solid_device)
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cp = self.cp

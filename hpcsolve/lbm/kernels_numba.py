@@ -34,8 +34,8 @@ from hpcsolve import backends
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
 from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
-                                     bytes_per_cell, cupy_stream_capture, device_flags, host_macroscopic,
-                                     step_kernel_shape, velocity_table)
+                                     bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
+                                     host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -736,6 +736,18 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
     def macroscopic(self):
         m = self.macroscopic_device().copy_to_host(stream=self.stream).reshape(3, self.ny, self.nx)
         return host_macroscopic(m, self.setup.flags)
+
+    def fields_on_device(self):
+        cupy_stream = getattr(self.graphs, "cupy_stream", None)     # launches on a CuPy stream: CuPy imports
+        if cupy_stream is None:
+            return None
+        import cupy
+
+        if getattr(self, "_solid_device", None) is None:
+            self._solid_device = cupy.asarray(self.setup.flags != FLUID)
+        m = self.macroscopic_device()
+        self.stream.synchronize()          # CuPy's work below goes on its own current stream
+        return device_macroscopic(cupy, cupy.asarray(m).reshape(3, self.ny, self.nx), self._solid_device)
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cuda = self.cuda

@@ -13,6 +13,8 @@ from importlib import resources
 
 import numpy as np
 
+from hpcsolve.backends import get_array_module
+
 # ------------------------------------------------------------------------------------------------
 # fields
 
@@ -101,7 +103,16 @@ def speed(ux, uy):
 
 
 def kinetic_energy(rho, ux, uy, fluid) -> float:
-    return float(0.5 * np.sum((rho * (ux * ux + uy * uy))[fluid]))
+    """0.5 sum over fluid cells of rho |u|^2. NumPy or CuPy arrays (``fluid`` on the same side); on the device
+    only the sum comes back."""
+    xp = get_array_module(rho)
+    return float(0.5 * xp.sum(xp.where(fluid, rho * (ux * ux + uy * uy), 0.0)))
+
+
+def peak_speed(ux, uy, fluid) -> float:
+    """max |u| over fluid cells (NaN if any is NaN). NumPy or CuPy arrays, as ``kinetic_energy``."""
+    xp = get_array_module(ux)
+    return float(xp.max(xp.where(fluid, xp.hypot(ux, uy), 0.0)))
 
 
 def relative_change(u_new: np.ndarray, u_old: np.ndarray) -> float:

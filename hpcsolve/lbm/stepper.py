@@ -184,6 +184,11 @@ class Stepper(abc.ABC):
         compute-dtype physics (moments of h = g / scale). Non-fluid cells read rho = 1, u = 0."""
         return macroscopic_from_populations(self.populations(), self.setup)
 
+    def fields_on_device(self):
+        """(rho, ux, uy) as ``macroscopic`` gives them, as CuPy arrays on the device, or None where the backend
+        has none (NumPy; Numba-CUDA without CuPy): the run's monitor points then reduce on the host."""
+        return None
+
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         """Force (Fx, Fy) on the non-fluid cells in ``mask`` by momentum exchange, lattice units."""
         return momentum_exchange_force(self.populations(), self.setup, mask)

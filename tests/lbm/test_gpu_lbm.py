@@ -188,6 +188,54 @@ def test_gpu_in_place_case_run_matches_two_buffers(backend):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
+    """Monitor points reduce on the device (kinetic energy, peak speed, the steady check's velocity) and copy
+    scalars back: the series, the steady stop and the fields equal those of the same run reducing host copies
+    (host copies at every point, as before), to float64 summation order. The device path must be taken."""
+    from pathlib import Path
+
+    from hpcsolve.lbm import runner as lbm_runner
+    from hpcsolve.run import run_case
+
+    case = Path(__file__).resolve().parents[2] / "cases" / "cylinder_2d1.toml"
+    over = ["lattice.resolution=10", "time.end_time=12", "time.monitor_interval=25", "boundaries.ramp_time=0.5",
+            "steady.interval=200", "steady.tolerance=2e-2"]
+    _stepper_or_skip(backend, channel(policy=FP64))
+    used = []
+    real = lbm_runner._point_fields
+
+    def spy(stepper):
+        out = real(stepper)
+        used.append(type(out[0]).__module__.split(".")[0])
+        return out
+
+    monkeypatch.setattr(lbm_runner, "_point_fields", spy)
+    dev = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
+    assert set(used) == {"cupy"}
+
+    def host_only(stepper):
+        out = stepper.macroscopic()
+        used.append(type(out[0]).__module__.split(".")[0])
+        return out
+
+    monkeypatch.setattr(lbm_runner, "_point_fields", host_only)
+    used.clear()
+    host = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
+    assert set(used) == {"numpy"}
+    assert dev.status == host.status and dev.metrics["steps"] == host.metrics["steps"]
+    for key in ("kinetic_energy", "max_speed", "steady_change", "drag_coefficient", "lift_coefficient"):
+        a, b = dev.series[key], host.series[key]
+        fin = np.isfinite(b)
+        print(f"\n{backend} {key}: max relative difference "
+              f"{np.max(np.abs(a[fin] - b[fin]) / np.maximum(np.abs(b[fin]), 1e-300)):.2e}")
+        assert np.array_equal(np.isfinite(a), fin)
+        assert np.allclose(a[fin], b[fin], rtol=1e-12, atol=0.0)
+    for name in ("velocity", "pressure", "vorticity"):
+        assert np.array_equal(dev.fields[name], host.fields[name])
+
+
+@pytest.mark.gpu
 def test_fp64_tight_agreement_on_larger_grid():
     """The ~1e-12 claim on a grid of many warps and rows (block edges, wrap across blocks)."""
     setup = GEOMETRIES["channel"](nx=300, ny=70, collision="bgk", policy=FP64)
