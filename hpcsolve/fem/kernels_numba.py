@@ -41,6 +41,16 @@ cuda = None            # numba.cuda, imported lazily by _core(); a module global
                        # simulator can substitute its own module inside the kernels
 
 
+def _index_type():
+    """The row-index type of the hot kernels: numba's uint64 on a GPU (no negative-index wraparound on loads;
+    offsets and indices taken modulo 2^64, bounded by one unsigned compare), Python int under the simulator."""
+    if cuda_simulator_enabled():
+        return int
+    from numba import uint64
+
+    return uint64
+
+
 def _kernel_decorator():
     """``cuda.jit`` with LAUNCH_BOUNDS (the CUDA simulator takes no launch bounds)."""
     if cuda_simulator_enabled():
@@ -189,32 +199,42 @@ def _core():
 
 @functools.lru_cache(maxsize=None)
 def _typed(T):
-    """Kernels in working precision T (np.float32 or np.float64)."""
+    """Kernels in working precision T (np.float32 or np.float64). The CG iteration's kernels index with I
+    (uint64 on a GPU: no negative-index wraparound on their loads; see ``_dia_unrolled``)."""
     _, block_add2, coef = _core()[:3]
     kernel = _kernel_decorator()
+    I = _index_type()
 
     @kernel
     def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
         # q = A p, ws[i_pq] += p.q. bytes: nnz (s + 4) + (n+1) 4 + 2 n s
         acc = T(0)
-        i = cuda.grid(1)
-        while i < n:
+        nn = I(n)
+        one = I(1)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
             s = T(0)
-            for k in range(indptr[i], indptr[i + 1]):
-                s += vals[k] * p[indices[k]]
+            k = I(indptr[i])
+            end = I(indptr[i + one])
+            while k < end:
+                s += vals[k] * p[I(indices[k])]
+                k += one
             q[i] = s
             acc += p[i] * s
-            i += cuda.gridsize(1)
+            i += step
         if i_pq >= 0:
             block_add2(float(acc), 0.0, ws, i_pq, -1)
 
     @kernel
     def dot(n, x, y, ws, j):
         acc = T(0)
-        i = cuda.grid(1)
-        while i < n:
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
             acc += x[i] * y[i]
-            i += cuda.gridsize(1)
+            i += step
         block_add2(float(acc), 0.0, ws, j, -1)
 
     @kernel
@@ -248,14 +268,16 @@ def _typed(T):
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
         acc_rr = T(0)
         acc_rz = T(0)
-        i = cuda.grid(1)
-        while i < n:
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
             ri = r[i] - alpha * q[i]
             r[i] = ri
             acc_rr += ri * ri
             if has_dinv:
                 acc_rz += ri * ri * dinv[i]
-            i += cuda.gridsize(1)
+            i += step
         block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
 
     @kernel
@@ -263,13 +285,15 @@ def _typed(T):
         # fused CG: x += alpha p; p = [dinv] r + beta p, beta the coefficient (bnum, bden, bc). bytes 5 n s
         alpha = T(coef(ws, i_rho, i_pq, 1.0))
         beta = T(coef(ws, bnum, bden, bc))
-        i = cuda.grid(1)
-        while i < n:
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
             pi = p[i]
             x[i] += alpha * pi
             zi = dinv[i] * r[i] if has_dinv else r[i]
             p[i] = zi + beta * pi
-            i += cuda.gridsize(1)
+            i += step
 
     @kernel
     def fold(n, x64, y):
@@ -397,44 +421,62 @@ _DIA_SOURCE = """
 def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
     ta = T(a)
     tc = T(c)
+    nn = I(n)
 {loads}
-    i = cuda.grid(1)
-    while i < n:
+    i = I(cuda.grid(1))
+    step = I(cuda.gridsize(1))
+    while i < nn:
 {row}
         if has_b:
             y[i] = ta * s + tc * b[i]
         else:
             y[i] = ta * s
-        i += cuda.gridsize(1)
+        i += step
 
 @kernel
 def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
     cd = T(c_d)
     cr = T(c_r)
+    nn = I(n)
 {loads}
-    i = cuda.grid(1)
-    while i < n:
+    i = I(cuda.grid(1))
+    step = I(cuda.gridsize(1))
+    while i < nn:
 {row}
         di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
         d[i] = di
         x_out[i] = x[i] + di
-        i += cuda.gridsize(1)
+        i += step
 
 """
 
 
 @functools.lru_cache(maxsize=None)
-def _dia_unrolled(T, ndiag: int):
+def _dia_unrolled(T, ndiag: int, unsigned: bool | None = None):
     """(dia_apply, dia_smooth) in working precision T for levels with ``ndiag`` diagonals: the loop over the
     diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's
-    loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS."""
+    loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS.
+
+    ``unsigned`` (default: on a GPU, not under the simulator): row and column indices in uint64, the offsets
+    taken modulo 2^64, so that one unsigned compare ``j < n`` bounds a column on both sides and numba emits no
+    negative-index wraparound on any load (with signed indices it does, on every one); measured on the H200."""
     _core()
-    loads = "\n".join(f"    o{k} = offsets[{k}]" for k in range(ndiag))
-    terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < n:\n"
-                      f"            s += T(vals[{k} * n + i]) * x[j]" for k in range(ndiag))
+    if unsigned is None:
+        unsigned = not cuda_simulator_enabled()
+    if unsigned:
+        from numba import uint64 as index_type
+
+        loads = "\n".join(f"    o{k} = I(offsets[{k}])" for k in range(ndiag))
+        terms = "\n".join(f"        j = i + o{k}\n        if j < nn:\n"
+                          f"            s += T(vals[I({k}) * nn + i]) * x[j]" for k in range(ndiag))
+    else:
+        index_type = int
+        loads = "\n".join(f"    o{k} = offsets[{k}]" for k in range(ndiag))
+        terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < nn:\n"
+                          f"            s += T(vals[{k} * nn + i]) * x[j]" for k in range(ndiag))
     row = f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s"   # s = (M x)_i
-    scope = {"cuda": cuda, "T": T, "kernel": _kernel_decorator()}   # the kernels' module globals (the simulator
-    #                                                                  swaps ``cuda`` there)
+    # the kernels' module globals (the simulator swaps ``cuda`` there)
+    scope = {"cuda": cuda, "T": T, "I": index_type, "kernel": _kernel_decorator()}
     exec(compile(_DIA_SOURCE.format(loads=loads, row=row), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
          scope)
     return scope["dia_apply"], scope["dia_smooth"]
