@@ -230,7 +230,11 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
         print(f"\n{backend} {key}: max relative difference "
               f"{np.max(np.abs(a[fin] - b[fin]) / np.maximum(np.abs(b[fin]), 1e-300)):.2e}")
         assert np.array_equal(np.isfinite(a), fin)
-        assert np.allclose(a[fin], b[fin], rtol=1e-12, atol=1e-12 * np.max(np.abs(b[fin])))   # drag at rest: +-9e-15
+        # the force coefficients: Numba-CUDA's force sums with float64 atomics, in an order that changes from run
+        # to run (on the H200: the drag at rest +-8.9e-15, the lift 1.11e-14 against 8.88e-15), so an absolute
+        # 1e-12 on coefficients of order 0.01-5; the other series relative 1e-12
+        atol = 1e-12 if key.endswith("coefficient") else 0.0
+        assert np.allclose(a[fin], b[fin], rtol=1e-12, atol=atol)
     for name in ("velocity", "pressure", "vorticity"):
         assert np.array_equal(dev.fields[name], host.fields[name])
 
