@@ -25,6 +25,7 @@ class Precision:
     population_scale: float = 1.0  # LBM: stored value = (f_i - w_i) * scale (fp16s uses range well)
     refinement: bool = False   # FEM: low-precision inner work, float64 residual and solution
     description: str = ""
+    codec: str | None = None   # LBM: a custom 16-bit format of the stored values ("fp16c": hpcsolve/fp16c.py)
 
     @property
     def storage_bytes(self) -> int:
@@ -43,15 +44,35 @@ class Precision:
         ct = np.dtype(self.compute)
         if self.scaled:
             h = h * ct.type(self.population_scale)
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            return fp16c.encode(h.astype(ct) if hasattr(h, "astype") else ct.type(h))
         return h.astype(self.storage)
 
     def decode(self, g):
         """Shifted populations h = g / scale in the compute dtype, from the stored state g."""
         ct = np.dtype(self.compute)
-        h = g.astype(ct)
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            h = fp16c.decode(g).astype(ct)
+        else:
+            h = g.astype(ct)
         if self.scaled:
             h = h * ct.type(1.0 / self.population_scale)
         return h
+
+    def all_finite(self, g) -> bool:
+        """True if every stored value ``g`` (NumPy or CuPy array) is finite: the blow-up check."""
+        from hpcsolve.backends import get_array_module
+
+        xp = get_array_module(g)
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            return not bool(fp16c.is_nan(g).any())
+        return bool(xp.isfinite(g).all())
 
     # ---- FEM
     @property
@@ -81,11 +102,15 @@ FP32 = Precision("fp32", np.dtype(np.float32), np.dtype(np.float32), frozenset({
 FP16S = Precision("fp16s", np.dtype(np.float16), np.dtype(np.float32), frozenset({"lbm"}),
                   population_scale=256.0,
                   description="float16 storage of shifted, scaled populations; float32 arithmetic")
+# FP16C (hpcsolve/fp16c.py): 1 sign, 4 exponent, 11 mantissa bits, normal from 6.1e-5 to 2, no scale needed:
+# the shifted populations already lie in that range; one mantissa bit more than float16
+FP16C = Precision("fp16c", np.dtype(np.uint16), np.dtype(np.float32), frozenset({"lbm"}), codec="fp16c",
+                  description="FP16C storage of shifted populations (1+4+11 bits); float32 arithmetic")
 MIXED = Precision("mixed", np.dtype(np.float32), np.dtype(np.float32), frozenset({"fem"}),
                   refinement=True,
                   description="float32 inner solve, float64 solution and true residual")
 
-POLICIES: dict[str, Precision] = {p.name: p for p in (FP64, FP32, FP16S, MIXED)}
+POLICIES: dict[str, Precision] = {p.name: p for p in (FP64, FP32, FP16S, FP16C, MIXED)}
 
 
 def get_precision(name: "str | Precision", family: str | None = None, field: str = "run.precision") -> Precision:

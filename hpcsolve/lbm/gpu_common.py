@@ -26,8 +26,9 @@ BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 
 
 def pair_kernel_applies(policy, nx: int) -> bool:
-    """The two-cells-per-thread __half2 kernel serves 16-bit storage on grids with an even nx."""
-    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
+    """The two-cells-per-thread __half2 kernel serves float16 storage (fp16s, not FP16C) on grids with an
+    even nx."""
+    return np.dtype(policy.storage) == np.float16 and nx % 2 == 0
 
 
 def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):

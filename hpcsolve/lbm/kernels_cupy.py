@@ -742,7 +742,7 @@ class CupyStepper(GraphedSteps, Stepper):
         return float(f[0]), float(f[1])
 
     def finite(self) -> bool:
-        return bool(self.cp.isfinite(self.a).all())
+        return self.policy.all_finite(self.a)
 
     def perturb(self, amplitude: float = 1e-3, seed: int = 0) -> None:
         """Add amplitude * w_i * U(-1, 1) to every fluid population (benchmarks: never time on zeros)."""

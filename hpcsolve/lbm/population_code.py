@@ -12,6 +12,9 @@ for it, each with one constructor:
 - :func:`numba_code` (the Python kernels of ``kernels_numba`` and ``bouzidi``): the names ``CT``,
   ``SCALE``, ``INV_SCALE``, bound in the kernel's namespace by :meth:`NumbaPopulationCode.namespace`.
 
+FP16C storage (``policy.codec``, hpcsolve/fp16c.py) widens and narrows through that module's device functions
+(CUDA C ``fp16c_decode`` / ``fp16c_encode``, Numba ``FP16C_DECODE`` / ``FP16C_ENCODE``).
+
 The emitters pass an expression of a stored value (``A[k]``, ``load_at(A, k)``) or of a compute value
 and splice the result into their templates; none of them tests the policy's scale itself.
 """
@@ -55,12 +58,19 @@ class CudaPopulationCode(PopulationCode):
     store_t: str = "double"  # C type of the storage dtype
     suffix: str = ""         # literal suffix of the compute dtype ('f' for float)
 
+    codec: str | None = None  # a custom 16-bit format ("fp16c"): its device functions go in the header
+
     @property
     def header(self) -> str:
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            return fp16c.CUDA_SOURCE
         return "#include <cuda_fp16.h>\n" if self.store_t == "__half" else ""
 
 
-_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half"}
+_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half",
+            np.dtype(np.uint16): "unsigned short"}
 
 
 def cuda_code(policy) -> CudaPopulationCode:
@@ -69,33 +79,45 @@ def cuda_code(policy) -> CudaPopulationCode:
     storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
     real_t, store_t = _C_TYPES[compute], _C_TYPES[storage]
     suffix = "f" if compute == np.float32 else ""
-    if store_t == "__half":
+    if policy.codec == "fp16c":
+        widen, narrow = "fp16c_decode({})", "fp16c_encode({})"
+    elif store_t == "__half":
         widen, narrow = "__half2float({})", "__float2half_rn({})"
     else:
         widen, narrow = f"({real_t}){{}}", f"({store_t})({{}})"
     scale, inverse = _factors(policy)
     return CudaPopulationCode(widen, narrow, scale and repr(scale) + suffix, inverse and repr(inverse) + suffix,
-                              real_t=real_t, store_t=store_t, suffix=suffix)
+                              real_t=real_t, store_t=store_t, suffix=suffix, codec=policy.codec)
 
 
 @dataclass(frozen=True)
 class NumbaPopulationCode(PopulationCode):
     compute: np.dtype = np.dtype(np.float64)
     population_scale: float = 1.0
+    codec: str | None = None
 
     def namespace(self) -> dict:
-        """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``)."""
+        """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``; with the
+        FP16C codec ``FP16C_DECODE`` / ``FP16C_ENCODE``, the device functions of hpcsolve/fp16c.py)."""
         ct = self.compute.type
-        return {"CT": ct, "SCALE": ct(self.population_scale), "INV_SCALE": ct(1.0 / self.population_scale)}
+        ns = {"CT": ct, "SCALE": ct(self.population_scale), "INV_SCALE": ct(1.0 / self.population_scale)}
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            ns["FP16C_DECODE"], ns["FP16C_ENCODE"] = fp16c.numba_functions()
+        return ns
 
 
 def numba_code(policy) -> NumbaPopulationCode:
     """Numba: loads of a narrower storage dtype widened by ``CT(...)``; stores convert by themselves."""
     storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
-    widen = "{}" if storage == compute else "CT({})"
+    if policy.codec == "fp16c":
+        widen, narrow = "FP16C_DECODE({})", "FP16C_ENCODE({})"
+    else:
+        widen, narrow = ("{}" if storage == compute else "CT({})"), "{}"
     scale, inverse = _factors(policy)
-    return NumbaPopulationCode(widen, "{}", scale and "SCALE", inverse and "INV_SCALE",
-                               compute=compute, population_scale=float(policy.population_scale))
+    return NumbaPopulationCode(widen, narrow, scale and "SCALE", inverse and "INV_SCALE",
+                               compute=compute, population_scale=float(policy.population_scale), codec=policy.codec)
 
 
 def _factors(policy) -> tuple[float | None, float | None]:

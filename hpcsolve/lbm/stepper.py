@@ -195,7 +195,7 @@ class Stepper(abc.ABC):
 
     def finite(self) -> bool:
         """True if every stored population is finite (the blow-up check)."""
-        return bool(np.isfinite(self.populations()).all())
+        return self.policy.all_finite(self.populations())
 
 
 def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):

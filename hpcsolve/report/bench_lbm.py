@@ -35,7 +35,7 @@ from hpcsolve.report.bandwidth import copy_bandwidth
 
 DEFAULT_SIZES = (4096, 8192)
 QUICK_SIZES = (512,)
-DEFAULT_PRECISIONS = ("fp64", "fp32", "fp16s")
+DEFAULT_PRECISIONS = ("fp64", "fp32", "fp16s", "fp16c")
 GPU_BACKENDS = ("cupy", "numba-cuda")
 CPU_SIZE = 256
 CHECK_SIZE = 64
@@ -78,7 +78,7 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
 def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS,
                             in_place: bool = False) -> dict:
     """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
-    (same precision; fp16s against fp64 NumPy). Relative L2 differences."""
+    (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences."""
     from hpcsolve.lbm.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
@@ -98,7 +98,7 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
 
 
 def _bound(precision: str) -> float:
-    return {"fp64": 1e-10, "fp32": 1e-4, "fp16s": 5e-2}[precision]
+    return {"fp64": 1e-10, "fp32": 1e-4, "fp16s": 5e-2, "fp16c": 5e-2}[precision]
 
 
 def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,

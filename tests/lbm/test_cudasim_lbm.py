@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force
-from hpcsolve.precision import FP16S, FP32, FP64
+from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
 from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cudasim
 
 STEPS = 3
 # relative L2 bound of the shifted populations vs the reference of the same precision
-BOUND = {"fp64": 1e-14, "fp32": 1e-6, "fp16s": 1e-3}
+BOUND = {"fp64": 1e-14, "fp32": 1e-6, "fp16s": 1e-3, "fp16c": 1e-3}
 
 
 def _reference_and_numba(setup, steps=STEPS):
@@ -31,7 +31,7 @@ def _reference_and_numba(setup, steps=STEPS):
     return ref, dev
 
 
-@pytest.mark.parametrize("precision", [FP64, FP32, FP16S], ids=lambda p: p.name)
+@pytest.mark.parametrize("precision", [FP64, FP32, FP16S, FP16C], ids=lambda p: p.name)
 @pytest.mark.parametrize("collision", ["bgk", "trt"])
 @pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
 def test_numba_kernel_matches_reference(geometry, collision, precision):
