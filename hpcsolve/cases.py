@@ -84,7 +84,7 @@ def _tuple_fields_of(model: type[BaseModel]) -> frozenset[str]:
 
 class RunSection(StrictModel):
     backend: str = Field("auto", description="auto, numpy, cupy or numba-cuda")
-    precision: str = Field("fp64", description="fp64, fp32, fp16s (LBM) or mixed (FEM)")
+    precision: str = Field("fp64", description="fp64, fp32, fp16s or fp16c (LBM) or mixed (FEM)")
 
     @field_validator("backend")
     @classmethod
