@@ -494,7 +494,7 @@ def lbm_perturb(A, flags, weights, N, amplitude, seed):
 def lbm_nonfinite(A, n, out):
     k = cuda.grid(1)
     if k < n:
-        v = float64(load_pop(A, k))
+        v = float64({"load_pop(A, k)" if code.codec else "A[k]"})
         if not (v - v == 0.0):
             out[0] = 1
 '''
