@@ -152,7 +152,7 @@ def test_cli_info_and_usage_errors(capsys):
     assert cli.main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["backends"]["numpy"]["available"] is True
-    assert set(data["precisions"]) == {"fp64", "fp32", "fp16s", "mixed"}
+    assert set(data["precisions"]) == {"fp64", "fp32", "fp16s", "fp16c", "mixed"}
     with pytest.raises(SystemExit) as exc:
         cli.main(["run", "--precision", "fp128"])
     assert exc.value.code == 2

@@ -51,7 +51,7 @@ def _same(a, b):
             assert np.array_equal(sa.fields[k], sb.fields[k]), (sa.step, k)
 
 
-@pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16s"])
+@pytest.mark.parametrize("precision", ["fp64", "fp32", "fp16s", "fp16c"])
 def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, precision):
     case = load_case(CAVITY, SMALL)
     policy = get_precision(precision)

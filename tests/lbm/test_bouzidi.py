@@ -221,7 +221,7 @@ def test_backend_without_prepass_refused(monkeypatch):
 
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("name", ["fp64", "fp32", "fp16s"])
+@pytest.mark.parametrize("name", ["fp64", "fp32", "fp16s", "fp16c"])
 def test_numba_prepass_matches_numpy(name):
     from numba import cuda
 
