@@ -29,48 +29,55 @@ _REBIAS = (127 - BIAS) << 23                            # float32 exponent bias 
 
 
 def encode(x):
-    """FP16C codes (uint16) of ``x`` (NumPy or CuPy array, or scalar), converted to float32 first."""
+    """FP16C codes (uint16) of ``x`` (NumPy or CuPy array, or scalar), converted to float32 first. uint32
+    arithmetic throughout (a few 4-byte temporaries per value: the NumPy reference encodes every step)."""
     xp = get_array_module(x)
     a32 = xp.asarray(x, dtype=xp.float32)
-    b = a32.view(xp.uint32).astype(xp.int64)       # int64: room for the carries below
-    sign = (b >> 16) & 0x8000
-    a = b & 0x7FFFFFFF                              # |x| bits
-    # normal result (float32 exponent >= 113): drop 12 mantissa bits, round to nearest even (the carry moves
-    # into the exponent), re-bias the exponent
-    normal = ((a - _REBIAS) + 0x7FF + ((a >> 12) & 1)) >> 12
-    # subnormal result: m = round(|x| 2^25) from the 24-bit significand M = 1.mant: |x| 2^25 = M 2^(e32 - 125)
-    e32 = a >> 23
-    shift = xp.clip(125 - e32, 1, 40)
-    sig = (a & 0x7FFFFF) | 0x800000
+    if not a32.flags.c_contiguous:                  # (ascontiguousarray would make a 0-d array 1-d)
+        a32 = a32.copy()
+    b = a32.view(xp.uint32)
+    a = b & xp.uint32(0x7FFFFFFF)                   # |x| bits
+    # subnormal result: m = round(|x| 2^25) from the 24-bit significand sig = 1.mant, |x| 2^25 = sig 2^-(125 - e32);
+    # shifts past 25 give 0 as 25 does (sig < 2^24), so the shift is clipped to 13..25
+    shift = xp.clip(125 - (a >> 23).astype(xp.int32), 13, 25).astype(xp.uint32)
+    sig = (a & xp.uint32(0x7FFFFF)) | xp.uint32(0x800000)
     q = sig >> shift
-    one = xp.ones_like(shift)
-    rem = sig & (xp.left_shift(one, shift) - 1)
-    half = xp.left_shift(one, shift - 1)
-    q = q + ((rem > half) | ((rem == half) & ((q & 1) == 1))).astype(xp.int64)
-    sub = xp.where(e32 >= 1, q, 0)                  # float32 subnormals (< 1.2e-38) encode as 0
-    mag = xp.where(e32 >= 113, normal, sub)
-    mag = xp.where(a > 0x7F800000, NAN_BITS, xp.minimum(mag, NAN_BITS))     # NaN; inf and overflow -> NaN
-    return (sign | mag).astype(xp.uint16)
+    rem = sig & ((xp.uint32(1) << shift) - xp.uint32(1))
+    half = xp.uint32(1) << (shift - xp.uint32(1))
+    q += ((rem > half) | ((rem == half) & ((q & xp.uint32(1)) == 1))).astype(xp.uint32)
+    del rem, half, sig, shift
+    q = xp.where(a >= xp.uint32(1 << 23), q, xp.uint32(0))       # float32 subnormals (< 1.2e-38) encode as 0
+    # normal result (float32 exponent >= 113): drop 12 mantissa bits, round to nearest even (the carry moves into
+    # the exponent), re-bias the exponent (computed from max(a, 2^-14) so that it never wraps; below, the
+    # subnormal result is taken)
+    an = xp.maximum(a, xp.uint32(113 << 23))
+    normal = ((an - xp.uint32(_REBIAS)) + xp.uint32(0x7FF) + ((an >> 12) & xp.uint32(1))) >> 12
+    del an
+    mag = xp.where(a >= xp.uint32(113 << 23), xp.minimum(normal, xp.uint32(NAN_BITS)), q)
+    del normal, q
+    mag = xp.where(a > xp.uint32(0x7F800000), xp.uint32(NAN_BITS), mag)     # NaN; inf and overflow -> NaN above
+    mag |= (b >> 16) & xp.uint32(0x8000)
+    return mag.astype(xp.uint16)
 
 
 def decode(c):
     """float32 values of FP16C codes ``c`` (uint16 NumPy or CuPy array, or scalar)."""
     xp = get_array_module(c)
     u = xp.asarray(c).astype(xp.uint32)
-    e = (u >> 11) & 0xF
-    m = u & 0x7FF
-    sign = (u & 0x8000) << 16
-    normal = (sign | ((e + (127 - BIAS)) << 23) | (m << 12)).view(xp.float32)
+    e = (u >> 11) & xp.uint32(0xF)
+    m = u & xp.uint32(0x7FF)
+    sign = (u & xp.uint32(0x8000)) << 16
+    out = (sign | ((e + xp.uint32(127 - BIAS)) << 23) | (m << 12)).view(xp.float32)
     sub = m.astype(xp.float32) * xp.float32(SUBNORMAL_STEP)      # exact: m < 2^11
     sub = xp.where(sign != 0, -sub, sub)
-    out = xp.where(e == 0, sub, normal)
-    return xp.where((u & 0x7FFF) == NAN_BITS, xp.float32(np.nan), out).astype(xp.float32)
+    out = xp.where(e == 0, sub, out)
+    return xp.where((u & xp.uint32(0x7FFF)) == NAN_BITS, xp.float32(np.nan), out).astype(xp.float32, copy=False)
 
 
 def is_nan(c):
     """True where a code is NaN (what ``encode`` gives for NaN, infinities and overflow)."""
     xp = get_array_module(c)
-    return (xp.asarray(c).astype(xp.uint32) & 0x7FFF) == NAN_BITS
+    return (xp.asarray(c) & 0x7FFF) == 0x7FFF
 
 
 #: CUDA C device functions, the same integer arithmetic on the float32 bits (``__float_as_uint``)

@@ -53,6 +53,9 @@ SETUP_BYTES_PER_CELL = 21
 #: collision terms) are this many arrays of Q compute values per cell (measured)
 GATHER_BYTES = 8
 STEP_TEMPORARIES = 4.75
+#: ... and a custom 16-bit format (policy.codec, FP16C) decodes and encodes through this many bytes of
+#: temporaries per population value (hpcsolve/fp16c.py, uint32 arithmetic; tracemalloc: 31 encode, 33 decode)
+CODEC_TEMPORARY_BYTES = 34
 #: one snapshot keeps velocity (2 x 8), pressure (8) and vorticity (8) per cell on the host
 SNAPSHOT_BYTES_PER_CELL = 32
 #: final fields on the host while the result is written: velocity 16, pressure, density, vorticity
@@ -84,6 +87,8 @@ def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
     if not backends.get(backend).gpu:
         # the peak is while stepping, or while the result is written and plotted (the steps' memory is free then)
         step = 2 * q * storage + q * GATHER_BYTES + STEP_TEMPORARIES * q * compute + SETUP_BYTES_PER_CELL
+        if policy.codec:
+            step += q * CODEC_TEMPORARY_BYTES
         host = LBM_BASE_BYTES + kept + max(step * cells, RESULT_BYTES_PER_CELL * cells + plots)
         return MemoryEstimate(int(host), None, reduce,
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "

@@ -174,7 +174,7 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
 
     ``case``: a case file path, a loaded case (``hpcsolve.load_case``) or None with ``resume``.
     ``backend``: 'auto', 'numpy', 'cupy', 'numba-cuda' or a Backend (default: the case's ``run.backend``).
-    ``precision``: 'fp64', 'fp32', 'fp16s' (LBM), 'mixed' (FEM) or a Precision (default: ``run.precision``).
+    ``precision``: 'fp64', 'fp32', 'fp16s' or 'fp16c' (LBM), 'mixed' (FEM) or a Precision (default: ``run.precision``).
     ``overrides``: ``["key.path=value", ...]`` as with ``--set`` (TOML values). ``progress``: a progress
     bar on stderr. ``overwrite``: replace a result already in ``out``. ``plots``: write plots/*.png.
     ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--backends", nargs="+", default=["cupy", "numba-cuda"])
-    ap.add_argument("--precisions", nargs="+", default=["fp64", "fp32", "fp16s"])
+    ap.add_argument("--precisions", nargs="+", default=["fp64", "fp32", "fp16s", "fp16c"])
     ap.add_argument("--cpt", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--block", type=int, nargs="+", default=[128, 256])
     ap.add_argument("--steps", type=int, default=50)

@@ -57,7 +57,7 @@ RUNS = [
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cupy")
-    ap.add_argument("--precisions", nargs="+", default=["fp64", "fp32", "fp16s"])
+    ap.add_argument("--precisions", nargs="+", default=["fp64", "fp32", "fp16s", "fp16c"])
     ap.add_argument("--runs", nargs="+", help="subset of run labels' first words+number, e.g. '2D-1' 'Re'")
     ap.add_argument("--quick", action="store_true", help="coarse grids, short times (smoke test)")
     ap.add_argument("--out", type=Path, default=None)

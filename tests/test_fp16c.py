@@ -136,3 +136,12 @@ def test_fp16c_cavity_is_closer_to_fp64_than_fp16s():
     err = {p: float(np.linalg.norm(r.fields["velocity"] - u0) / np.linalg.norm(u0)) for p, r in res.items()}
     print(err)
     assert err["fp16c"] < 0.7 * err["fp16s"] and err["fp16c"] < 5e-3
+
+
+def test_codec_keeps_shapes_and_takes_strided_input():
+    """0-d in, 0-d out (the simulator's device functions encode scalars); a strided view encodes as its copy."""
+    assert fp16c.encode(np.float32(0.5)).shape == () and fp16c.encode(np.float32(0.5))[()] == 0x7000
+    assert fp16c.decode(np.uint16(0x7000)).shape == () and fp16c.decode(np.uint16(0x7000))[()] == 0.5
+    x = np.linspace(-1.5, 1.5, 40, dtype=np.float32).reshape(4, 10)
+    assert np.array_equal(fp16c.encode(x[:, ::3]), fp16c.encode(np.ascontiguousarray(x[:, ::3])))
+    assert fp16c.encode(x).shape == (4, 10)

@@ -233,3 +233,38 @@ def test_monitor_probe_lengthens_for_monitor_bound_runs(monkeypatch):
     clock.now = 0.0
     assert lbm_runner._median_time(point, points=20) == pytest.approx(7e-3)      # no more points than the run
     assert len(calls) == 20
+
+
+def test_monitor_points_go_to_the_device_only_where_it_has_room():
+    """The device path of monitor points needs DEVICE_MONITOR_BYTES_PER_CELL per cell beyond the run's estimate:
+    taken where the device has 1.25x that free, else the host path (and never on the CPU)."""
+    from hpcsolve.lbm import runner as lbm_runner
+
+    class Gpu:
+        gpu = True
+
+        def __init__(self, free):
+            self.free = free
+
+        def available_memory(self):
+            return self.free
+
+    per = lbm_runner.DEVICE_MONITOR_BYTES_PER_CELL
+    cells = 1000 * 1000
+    assert lbm_runner._device_monitor(Gpu(2 * per * cells), cells)
+    assert not lbm_runner._device_monitor(Gpu(per * cells), cells)
+    assert not lbm_runner._device_monitor(Gpu(None), cells)
+
+    class Cpu:
+        gpu = False
+
+    assert not lbm_runner._device_monitor(Cpu(), cells)
+
+
+def test_dry_run_counts_the_steady_checks():
+    """With steady.enabled the run copies the fluid velocity to the host every steady.interval steps after the
+    smooth start: the estimate counts those checks ((predicted steps - ramp) // interval of them)."""
+    info = runmod.describe(CASES / "poiseuille.toml", "numpy", estimate=True,
+                           overrides=["lattice.resolution=8", "time.monitor_interval=100", "steady.interval=500"])
+    steps = info["estimated_steps"]
+    assert f"{steps // 500} steady checks at" in info["estimate_basis"]

@@ -108,9 +108,11 @@ class LBMFamily:
         per_step = _probe_steps(stepper, backend, batch=True)
         monitor = _Monitor(case, derived, geo)
 
+        on_device = _device_monitor(backend, derived.nx * derived.ny)
+
         def monitor_point():          # what the run does every monitor_interval steps
             stepper.finite()
-            rho, ux, uy = _point_fields(stepper)
+            rho, ux, uy = _point_fields(stepper, on_device)
             monitor.record(stepper, 0, rho, ux, uy, monitor.peak(ux, uy))
             return rho, ux, uy
 
@@ -135,6 +137,11 @@ class LBMFamily:
         per_monitor = _median_time(monitor_point, points=_stops(derived.steps, intervals) + 2,
                                    before=steps_between if short else None)
         setup_s += max(first_monitor - per_monitor, 0.0)
+        # the steady check copies the fluid velocity to the host every steady.interval steps after the smooth
+        # start (the points above, all at step 0, never compare)
+        per_steady = 0.0
+        if case.steady.enabled:
+            per_steady = _median_time(lambda: monitor.fluid_velocity(*fields[1:]), points=3)
         per_snapshot = 0.0
         if derived.output_every:
             snap = (lambda: _snapshot_fields(*_host(*fields), derived, geo, 0))
@@ -152,8 +159,9 @@ class LBMFamily:
         # checkpoint interval (+ the initial state and the end)
         points = _stops(steps, intervals) + 2
         snapshots = steps // derived.output_every if derived.output_every else 0
+        checks = max(steps - ramp, 0) // max(case.steady.interval, 1) if case.steady.enabled else 0
         seconds = (setup_s + ramp * per_ramp_step + (steps - ramp) * per_step + points * per_monitor
-                   + snapshots * per_snapshot)
+                   + snapshots * per_snapshot + checks * per_steady)
         info = description.parameters
         mlups = info.get("fluid_cells", 0) / per_step / 1e6 if per_step > 0 else math.nan
         if steady is None:
@@ -169,6 +177,7 @@ class LBMFamily:
                                   + (f" ({ramp} ramp steps at {per_ramp_step * 1e3:.3g} ms)" if ramp else "")
                                   + f" + {points} monitor points at {per_monitor * 1e3:.3g} ms"
                                   + (f" + {snapshots} snapshots at {per_snapshot * 1e3:.3g} ms" if snapshots else "")
+                                  + (f" + {checks} steady checks at {per_steady * 1e3:.3g} ms" if checks else "")
                                   + ", probed on this case"
                                   + how)}
         if steady is not None:
@@ -303,6 +312,11 @@ class _Monitor:
             self._fluid_device = xp.asarray(self.fluid)
         return self._fluid_device
 
+    def fluid_velocity(self, ux, uy) -> np.ndarray:
+        """Host float64 (2, fluid cells): the steady check's state (kept as its reference and checkpointed)."""
+        fluid = self.fluid_like(ux)
+        return np.stack([to_host(ux[fluid]), to_host(uy[fluid])])
+
     def peak(self, ux, uy) -> float:
         """max |u| over the fluid in lattice units (the stability check)."""
         return obs.peak_speed(ux, uy, self.fluid_like(ux))
@@ -331,8 +345,8 @@ class _Monitor:
             s[f"drag_coefficient{sfx}"].append(cd)
             s[f"lift_coefficient{sfx}"].append(cl)
         if self.case.steady.enabled:
-            def fluid_u():           # host float64 (2, fluid cells): the reference kept (and checkpointed)
-                return np.stack([to_host(ux[fluid]), to_host(uy[fluid])])
+            def fluid_u():
+                return self.fluid_velocity(ux, uy)
 
             if self.last_steady_u is None or self.last_steady_step < self.derived.ramp_steps:
                 # compare only states from the end of the smooth start on (the boundary velocities rise before);
@@ -365,12 +379,30 @@ def _fields(rho, ux, uy, derived: Derived, geo: geom.Geometry, step: int) -> dic
     }
 
 
-def _point_fields(stepper):
-    """(rho, ux, uy) at a monitor point: on the device where the stepper has them there (the point's reductions
-    run there and scalars come back: Cylinder 2D-2's 4,800 points cost 4.3-7.3 ms each on the H200 machine's
-    host, where its 96,000 steps took 1.2 s), else the host copies."""
-    on_device = stepper.fields_on_device()
-    return on_device if on_device is not None else stepper.macroscopic()
+#: device memory a monitor point on the device takes beyond the run's estimate, per cell: float64 rho, ux, uy kept
+#: as the last good state (24) and a point's own (24 more, while the last are held) and its temporaries
+DEVICE_MONITOR_BYTES_PER_CELL = 96
+
+
+def _device_monitor(backend, cells: int) -> bool:
+    """Reduce monitor points on the device only where the device has room for it now (free memory, CuPy's pool
+    not counted): otherwise the points copy the fields to the host as before, and the memory estimate of the run
+    (which does not count the device path) stays true."""
+    if not getattr(backend, "gpu", False):
+        return False
+    try:
+        free = backend.available_memory()
+    except Exception:                   # a backend that cannot say: the host path
+        return False
+    return free is not None and free >= 1.25 * DEVICE_MONITOR_BYTES_PER_CELL * cells
+
+
+def _point_fields(stepper, on_device: bool = True):
+    """(rho, ux, uy) at a monitor point: on the device where the stepper has them there and ``on_device`` (the
+    point's reductions run there and scalars come back: Cylinder 2D-2's 4,800 points cost 4.3-7.3 ms each on
+    the H200 machine's host, where its 96,000 steps took 1.2 s), else the host copies."""
+    fields = stepper.fields_on_device() if on_device else None
+    return fields if fields is not None else stepper.macroscopic()
 
 
 def _host(*arrays):
@@ -387,7 +419,7 @@ MONITOR_PROBE_SHARE = 0.05
 MONITOR_PROBE_MAX_SECONDS = 1.5
 
 
-def _median_time(fn, points: int = 1, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5,
+def _median_time(fn, *, points: int, seconds: float = MONITOR_PROBE_SECONDS, least: int = 5,
                  before=None) -> float:
     """Median seconds of warm calls of ``fn`` (host work, one synchronization each), each after an untimed
     ``before()``. Timed one by one for ``seconds``, or for ``MONITOR_PROBE_SHARE`` of the ``points`` calls
@@ -473,6 +505,7 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     result.provenance["decomposition"] = (stepper.decomposition() if ranks > 1 else
                                           {"ranks": 1, "kind": "none", "rows_per_rank": [derived.ny]})
     monitor = _Monitor(case, derived, geo)
+    on_device = _device_monitor(backend, derived.nx * derived.ny)
     total = derived.steps
     every = case.time.monitor_interval
     out_every = derived.output_every
@@ -512,7 +545,7 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
             step = nxt
             if not stepper.finite():
                 _blow_up(result, case, derived, geo, monitor, last_good, step, "NaN/Inf in the populations")
-            rho, ux, uy = _point_fields(stepper)
+            rho, ux, uy = _point_fields(stepper, on_device)
             peak = monitor.peak(ux, uy)          # lattice units (the stability limit)
             if peak > BLOW_UP_LATTICE_SPEED:
                 _blow_up(result, case, derived, geo, monitor, last_good, step,

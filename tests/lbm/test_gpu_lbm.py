@@ -205,8 +205,8 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
     used = []
     real = lbm_runner._point_fields
 
-    def spy(stepper):
-        out = real(stepper)
+    def spy(stepper, *args):
+        out = real(stepper, *args)
         used.append(type(out[0]).__module__.split(".")[0])
         return out
 
@@ -214,7 +214,7 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
     dev = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
     assert set(used) == {"cupy"}
 
-    def host_only(stepper):
+    def host_only(stepper, *args):
         out = stepper.macroscopic()
         used.append(type(out[0]).__module__.split(".")[0])
         return out
