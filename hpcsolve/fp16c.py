@@ -28,13 +28,35 @@ SUBNORMAL_STEP = 2.0 ** (1 - BIAS - MANTISSA_BITS)     # 2^-25
 _REBIAS = (127 - BIAS) << 23                            # float32 exponent bias - FP16C bias, in place
 
 
+#: encode / decode work through arrays of at most this many values at a time, so that their temporaries (about
+#: 33 B per value) stay bounded (140 MB) whatever the grid: the NumPy reference converts every step, CuPy at
+#: monitor points and in ``perturb``
+CHUNK = 1 << 22
+
+
+def _chunked(fn, x, out_dtype):
+    xp = get_array_module(x)
+    if x.size <= CHUNK:
+        return fn(x)
+    out = xp.empty(x.shape, dtype=out_dtype)
+    src, dst = x.reshape(-1), out.reshape(-1)
+    for i in range(0, x.size, CHUNK):
+        dst[i:i + CHUNK] = fn(src[i:i + CHUNK])
+    return out
+
+
 def encode(x):
     """FP16C codes (uint16) of ``x`` (NumPy or CuPy array, or scalar), converted to float32 first. uint32
-    arithmetic throughout (a few 4-byte temporaries per value: the NumPy reference encodes every step)."""
+    arithmetic throughout, CHUNK values at a time."""
     xp = get_array_module(x)
     a32 = xp.asarray(x, dtype=xp.float32)
     if not a32.flags.c_contiguous:                  # (ascontiguousarray would make a 0-d array 1-d)
         a32 = a32.copy()
+    return _chunked(_encode, a32, xp.uint16)
+
+
+def _encode(a32):
+    xp = get_array_module(a32)
     b = a32.view(xp.uint32)
     a = b & xp.uint32(0x7FFFFFFF)                   # |x| bits
     # subnormal result: m = round(|x| 2^25) from the 24-bit significand sig = 1.mant, |x| 2^25 = sig 2^-(125 - e32);
@@ -61,9 +83,17 @@ def encode(x):
 
 
 def decode(c):
-    """float32 values of FP16C codes ``c`` (uint16 NumPy or CuPy array, or scalar)."""
+    """float32 values of FP16C codes ``c`` (uint16 NumPy or CuPy array, or scalar), CHUNK values at a time."""
     xp = get_array_module(c)
-    u = xp.asarray(c).astype(xp.uint32)
+    c = xp.asarray(c)
+    if not c.flags.c_contiguous:
+        c = c.copy()
+    return _chunked(_decode, c, xp.float32)
+
+
+def _decode(c):
+    xp = get_array_module(c)
+    u = c.astype(xp.uint32)
     e = (u >> 11) & xp.uint32(0xF)
     m = u & xp.uint32(0x7FF)
     sign = (u & xp.uint32(0x8000)) << 16

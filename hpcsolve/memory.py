@@ -54,7 +54,8 @@ SETUP_BYTES_PER_CELL = 21
 GATHER_BYTES = 8
 STEP_TEMPORARIES = 4.75
 #: ... and a custom 16-bit format (policy.codec, FP16C) decodes and encodes through this many bytes of
-#: temporaries per population value (hpcsolve/fp16c.py, uint32 arithmetic; tracemalloc: 31 encode, 33 decode)
+#: temporaries per population value (hpcsolve/fp16c.py, uint32 arithmetic; tracemalloc: 31 encode, 33 decode),
+#: for at most fp16c.CHUNK values at a time, plus its float32 result
 CODEC_TEMPORARY_BYTES = 34
 #: one snapshot keeps velocity (2 x 8), pressure (8) and vorticity (8) per cell on the host
 SNAPSHOT_BYTES_PER_CELL = 32
@@ -88,7 +89,9 @@ def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
         # the peak is while stepping, or while the result is written and plotted (the steps' memory is free then)
         step = 2 * q * storage + q * GATHER_BYTES + STEP_TEMPORARIES * q * compute + SETUP_BYTES_PER_CELL
         if policy.codec:
-            step += q * CODEC_TEMPORARY_BYTES
+            from hpcsolve import fp16c
+
+            step += min(q * cells, fp16c.CHUNK) * CODEC_TEMPORARY_BYTES / cells
         host = LBM_BASE_BYTES + kept + max(step * cells, RESULT_BYTES_PER_CELL * cells + plots)
         return MemoryEstimate(int(host), None, reduce,
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "
