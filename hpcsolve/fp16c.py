@@ -15,6 +15,8 @@ so the NumPy reference here, the CUDA C of ``CUDA_SOURCE`` and the Numba device 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from hpcsolve.backends import get_array_module
@@ -22,7 +24,7 @@ from hpcsolve.backends import get_array_module
 BIAS = 15
 MANTISSA_BITS = 11
 NAN_BITS = 0x7FFF           # |code| of NaN (and of everything too large)
-MAX_FINITE = float(np.float32((1 + 2046 / 2048) * 2.0 ** 0))
+MAX_FINITE = 1 + 2046 / 2048           # e = 15, m = 2046 (exact in float32)
 MIN_NORMAL = 2.0 ** (1 - BIAS)
 SUBNORMAL_STEP = 2.0 ** (1 - BIAS - MANTISSA_BITS)     # 2^-25
 _REBIAS = (127 - BIAS) << 23                            # float32 exponent bias - FP16C bias, in place
@@ -137,17 +139,11 @@ __device__ __forceinline__ unsigned short fp16c_encode(const float x) {
 """
 
 
+@functools.lru_cache(maxsize=None)
 def numba_functions():
     """(fp16c_decode, fp16c_encode) for Numba-CUDA kernels: device functions doing the integer arithmetic of
     ``CUDA_SOURCE`` on the float32 bits (LLVM bitcasts); under the CUDA simulator, this module's NumPy
     functions on scalars."""
-    return _numba_functions()
-
-
-def _numba_functions():
-    global _NUMBA
-    if _NUMBA is not None:
-        return _NUMBA
     from hpcsolve.backends import cuda_simulator_enabled
 
     if cuda_simulator_enabled():
@@ -157,8 +153,7 @@ def _numba_functions():
         def fp16c_encode(x):
             return np.uint16(encode(np.asarray(x, dtype=np.float32))[()])
 
-        _NUMBA = (fp16c_decode, fp16c_encode)
-        return _NUMBA
+        return fp16c_decode, fp16c_encode
 
     from llvmlite import ir
     from numba import cuda, float32, types, uint16, uint64
@@ -223,8 +218,4 @@ def _numba_functions():
             mag = q
         return uint16(s | mag)
 
-    _NUMBA = (fp16c_decode, fp16c_encode)
-    return _NUMBA
-
-
-_NUMBA = None
+    return fp16c_decode, fp16c_encode

@@ -421,12 +421,7 @@ _DIA_SOURCE = """
 def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
     ta = T(a)
     tc = T(c)
-    nn = I(n)
-{loads}
-    i = I(cuda.grid(1))
-    step = I(cuda.gridsize(1))
-    while i < nn:
-{row}
+{rows}
         if has_b:
             y[i] = ta * s + tc * b[i]
         else:
@@ -437,12 +432,7 @@ def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
 def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
     cd = T(c_d)
     cr = T(c_r)
-    nn = I(n)
-{loads}
-    i = I(cuda.grid(1))
-    step = I(cuda.gridsize(1))
-    while i < nn:
-{row}
+{rows}
         di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
         d[i] = di
         x_out[i] = x[i] + di
@@ -452,32 +442,27 @@ def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_
 
 
 @functools.lru_cache(maxsize=None)
-def _dia_unrolled(T, ndiag: int, unsigned: bool | None = None):
+def _dia_unrolled(T, ndiag: int):
     """(dia_apply, dia_smooth) in working precision T for levels with ``ndiag`` diagonals: the loop over the
     diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's
     loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS.
 
-    ``unsigned`` (default: on a GPU, not under the simulator): row and column indices in uint64, the offsets
-    taken modulo 2^64, so that one unsigned compare ``j < n`` bounds a column on both sides and numba emits no
-    negative-index wraparound on any load (with signed indices it does, on every one); measured on the H200."""
+    On a GPU the row and column indices are uint64 (``_index_type``), the offsets taken modulo 2^64, so that one
+    unsigned compare ``j < n`` bounds a column on both sides and numba emits no negative-index wraparound on
+    any load (with signed indices it does, on every one); the simulator keeps Python ints and both bounds."""
     _core()
-    if unsigned is None:
-        unsigned = not cuda_simulator_enabled()
-    if unsigned:
-        from numba import uint64 as index_type
-
-        loads = "\n".join(f"    o{k} = I(offsets[{k}])" for k in range(ndiag))
-        terms = "\n".join(f"        j = i + o{k}\n        if j < nn:\n"
-                          f"            s += T(vals[I({k}) * nn + i]) * x[j]" for k in range(ndiag))
-    else:
-        index_type = int
-        loads = "\n".join(f"    o{k} = offsets[{k}]" for k in range(ndiag))
-        terms = "\n".join(f"        j = i + o{k}\n        if j >= 0 and j < nn:\n"
-                          f"            s += T(vals[{k} * nn + i]) * x[j]" for k in range(ndiag))
-    row = f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s"   # s = (M x)_i
+    index_type = _index_type()
+    unsigned = index_type is not int
+    loads = "\n".join(f"    o{k} = I(offsets[{k}])" for k in range(ndiag))
+    bound = "j < nn" if unsigned else "j >= 0 and j < nn"
+    terms = "\n".join(f"        j = i + o{k}\n        if {bound}:\n"
+                      f"            s += T(vals[I({k}) * nn + i]) * x[j]" for k in range(ndiag))
+    # the row loop up to s = (M x)_i, shared by both kernels
+    rows = (f"    nn = I(n)\n{loads}\n    i = I(cuda.grid(1))\n    step = I(cuda.gridsize(1))\n    while i < nn:\n"
+            f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s")
     # the kernels' module globals (the simulator swaps ``cuda`` there)
     scope = {"cuda": cuda, "T": T, "I": index_type, "kernel": _kernel_decorator()}
-    exec(compile(_DIA_SOURCE.format(loads=loads, row=row), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
+    exec(compile(_DIA_SOURCE.format(rows=rows), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
          scope)
     return scope["dia_apply"], scope["dia_smooth"]
 

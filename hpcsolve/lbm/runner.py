@@ -345,16 +345,13 @@ class _Monitor:
             s[f"drag_coefficient{sfx}"].append(cd)
             s[f"lift_coefficient{sfx}"].append(cl)
         if self.case.steady.enabled:
-            def fluid_u():
-                return self.fluid_velocity(ux, uy)
-
             if self.last_steady_u is None or self.last_steady_step < self.derived.ramp_steps:
                 # compare only states from the end of the smooth start on (the boundary velocities rise before);
                 # a reference from inside the smooth start is replaced at the next point, so none is kept
-                self.last_steady_u = fluid_u() if step >= self.derived.ramp_steps else None
+                self.last_steady_u = self.fluid_velocity(ux, uy) if step >= self.derived.ramp_steps else None
                 self.last_steady_step = step
             elif step - self.last_steady_step >= self.case.steady.interval:
-                u = fluid_u()
+                u = self.fluid_velocity(ux, uy)
                 self.steady_change = obs.relative_change(u, self.last_steady_u)
                 self.last_steady_u, self.last_steady_step = u, step
             s["steady_change"].append(self.steady_change)
