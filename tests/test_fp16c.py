@@ -80,6 +80,7 @@ def test_cuda_source_gives_the_same_bits_compiled_for_the_host(tmp_path):
 #define __forceinline__ static inline
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
+static inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
 """
     main = r"""
 int main(int argc, char** argv) {
@@ -93,18 +94,29 @@ int main(int argc, char** argv) {
     src.write_text(prelude + fp16c.CUDA_SOURCE + main)
     exe = tmp_path / "fp16c"
     subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True, capture_output=True)
-    rng = np.random.default_rng(3)
-    x = np.concatenate([rng.uniform(-2.1, 2.1, 400_000).astype(np.float32),
-                        (np.exp(rng.uniform(np.log(1e-12), np.log(2.5), 400_000))
-                         * rng.choice([-1, 1], 400_000)).astype(np.float32),
-                        rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
-                        fp16c.decode(CODES)])          # every float32 bit pattern kind, NaN payloads included
+    x = _float32_samples()
     inp, out = tmp_path / "in.bin", tmp_path / "out.bin"
     inp.write_bytes(np.uint32(x.size).tobytes() + x.tobytes())
     subprocess.run([str(exe), str(inp), str(out)], check=True)
     data = out.read_bytes()
-    dec = np.frombuffer(data[:65536 * 4], dtype=np.float32)
-    enc = np.frombuffer(data[65536 * 4:], dtype=np.uint16)
+    _check_codec(np.frombuffer(data[:65536 * 4], dtype=np.float32), x, np.frombuffer(data[65536 * 4:], dtype=np.uint16))
+
+
+def _float32_samples() -> np.ndarray:
+    """1.2 million float32 values over and past the range, random bit patterns (every kind, NaN payloads),
+    the decoded codes, and the midpoints between neighbouring codes (ties)."""
+    rng = np.random.default_rng(3)
+    values = fp16c.decode(np.arange(0x7FFF, dtype=np.uint16)).astype(np.float64)   # 0 .. largest finite
+    ties = ((values[:-1] + values[1:]) / 2).astype(np.float32)                       # exact in float32
+    return np.concatenate([rng.uniform(-2.1, 2.1, 400_000).astype(np.float32),
+                           (np.exp(rng.uniform(np.log(1e-12), np.log(2.5), 400_000))
+                            * rng.choice([-1, 1], 400_000)).astype(np.float32),
+                           rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                           fp16c.decode(CODES), ties, -ties])
+
+
+def _check_codec(dec: np.ndarray, x: np.ndarray, enc: np.ndarray) -> None:
+    """``dec`` (every code decoded) and ``enc`` (``x`` encoded) against the NumPy codec, bit for bit."""
     ref = fp16c.decode(CODES)
     assert np.array_equal(dec.view(np.uint32)[~np.isnan(ref)], ref.view(np.uint32)[~np.isnan(ref)])
     assert np.all(np.isnan(dec[np.isnan(ref)]))
@@ -158,3 +170,38 @@ def test_codec_in_chunks_gives_the_same_bits(monkeypatch):
     v = fp16c.decode(c)
     assert v.shape == x.shape and np.array_equal(v.view(np.uint32), whole_v.view(np.uint32))
     assert np.array_equal(fp16c.encode(x[:, ::2]), whole_c[:, ::2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
+def test_device_codec_gives_the_same_bits(backend):
+    """The codec the kernels use, run on the GPU: CUDA C (``CUDA_SOURCE`` in a CuPy RawKernel) and the Numba
+    functions (32-bit LLVM IR), against the NumPy codec on every code and the samples above."""
+    x = _float32_samples()
+    if backend == "cupy":
+        cp = pytest.importorskip("cupy")
+        kernel = cp.RawKernel(fp16c.CUDA_SOURCE + r"""
+extern "C" __global__ void codec(const unsigned short* c, float* dec, const float* x, unsigned short* enc, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 65536) dec[i] = fp16c_decode(c[i]);
+  if (i < n) enc[i] = fp16c_encode(x[i]);
+}""", "codec", options=("--std=c++17",))
+        c, xd = cp.asarray(CODES), cp.asarray(x)
+        dec, enc = cp.empty(65536, cp.float32), cp.empty(x.size, cp.uint16)
+        kernel(((x.size + 255) // 256,), (256,), (c, dec, xd, enc, np.int32(x.size)))
+        _check_codec(dec.get(), x, enc.get())
+        return
+    cuda = pytest.importorskip("numba.cuda")
+    decode, encode = fp16c.numba_functions()
+
+    @cuda.jit
+    def codec(c, dec, xs, enc):
+        i = cuda.grid(1)
+        if i < c.size:
+            dec[i] = decode(c[i])
+        if i < xs.size:
+            enc[i] = encode(xs[i])
+
+    dec, enc = cuda.device_array(65536, np.float32), cuda.device_array(x.size, np.uint16)
+    codec[(x.size + 255) // 256, 256](cuda.to_device(CODES), dec, cuda.to_device(x), enc)
+    _check_codec(dec.copy_to_host(), x, enc.copy_to_host())

@@ -26,9 +26,9 @@ BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 
 
 def pair_kernel_applies(policy, nx: int) -> bool:
-    """The two-cells-per-thread __half2 kernel serves float16 storage (fp16s, not FP16C) on grids with an
-    even nx."""
-    return np.dtype(policy.storage) == np.float16 and nx % 2 == 0
+    """The two-cells-per-thread kernel (one 32-bit word per population and pair of cells) serves 16-bit
+    storage (fp16s as __half2, FP16C as two codes) on grids with an even nx."""
+    return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
 
 
 def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
@@ -63,14 +63,51 @@ def device_flags(flags: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Fibonacci-hashing multiplier of the cell tables below (the kernels compute the same home slot)
+HASH_MULT = 0x9E3779B97F4A7C15
+
+
+def table_home(cells: np.ndarray, size: int) -> np.ndarray:
+    """Home slot of each cell in a table of ``size`` slots (a power of two): bits 32.. of cell * HASH_MULT
+    (mod 2^64), as the kernels' ``table_home`` computes it."""
+    h = (np.asarray(cells, dtype=np.int64).astype(np.uint64) * np.uint64(HASH_MULT)) >> np.uint64(32)
+    return (h & np.uint64(size - 1)).astype(np.int64)
+
+
+def cell_table(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, slots): an open-addressing hash table of the linear cell indices ``cells`` (linear probing,
+    at least twice as many slots as cells, a power of two; empty slots hold -1) and each cell's slot.
+    A kernel finds a boundary cell's entry in one or two dependent loads, where a binary search over a
+    sorted table took log2(n): on small grids those dependent loads set the step time (the lid row's
+    velocity links did three searches each)."""
+    cells = np.asarray(cells, dtype=np.int64).ravel()
+    size = 2
+    while size < 2 * cells.size:
+        size *= 2
+    keys = np.full(size, -1, dtype=np.int64)
+    slots = np.empty(cells.size, dtype=np.int64)
+    for j, (c, k) in enumerate(zip(cells.tolist(), table_home(cells, size).tolist())):
+        while keys[k] != -1:
+            k = (k + 1) & (size - 1)
+        keys[k] = c
+        slots[j] = k
+    return keys, slots
+
+
+def table_values(slots: np.ndarray, size: int, values: np.ndarray) -> np.ndarray:
+    """(2, size) per-slot copy of per-cell ``values`` (2, n) (zeros in empty slots), contiguous."""
+    out = np.zeros((values.shape[0], size), dtype=values.dtype)
+    out[:, slots] = values
+    return out
+
+
 def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted linear indices of VELOCITY cells and their (2, n) boundary velocities (compute dtype)."""
+    """The kernels' table of VELOCITY cells: keys (size slots, see :func:`cell_table`) and the (2, size)
+    boundary velocities per slot (compute dtype)."""
     cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
+    keys, slots = cell_table(cells)
     uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
-    if cells.size == 0:  # keep the kernel's pointers valid
-        cells = np.array([-1], dtype=np.int64)
-        uw = np.zeros((2, 1), dtype=compute)
-    return cells, np.ascontiguousarray(uw)
+    return keys, table_values(slots, keys.size, uw)
 
 
 def device_macroscopic(cp, m, solid):
@@ -169,17 +206,18 @@ class InPlaceTables:
         shape = setup.shape
         self.force_terms_odd = ForceTerms(setup, to_device, lambda pos: inplace.odd_positions(pos, shape))
         self.bouzidi_odd = make_prepass(inplace.OddLinks(setup.links)) if bouzidi.has_links(setup) else None
-        self.n_out = max(self.cells.size, 1)
-        self.out_cells = to_device(self.cells if self.cells.size else np.array([-1], dtype=np.int64))
+        keys, self._slots = cell_table(self.cells)
+        self.n_out = keys.size
+        self.out_cells = to_device(keys)
 
     def outlet_velocity(self, fetch):
-        """The device velocity table (2 * n_out, compute dtype) of the outlet cells; ``fetch(cells)``
-        returns the stored even-layout populations (9, n) of those cells on the host (called only
-        when the lattice has outlet cells)."""
+        """The device velocity table (2 * n_out, compute dtype, per slot of ``out_cells``) of the outlet
+        cells; ``fetch(cells)`` returns the stored even-layout populations (9, n) of those cells on the
+        host (called only when the lattice has outlet cells)."""
         ct = np.dtype(self.setup.policy.compute)
         u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
-             else np.zeros((2, 1), dtype=ct))
-        return self.to_device(np.ascontiguousarray(u.ravel()))
+             else np.zeros((2, 0), dtype=ct))
+        return self.to_device(table_values(self._slots, self.n_out, np.asarray(u, dtype=ct)).ravel())
 
 
 

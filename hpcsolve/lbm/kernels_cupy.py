@@ -14,8 +14,8 @@ pull streaming from the 9 neighbours (periodic wrap), the boundary rule of the c
 population comes from (wall / velocity bounce-back, outlet anti-bounce-back), the collision
 (BGK or TRT), and the store. Layout: structure of arrays ``g[i, y, x]``; one thread per cell,
 x fastest (coalesced), 2D launch (blockIdx.y = row). 16-bit storage on an even nx uses
-``lbm_step_pair`` instead: two adjacent cells per thread, one 4-byte ``__half2`` word per population
-loaded and stored, the neighbour halves passed by warp shuffles (``_pair_kernel_c``); on the H200 that
+``lbm_step_pair`` instead: two adjacent cells per thread, one 4-byte word (``__half2``; FP16C: two
+codes in an ``unsigned int``) per population loaded and stored, the neighbour halves passed by warp shuffles (``_pair_kernel_c``); on the H200 that
 took fp16s from 78,969 to 93,784 MLUPS (71% -> 84% of the copy bandwidth, cavity 8192^2).
 
 Bytes moved per cell per step (the benchmark's count):
@@ -33,8 +33,9 @@ pair ``lbm_step_aa_even`` / ``_odd`` on one array (hpcsolve/lbm/inplace.py): the
 
 The flag array on the device is the setup's flag code (bits 0-6) plus bit 7 set on fluid cells
 that have at least one non-fluid neighbour; cells without it take the branch-free interior path.
-Boundary velocities u_w are kept only for VELOCITY cells (sorted cell index + value table,
-binary-searched by the few links that need them), not as a full (2, ny, nx) field.
+Boundary velocities u_w are kept only for VELOCITY cells (a hash table of their cell indices with the
+values per slot, ``gpu_common.cell_table``, looked up by the few links that need them), not as a full
+(2, ny, nx) field; the in-place kernels find outlet cells the same way.
 
 Interpolated bounce-back (``setup.links``, hpcsolve/lbm/bouzidi.py): the reference's pre-pass runs on
 the current buffer before each step launch, a gather/scatter over the link list only (no second
@@ -56,8 +57,8 @@ import numpy as np
 
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
-                                     bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
+                                     StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
                                      host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
@@ -243,12 +244,19 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
     nl = "\n    "
     aa = _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) if in_place else ""
     src = f"""{_prelude_c(code)}
-// u_w of a VELOCITY cell: binary search in the sorted table of velocity cells (boundary links only)
-__device__ void boundary_velocity(const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u,
-                                  const int n_vel, const long long s, real_t* uwx, real_t* uwy) {{
-  int lo = 0, hi = n_vel - 1;
-  while (lo < hi) {{ const int mid = (lo + hi) >> 1; if (vel_cells[mid] < s) lo = mid + 1; else hi = mid; }}
-  *uwx = vel_u[lo]; *uwy = vel_u[n_vel + lo];
+// home slot of a cell in a hash table of `size` slots (a power of two; gpu_common.cell_table)
+__device__ __forceinline__ int table_home(const long long cell, const int size) {{
+  return (int)((((unsigned long long)cell * {HASH_MULT:#x}ull) >> 32) & (unsigned long long)(size - 1));
+}}
+
+// u_w of a VELOCITY cell s (boundary links only): its slot in the hash table vel_cells (n_vel slots,
+// linear probing); the values of the home slot load with its key, so one round trip when it is there
+__device__ __forceinline__ void boundary_velocity(const long long* __restrict__ vel_cells,
+    const real_t* __restrict__ vel_u, const int n_vel, const long long s, real_t* uwx, real_t* uwy) {{
+  int k = table_home(s, n_vel);
+  real_t ux = vel_u[k], uy = vel_u[n_vel + k];
+  while (vel_cells[k] != s) {{ k = (k + 1) & (n_vel - 1); ux = vel_u[k]; uy = vel_u[n_vel + k]; }}
+  *uwx = ux; *uwy = uy;
 }}
 
 // velocity of this cell at time t: moments of its own stored populations (outlet rule)
@@ -326,7 +334,7 @@ lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned 
   }}
 }}
 
-{_pair_kernel_c(block_x, code) if code.store_t == "__half" else ""}
+{_pair_kernel_c(block_x, code) if code.store_t == "__half" or code.codec == "fp16c" else ""}
 {aa}
 // drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
 extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
@@ -359,12 +367,13 @@ def _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom
     nl = "\n    "
     own = "if (!have_own) { outlet_velocity(out_cells, own_u, n_out, cell, &own_ux, &own_uy); have_own = true; }"
     parts = ["""
-// the outlet cell's entry in the sorted table out_cells (-1: not an outlet cell)
+// the outlet cell's slot in the hash table out_cells (n_out slots; -1: not an outlet cell)
 __device__ __forceinline__ int outlet_index(const long long* __restrict__ out_cells, const int n_out,
                                             const long long cell) {
-  int lo = 0, hi = n_out - 1;
-  while (lo < hi) { const int mid = (lo + hi) >> 1; if (out_cells[mid] < cell) lo = mid + 1; else hi = mid; }
-  return out_cells[lo] == cell ? lo : -1;
+  int k = table_home(cell, n_out);
+  long long key = out_cells[k];
+  while (key != cell && key != -1) { k = (k + 1) & (n_out - 1); key = out_cells[k]; }
+  return key == cell ? k : -1;
 }
 
 __device__ __forceinline__ void outlet_velocity(const long long* __restrict__ out_cells, const real_t* own_u,
@@ -447,6 +456,22 @@ extern "C" __global__ void lbm_moments_odd(const store_t* __restrict__ A, const 
     return "".join(parts)
 
 
+#: the pair kernel's 32-bit words of two 16-bit populations (the even cell in the low half), per codec: the word
+#: and element types, widening both / the high / the low half to float, and packing two floats (rounded to nearest)
+_PAIR_WORDS = {
+    None: {"word": "__half2", "elem": "__half", "both": "__half22float2", "high": "__high2float",
+           "low": "__low2float", "pack": "__floats2half2_rn", "prelude": ""},
+    "fp16c": {"word": "unsigned int", "elem": "unsigned short", "both": "fp16c_pair", "high": "fp16c_high",
+              "low": "fp16c_low", "pack": "fp16c_pack", "prelude": """
+__device__ __forceinline__ float fp16c_low(const unsigned int w) { return fp16c_decode((unsigned short)(w & 0xFFFFu)); }
+__device__ __forceinline__ float fp16c_high(const unsigned int w) { return fp16c_decode((unsigned short)(w >> 16)); }
+__device__ __forceinline__ float2 fp16c_pair(const unsigned int w) { return make_float2(fp16c_low(w), fp16c_high(w)); }
+__device__ __forceinline__ unsigned int fp16c_pack(const float a, const float b) {
+  return (unsigned int)fp16c_encode(a) | ((unsigned int)fp16c_encode(b) << 16);
+}"""},
+}
+
+
 def _pair_kernel_c(block_x: int, code) -> str:
     """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
@@ -460,29 +485,31 @@ def _pair_kernel_c(block_x: int, code) -> str:
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
     h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
+    w = _PAIR_WORDS[code.codec]
+    high, low = w["high"], w["low"]
     loads = []
     for i in range(Q):
         prow = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]
         base = f"A2 + {i} * NP + {prow}"
-        loads.append(f"const float2 u{i} = __half22float2(({base})[px]);")
+        loads.append(f"const float2 u{i} = {w['both']}(({base})[px]);")
         if CX[i] == 0:
             loads.append(f"ha[{i}] = {h(f'u{i}.x')}; hb[{i}] = {h(f'u{i}.y')};")
         elif CX[i] == 1:       # source (x - 1, x): the high half of the previous lane's word, our low half
             loads.append(f"{{ const float up = __shfl_up_sync(0xffffffffu, u{i}.y, 1);"
-                         f" ha[{i}] = {h(f'(lane == 0 ? __high2float(({base})[pm]) : up)')};"
+                         f" ha[{i}] = {h(f'(lane == 0 ? {high}(({base})[pm]) : up)')};"
                          f" hb[{i}] = {h(f'u{i}.x')}; }}")
         else:                  # source (x + 1, x + 2): our high half, the low half of the next lane's word
             loads.append(f"{{ const float dn = __shfl_down_sync(0xffffffffu, u{i}.x, 1);"
-                         f" ha[{i}] = {h(f'u{i}.y')}; hb[{i}] = {h(f'(last ? __low2float(({base})[pp]) : dn)')}; }}")
+                         f" ha[{i}] = {h(f'u{i}.y')}; hb[{i}] = {h(f'(last ? {low}(({base})[pp]) : dn)')}; }}")
     nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
-    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = __floats2half2_rn({code.scale(f'oa[{i}]')}, "
+    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "
                            f"{code.scale(f'ob[{i}]')});" for i in range(Q))
-    return f"""
-// 16-bit storage, nx even: two adjacent cells per thread with __half2 loads and stores (see
+    return f"""{w['prelude']}
+// 16-bit storage, nx even: two adjacent cells per thread with {w['word']} loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
 extern "C" __global__ void __launch_bounds__({block_x})
-lbm_step_pair(const __half* __restrict__ A, __half* __restrict__ B, const unsigned char* __restrict__ flags,
+lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, const unsigned char* __restrict__ flags,
               const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
               const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
   const int npairs = nx >> 1;
@@ -501,13 +528,13 @@ lbm_step_pair(const __half* __restrict__ A, __half* __restrict__ B, const unsign
   const long long prow = row >> 1, prowm = rowm >> 1, prowp = rowp >> 1;
   const int pm = (px == 0) ? npairs - 1 : px - 1;
   const int pp = (px == npairs - 1) ? 0 : px + 1;
-  const __half2* __restrict__ A2 = reinterpret_cast<const __half2*>(A);
+  const {w['word']}* __restrict__ A2 = reinterpret_cast<const {w['word']}*>(A);
   real_t ha[{Q}], hb[{Q}];
   {nl.join(loads)}
   if (!active) return;
   const uchar2 fl = *reinterpret_cast<const uchar2*>(flags + row + x);
   if (fl.x == {FLUID} && fl.y == {FLUID}) {{
-    __half2* __restrict__ B2 = reinterpret_cast<__half2*>(B);
+    {w['word']}* __restrict__ B2 = reinterpret_cast<{w['word']}*>(B);
     real_t oa[{Q}], ob[{Q}];
     collide_values(ha, oa, omega_plus, omega_minus);
     collide_values(hb, ob, omega_plus, omega_minus);

@@ -11,7 +11,7 @@ compiled once per (policy, collision, kernel shape). The host tables are those o
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
 ``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
-``lbm_step_pair``, two cells per thread on int32 words of float16 pairs, see ``_pair_kernel_python``);
+``lbm_step_pair``, two cells per thread on int32 words of float16 or FP16C pairs, see ``_pair_kernel_python``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
 (``_raw_access``): Numba's indexing adds a negative-index wraparound to every access, which cost the
@@ -30,11 +30,11 @@ import math
 
 import numpy as np
 
-from hpcsolve import backends
+from hpcsolve import backends, fp16c
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, ForceTerms, GraphedSteps, InPlaceTables, StepGraphs,
-                                     bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
+                                     StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
                                      host_macroscopic, step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
@@ -107,8 +107,13 @@ def _aa_kernel_python(collision: str, code, block_x: int) -> str:
     L = []
     a = L.append
     a("def outlet_index(out_cells, n_out, cell):")
-    a("    lo = lower_bound(out_cells, n_out, cell)")
-    a("    return lo if out_cells[lo] == cell else -1")
+    a("    # the outlet cell's slot in the hash table out_cells (-1: not an outlet cell)")
+    a("    k = table_home(cell, n_out)")
+    a("    key = out_cells[k]")
+    a("    while key != cell and key != -1:")
+    a("        k = (k + 1) & (n_out - 1)")
+    a("        key = out_cells[k]")
+    a("    return k if key == cell else -1")
     for parity in ("even", "odd"):
         # where f*_i(x - c_i) (fluid source) and the rule's f*_opp(i)(x) (boundary link) are
         own_pull, rule_in = (("i * N + s", "opp * N + cell") if parity == "even" else ("opp * N + cell", "i * N + s"))
@@ -405,22 +410,22 @@ def own_velocity(A, N, cell):
     return ux, uy
 
 
-def lower_bound(cells, n, key):
-    # first index of the sorted table cells[0:n] whose value is >= key (n - 1 if none)
-    lo = 0
-    hi = n - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if cells[mid] < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+def table_home(cell, size):
+    # home slot of a cell in a hash table of size slots (a power of two; gpu_common.cell_table)
+    return int64(((uint64(cell) * HASH_MULT) >> SHIFT32) & uint64(size - 1))
 
 
 def boundary_velocity(vel_cells, vel_u, n_vel, s):
-    lo = lower_bound(vel_cells, n_vel, s)
-    return vel_u[lo], vel_u[n_vel + lo]
+    # u_w of the VELOCITY cell s: its slot in the hash table vel_cells (linear probing); the home
+    # slot's values load with its key
+    k = table_home(s, n_vel)
+    ux = vel_u[k]
+    uy = vel_u[n_vel + k]
+    while vel_cells[k] != s:
+        k = (k + 1) & (n_vel - 1)
+        ux = vel_u[k]
+        uy = vel_u[n_vel + k]
+    return ux, uy
 
 
 def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx_i, cy_i):
@@ -537,14 +542,15 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``;
     ``in_place``: step is the pair (lbm_step_aa_even, lbm_step_aa_odd) and moments the pair (lbm_moments,
     lbm_moments_odd)."""
-    from numba import cuda, float64, int32
+    from numba import cuda, float64, int32, int64, uint64
 
     ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
     P = physics.physics_for(ct, jit=device)
     if backends.cuda_simulator_enabled():
         exchange = "smem"      # the simulator has no warp shuffles
-    ns = {"cuda": cuda, "float64": float64, "int32": int32, **numba_code(policy).namespace(),
+    ns = {"cuda": cuda, "float64": float64, "int32": int32, "int64": int64, "uint64": uint64,
+          "HASH_MULT": np.uint64(HASH_MULT), "SHIFT32": np.uint64(32), **numba_code(policy).namespace(),
           "ZERO": ct.type(0.0), "ZERO9": (ct.type(0.0),) * lattice.Q,
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
@@ -554,10 +560,11 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
     src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place)
     if pairs and not in_place:
-        ns["half_lo"], ns["half_hi"], ns["pack_halves"] = _half_bits()
+        ns["half_lo"], ns["half_hi"], ns["pack_halves"] = (
+            fp16c.numba_pair_functions() if policy.codec == "fp16c" else _half_bits())
     storage = np.dtype(policy.storage).str
     exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
-    for name in ("load_pop", "own_velocity", "lower_bound", "boundary_velocity", "pull_boundary", "pull_cell") + (
+    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "pull_boundary", "pull_cell") + (
             ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
@@ -695,7 +702,7 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
             self.a, self.b = self.b, self.a
 
     def _words(self, arr):
-        """The int32 view of a float16 population buffer (pairs of halves), made once per buffer."""
+        """The int32 view of a 16-bit population buffer (pairs of halves), made once per buffer."""
         v = self._word_views.get(id(arr))
         if v is None or v[0] is not arr:
             v = self._word_views[id(arr)] = (arr, arr.view(np.int32))

@@ -94,14 +94,15 @@ def test_numba_kernel_with_bouzidi_links_matches_reference(precision):
 @pytest.mark.parametrize("geometry, size", [("channel", (16, 10)), ("fully_periodic", (8, 6)),
                                             ("periodic_couette", (12, 7))])
 @pytest.mark.parametrize("collision", ["bgk", "trt"])
-def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision):
-    """16-bit storage, even nx: the two-cells-per-thread kernel (uint32 loads of float16 pairs,
+@pytest.mark.parametrize("policy", [FP16S, FP16C], ids=lambda p: p.name)
+def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision, policy):
+    """16-bit storage, even nx: the two-cells-per-thread kernel (uint32 loads of float16 or FP16C pairs,
     neighbour-pair halves for c_x = +-1, pair-index wrap, packed stores) gives bit for bit the
-    per-cell kernel's populations, and agrees with the NumPy reference within the fp16s bound."""
+    per-cell kernel's populations, and agrees with the NumPy reference within the policy's bound."""
     from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
 
     nx, ny = size
-    setup = GEOMETRIES[geometry](nx=nx, ny=ny, collision=collision, policy=FP16S)
+    setup = GEOMETRIES[geometry](nx=nx, ny=ny, collision=collision, policy=policy)
     pair = NumbaCudaStepper(setup)
     cell = NumbaCudaStepper(setup, pairs=False)
     assert pair.pairs and not cell.pairs
@@ -111,7 +112,7 @@ def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision):
     g_pair, g_cell = pair.populations(), cell.populations()
     assert np.abs(shifted(ref)).max() > 1e-3
     assert np.array_equal(g_pair.view(np.uint16), g_cell.view(np.uint16))
-    assert rel_diff(shifted(pair), shifted(ref)) <= BOUND["fp16s"]
+    assert rel_diff(shifted(pair), shifted(ref)) <= BOUND[policy.name]
 
 
 @pytest.mark.parametrize("precision", [FP64, FP32], ids=lambda p: p.name)

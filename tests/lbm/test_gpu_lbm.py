@@ -266,6 +266,8 @@ def test_kernel_source_has_no_retyped_lattice_constant():
     assert "__float2half_rn" in src16 and "0.00390625f" in src16
     assert src16.count("__floats2half2_rn(") == 9      # lbm_step_pair: one packed store per population
     assert src16.count("__shfl_up_sync(") == 3 and src16.count("__shfl_down_sync(") == 3   # c_x = +1 / -1
+    src16c = kernel_source(FP16C, "trt")                # FP16C: the pair kernel packs two codes per word
+    assert src16c.count("fp16c_pack(") == 9 + 1 and "__half" not in src16c
 
 
 def test_numba_step_source_indexes_without_wraparound():
@@ -323,15 +325,17 @@ PAIR_VARIANTS = [("cupy", {}), ("numba-cuda", {"exchange": "shfl"}), ("numba-cud
 @pytest.mark.parametrize("collision", ["bgk", "trt"])
 @pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
 @pytest.mark.parametrize("backend, options", PAIR_VARIANTS, ids=lambda v: v if isinstance(v, str) else v.get("exchange", ""))
-def test_fp16s_pair_kernel_matches_per_cell_kernel(backend, options, geometry, collision):
-    """The 16-bit two-cells-per-thread kernel (even nx: half2 words, neighbour halves by shuffle or
-    shared memory) against the per-cell kernel of the same backend and the NumPy fp16s reference.
-    The two kernels evaluate the same float32 expressions; they may differ by one float16 unit where
-    the compiler contracted differently, so the bound is far below the fp16s-vs-reference one."""
+@pytest.mark.parametrize("policy", [FP16S, FP16C], ids=lambda p: p.name)
+def test_16bit_pair_kernel_matches_per_cell_kernel(backend, options, geometry, collision, policy):
+    """The 16-bit two-cells-per-thread kernel (even nx: 32-bit words of two float16 or FP16C values,
+    neighbour halves by shuffle or shared memory) against the per-cell kernel of the same backend and
+    the NumPy reference of the policy. The two kernels evaluate the same float32 expressions; they may
+    differ by one 16-bit unit where the compiler contracted differently, so the bound is far below
+    the one against the reference."""
     from hpcsolve.lbm.kernels_cupy import CupyStepper
     from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
 
-    setup = _setup(geometry, collision, FP16S)
+    setup = _setup(geometry, collision, policy)
     _stepper_or_skip(backend, setup)
     cls = CupyStepper if backend == "cupy" else NumbaCudaStepper
     pair, cell = cls(setup, **options), cls(setup, pairs=False)
@@ -342,7 +346,7 @@ def test_fp16s_pair_kernel_matches_per_cell_kernel(backend, options, geometry, c
     same = float(np.mean(pair.populations().view(np.uint16) == cell.populations().view(np.uint16)))
     assert same > 0.99, same
     assert rel_diff(shifted(pair), shifted(cell)) <= 1e-4
-    assert rel_diff(shifted(pair), shifted(ref)) <= BOUND["fp16s"]
+    assert rel_diff(shifted(pair), shifted(ref)) <= BOUND[policy.name]
 
 
 @pytest.mark.gpu

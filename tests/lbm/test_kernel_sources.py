@@ -6,8 +6,9 @@
 - SOURCE_HASHES: the CUDA C (``kernels_cupy.kernel_source``, ``bouzidi_source``) and the Numba Python
   (``kernels_numba.kernel_source``, ``bouzidi.numba_source``) of every policy x collision x kernel
   variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
-  The values are those of the sources generated before the loads and stores moved to
-  population_code (commit 5f6b3b6), so the GPU kernels compile to what was benchmarked. A change to
+  The values were first those of the sources generated before the loads and stores moved to
+  population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
+  tables (``gpu_common.cell_table``, session 5), benchmarked before and after in one device run. A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -38,21 +39,21 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
     "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
     "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
-    "cuda/fp16s/bgk": "dbd081855f7ae6728560",
-    "cuda/fp16s/trt": "4922ad168b32d2377cc1",
-    "cuda/fp32/bgk": "b7f0f5bb4afa4f8b0e48",
-    "cuda/fp32/trt": "fc3c7d92efa985cd8a22",
-    "cuda/fp64/bgk": "d90c4c53159674be20cf",
-    "cuda/fp64/trt": "323e9c95f298f9fd6909",
+    "cuda/fp16s/bgk": "783f5f33b6595e8e4d21",
+    "cuda/fp16s/trt": "2e07cfe9cb8fbd6571ea",
+    "cuda/fp32/bgk": "1d906b06ae3379bf1bb0",
+    "cuda/fp32/trt": "d559805cdcf060518cb5",
+    "cuda/fp64/bgk": "79d9f5480bfba44cdcbc",
+    "cuda/fp64/trt": "fb943e0e2c007d2bb21e",
     "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
     "numba-bouzidi/fp32": "42040bdad4e265d90110",
     "numba-bouzidi/fp64": "8348625a857e15b6f9de",
-    "numba/fp16s/bgk": "b854fb36a1ed948748a5",
-    "numba/fp16s/trt": "215ad4895f41d1d08043",
-    "numba/fp32/bgk": "87a4502db9273f36fe79",
-    "numba/fp32/trt": "6f8f89402f11cb90b001",
-    "numba/fp64/bgk": "25d309d99877fcbb4933",
-    "numba/fp64/trt": "ffbb0bd7a09ab513e732",
+    "numba/fp16s/bgk": "868c6fb10ed21bef92bf",
+    "numba/fp16s/trt": "4591cb1b864fe7b5f052",
+    "numba/fp32/bgk": "95864cf39357cc99f671",
+    "numba/fp32/trt": "201113084aac3ddaa17b",
+    "numba/fp64/bgk": "e7a921b2e3950faed440",
+    "numba/fp64/trt": "14c5d81c1e90be369524",
 }
 
 
