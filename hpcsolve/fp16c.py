@@ -115,17 +115,19 @@ def is_nan(c):
 #: CUDA C device functions giving the bits of ``decode`` / ``encode``, branch-free (a step converts 18 values per cell,
 #: and the first version, with branches and a 64-bit rounding, made the fp16c step compute-bound: 30,000 against
 #: fp16s's 94,000 MLUPS at 8192^2 on the H200):
-#: - decode: the 15 magnitude bits moved under the float32 exponent field read (1 + m / 2^11) 2^(e - 127) (e > 0) or
-#:   the float32 subnormal m 2^-137 (e = 0); times 2^112 both are the FP16C value, exactly (kernels are compiled
-#:   without flush-to-zero);
+#: - decode: the 15 magnitude bits moved under the float32 mantissa and exponent fields, the exponent re-biased by
+#:   adding 112 (e > 0: the value, exactly); a subnormal (e = 0) gets the exponent of e = 1 and 2^-14 subtracted,
+#:   which leaves m 2^-25 exactly. No float32 subnormal appears, so flush-to-zero compilation (CuPy's kernels
+#:   flushed the first version's float32-subnormal trick to 0) cannot change a value;
 #: - encode, |x| >= 2^-14: drop 12 mantissa bits rounding to nearest even (a carry moves into the exponent), re-bias,
 #:   and clamp everything past the largest finite value (infinities and NaN too) to the NaN code; |x| < 2^-14:
 #:   m = |x| 2^25 (exact) rounded to nearest even by the float32 addition of 2^23, whose low mantissa bits it is.
 CUDA_SOURCE = r"""
 __device__ __forceinline__ float fp16c_decode(const unsigned short c) {
   const unsigned int u = c, mag = u & 0x7FFFu;
-  const float v = (mag == 0x7FFFu) ? __uint_as_float(0x7FC00000u) : __uint_as_float(mag << 12) * 0x1p112f;
-  return __uint_as_float(__float_as_uint(v) | ((u & 0x8000u) << 16));
+  const bool sub = mag < 0x800u;
+  const float v = __uint_as_float((mag << 12) + (sub ? 113u << 23 : 112u << 23)) - (sub ? 0x1p-14f : 0.0f);
+  return __uint_as_float((mag == 0x7FFFu ? 0x7FC00000u : __float_as_uint(v)) | ((u & 0x8000u) << 16));
 }
 __device__ __forceinline__ unsigned short fp16c_encode(const float x) {
   const unsigned int b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
@@ -142,10 +144,14 @@ def _decode_ir(builder, u):
 
     i32, f32 = ir.IntType(32), ir.FloatType()
     mag = builder.and_(u, ir.Constant(i32, 0x7FFF))
-    v = builder.fmul(builder.bitcast(builder.shl(mag, ir.Constant(i32, 12)), f32), ir.Constant(f32, 2.0 ** 112))
-    v = builder.select(builder.icmp_unsigned("==", mag, ir.Constant(i32, 0x7FFF)), ir.Constant(f32, float("nan")), v)
+    sub = builder.icmp_unsigned("<", mag, ir.Constant(i32, 0x800))
+    bits = builder.add(builder.shl(mag, ir.Constant(i32, 12)),
+                       builder.select(sub, ir.Constant(i32, 113 << 23), ir.Constant(i32, 112 << 23)))
+    v = builder.fsub(builder.bitcast(bits, f32), builder.select(sub, ir.Constant(f32, 2.0 ** -14), ir.Constant(f32, 0.0)))
+    out = builder.select(builder.icmp_unsigned("==", mag, ir.Constant(i32, 0x7FFF)), ir.Constant(i32, 0x7FC00000),
+                         builder.bitcast(v, i32))
     sign = builder.shl(builder.and_(u, ir.Constant(i32, 0x8000)), ir.Constant(i32, 16))
-    return builder.bitcast(builder.or_(builder.bitcast(v, i32), sign), f32)
+    return builder.bitcast(builder.or_(out, sign), f32)
 
 
 def _encode_ir(builder, v):

@@ -76,6 +76,7 @@ def test_cuda_source_gives_the_same_bits_compiled_for_the_host(tmp_path):
     prelude = r"""
 #include <stdio.h>
 #include <string.h>
+#include <stdbool.h>
 #define __device__
 #define __forceinline__ static inline
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
