@@ -214,16 +214,13 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
         abb_lines, abb_out = _trace(lambda hop, ux, uy: P.pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy),
                                     real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy"}, f"a{i}_")
         wbb_lines, wbb_out = _trace(lambda hop: P.wall_bounce_back(hop), real_t, suffix, {"hop": "hop"}, f"w{i}_")
-        # both candidate populations load before the flag test (a non-fluid source holds 0), so a boundary
-        # cell's loads go out in one round trip with its neighbours' flags instead of two
         return f"""{{
       const long long s = {s};
       const int fs = flags[s] & 0x7f;
-      const real_t src = load_pop(A[{fluid_pos}]);
-      const real_t hop = load_pop(A[{hop_pos}]);
       if (fs == {FLUID}) {{
-        h[{i}] = src;
+        h[{i}] = load_pop(A[{fluid_pos}]);
       }} else {{
+        const real_t hop = load_pop(A[{hop_pos}]);
         if (fs == {WALL}) {{
           {' '.join(wbb_lines)}
           h[{i}] = {wbb_out[0]};

@@ -429,12 +429,10 @@ def boundary_velocity(vel_cells, vel_u, n_vel, s):
 
 
 def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx_i, cy_i):
-    # both candidate populations load before the flag test (as in kernels_cupy): one round trip, not two
     fs = flags[s] & 0x7f
-    src = load_pop(A, i * N + s)
-    hop = load_pop(A, opp * N + cell)
     if fs == {FLUID}:
-        return src
+        return load_pop(A, i * N + s)
+    hop = load_pop(A, opp * N + cell)
     if fs == {WALL}:
         return wall_bounce_back(hop)
     if fs == {VELOCITY}:

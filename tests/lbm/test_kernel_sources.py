@@ -8,8 +8,7 @@
   variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
   The values were first those of the sources generated before the loads and stores moved to
   population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
-  tables (``gpu_common.cell_table``) and a boundary link's two candidate populations began to load before
-  its flag test (session 5), each benchmarked before and after in one device run. A change to
+  tables (``gpu_common.cell_table``, session 5), benchmarked before and after in one device run. A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -40,21 +39,21 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
     "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
     "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
-    "cuda/fp16s/bgk": "a17a537ab0dbe1a1db90",
-    "cuda/fp16s/trt": "9d2506898dd726e0329b",
-    "cuda/fp32/bgk": "7a8f0bf8080e21550acb",
-    "cuda/fp32/trt": "b124b2ce73578124d3a5",
-    "cuda/fp64/bgk": "28ec0ff306b6ada01f07",
-    "cuda/fp64/trt": "eb14e26c1a9bac2c3629",
+    "cuda/fp16s/bgk": "783f5f33b6595e8e4d21",
+    "cuda/fp16s/trt": "2e07cfe9cb8fbd6571ea",
+    "cuda/fp32/bgk": "1d906b06ae3379bf1bb0",
+    "cuda/fp32/trt": "d559805cdcf060518cb5",
+    "cuda/fp64/bgk": "79d9f5480bfba44cdcbc",
+    "cuda/fp64/trt": "fb943e0e2c007d2bb21e",
     "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
     "numba-bouzidi/fp32": "42040bdad4e265d90110",
     "numba-bouzidi/fp64": "8348625a857e15b6f9de",
-    "numba/fp16s/bgk": "c98a52094fea223a0b9d",
-    "numba/fp16s/trt": "ad13244c679ffac6f405",
-    "numba/fp32/bgk": "9e180998f8b11db7f813",
-    "numba/fp32/trt": "216e7073387f400c0ba6",
-    "numba/fp64/bgk": "f9967e7c67606ef55c3f",
-    "numba/fp64/trt": "697694cc263696306298",
+    "numba/fp16s/bgk": "868c6fb10ed21bef92bf",
+    "numba/fp16s/trt": "4591cb1b864fe7b5f052",
+    "numba/fp32/bgk": "95864cf39357cc99f671",
+    "numba/fp32/trt": "201113084aac3ddaa17b",
+    "numba/fp64/bgk": "e7a921b2e3950faed440",
+    "numba/fp64/trt": "14c5d81c1e90be369524",
 }
 
 
