@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     from hpcsolve.lbm.stepper import get_stepper
     from hpcsolve.precision import get_precision
     from hpcsolve.report.bandwidth import copy_bandwidth
-    from hpcsolve.report.bench_lbm import _DeviceClock, _free, cavity_setup
+    from hpcsolve import backends
+    from hpcsolve.report.bench_lbm import cavity_setup
 
     cls = {"cupy": CupyStepper, "numba-cuda": NumbaCudaStepper}
     bw = copy_bandwidth("cupy")["bandwidth_GBps"]
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
                 st = cls[backend](cavity_setup(args.size, pol), **kw)
                 st.perturb(1e-3, seed=1)
                 st.step(10)
-                clock = _DeviceClock(backend)
+                clock = backends.get(backend).event_clock()
                 times = [clock.time(lambda: st.step(args.steps), getattr(st, "stream", None)) for _ in range(5)]
                 sec = statistics.median(times) / args.steps
                 mlups = args.size**2 / sec / 1e6
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
                 del st
             except Exception as exc:
                 row = dict(backend=backend, precision=prec, options=kw, error=f"{type(exc).__name__}: {exc}"[:300])
-            _free(backend)
+            backends.get(backend).free_pool()
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     (out / "tune_lbm_gpu.json").write_text(json.dumps({"copy_GBps": bw, "rows": rows}, indent=2))
