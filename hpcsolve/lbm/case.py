@@ -64,10 +64,26 @@ class BoundarySection(StrictModel):
     moving_wall_velocity: float = Field(1.0, ge=-10, le=10,
                                         description="tangential speed of moving walls in units of U (+x on top/bottom, +y on left/right)")
     inlet_profile: Literal["parabolic", "uniform"] = Field("parabolic", description="inlet profile; mean speed = U")
+    outlet: Literal["pressure", "characteristic"] = Field(
+        "pressure", description="outlet rule: 'pressure' holds rho = 1 (reflects sound); 'characteristic' lets "
+        "sound waves leave (rho_w = 1 + (u_n - u_ref) / c_s, u_ref the inlet profile of the opposite side); "
+        "needs an inlet opposite the outlet")
     ramp_time: float = Field(0.0, ge=0, description="smooth start, s: inlet and moving-wall velocities rise as "
                              "sin^2(pi/2 t / ramp_time) to their full value (0: impulsive start). Over several "
                              "acoustic periods 4 L / c_s it avoids exciting standing sound waves between inlet "
                              "and outlet")
+
+    @model_validator(mode="after")
+    def _characteristic_outlet_faces_an_inlet(self):
+        if self.outlet == "characteristic":
+            for a, b in (("left", "right"), ("right", "left"), ("bottom", "top"), ("top", "bottom")):
+                if getattr(self, a) == "outlet" and getattr(self, b) != "inlet":
+                    raise ValueError(f"boundaries.outlet = 'characteristic' takes its reference outflow from the inlet "
+                                     f"opposite the outlet: boundaries.{a} is 'outlet', so boundaries.{b} must be "
+                                     f"'inlet' (got {getattr(self, b)!r})")
+            if "outlet" not in (self.left, self.right, self.bottom, self.top):
+                raise ValueError("boundaries.outlet = 'characteristic' needs a side that is 'outlet' (none is)")
+        return self
 
     @model_validator(mode="after")
     def _periodic_in_pairs(self):

@@ -9,5 +9,6 @@ LBM module (geometry, the Bouzidi links, the kernels) can take the codes from he
 FLUID = 0      #: updated every step
 WALL = 1       #: resting wall: half-way bounce-back
 VELOCITY = 2   #: moving wall or velocity inlet: bounce-back with the momentum term, u_w from boundary_velocity
-OUTLET = 3     #: pressure outlet at rho = 1: anti-bounce-back with the adjacent fluid cell's own velocity
+OUTLET = 3     #: pressure outlet: anti-bounce-back with the adjacent fluid cell's own velocity at rho = 1, or
+#: characteristic (rho from physics.outlet_density) where the cell's boundary velocity holds a reference outflow
 FLAG_NAMES = {FLUID: "fluid", WALL: "wall", VELOCITY: "velocity", OUTLET: "outlet"}

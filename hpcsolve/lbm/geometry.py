@@ -76,8 +76,11 @@ def build(case, derived) -> Geometry:
         flags[:, col] = _SIDE_FLAG[kind]
         if kind == "moving_wall":
             bv[1, :, col] = wall_u
-        elif kind == "inlet":
+        elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
+            # an inlet's velocity; a characteristic outlet's reference outflow: the opposite inlet's profile
             sign = 1.0 if side == "left" else -1.0
+            if kind == "outlet":
+                sign = -sign
             bv[0, rows, col] = sign * inlet_profile(nyf, u_lb, b.inlet_profile)
     for side, row in (("bottom", 0), ("top", ny - 1)):
         kind = getattr(b, side)
@@ -87,8 +90,10 @@ def build(case, derived) -> Geometry:
         bv[:, row, :] = 0.0
         if kind == "moving_wall":
             bv[0, row, :] = wall_u
-        elif kind == "inlet":
+        elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
             sign = 1.0 if side == "bottom" else -1.0
+            if kind == "outlet":
+                sign = -sign
             bv[1, row, cols] = sign * inlet_profile(nxf, u_lb, b.inlet_profile)
     geo = Geometry(flags=flags, boundary_velocity=bv, pad=pad, dx=derived.units.dx)
     x, y = geo.cell_centres()

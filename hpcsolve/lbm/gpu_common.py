@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.lbm import bouzidi, inplace, lattice
-from hpcsolve.lbm.flags import FLUID, VELOCITY
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
 from hpcsolve.lbm.stepper import LBMSetup
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
@@ -102,9 +102,11 @@ def table_values(slots: np.ndarray, size: int, values: np.ndarray) -> np.ndarray
 
 
 def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
-    """The kernels' table of VELOCITY cells: keys (size slots, see :func:`cell_table`) and the (2, size)
-    boundary velocities per slot (compute dtype)."""
-    cells = np.flatnonzero(setup.flags.ravel() == VELOCITY).astype(np.int64)
+    """The kernels' table of VELOCITY and OUTLET cells: keys (size slots, see :func:`cell_table`) and the
+    (2, size) boundary velocities per slot (compute dtype): a velocity cell's wall / inlet velocity, an
+    outlet cell's reference outflow (``physics.outlet_density``; 0 for a fixed-pressure outlet)."""
+    flat = setup.flags.ravel()
+    cells = np.flatnonzero((flat == VELOCITY) | (flat == OUTLET)).astype(np.int64)
     keys, slots = cell_table(cells)
     uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
     return keys, table_values(slots, keys.size, uw)

@@ -132,6 +132,11 @@ class _Sym:
     def __truediv__(self, o): return self._bin(o, "/")
     def __rtruediv__(self, o): return self._bin(o, "/", True)
     def __neg__(self): return self.t.emit(f"-{self.name}")
+
+    def __pow__(self, o):
+        if float(o) != 0.5:
+            raise ValueError(f"physics traces ** 0.5 only (sqrt), got ** {o}")
+        return self.t.emit(f"sqrt({self.name})")
     def __pos__(self): return self
 
 
@@ -211,8 +216,10 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
         w_i, cx_i, cy_i = P.W[i], P.CX[i], P.CY[i]
         vbb_lines, vbb_out = _trace(lambda hop, uwx, uwy: P.velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy),
                                     real_t, suffix, {"hop": "hop", "uwx": "uwx", "uwy": "uwy"}, f"v{i}_")
-        abb_lines, abb_out = _trace(lambda hop, ux, uy: P.pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy),
-                                    real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy"}, f"a{i}_")
+        abb_lines, abb_out = _trace(
+            lambda hop, ux, uy, urx, ury: P.pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy,
+                                                                      P.outlet_density(ux, uy, urx, ury)),
+            real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy", "urx": "urx", "ury": "ury"}, f"a{i}_")
         wbb_lines, wbb_out = _trace(lambda hop: P.wall_bounce_back(hop), real_t, suffix, {"hop": "hop"}, f"w{i}_")
         return f"""{{
       const long long s = {s};
@@ -231,6 +238,8 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
           h[{i}] = {vbb_out[0]};
         }} else {{
           {own_stmt}
+          real_t urx, ury;   // the outlet's reference outflow (0: fixed pressure)
+          boundary_velocity(vel_cells, vel_u, n_vel, s, &urx, &ury);
           {' '.join(abb_lines)}
           h[{i}] = {abb_out[0]};
         }}

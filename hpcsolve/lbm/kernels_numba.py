@@ -131,7 +131,10 @@ def _aa_kernel_python(collision: str, code, block_x: int) -> str:
         a("        uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)")
         a("        return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)")
         a("    k = outlet_index(out_cells, n_out, cell)")
-        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, own_u[k], own_u[n_out + k])")
+        a("    ux = own_u[k]")
+        a("    uy = own_u[n_out + k]")
+        a("    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)")
+        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_density(ux, uy, urx, ury))")
         a("")
         a("")
         a(f"def lbm_step_aa_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, nx, ny, "
@@ -439,7 +442,8 @@ def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx
         uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)
         return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)
     ux, uy = own_velocity(A, N, cell)
-    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy)
+    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)
+    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_density(ux, uy, urx, ury))
 
 
 def lbm_moments(A, flags, out, N):
@@ -554,7 +558,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
           "ZERO": ct.type(0.0), "ZERO9": (ct.type(0.0),) * lattice.Q,
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
-          "pressure_anti_bounce_back": P.pressure_anti_bounce_back}
+          "pressure_anti_bounce_back": P.pressure_anti_bounce_back, "outlet_density": P.outlet_density}
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]

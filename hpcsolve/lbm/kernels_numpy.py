@@ -42,7 +42,7 @@ class NumpyStepper(Stepper):
         nf = fluid.size
         gather = np.empty((lattice.Q, nf), dtype=np.int64)
         vel_pos, vel_i, vel_src = [], [], []
-        out_pos, out_i, out_cell = [], [], []
+        out_pos, out_i, out_cell, out_src = [], [], [], []
         for i in range(lattice.Q):
             src = ((y - lattice.CY[i]) % ny) * nx + (x - lattice.CX[i]) % nx
             nflag = flags.ravel()[src]
@@ -51,7 +51,7 @@ class NumpyStepper(Stepper):
             k = np.flatnonzero(nflag == VELOCITY)
             vel_pos.append(i * nf + k); vel_i.append(np.full(k.size, i)); vel_src.append(src[k])
             k = np.flatnonzero(nflag == OUTLET)
-            out_pos.append(i * nf + k); out_i.append(np.full(k.size, i)); out_cell.append(k)
+            out_pos.append(i * nf + k); out_i.append(np.full(k.size, i)); out_cell.append(k); out_src.append(src[k])
         self.fluid, self.gather, self.nf = fluid, gather, nf
         W, CX, CY = (np.array(a, dtype=ct) for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
         vi = np.concatenate(vel_i).astype(np.int64)
@@ -63,8 +63,11 @@ class NumpyStepper(Stepper):
         oi = np.concatenate(out_i).astype(np.int64)
         oc = np.concatenate(out_cell).astype(np.int64)
         cells, inverse = np.unique(oc, return_inverse=True)
+        os_ = np.concatenate(out_src).astype(np.int64)
         self.out = dict(pos=np.concatenate(out_pos).astype(np.int64), w=W[oi], cx=CX[oi], cy=CY[oi],
-                        cells=fluid[cells], link_cell=inverse.reshape(-1))
+                        cells=fluid[cells], link_cell=inverse.reshape(-1),
+                        urx=uw[0][os_].astype(ct), ury=uw[1][os_].astype(ct))   # reference outflow (0: pressure)
+        self._out_full = (uw[0][os_], uw[1][os_])
 
     # -- one time step ----------------------------------------------------------------------------
     def _step_once(self) -> None:
@@ -84,8 +87,9 @@ class NumpyStepper(Stepper):
             # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
             own = self.policy.decode(self.g.reshape(lattice.Q, n)[:, o["cells"]])
             _, ux, uy = P.moments(tuple(own))
-            flat[o["pos"]] = P.pressure_anti_bounce_back(flat[o["pos"]], o["w"], o["cx"], o["cy"],
-                                                         ux[o["link_cell"]], uy[o["link_cell"]])
+            uxl, uyl = ux[o["link_cell"]], uy[o["link_cell"]]
+            flat[o["pos"]] = P.pressure_anti_bounce_back(flat[o["pos"]], o["w"], o["cx"], o["cy"], uxl, uyl,
+                                                         P.outlet_density(uxl, uyl, o["urx"], o["ury"]))
         # 2. collision on the fluid cells
         h = tuple(pulled)
         if self.setup.collision == "trt":
@@ -102,6 +106,8 @@ class NumpyStepper(Stepper):
     def _set_velocity_scale(self, factor: float) -> None:
         self.vel["uwx"] = (self._vel_full[0] * factor).astype(self.ct)
         self.vel["uwy"] = (self._vel_full[1] * factor).astype(self.ct)
+        self.out["urx"] = (self._out_full[0] * factor).astype(self.ct)
+        self.out["ury"] = (self._out_full[1] * factor).astype(self.ct)
 
     def populations(self) -> np.ndarray:
         return self.g.copy()

@@ -51,6 +51,7 @@ def _numpy_physics(scalar_type) -> SimpleNamespace:
 def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on purpose
     ZERO, ONE, TWO, HALF = T(0.0), T(1.0), T(2.0), T(0.5)
     THREE, SIX, C45, C15 = T(3.0), T(6.0), T(4.5), T(1.5)
+    SQRT3, TINY = T(np.sqrt(3.0)), T(1e-30)         # 1 / c_s; TINY keeps u_ref = 0 at 0 / TINY = 0
     W0, W1, W2 = T(lattice.WEIGHTS[0]), T(lattice.WEIGHTS[1]), T(lattice.WEIGHTS[5])
 
     @jit
@@ -126,12 +127,23 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         return h_opp_post + SIX * w_i * (cx_i * uwx + cy_i * uwy)
 
     @jit
-    def pressure_anti_bounce_back(h_opp_post, w_i, cx_i, cy_i, ux, uy):
-        """Pressure outlet at rho_w = 1 (Krueger et al. 2017 eq. 5.53), u_w = the fluid cell's own u:
-        f_i = -f*_opp(i) + 2 w_i rho_w (1 + 4.5 (c_i.u_w)^2 - 1.5 u_w^2); shifted, with rho_w = 1:
-        h_i = -h*_opp(i) + 2 w_i (4.5 (c_i.u_w)^2 - 1.5 u_w^2)."""
+    def pressure_anti_bounce_back(h_opp_post, w_i, cx_i, cy_i, ux, uy, drho_w):
+        """Pressure outlet at rho_w = 1 + drho_w (Krueger et al. 2017 eq. 5.53), u_w = the fluid cell's own u:
+        f_i = -f*_opp(i) + 2 w_i rho_w (1 + 4.5 (c_i.u_w)^2 - 1.5 u_w^2); shifted,
+        h_i = -h*_opp(i) + 2 w_i (4.5 (c_i.u_w)^2 - 1.5 u_w^2) + 2 w_i drho_w (1 + 4.5 (c_i.u_w)^2 - 1.5 u_w^2)
+        (drho_w = 0: the fixed-pressure outlet, the last term exactly 0)."""
         cu = cx_i * ux + cy_i * uy
-        return -h_opp_post + TWO * w_i * (C45 * cu * cu - C15 * (ux * ux + uy * uy))
+        q = C45 * cu * cu - C15 * (ux * ux + uy * uy)
+        return -h_opp_post + TWO * w_i * q + TWO * w_i * drho_w * (ONE + q)
+
+    @jit
+    def outlet_density(ux, uy, urx, ury):
+        """drho_w of the characteristic (non-reflecting) outlet: the incoming Riemann invariant u_n - c_s drho
+        held at its reference value, drho_w = (u_n - u_ref,n) / c_s, the normal n = u_ref / |u_ref| taken from
+        the reference outflow u_ref of the outlet cell (an outgoing sound wave, drho = u'_n / c_s, leaves
+        without a reflected one). u_ref = 0 (a fixed-pressure outlet, or the first smooth-start step): 0."""
+        ur2 = urx * urx + ury * ury
+        return SQRT3 * (ux * urx + uy * ury - ur2) / (ur2 ** HALF + TINY)
 
     @jit
     def interpolated_bounce_back(h_near, h_far, a, b):
@@ -147,7 +159,8 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         CX=tuple(T(c) for c in lattice.CX), CY=tuple(T(c) for c in lattice.CY),
         moments=moments, equilibrium=equilibrium, collide_bgk=collide_bgk, collide_trt=collide_trt,
         trt_pair=trt_pair, wall_bounce_back=wall_bounce_back, velocity_bounce_back=velocity_bounce_back,
-        pressure_anti_bounce_back=pressure_anti_bounce_back, interpolated_bounce_back=interpolated_bounce_back,
+        pressure_anti_bounce_back=pressure_anti_bounce_back, outlet_density=outlet_density,
+        interpolated_bounce_back=interpolated_bounce_back,
     )
 
 

@@ -40,7 +40,8 @@ class LBMSetup:
     collision: str = "bgk"                     # "bgk" | "trt"
     magic: float = 3.0 / 16.0                  # TRT magic parameter Lambda
     policy: Precision = FP64
-    boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64, read at VELOCITY cells only
+    boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64: VELOCITY cells' velocity, OUTLET cells'
+    #                                              reference outflow (physics.outlet_density; 0: fixed pressure)
     initial_density: np.ndarray | None = None    # (ny, nx) float64, default 1
     initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
     links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)

@@ -8,7 +8,8 @@
   variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
   The values were first those of the sources generated before the loads and stores moved to
   population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
-  tables (``gpu_common.cell_table``, session 5), benchmarked before and after in one device run. A change to
+  tables (``gpu_common.cell_table``, session 5; benchmarked before and after in one device run) and when the
+  outlet rule took the characteristic density (``physics.outlet_density``, session 5). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -39,21 +40,21 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
     "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
     "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
-    "cuda/fp16s/bgk": "783f5f33b6595e8e4d21",
-    "cuda/fp16s/trt": "2e07cfe9cb8fbd6571ea",
-    "cuda/fp32/bgk": "1d906b06ae3379bf1bb0",
-    "cuda/fp32/trt": "d559805cdcf060518cb5",
-    "cuda/fp64/bgk": "79d9f5480bfba44cdcbc",
-    "cuda/fp64/trt": "fb943e0e2c007d2bb21e",
+    "cuda/fp16s/bgk": "fdbf86f85198bec9ca60",
+    "cuda/fp16s/trt": "45cedf3ed5ee8ddca042",
+    "cuda/fp32/bgk": "07a09b1d40fccb2ee408",
+    "cuda/fp32/trt": "d5be8d981757a66354ad",
+    "cuda/fp64/bgk": "952595dcc9bd860e2704",
+    "cuda/fp64/trt": "881efd13f40571581ee8",
     "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
     "numba-bouzidi/fp32": "42040bdad4e265d90110",
     "numba-bouzidi/fp64": "8348625a857e15b6f9de",
-    "numba/fp16s/bgk": "868c6fb10ed21bef92bf",
-    "numba/fp16s/trt": "4591cb1b864fe7b5f052",
-    "numba/fp32/bgk": "95864cf39357cc99f671",
-    "numba/fp32/trt": "201113084aac3ddaa17b",
-    "numba/fp64/bgk": "e7a921b2e3950faed440",
-    "numba/fp64/trt": "14c5d81c1e90be369524",
+    "numba/fp16s/bgk": "35d9bb505f5e2fb2b478",
+    "numba/fp16s/trt": "b48c90a42dc7f7272585",
+    "numba/fp32/bgk": "779c6c1ff3689ef80e8e",
+    "numba/fp32/trt": "1637576ad9cbdc5644a8",
+    "numba/fp64/bgk": "7a3fc12e560394f62151",
+    "numba/fp64/trt": "adfffc6d7b7ae91bd84d",
 }
 
 
