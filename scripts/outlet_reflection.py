@@ -34,10 +34,10 @@ from hpcsolve.lbm.stepper import VELOCITY, get_stepper  # noqa: E402
 from hpcsolve.precision import get_precision  # noqa: E402
 
 
-def envelope_decay(t: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-    """(e-folding time of the envelope of |y - mean(y[last third])|, number of maxima fitted); math.inf when the
-    maxima do not decay, nan with fewer than 3 maxima."""
-    dev = np.abs(y - np.mean(y[2 * len(y) // 3:]))
+def envelope_decay(t: np.ndarray, y: np.ndarray, mean: float | None = None) -> tuple[float, int]:
+    """(e-folding time of the envelope of |y - mean|, number of maxima fitted; ``mean`` defaults to the mean of
+    the last third of y); math.inf when the maxima do not decay, nan with fewer than 3 maxima."""
+    dev = np.abs(y - (np.mean(y[2 * len(y) // 3:]) if mean is None else mean))
     k = np.flatnonzero((dev[1:-1] > dev[:-2]) & (dev[1:-1] >= dev[2:])) + 1
     k = k[dev[k] > 1e-12]
     if k.size < 3:
@@ -98,10 +98,12 @@ def ringing(case_path: str, args, outlet: str) -> dict:
         kl = k & (t < t[-1] - w * args.every)                  # the moving mean's edge left out
         if np.count_nonzero(k) > 8:
             w_tau, w_peaks = envelope_decay(t[k], cl[k])
+            low_tau = envelope_decay(t[kl], low[kl], low_mean)[0] if np.count_nonzero(kl) > 8 else math.nan
             windows.append(dict(a=a, b=b, largest=float(np.max(np.abs(cl[k] - mean))), tau=w_tau / period,
-                                peaks=w_peaks, low=float(np.max(np.abs(low[kl] - low_mean))) if kl.any() else math.nan))
+                                peaks=w_peaks, low=float(np.max(np.abs(low[kl] - low_mean))) if kl.any() else math.nan,
+                                low_tau=low_tau / period))
     return dict(outlet=outlet, case=Path(case_path).stem, steps_to_steady=done, before=before, mean=mean, tau=tau,
-                peaks=peaks, period=period, transverse=transverse, t=t, cl=cl, low=low, low_mean=low_mean,
+                peaks=peaks, period=period, transverse=transverse, t=t, cl=cl, low=low, low_mean=low_mean, window=w,
                 windows=windows)
 
 
@@ -127,7 +129,8 @@ def main(argv=None) -> int:
               f"({r['peaks']} maxima, period {r['period']:.0f} steps, wall-to-wall mode {r['transverse']:.0f} steps)")
         for wd in r["windows"]:
             print(f"  periods {wd['a']:g}-{wd['b']:g}: largest |c_L - mean| {wd['largest']:.3g}, e-folding time "
-                  f"{wd['tau']:.3g} periods ({wd['peaks']} maxima); low-pass largest {wd['low']:.3g}")
+                  f"{wd['tau']:.3g} periods ({wd['peaks']} maxima); low-pass largest {wd['low']:.3g}, e-folding "
+                  f"{wd['low_tau']:.3g} periods")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         for r in runs:
@@ -142,7 +145,9 @@ def main(argv=None) -> int:
         for r in runs:
             x = r["t"] / r["period"]
             axes[0].plot(x, r["cl"], lw=0.8, label=f"outlet = {r['outlet']}")
-            axes[1].semilogy(x, np.abs(r["low"] - r["low_mean"]) + 1e-12, lw=1, label=f"outlet = {r['outlet']}")
+            keep = slice(0, len(x) - r["window"])                 # the moving mean's edge left out
+            axes[1].semilogy(x[keep], np.abs(r["low"] - r["low_mean"])[keep] + 1e-12, lw=1,
+                             label=f"outlet = {r['outlet']}")
         axes[0].set_ylabel("lift coefficient c_L")
         axes[0].set_title(f"{runs[0]['case']}, D = {args.resolution}: inlet velocity +{args.step:.0%} at t = 0")
         axes[1].set_ylabel("|low-pass c_L - mean|")
