@@ -57,6 +57,12 @@ def inlet_profile(n: int, mean_velocity: float, kind: str) -> np.ndarray:
     return 6.0 * mean_velocity * y * (n - y) / n ** 2
 
 
+def _into(side: str, kind: str) -> float:
+    """Sign of the velocity along a side's axis: an inlet's flow points into the domain, a characteristic
+    outlet's reference outflow out of it (+1 at a left inlet and at a right outlet)."""
+    return (1.0 if side in ("left", "bottom") else -1.0) * (-1.0 if kind == "outlet" else 1.0)
+
+
 def build(case, derived) -> Geometry:
     """Flags, boundary velocities (lattice units) and obstacle masks of ``case``."""
     b = case.boundaries
@@ -78,10 +84,7 @@ def build(case, derived) -> Geometry:
             bv[1, :, col] = wall_u
         elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
             # an inlet's velocity; a characteristic outlet's reference outflow: the opposite inlet's profile
-            sign = 1.0 if side == "left" else -1.0
-            if kind == "outlet":
-                sign = -sign
-            bv[0, rows, col] = sign * inlet_profile(nyf, u_lb, b.inlet_profile)
+            bv[0, rows, col] = _into(side, kind) * inlet_profile(nyf, u_lb, b.inlet_profile)
     for side, row in (("bottom", 0), ("top", ny - 1)):
         kind = getattr(b, side)
         if kind == "periodic":
@@ -91,10 +94,7 @@ def build(case, derived) -> Geometry:
         if kind == "moving_wall":
             bv[0, row, :] = wall_u
         elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
-            sign = 1.0 if side == "bottom" else -1.0
-            if kind == "outlet":
-                sign = -sign
-            bv[1, row, cols] = sign * inlet_profile(nxf, u_lb, b.inlet_profile)
+            bv[1, row, cols] = _into(side, kind) * inlet_profile(nxf, u_lb, b.inlet_profile)
     geo = Geometry(flags=flags, boundary_velocity=bv, pad=pad, dx=derived.units.dx)
     x, y = geo.cell_centres()
     X, Y = np.meshgrid(x, y)

@@ -58,8 +58,9 @@ import numpy as np
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
 from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
-                                     StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
-                                     host_macroscopic, step_kernel_shape, velocity_table)
+                                     StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
+                                     device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
+                                     velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -171,10 +172,13 @@ def _collision_fn(P, collision):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False) -> str:
+def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
+                  characteristic: bool = False) -> str:
     """CUDA C of the step, moments and gather kernels for one policy and collision model;
     ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: also the
-    AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py)."""
+    AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py);
+    ``characteristic``: outlet links look up their reference outflow (``gpu_common.characteristic_outlet``),
+    else the outlet rule runs at drho_w = 0."""
     code = cuda_code(policy)
     real_t, suffix = code.real_t, code.suffix
     P = physics.physics_for(np.dtype(policy.compute))
@@ -217,9 +221,11 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
         vbb_lines, vbb_out = _trace(lambda hop, uwx, uwy: P.velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy),
                                     real_t, suffix, {"hop": "hop", "uwx": "uwx", "uwy": "uwy"}, f"v{i}_")
         abb_lines, abb_out = _trace(
-            lambda hop, ux, uy, urx, ury: P.pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy,
-                                                                      P.outlet_density(ux, uy, urx, ury)),
+            lambda hop, ux, uy, urx, ury: P.pressure_anti_bounce_back(
+                hop, w_i, cx_i, cy_i, ux, uy, P.outlet_density(ux, uy, urx, ury) if characteristic else P.ZERO),
             real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy", "urx": "urx", "ury": "ury"}, f"a{i}_")
+        reference = ("real_t urx, ury;   // the outlet's reference outflow\n"
+                     "          boundary_velocity(vel_cells, vel_u, n_vel, s, &urx, &ury);" if characteristic else "")
         wbb_lines, wbb_out = _trace(lambda hop: P.wall_bounce_back(hop), real_t, suffix, {"hop": "hop"}, f"w{i}_")
         return f"""{{
       const long long s = {s};
@@ -238,8 +244,7 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
           h[{i}] = {vbb_out[0]};
         }} else {{
           {own_stmt}
-          real_t urx, ury;   // the outlet's reference outflow (0: fixed pressure)
-          boundary_velocity(vel_cells, vel_u, n_vel, s, &urx, &ury);
+          {reference}
           {' '.join(abb_lines)}
           h[{i}] = {abb_out[0]};
         }}
@@ -657,7 +662,7 @@ class CupyStepper(GraphedSteps, Stepper):
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
-                            self.in_place)
+                            self.in_place, characteristic_outlet(setup))
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)

@@ -34,8 +34,9 @@ from hpcsolve import backends, fp16c
 from hpcsolve.lbm import bouzidi, inplace, lattice, physics
 from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
 from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
-                                     StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags, device_macroscopic,
-                                     host_macroscopic, step_kernel_shape, velocity_table)
+                                     StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
+                                     device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
+                                     velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -133,8 +134,7 @@ def _aa_kernel_python(collision: str, code, block_x: int) -> str:
         a("    k = outlet_index(out_cells, n_out, cell)")
         a("    ux = own_u[k]")
         a("    uy = own_u[n_out + k]")
-        a("    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)")
-        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_density(ux, uy, urx, ury))")
+        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy))")
         a("")
         a("")
         a(f"def lbm_step_aa_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, nx, ny, "
@@ -400,9 +400,16 @@ def _raw_access():
     return load_at, store_at
 
 
-def _helpers_python(code) -> str:
+def _helpers_python(code, characteristic: bool = False) -> str:
     own = "\n".join(f"    o{i} = " + code.decode(f"load_at(A, {i} * N + cell)") for i in range(lattice.Q))
+    # the outlet rule's drho_w: looked up per link only where the setup has a characteristic outlet
+    drho = ("    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)\n    return outlet_density(ux, uy, urx, ury)"
+            if characteristic else "    return ZERO")
     return f'''
+def outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy):
+{drho}
+
+
 def load_pop(A, k):
     return {code.decode("load_at(A, k)")}
 
@@ -442,8 +449,7 @@ def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx
         uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)
         return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)
     ux, uy = own_velocity(A, N, cell)
-    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)
-    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_density(ux, uy, urx, ury))
+    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy))
 
 
 def lbm_moments(A, flags, out, N):
@@ -527,11 +533,12 @@ PAIR_EXCHANGE = "smem"
 
 
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pairs: bool = False,
-                  exchange: str = "smem", in_place: bool = False) -> str:
+                  exchange: str = "smem", in_place: bool = False, characteristic: bool = False) -> str:
     """Python source of the kernels :func:`compiled_kernels` compiles (helpers, the per-cell step, and
-    the in-place or the 16-bit pair step kernels); loads and stores from ``population_code.numba_code``."""
+    the in-place or the 16-bit pair step kernels); loads and stores from ``population_code.numba_code``;
+    ``characteristic``: the outlet rule looks up the reference outflow (``gpu_common.characteristic_outlet``)."""
     code = numba_code(policy)
-    src = _helpers_python(code) + "\n" + _kernel_python(collision, code, cpt, block_x)
+    src = _helpers_python(code, characteristic) + "\n" + _kernel_python(collision, code, cpt, block_x)
     if in_place:
         src += "\n\n" + _aa_kernel_python(collision, code, block_x)
     elif pairs:
@@ -541,7 +548,7 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pair
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, max_registers: int | None = None,
-                     pairs: bool = False, exchange: str = "smem", in_place: bool = False):
+                     pairs: bool = False, exchange: str = "smem", in_place: bool = False, characteristic: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
     and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``;
     ``in_place``: step is the pair (lbm_step_aa_even, lbm_step_aa_odd) and moments the pair (lbm_moments,
@@ -562,13 +569,14 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
-    src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place)
+    src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place, characteristic)
     if pairs and not in_place:
         ns["half_lo"], ns["half_hi"], ns["pack_halves"] = (
             fp16c.numba_pair_functions() if policy.codec == "fp16c" else _half_bits())
     storage = np.dtype(policy.storage).str
     exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
-    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "pull_boundary", "pull_cell") + (
+    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_drho", "pull_boundary",
+                 "pull_cell") + (
             ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
@@ -624,7 +632,7 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,
-            self.pairs, exchange or PAIR_EXCHANGE, self.in_place)
+            self.pairs, exchange or PAIR_EXCHANGE, self.in_place, characteristic_outlet(setup))
         self.nx, self.ny = nx, ny
         self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())

@@ -243,3 +243,18 @@ def test_recorded_steps_after_perturb_equal_direct_launches(in_place):
             st.step(2)
     assert fast.graphs.enabled and any(r is not None for _, r in fast.graphs._cache.values())
     assert np.array_equal(fast.populations(), slow.populations())
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["two-buffers", "in-place"])
+def test_numba_fixed_pressure_outlet_matches_reference(in_place):
+    """A channel whose outlet holds no reference outflow: the kernels are compiled without the characteristic
+    lookup (drho_w = 0) and give the reference's populations."""
+    import dataclasses
+
+    from hpcsolve.lbm.gpu_common import characteristic_outlet
+
+    setup = dataclasses.replace(channel(policy=FP64, characteristic=False), in_place=in_place)
+    assert not characteristic_outlet(setup) and characteristic_outlet(channel(policy=FP64))
+    ref, dev = _reference_and_numba(setup)
+    assert "return ZERO" in dev.source
+    assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp64"]

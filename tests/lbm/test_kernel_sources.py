@@ -9,7 +9,8 @@
   The values were first those of the sources generated before the loads and stores moved to
   population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
   tables (``gpu_common.cell_table``, session 5; benchmarked before and after in one device run) and when the
-  outlet rule took the characteristic density (``physics.outlet_density``, session 5). A change to
+  outlet rule took the characteristic density (``physics.outlet_density``, session 5; a compiled variant of
+  its own, ``characteristic=True``). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -40,21 +41,21 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
     "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
     "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
-    "cuda/fp16s/bgk": "fdbf86f85198bec9ca60",
-    "cuda/fp16s/trt": "45cedf3ed5ee8ddca042",
-    "cuda/fp32/bgk": "07a09b1d40fccb2ee408",
-    "cuda/fp32/trt": "d5be8d981757a66354ad",
-    "cuda/fp64/bgk": "952595dcc9bd860e2704",
-    "cuda/fp64/trt": "881efd13f40571581ee8",
+    "cuda/fp16s/bgk": "5bf024382bfaf0c03fcf",
+    "cuda/fp16s/trt": "4132f17c9005c80fb95d",
+    "cuda/fp32/bgk": "4d24ce363c5fd116b5b6",
+    "cuda/fp32/trt": "364835375023ddba406a",
+    "cuda/fp64/bgk": "c88737f82620b606496a",
+    "cuda/fp64/trt": "980cb82027eeaa480984",
     "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
     "numba-bouzidi/fp32": "42040bdad4e265d90110",
     "numba-bouzidi/fp64": "8348625a857e15b6f9de",
-    "numba/fp16s/bgk": "35d9bb505f5e2fb2b478",
-    "numba/fp16s/trt": "b48c90a42dc7f7272585",
-    "numba/fp32/bgk": "779c6c1ff3689ef80e8e",
-    "numba/fp32/trt": "1637576ad9cbdc5644a8",
-    "numba/fp64/bgk": "7a3fc12e560394f62151",
-    "numba/fp64/trt": "adfffc6d7b7ae91bd84d",
+    "numba/fp16s/bgk": "a8e5fa83e2eeac99939b",
+    "numba/fp16s/trt": "25e1ac2aae66400587b5",
+    "numba/fp32/bgk": "e4dde05968017ae2da25",
+    "numba/fp32/trt": "6832e73030c0dd61fd85",
+    "numba/fp64/bgk": "c3f91e626e703c0fe00d",
+    "numba/fp64/trt": "a82f2ac27286c422d123",
 }
 
 
@@ -78,6 +79,11 @@ def generated_sources() -> dict[str, str]:
             for cpt, bx, pairs, ex, ip in NUMBA_VARIANTS + (PAIR_VARIANTS if p.storage_bytes == 2 else []):
                 key = f"numba/{p.name}/{c}/{cpt}x{bx}/{'pairs-' + ex if pairs else ''}{'inplace' if ip else 'two'}"
                 out[key] = _python_tokens(kernels_numba.kernel_source(p, c, cpt, bx, pairs, ex, ip))
+            for ip in (False, True):          # the characteristic outlet's variant (a reference outflow to look up)
+                name = "inplace" if ip else "two"
+                out[f"cuda/{p.name}/{c}/characteristic-{name}"] = kernels_cupy.kernel_source(p, c, 1, 256, ip, True)
+                out[f"numba/{p.name}/{c}/characteristic-{name}"] = _python_tokens(
+                    kernels_numba.kernel_source(p, c, 1, 128, False, "smem", ip, True))
     return out
 
 
