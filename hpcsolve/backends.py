@@ -352,7 +352,7 @@ class NumbaCudaBackend(_GpuBackend):
         return _bandwidth(self.name, n * 4, times)
 
     def bouzidi_prepass(self, links, policy, stream=None):
-        from hpcsolve.lbm.bouzidi import NumbaPrepass
+        from hpcsolve.lbm.kernels_numba import NumbaPrepass
 
         return NumbaPrepass(links, policy, stream)
 

@@ -30,22 +30,20 @@ Links with q = 1/2 exactly (masks, grid-aligned faces) are simple bounce-back an
 Backends: each Stepper builds its pre-pass, a callable ``prepass(A)`` run on its current state
 buffer at the start of every step (None without links, :func:`has_links`): the NumPy reference runs
 the array-module function :func:`prepass` (:class:`NumpyPrepass`), ``numba-cuda`` two small
-``numba.cuda.jit`` kernels (:func:`numba_kernels`, :class:`NumbaPrepass`) and ``cupy`` two RawKernels
-(``kernels_cupy.CupyBouzidi``), both generated from the same physics function with the loads and
-stores of ``population_code``. ``Backend.bouzidi_prepass(links, policy)`` gives the one of a backend.
+``numba.cuda.jit`` kernels (``kernels_numba.NumbaPrepass``) and ``cupy`` two RawKernels
+(``kernels_cupy.CupyBouzidi``), both emitted from the list kernels :data:`GATHER` / :data:`SCATTER`
+(``kernel_plan.ListKernel``: the same physics function, the loads and stores of ``population_code``). ``Backend.bouzidi_prepass(links, policy)`` gives the one of a backend.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.kernel_plan import ListKernel, Op
 from hpcsolve.lbm.flags import FLUID
-from hpcsolve.lbm.population_code import numba_code
 
 
 @dataclass(frozen=True)
@@ -227,28 +225,21 @@ class NumpyPrepass:
         prepass(A, *self.arrays, self.policy)
 
 
-class NumbaPrepass:
-    """The pre-pass on the device with two ``numba.cuda.jit`` kernels (:func:`numba_kernels`) on ``stream``."""
-
-    def __init__(self, links: BouzidiLinks, policy, stream=None):
-        from numba import cuda
-
-        self.links, self.policy, self.n = links, policy, len(links)
-        ct = np.dtype(policy.compute)
-        self.stream = stream if stream is not None else cuda.default_stream()
-        self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
-        self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
-        gather, scatter = numba_kernels(policy)
-        blocks = math.ceil(self.n / 256)
-        self._gather = gather[blocks, 256, self.stream]
-        self._scatter = scatter[blocks, 256, self.stream]
-
-    def __call__(self, A) -> None:
-        slot, partner, a, b = self.arrays
-        n = np.int64(self.n)
-        flat = A.reshape(-1) if A.ndim > 1 else A
-        self._gather(flat, slot, partner, a, b, self.values, n)
-        self._scatter(flat, slot, self.values, n)
+def force_terms(links: BouzidiLinks, mask: np.ndarray):
+    """The interpolated links' momentum-exchange terms (the rule's term; ``gpu_common.force_links`` adds the
+    simple links'): for a link into ``mask``, c_ib (f*_ib + a f*_ib + b f*_partner) -> two terms,
+    pos = slot, m = 1 + a, k = 2 w_ib and pos = partner, m = b, k = 0. Returns (skip, (pos, cx, cy, m, k)
+    lists): ``skip`` (9, N) marks the links the simple rule must leave out."""
+    mask = np.asarray(mask, dtype=bool)
+    into = mask.ravel()[links.solid]
+    skip = np.zeros((lattice.Q, mask.size), dtype=bool)
+    skip[links.direction[into], links.cell[into]] = True
+    if not into.any():
+        return skip, ([], [], [], [], [])
+    d = links.direction[into]
+    cx, cy, w = (np.asarray(a, dtype=np.float64)[d] for a in (lattice.CX, lattice.CY, lattice.WEIGHTS))
+    return skip, ([links.slot[into], links.partner[into]], [cx, cx], [cy, cy],
+                  [1.0 + links.a[into], links.b[into]], [2.0 * w, np.zeros_like(w)])
 
 
 def has_links(setup) -> bool:
@@ -257,42 +248,14 @@ def has_links(setup) -> bool:
     return links is not None and len(links) > 0
 
 
-_KERNELS = '''
-def load_pop(A, k):
-    return {load}
-
-
-def bouzidi_gather(A, slot, partner, a, b, V, n):
-    k = cuda.grid(1)
-    if k < n:
-        V[k] = {link_value}
-
-
-def bouzidi_scatter(A, slot, V, n):
-    k = cuda.grid(1)
-    if k < n:
-        A[slot[k]] = V[k]
-'''
-
-
-def numba_source(policy) -> str:
-    """Python source of the pre-pass kernels for one policy (loads and stores from ``population_code``)."""
-    code = numba_code(policy)
-    return _KERNELS.format(load=code.decode("A[k]"), link_value=code.encode(
-        "interpolated_bounce_back(load_pop(A, slot[k]), load_pop(A, partner[k]), a[k], b[k])"))
-
-
-@functools.lru_cache(maxsize=None)
-def numba_kernels(policy):
-    """(gather, scatter) ``numba.cuda.jit`` kernels of the pre-pass for one policy; the link value is
-    ``physics.interpolated_bounce_back`` compiled as a device function. V (storage dtype) holds the
-    link values between the two launches."""
-    from numba import cuda
-
-    ct = np.dtype(policy.compute)
-    device = cuda.jit(device=True)
-    P = physics.physics_for(ct, jit=device)
-    ns = {"cuda": cuda, **numba_code(policy).namespace(), "interpolated_bounce_back": P.interpolated_bounce_back}
-    exec(compile(numba_source(policy), f"<hpcsolve.lbm.bouzidi {np.dtype(policy.storage).str}/{ct.str}>", "exec"), ns)
-    ns["load_pop"] = device(ns["load_pop"])
-    return cuda.jit(ns["bouzidi_gather"]), cuda.jit(ns["bouzidi_scatter"])
+#: the pre-pass's two list kernels (``kernel_plan.ListKernel``), emitted by both GPU backends: every link value
+#: is gathered into V (storage dtype) before the scatter writes any slot, as :func:`prepass` requires
+GATHER = ListKernel(
+    "bouzidi_gather", "interpolated bounce-back pre-pass, gather: V[k] = a h[slot] + b h[partner] (bouzidi.prepass)",
+    (("A", "pop_in"), ("slot", "index"), ("partner", "index"), ("a", "real"), ("b", "real"), ("V", "pop")),
+    (Op("load", out=("hn",), args=("A", "slot[k]")), Op("load", out=("hf",), args=("A", "partner[k]")),
+     Op("physics", "interpolated_bounce_back", ("v",), ("hn", "hf", "a[k]", "b[k]")),
+     Op("store", args=("V", "k", "v"))))
+SCATTER = ListKernel(
+    "bouzidi_scatter", "interpolated bounce-back pre-pass, scatter: the gathered link values into their slots",
+    (("A", "pop"), ("slot", "index"), ("V", "pop_in")), (Op("copy", args=("A", "slot[k]", "V", "k")),))

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.lbm import bouzidi, inplace, lattice
-from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
+from hpcsolve.lbm import bouzidi, inplace, kernel_plan, lattice
+from hpcsolve.lbm.boundaries import outlet, velocity
+from hpcsolve.lbm.boundaries.outlet import characteristic_outlet  # noqa: F401 (the steppers' import)
+from hpcsolve.lbm.boundaries.velocity import velocity_table  # noqa: F401
+from hpcsolve.lbm.cell_table import HASH_MULT, cell_table, table_home, table_values  # noqa: F401
+from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.stepper import LBMSetup
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
@@ -63,65 +67,6 @@ def device_flags(flags: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Fibonacci-hashing multiplier of the cell tables below (the kernels compute the same home slot)
-HASH_MULT = 0x9E3779B97F4A7C15
-
-
-def table_home(cells: np.ndarray, size: int) -> np.ndarray:
-    """Home slot of each cell in a table of ``size`` slots (a power of two): bits 32.. of cell * HASH_MULT
-    (mod 2^64), as the kernels' ``table_home`` computes it."""
-    h = (np.asarray(cells, dtype=np.int64).astype(np.uint64) * np.uint64(HASH_MULT)) >> np.uint64(32)
-    return (h & np.uint64(size - 1)).astype(np.int64)
-
-
-def cell_table(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, slots): an open-addressing hash table of the linear cell indices ``cells`` (linear probing,
-    at least twice as many slots as cells, a power of two; empty slots hold -1) and each cell's slot.
-    A kernel finds a boundary cell's entry in one or two dependent loads, where a binary search over a
-    sorted table took log2(n): on small grids those dependent loads set the step time (the lid row's
-    velocity links did three searches each)."""
-    cells = np.asarray(cells, dtype=np.int64).ravel()
-    size = 2
-    while size < 2 * cells.size:
-        size *= 2
-    keys = np.full(size, -1, dtype=np.int64)
-    slots = np.empty(cells.size, dtype=np.int64)
-    for j, (c, k) in enumerate(zip(cells.tolist(), table_home(cells, size).tolist())):
-        while keys[k] != -1:
-            k = (k + 1) & (size - 1)
-        keys[k] = c
-        slots[j] = k
-    return keys, slots
-
-
-def table_values(slots: np.ndarray, size: int, values: np.ndarray) -> np.ndarray:
-    """(2, size) per-slot copy of per-cell ``values`` (2, n) (zeros in empty slots), contiguous."""
-    out = np.zeros((values.shape[0], size), dtype=values.dtype)
-    out[:, slots] = values
-    return out
-
-
-def characteristic_outlet(setup: LBMSetup) -> bool:
-    """True where an OUTLET cell holds a reference outflow (``physics.outlet_density``): the step kernels are then
-    compiled with the characteristic rule, which looks that value up per outlet link; without one they keep
-    the fixed-pressure rule (drho_w = 0) and no lookup, whose cost (6-8 % of a 2D-1 step at D = 80 on the
-    H200: a table probe, a square root and a division per outlet link) only the characteristic rule needs."""
-    outlet = setup.flags.ravel() == OUTLET
-    return bool(np.any(setup.boundary_velocity.reshape(2, -1)[:, outlet]))
-
-
-def velocity_table(setup: LBMSetup, compute) -> tuple[np.ndarray, np.ndarray]:
-    """The kernels' table of VELOCITY cells (and OUTLET cells where :func:`characteristic_outlet`): keys (size
-    slots, see :func:`cell_table`) and the (2, size) boundary velocities per slot (compute dtype): a velocity
-    cell's wall / inlet velocity, an outlet cell's reference outflow (0 where it has none: fixed pressure)."""
-    flat = setup.flags.ravel()
-    kept = (flat == VELOCITY) | ((flat == OUTLET) & characteristic_outlet(setup))
-    cells = np.flatnonzero(kept).astype(np.int64)
-    keys, slots = cell_table(cells)
-    uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
-    return keys, table_values(slots, keys.size, uw)
-
-
 def device_macroscopic(cp, m, solid):
     """``host_macroscopic`` on the device: (rho, ux, uy) float64 CuPy arrays from the moments ``m`` (3, ny, nx)
     and the device mask ``solid`` (flags != FLUID), without a host synchronization. A monitor point reduces
@@ -141,49 +86,18 @@ def host_macroscopic(m: np.ndarray, flags: np.ndarray):
 
 def force_links(setup: LBMSetup, mask: np.ndarray):
     """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
-    h the stored shifted populations (positions i*N + x), float64 coefficients. The same terms as
-    ``stepper.momentum_exchange_force``:
-      simple link (x fluid, x + c_i in the mask): c_i (f*_i + f*_i - 6 w_i c_i.u_w)  -> m = 2, k = 2 w_i - 6 w_i c_i.u_w
-      interpolated link (setup.links): c_ib (f*_ib + a f*_ib + b f*_partner)           -> two terms:
-          pos = slot, m = 1 + a, k = 2 w_ib;   pos = partner, m = b, k = 0."""
+    h the stored shifted populations (positions i*N + x), float64 coefficients; each rule's terms from its
+    module (simple links: ``boundaries.velocity.force_terms``; interpolated links: ``bouzidi.force_terms``).
+    The same force as ``stepper.momentum_exchange_force`` (tests/lbm/test_force_links.py)."""
     mask = np.asarray(mask, dtype=bool)
-    ny, nx = setup.shape
-    n = ny * nx
-    fluid = setup.flags == FLUID
-    uw = setup.boundary_velocity
-    interpolated = np.zeros((lattice.Q, n), dtype=bool)
-    lk = setup.links if bouzidi.has_links(setup) else None
-    if lk is not None:
-        into = mask.ravel()[lk.solid]
-        interpolated[lk.direction[into], lk.cell[into]] = True
-    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
-    for i in range(1, lattice.Q):
-        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
-        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
-        links = np.flatnonzero((fluid & target).ravel() & ~interpolated[i])
-        if links.size == 0:
-            continue
-        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
-              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
-        pos.append(i * n + links)
-        cx_l.append(np.full(links.size, float(cx)))
-        cy_l.append(np.full(links.size, float(cy)))
-        m_l.append(np.full(links.size, 2.0))
-        k_l.append(2.0 * w - 6.0 * w * cu)
-    if lk is not None and into.any():
-        d = lk.direction[into]
-        cx = np.asarray(lattice.CX, dtype=np.float64)[d]
-        cy = np.asarray(lattice.CY, dtype=np.float64)[d]
-        w = np.asarray(lattice.WEIGHTS, dtype=np.float64)[d]
-        pos += [lk.slot[into], lk.partner[into]]
-        cx_l += [cx, cx]
-        cy_l += [cy, cy]
-        m_l += [1.0 + lk.a[into], lk.b[into]]
-        k_l += [2.0 * w, np.zeros_like(w)]
-    if not pos:
+    skip, extra = None, ([], [], [], [], [])
+    if bouzidi.has_links(setup):
+        skip, extra = bouzidi.force_terms(setup.links, mask)
+    terms = [a + b for a, b in zip(velocity.force_terms(setup, mask, skip), extra)]
+    if not terms[0]:
         return None
-    return (np.concatenate(pos).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
-                                                           for a in (cx_l, cy_l, m_l, k_l))
+    return (np.concatenate(terms[0]).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
+                                                                for a in terms[1:])
 
 
 class ForceTerms:
@@ -227,7 +141,7 @@ class InPlaceTables:
         cells; ``fetch(cells)`` returns the stored even-layout populations (9, n) of those cells on the
         host (called only when the lattice has outlet cells)."""
         ct = np.dtype(self.setup.policy.compute)
-        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
+        u = (outlet.own_velocities(fetch(self.cells), self.setup) if self.cells.size
              else np.zeros((2, 0), dtype=ct))
         return self.to_device(table_values(self._slots, self.n_out, np.asarray(u, dtype=ct)).ravel())
 
@@ -282,20 +196,88 @@ class StepGraphs:
         return n
 
 
-class GraphedSteps:
-    """``Stepper._advance`` of the two GPU steppers: what :class:`StepGraphs` (``self.graphs``) can replay, the
-    rest through the stepper's ``_advance_direct(n)``. ``self.a`` / ``self.b`` are the population buffers
-    (``b`` None in place), ``self.parity`` the in-place parity."""
+class PlanSteps:
+    """What the two GPU steppers share around the kernel plan (hpcsolve/lbm/kernel_plan.py): the step layouts
+    they alternate (``self.layouts``: the two-buffer step, or the AA pair even / odd) and ``self.parity``, the
+    index of the next one (always 0 with two buffers); per state layout the stored state is in (even, odd:
+    ``self.state``), the Bouzidi pre-pass and the force terms on its positions; the steps themselves, what
+    :class:`StepGraphs` (``self.graphs``) can replay and the rest one launch at a time through the stepper's
+    ``_launch_step(layout)``. ``self.a`` / ``self.b`` are the population buffers (``b`` None in place)."""
+
+    def _plan(self, setup: LBMSetup, to_device, make_prepass) -> None:
+        """The layouts, the pre-passes and the force terms; in place also the outlet velocity table
+        (``self.own_u``, after ``self.a`` exists) from ``self._fetch_cells``."""
+        self.layouts = kernel_plan.step_layouts(self.in_place)
+        self.parity = 0
+        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
+        self._force_terms = ForceTerms(setup, to_device)
+        self._prepasses, self._forces = (self.bouzidi,), (self._force_terms,)
+        self._aa = None
+        if self.in_place:
+            self._aa = InPlaceTables(setup, to_device, make_prepass)
+            self._prepasses += (self._aa.bouzidi_odd,)
+            self._forces += (self._aa.force_terms_odd,)
+
+    @property
+    def state(self) -> kernel_plan.StateLayout:
+        """The layout the stored state is in now (``kernel_plan.EVEN`` or ``ODD``)."""
+        return self.layouts[self.parity].reads
 
     def _advance(self, n: int) -> None:
-        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), getattr(self, "parity", 0),
-                                self._restore)
+        n = self.graphs.advance(n, self._advance_direct, (self.a, self.b), self.parity, self._restore)
         self._advance_direct(n)
+
+    def _advance_direct(self, n: int) -> None:
+        for _ in range(n):
+            prepass = self._prepasses[self.parity]
+            if prepass is not None:
+                prepass(self.a)   # interpolated links: sparse gather/scatter into the wall slots
+            self._launch_step(self.layouts[self.parity])
+            if self.in_place:
+                self.parity ^= 1
+            else:
+                self.a, self.b = self.b, self.a
 
     def _restore(self, buffers, parity) -> None:
         self.a, self.b = buffers
+        self.parity = parity
+
+    def _outlet_table_args(self, layout) -> tuple:
+        """The arguments of a step that keeps the outlet velocity in a table (``StepLayout.own_velocity``)."""
+        if layout.own_velocity != "table":
+            return ()
+        return (self._aa.out_cells, self.own_u, self._index_type(self._aa.n_out))
+
+    def _force_links(self, mask):
+        """The force terms of ``mask`` on the positions of the current state layout (None: no links)."""
+        return self._forces[self.parity](mask)
+
+    def _even(self, g: np.ndarray) -> np.ndarray:
+        """The even-layout state (what ``populations()`` returns) from the host copy ``g`` (9, ny, nx)."""
+        return inplace.even_layout(g, self.setup.flags, self.parity) if self.in_place else g
+
+    def _loaded(self, a, fetch, time_step: int) -> None:
+        """The state ``a`` (even layout) was just put on the device: the second buffer, or in place the parity
+        and the outlet velocity table (``fetch`` as in ``InPlaceTables.outlet_velocity``)."""
+        self.graphs.clear()            # recorded for the old buffers
+        self.a = a
+        self.parity = 0
         if self.in_place:
-            self.parity = parity
+            self.own_u = self._aa.outlet_velocity(fetch)
+        else:
+            self.b = a.copy()
+        self.time_step = int(time_step)
+
+    def _require_even(self, what: str) -> None:
+        if self.parity:
+            raise RuntimeError(f"{what} needs the even layout: call it before stepping or after an even number "
+                               "of steps")
+
+    def _perturbed(self) -> None:
+        """After the stored state changed in place on the device: the outlet velocity table follows it."""
+        if self.in_place:
+            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.graphs.clear()            # recorded with the old outlet-velocity table
 
 
 def cupy_stream_capture(stream):

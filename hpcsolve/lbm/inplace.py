@@ -30,8 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.errors import CaseError
-from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.flags import FLUID, OUTLET
+from hpcsolve.lbm import lattice
+from hpcsolve.lbm.boundaries import outlet
+from hpcsolve.lbm.flags import FLUID
 
 
 def odd_positions(pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -73,29 +74,10 @@ def even_layout(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
     return g
 
 
-def outlet_cells(setup) -> np.ndarray:
-    """Sorted flat indices of the fluid cells with an OUTLET neighbour x - c_i (periodic wrap)."""
-    flags = setup.flags
-    near = np.zeros(flags.shape, dtype=bool)
-    for i in range(1, lattice.Q):
-        # the neighbour x - c_i of x: roll the outlet mask by +c_i
-        near |= np.roll(flags == OUTLET, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
-    return np.flatnonzero((near & (flags == FLUID)).ravel()).astype(np.int64)
-
-
-def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
-    """(2, n) velocities from the stored even-layout populations ``g_cells`` (9, n) of n cells, in the
-    compute dtype: the moments the two-buffer outlet rule takes (physics.moments of h = decode(g))."""
-    ct = np.dtype(setup.policy.compute)
-    h = setup.policy.decode(np.asarray(g_cells).reshape(lattice.Q, -1))
-    _, ux, uy = physics.physics_for(ct).moments(tuple(h))
-    return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
-
-
 def check(setup) -> np.ndarray:
-    """The outlet cells of ``setup`` (see :func:`outlet_cells`); CaseError where in-place streaming
+    """The outlet cells of ``setup`` (``boundaries.outlet.outlet_cells``); CaseError where in-place streaming
     cannot reproduce the two-buffer algorithm (a cell with an outlet and an interpolated link)."""
-    cells = outlet_cells(setup)
+    cells = outlet.outlet_cells(setup)
     links = getattr(setup, "links", None)
     if links is not None and len(links) and cells.size:
         both = np.intersect1d(cells, links.cell)

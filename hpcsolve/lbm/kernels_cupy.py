@@ -55,10 +55,11 @@ import functools
 
 import numpy as np
 
-from hpcsolve.lbm import bouzidi, inplace, lattice, physics
-from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
-                                     StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
+from hpcsolve.lbm import bouzidi, kernel_plan, lattice, physics
+from hpcsolve.lbm.boundaries import link_rules
+from hpcsolve.lbm.flags import FLUID, WALL
+from hpcsolve.lbm.kernel_plan import link_constants
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
                                      device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
                                      velocity_table)
 from hpcsolve.lbm.population_code import cuda_code
@@ -150,7 +151,6 @@ def _trace(fn, real_t: str, suffix: str, inputs: dict[str, str], prefix: str):
     return tr.lines, [tr.operand(o) for o in outs]
 
 
-# ------------------------------------------------------------------------------------------------
 # Source generation
 
 def _prelude_c(code) -> str:
@@ -171,19 +171,239 @@ def _collision_fn(P, collision):
     return collide
 
 
+# ------------------------------------------------------------------------------------------------
+# Emitting the kernel plan (hpcsolve/lbm/kernel_plan.py) as CUDA C
+
+def _emit_ops(ops, P, code, layout, env: dict, prefix: str) -> tuple[list[str], dict]:
+    """C statements of a kernel piece (``kernel_plan.Op``s); ``env`` maps the piece's names to C
+    expressions (str) or constants (the link constants, traced as literals). Returns the statements and
+    the updated names."""
+    tr = _Tracer(code.real_t, code.suffix, prefix)
+    env = dict(env)
+    for op in ops:
+        if op.kind == "lookup":
+            a, b = op.out
+            tr.lines.append(f"real_t {a}, {b};")
+            tr.lines.append(f"boundary_velocity(vel_cells, vel_u, n_vel, {op.args[0]}, &{a}, &{b});")
+            env[a], env[b] = a, b
+        elif op.kind == "own_velocity":
+            ux, uy = op.out
+            fetch = ("own_velocity(A, N, cell, " if layout.own_velocity == "stored"
+                     else "outlet_velocity(out_cells, own_u, n_out, cell, ")
+            tr.lines.append(f"if (!have_own) {{ {fetch}&{ux}, &{uy}); have_own = true; }}")
+            env[ux], env[uy] = ux, uy
+        elif op.kind == "physics":
+            vals = [env.get(a, a) for a in op.args]      # a name of the piece, or a C expression (a[k])
+            args = [_Sym(tr, v) if isinstance(v, str) else v for v in vals]
+            out = getattr(P, op.fn)(*args)
+            outs = out if isinstance(out, tuple) else (out,)
+            env.update({name: tr.operand(v) for name, v in zip(op.out, outs)})
+        elif op.kind == "load":
+            (name,), (array, index) = op.out, op.args
+            tr.lines.append(f"const real_t {name} = load_pop({array}[{index}]);")
+            env[name] = name
+        elif op.kind == "widen":
+            (name,), (value,) = op.out, op.args
+            tr.lines.append(f"const double {name} = (double){env.get(value, value)};")
+            env[name] = name
+        elif op.kind == "expr":
+            (name,), (text,) = op.out, op.args
+            tr.lines.append(f"const {'double' if op.fn == 'double' else 'real_t'} {name} = {text};")
+            env[name] = name
+        elif op.kind == "store":
+            array, index, value = op.args
+            tr.lines.append(f"{array}[{index}] = store_pop({env.get(value, value)});")
+        elif op.kind == "copy":
+            dst, di, src, si = op.args
+            tr.lines.append(f"{dst}[{di}] = {src}[{si}];")
+        elif op.kind == "atomic_add":
+            array, index, value = op.args
+            tr.lines.append(f"atomicAdd(&{array}[{index}], {env.get(value, value)});")
+        else:
+            raise ValueError(f"unknown kernel op {op.kind!r}")
+    return tr.lines, env
+
+
+def _pull_cell_c(layout, P, code, rules) -> str:
+    """``pull_cell_<layout>``: h[0..8] = the populations arriving at fluid cell x (pull streaming, and the
+    boundary rules on links from non-fluid cells), positions from the step layout."""
+    Q = lattice.Q
+    interior = [f"h[{i}] = load_pop(A[{layout.interior(i)}]);" for i in range(Q)]
+    links = []
+    for i in range(1, Q):
+        const = link_constants(P, i)
+        branches = []
+        for r, rule in enumerate(rules):
+            lines, env = _emit_ops(rule.piece, P, code, layout, {"hop": "hop", **const}, f"{rule.name[0]}{i}_")
+            test = "} else {" if r == len(rules) - 1 else f"{'} else ' if r else ''}if (fs == {rule.flag}) {{"
+            branches.append(f"        {test}\n          {' '.join(lines)}\n          h[{i}] = {env['h']};")
+        links.append(f"""{{
+      const long long s = {kernel_plan.SOURCE[i]};
+      const int fs = flags[s] & 0x7f;
+      if (fs == {FLUID}) {{
+        h[{i}] = load_pop(A[{layout.pull(i)}]);
+      }} else {{
+        const real_t hop = load_pop(A[{layout.hop(i)}]);
+{chr(10).join(branches)}
+        }}
+      }}
+    }}""")
+    table = layout.own_velocity == "table"
+    extra = ("const long long* __restrict__ out_cells, const real_t* __restrict__ own_u, const int n_out,\n    "
+             if table else "")
+    nl = "\n    "
+    return f"""
+// Pull streaming + boundary rules for one fluid cell, {layout.name} step: h[0..8] = populations arriving at (x, y).
+__device__ __forceinline__ void pull_cell_{layout.kernel[4:]}(const store_t* __restrict__ A,
+    const unsigned char* __restrict__ flags, const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u,
+    const int n_vel, {extra}const long long N, const int nx, const int x, const long long row, const long long rowm,
+    const long long rowp, const int code, real_t* h) {{
+  const long long cell = row + x;
+  const int xm = (x == 0) ? nx - 1 : x - 1;
+  const int xp = (x == nx - 1) ? 0 : x + 1;
+  if (!(code & {BOUNDARY_BIT})) {{
+    {nl.join(interior)}
+  }} else {{
+    bool have_own = false;
+    real_t own_ux = 0, own_uy = 0;
+    h[0] = load_pop(A[cell]);
+    {nl.join(links)}
+  }}
+}}
+"""
+
+
+def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out) -> str:
+    """The fused step kernel of one step layout: each thread updates ``cpt`` cells of one row, ``block_x``
+    apart (every load instruction of a warp stays contiguous); all their loads are issued before the first
+    collision, to keep enough bytes in flight for 16-bit storage. In place, the outlet cells also rewrite
+    their velocity in ``own_u`` from the populations they just stored (the outlet rule's velocity at t + 1)."""
+    Q = lattice.Q
+    table = layout.own_velocity == "table"
+    dst = "" if layout.in_place else f"store_t* __restrict__ {layout.dst}, "
+    src_const = "" if layout.in_place else "const "
+    extra = ("const long long* __restrict__ out_cells, real_t* __restrict__ own_u, const int n_out,\n    "
+             if table else "")
+    pull_extra = "out_cells, own_u, n_out, " if table else ""
+    stores = [layout.store(j) for j in range(Q)]
+    if layout.in_place:
+        store = (f"{{ const long long cell = row + x; const int xm = (x == 0) ? nx - 1 : x - 1; "
+                 f"const int xp = (x == nx - 1) ? 0 : x + 1; real_t o[{Q}];\n"
+                 f"        collide_values(h[k], o, omega_plus, omega_minus);\n        "
+                 + "\n        ".join(f"A[{stores[j]}] = store_pop(o[{j}]);" for j in range(Q)) + f"""
+        if (code[k] & {BOUNDARY_BIT}) {{
+          const int t = outlet_index(out_cells, n_out, cell);
+          if (t >= 0) {{   // the outlet rule's velocity at t + 1: moments of the populations just stored
+            {' '.join(f'const real_t h{j} = load_pop(A[{stores[j]}]);' for j in range(Q))}
+            {' '.join(mom_lines)}
+            own_u[t] = {mom_out[1]}; own_u[n_out + t] = {mom_out[2]};
+          }}
+        }}
+      }}""")
+    else:
+        store = f"collide_store(h[k], {layout.dst}, N, row + x, omega_plus, omega_minus);"
+    return f"""
+// One fused LBM step, {layout.name} (pull + boundaries + {collision.upper()} + store); see the module docstring.
+// Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag).
+extern "C" __global__ void __launch_bounds__({block_x})
+{layout.kernel}({src_const}store_t* __restrict__ A, {dst}const unsigned char* __restrict__ flags,
+    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
+    {extra}const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+  const int y = blockIdx.y;
+  const int x0 = blockIdx.x * ({block_x} * {cpt}) + threadIdx.x;
+  const long long N = (long long)nx * ny;
+  const long long row = (long long)y * nx;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  int code[{cpt}];
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    const int x = x0 + k * {block_x};
+    code[k] = (x < nx) ? (int)flags[row + x] : {WALL};
+  }}
+  real_t h[{cpt}][{Q}];
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    if ((code[k] & 0x7f) == {FLUID})
+      pull_cell_{layout.kernel[4:]}(A, flags, vel_cells, vel_u, n_vel, {pull_extra}N, nx, x0 + k * {block_x}, row, rowm,
+          rowp, code[k], h[k]);
+  }}
+#pragma unroll
+  for (int k = 0; k < {cpt}; ++k) {{
+    const int x = x0 + k * {block_x};
+    if ((code[k] & 0x7f) == {FLUID}) {{
+      {store}
+    }}
+  }}
+}}
+"""
+
+
+def _moments_c(state, name: str, mom_lines, mom_out) -> str:
+    """drho, ux, uy (compute dtype) of the stored state in ``state`` layout (``kernel_plan.EVEN`` / ``ODD``);
+    non-fluid cells: 0."""
+    Q = lattice.Q
+    nl = "\n  "
+    loads = " ".join(f"const real_t h{i} = load_pop(A[{state.own(i)}]);" for i in range(Q))
+    return f"""
+// drho, ux, uy of the {state.name} layout; non-fluid cells: 0, 0, 0
+extern "C" __global__ void {name}(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
+                                  real_t* __restrict__ out, const int nx, const int ny) {{
+  const long long N = (long long)nx * ny;
+  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (cell >= N) return;
+  if ((flags[cell] & 0x7f) != {FLUID}) {{ out[cell] = 0; out[N + cell] = 0; out[2 * N + cell] = 0; return; }}
+  const int y = (int)(cell / nx);
+  const int x = (int)(cell - (long long)y * nx);
+  const long long row = (long long)y * nx;
+  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
+  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
+  const int xm = (x == 0) ? nx - 1 : x - 1;
+  const int xp = (x == nx - 1) ? 0 : x + 1;
+  {loads}
+  {nl.join(mom_lines)}
+  out[cell] = {mom_out[0]}; out[N + cell] = {mom_out[1]}; out[2 * N + cell] = {mom_out[2]};
+}}
+"""
+
+
+_C_ARG = {"pop": "store_t* __restrict__", "pop_in": "const store_t* __restrict__",
+          "index": "const long long* __restrict__", "real": "const real_t* __restrict__",
+          "f64": "const double* __restrict__", "f64_out": "double* __restrict__"}
+
+
+def list_kernel_c(kernel, P, code) -> str:
+    """A link-list kernel of ``kernel_plan.ListKernel`` as CUDA C (one thread per list entry k)."""
+    lines, _ = _emit_ops(kernel.body, P, code, None, {}, f"{kernel.name}_")
+    args = ", ".join(f"{_C_ARG[kind]} {name}" for name, kind in kernel.args)
+    nl = "\n    "
+    return f"""
+// {kernel.doc}
+extern "C" __global__ void {kernel.name}({args}, const long long n) {{
+  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) {{
+    {nl.join(lines)}
+  }}
+}}
+"""
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
                   characteristic: bool = False) -> str:
-    """CUDA C of the step, moments and gather kernels for one policy and collision model;
-    ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: also the
-    AA-pattern kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py);
-    ``characteristic``: outlet links look up their reference outflow (``gpu_common.characteristic_outlet``),
-    else the outlet rule runs at drho_w = 0."""
+    """CUDA C of the step, moments and force kernels for one policy and collision model;
+    ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: the AA-pattern
+    step kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py) instead of
+    ``lbm_step``; ``characteristic``: outlet links look up their reference outflow
+    (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0. Emitted from the
+    plan (``kernel_plan.step_layouts``, ``boundaries.link_rules``)."""
     code = cuda_code(policy)
     real_t, suffix = code.real_t, code.suffix
     P = physics.physics_for(np.dtype(policy.compute))
-    Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+    Q = lattice.Q
     hnames = {f"h{i}": f"h{i}" for i in range(Q)}
+    rules = link_rules(characteristic)
+    layouts = kernel_plan.step_layouts(in_place)
 
     col_lines, col_out = _trace(_collision_fn(P, collision), real_t, suffix,
                                 {**hnames, "omega_plus": "omega_plus", "omega_minus": "omega_minus"}, "c_")
@@ -192,72 +412,8 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
     own = {f"h{i}": f"o{i}" for i in range(Q)}
     own_lines, own_out = _trace(lambda **h: P.moments(tuple(h[f"h{i}"] for i in range(Q))), real_t, suffix,
                                 own, "om_")
-
-    def src_offset(i):
-        # source s = x - c_i: column and row of the neighbour the population is pulled from
-        col = {0: "x", 1: "xm", -1: "xp"}[CX[i]]
-        row = {0: "row", 1: "rowm", -1: "rowp"}[CY[i]]
-        return f"{row} + {col}"
-
-    def dst_offset(j):
-        # x + c_j: where an even in-place step writes f*_j(x) (slot opp(j))
-        col = {0: "x", 1: "xp", -1: "xm"}[CX[j]]
-        row = {0: "row", 1: "rowp", -1: "rowm"}[CY[j]]
-        return f"{row} + {col}"
-
-    def boundary_pulls(fluid_pos, hop_pos, own_stmt):
-        """The boundary branch of the pull for each direction: ``fluid_pos`` / ``hop_pos`` format
-        strings (i, o = opp(i), s = x - c_i) of f*_i(x - c_i) and of the rule's f*_opp(i)(x)."""
-        out = []
-        for i in range(1, Q):
-            out.append(boundary_pull(i, fluid_pos.format(i=i, o=OPP[i]), hop_pos.format(i=i, o=OPP[i]), own_stmt))
-        return out
-
-    interior = [f"h[{i}] = load_pop(A[{i} * N + {src_offset(i)}]);" for i in range(Q)]
-
-    def boundary_pull(i, fluid_pos, hop_pos, own_stmt):
-        s = src_offset(i)
-        w_i, cx_i, cy_i = P.W[i], P.CX[i], P.CY[i]
-        vbb_lines, vbb_out = _trace(lambda hop, uwx, uwy: P.velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy),
-                                    real_t, suffix, {"hop": "hop", "uwx": "uwx", "uwy": "uwy"}, f"v{i}_")
-        abb_lines, abb_out = _trace(
-            lambda hop, ux, uy, urx, ury: P.pressure_anti_bounce_back(
-                hop, w_i, cx_i, cy_i, ux, uy, P.outlet_density(ux, uy, urx, ury) if characteristic else P.ZERO),
-            real_t, suffix, {"hop": "hop", "ux": "own_ux", "uy": "own_uy", "urx": "urx", "ury": "ury"}, f"a{i}_")
-        reference = ("real_t urx, ury;   // the outlet's reference outflow\n"
-                     "          boundary_velocity(vel_cells, vel_u, n_vel, s, &urx, &ury);" if characteristic else "")
-        wbb_lines, wbb_out = _trace(lambda hop: P.wall_bounce_back(hop), real_t, suffix, {"hop": "hop"}, f"w{i}_")
-        return f"""{{
-      const long long s = {s};
-      const int fs = flags[s] & 0x7f;
-      if (fs == {FLUID}) {{
-        h[{i}] = load_pop(A[{fluid_pos}]);
-      }} else {{
-        const real_t hop = load_pop(A[{hop_pos}]);
-        if (fs == {WALL}) {{
-          {' '.join(wbb_lines)}
-          h[{i}] = {wbb_out[0]};
-        }} else if (fs == {VELOCITY}) {{
-          real_t uwx, uwy;
-          boundary_velocity(vel_cells, vel_u, n_vel, s, &uwx, &uwy);
-          {' '.join(vbb_lines)}
-          h[{i}] = {vbb_out[0]};
-        }} else {{
-          {own_stmt}
-          {reference}
-          {' '.join(abb_lines)}
-          h[{i}] = {abb_out[0]};
-        }}
-      }}
-    }}"""
-
-    boundary = ["h[0] = load_pop(A[cell]);"] + boundary_pulls(
-        "{i} * N + s", "{o} * N + cell",
-        "if (!have_own) { own_velocity(A, N, cell, &own_ux, &own_uy); have_own = true; }")
-
-    nl = "\n    "
-    aa = _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) if in_place else ""
-    src = f"""{_prelude_c(code)}
+    nl = "\n  "
+    parts = [f"""{_prelude_c(code)}
 // home slot of a cell in a hash table of `size` slots (a power of two; gpu_common.cell_table)
 __device__ __forceinline__ int table_home(const long long cell, const int size) {{
   return (int)((((unsigned long long)cell * {HASH_MULT:#x}ull) >> 32) & (unsigned long long)(size - 1));
@@ -273,29 +429,28 @@ __device__ __forceinline__ void boundary_velocity(const long long* __restrict__ 
   *uwx = ux; *uwy = uy;
 }}
 
-// velocity of this cell at time t: moments of its own stored populations (outlet rule)
+// velocity of this cell at time t: moments of its own stored populations (outlet rule, two-buffer step)
 __device__ void own_velocity(const store_t* __restrict__ A, const long long N, const long long cell,
                              real_t* ux, real_t* uy) {{
-  {' '.join(f'const real_t o{i} = load_pop(A[{i} * N + cell]);' for i in range(Q))}
+  {' '.join(f'const real_t o{i} = load_pop(A[{kernel_plan.EVEN.own(i)}]);' for i in range(Q))}
   {nl.join(own_lines)}
   *ux = {own_out[1]}; *uy = {own_out[2]};
 }}
 
-// Pull streaming + boundary rules for one fluid cell: h[0..8] = populations arriving at (x, y).
-__device__ __forceinline__ void pull_cell(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
-    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-    const long long N, const int nx, const int x, const long long row, const long long rowm, const long long rowp,
-    const int code, real_t* h) {{
-  const long long cell = row + x;
-  const int xm = (x == 0) ? nx - 1 : x - 1;
-  const int xp = (x == nx - 1) ? 0 : x + 1;
-  if (!(code & {BOUNDARY_BIT})) {{
-    {nl.join(interior)}
-  }} else {{
-    bool have_own = false;
-    real_t own_ux = 0, own_uy = 0;
-    {nl.join(boundary)}
-  }}
+// the outlet cell's slot in the hash table out_cells (n_out slots; -1: not an outlet cell)
+__device__ __forceinline__ int outlet_index(const long long* __restrict__ out_cells, const int n_out,
+                                            const long long cell) {{
+  int k = table_home(cell, n_out);
+  long long key = out_cells[k];
+  while (key != cell && key != -1) {{ k = (k + 1) & (n_out - 1); key = out_cells[k]; }}
+  return key == cell ? k : -1;
+}}
+
+// velocity of an outlet cell at time t from the in-place table own_u (outlet rule, in-place steps)
+__device__ __forceinline__ void outlet_velocity(const long long* __restrict__ out_cells, const real_t* own_u,
+                                                const int n_out, const long long cell, real_t* ux, real_t* uy) {{
+  const int k = outlet_index(out_cells, n_out, cell);
+  *ux = own_u[k]; *uy = own_u[n_out + k];
 }}
 
 // {collision.upper()} collision of one cell: post-collision populations out[0..8] from h[0..8].
@@ -314,159 +469,15 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
 #pragma unroll
   for (int i = 0; i < {Q}; ++i) B[i * N + cell] = store_pop(o[i]);
 }}
-
-// One fused LBM step (pull + boundaries + {collision.upper()} + store); see the module docstring.
-// Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag). Each thread updates CPT cells of one
-// row, BLOCK_X apart (every load instruction of a warp stays contiguous); all their loads are
-// issued before the first collision, to keep enough bytes in flight for 16-bit storage.
-extern "C" __global__ void __launch_bounds__({block_x})
-lbm_step(const store_t* __restrict__ A, store_t* __restrict__ B, const unsigned char* __restrict__ flags,
-         const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-         const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
-  const int y = blockIdx.y;
-  const int x0 = blockIdx.x * ({block_x} * {cpt}) + threadIdx.x;
-  const long long N = (long long)nx * ny;
-  const long long row = (long long)y * nx;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  int code[{cpt}];
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    const int x = x0 + k * {block_x};
-    code[k] = (x < nx) ? (int)flags[row + x] : {WALL};
-  }}
-  real_t h[{cpt}][{Q}];
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    if ((code[k] & 0x7f) == {FLUID})
-      pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x0 + k * {block_x}, row, rowm, rowp, code[k], h[k]);
-  }}
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    if ((code[k] & 0x7f) == {FLUID})
-      collide_store(h[k], B, N, row + x0 + k * {block_x}, omega_plus, omega_minus);
-  }}
-}}
-
-{_pair_kernel_c(block_x, code) if code.store_t == "__half" or code.codec == "fp16c" else ""}
-{aa}
-// drho, ux, uy (compute dtype) of the stored state; non-fluid cells: 0, 0, 0
-extern "C" __global__ void lbm_moments(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
-                                       real_t* __restrict__ out, const long long N) {{
-  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (cell >= N) return;
-  if ((flags[cell] & 0x7f) != {FLUID}) {{ out[cell] = 0; out[N + cell] = 0; out[2 * N + cell] = 0; return; }}
-  {' '.join(f'const real_t h{i} = load_pop(A[{i} * N + cell]);' for i in range(Q))}
-  {nl.join(mom_lines)}
-  out[cell] = {mom_out[0]}; out[N + cell] = {mom_out[1]}; out[2 * N + cell] = {mom_out[2]};
-}}
-
-// shifted population h = load(g) of a list of (direction, cell) positions, widened to double
-extern "C" __global__ void lbm_gather(const store_t* __restrict__ A, const long long* __restrict__ pos,
-                                      double* __restrict__ out, const long long n) {{
-  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) out[k] = (double)load_pop(A[pos[k]]);
-}}
-"""
-    return src
-
-
-def _aa_kernels_c(block_x, interior, boundary_pulls, src_offset, dst_offset, mom_lines, mom_out) -> str:
-    """CUDA C of the in-place (AA pattern) kernels: ``lbm_step_aa_even`` / ``lbm_step_aa_odd`` (one cell
-    per thread, layouts in hpcsolve/lbm/inplace.py) and ``lbm_moments_odd``. The pull and the boundary
-    rules are those of ``lbm_step`` with the layout's positions; the outlet rule takes the cell's
-    velocity from the ``own_u`` table, which outlet cells rewrite after their collision from the
-    populations they just stored."""
-    Q, OPP = lattice.Q, lattice.OPPOSITE
-    nl = "\n    "
-    own = "if (!have_own) { outlet_velocity(out_cells, own_u, n_out, cell, &own_ux, &own_uy); have_own = true; }"
-    parts = ["""
-// the outlet cell's slot in the hash table out_cells (n_out slots; -1: not an outlet cell)
-__device__ __forceinline__ int outlet_index(const long long* __restrict__ out_cells, const int n_out,
-                                            const long long cell) {
-  int k = table_home(cell, n_out);
-  long long key = out_cells[k];
-  while (key != cell && key != -1) { k = (k + 1) & (n_out - 1); key = out_cells[k]; }
-  return key == cell ? k : -1;
-}
-
-__device__ __forceinline__ void outlet_velocity(const long long* __restrict__ out_cells, const real_t* own_u,
-                                                const int n_out, const long long cell, real_t* ux, real_t* uy) {
-  const int k = outlet_index(out_cells, n_out, cell);
-  *ux = own_u[k]; *uy = own_u[n_out + k];
-}
 """]
-    for parity in ("even", "odd"):
-        if parity == "even":
-            pulls = interior
-            bnd = boundary_pulls("{i} * N + s", "{o} * N + cell", own)
-            stores = [f"{OPP[j]} * N + {dst_offset(j)}" for j in range(Q)]
-        else:
-            pulls = [f"h[{i}] = load_pop(A[{OPP[i]} * N + cell]);" for i in range(Q)]
-            bnd = boundary_pulls("{o} * N + cell", "{i} * N + s", own)
-            stores = [f"{j} * N + cell" for j in range(Q)]
-        parts.append(f"""
-// In-place (AA) step from the {parity} layout; bytes per cell per step as lbm_step.
-extern "C" __global__ void __launch_bounds__({block_x})
-lbm_step_aa_{parity}(store_t* __restrict__ A, const unsigned char* __restrict__ flags,
-    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-    const long long* __restrict__ out_cells, real_t* __restrict__ own_u, const int n_out,
-    const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
-  const int y = blockIdx.y;
-  const int x = blockIdx.x * {block_x} + threadIdx.x;
-  if (x >= nx) return;
-  const long long N = (long long)nx * ny;
-  const long long row = (long long)y * nx;
-  const long long cell = row + x;
-  const int code = flags[cell];
-  if ((code & 0x7f) != {FLUID}) return;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  const int xm = (x == 0) ? nx - 1 : x - 1;
-  const int xp = (x == nx - 1) ? 0 : x + 1;
-  real_t h[{Q}];
-  if (!(code & {BOUNDARY_BIT})) {{
-    {nl.join(pulls)}
-  }} else {{
-    bool have_own = false;
-    real_t own_ux = 0, own_uy = 0;
-    h[0] = load_pop(A[cell]);
-    {nl.join(bnd)}
-  }}
-  real_t o[{Q}];
-  collide_values(h, o, omega_plus, omega_minus);
-  {nl.join(f"A[{stores[j]}] = store_pop(o[{j}]);" for j in range(Q))}
-  if (code & {BOUNDARY_BIT}) {{
-    const int k = outlet_index(out_cells, n_out, cell);
-    if (k >= 0) {{   // the outlet rule's velocity at t + 1: moments of the populations just stored
-      {' '.join(f'const real_t h{j} = load_pop(A[{stores[j]}]);' for j in range(Q))}
-      {' '.join(mom_lines)}
-      own_u[k] = {mom_out[1]}; own_u[n_out + k] = {mom_out[2]};
-    }}
-  }}
-}}
-""")
-    odd_loads = " ".join(f"const real_t h{i} = load_pop(A[{OPP[i]} * N + {dst_offset(i)}]);" for i in range(Q))
-    parts.append(f"""
-// drho, ux, uy of the odd in-place layout (f*_i(x) in slot opp(i) of x + c_i); non-fluid cells: 0
-extern "C" __global__ void lbm_moments_odd(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
-                                           real_t* __restrict__ out, const int nx, const int ny) {{
-  const long long N = (long long)nx * ny;
-  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (cell >= N) return;
-  if ((flags[cell] & 0x7f) != {FLUID}) {{ out[cell] = 0; out[N + cell] = 0; out[2 * N + cell] = 0; return; }}
-  const int y = (int)(cell / nx);
-  const int x = (int)(cell - (long long)y * nx);
-  const long long row = (long long)y * nx;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  const int xm = (x == 0) ? nx - 1 : x - 1;
-  const int xp = (x == nx - 1) ? 0 : x + 1;
-  {odd_loads}
-  {nl.join(mom_lines)}
-  out[cell] = {mom_out[0]}; out[N + cell] = {mom_out[1]}; out[2 * N + cell] = {mom_out[2]};
-}}
-""")
+    for layout in layouts:
+        parts.append(_pull_cell_c(layout, P, code, rules))
+        parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out))
+    if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
+        parts.append(_pair_kernel_c(block_x, code))
+    for state, name in ((kernel_plan.EVEN, "lbm_moments"),) + (((kernel_plan.ODD, "lbm_moments_odd"),) if in_place else ()):
+        parts.append(_moments_c(state, name, mom_lines, mom_out))
+    parts.append(list_kernel_c(kernel_plan.FORCE_KERNEL, P, code))
     return "".join(parts)
 
 
@@ -495,7 +506,7 @@ def _pair_kernel_c(block_x: int, code) -> str:
     by a warp shuffle; the first / last lane of a warp (and the pair at the periodic wrap, pair
     index modulo nx / 2) loads that half itself. So DRAM sees each 4-byte word once. Every lane
     executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
-    (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell`` + ``collide_store``)
+    (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell_step`` + ``collide_store``)
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
     h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
@@ -559,7 +570,7 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
       const int code = k ? fl.y : fl.x;
       if ((code & 0x7f) == {FLUID}) {{
         real_t h[{Q}];
-        pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + k, row, rowm, rowp, code, h);
+        pull_cell_step(A, flags, vel_cells, vel_u, n_vel, N, nx, x + k, row, rowm, rowp, code, h);
         collide_store(h, B, N, row + x + k, omega_plus, omega_minus);
       }}
     }}
@@ -570,37 +581,14 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
 
 @functools.lru_cache(maxsize=None)
 def bouzidi_source(policy) -> str:
-    """CUDA C of the interpolated bounce-back pre-pass (``bouzidi.prepass``) for one policy: a gather
-    kernel (link value = ``physics.interpolated_bounce_back`` of the two stored populations, traced
-    like the step kernel) into V and a scatter kernel V -> the links' slots. Two launches per step
-    instead of the ~15 array operations of the NumPy-style pre-pass (whose launch overhead, not its
-    bytes, dominated small grids: 180 us per step on the 2D-1 cylinder at D = 80, H200)."""
+    """CUDA C of the interpolated bounce-back pre-pass for one policy: the list kernels ``bouzidi.GATHER``
+    (link value = ``physics.interpolated_bounce_back`` of the two stored populations, traced like the step
+    kernel, into V) and ``bouzidi.SCATTER`` (V -> the links' slots). Two launches per step instead of the
+    ~15 array operations of the NumPy-style pre-pass (whose launch overhead, not its bytes, dominated small
+    grids: 180 us per step on the 2D-1 cylinder at D = 80, H200)."""
     code = cuda_code(policy)
     P = physics.physics_for(np.dtype(policy.compute))
-    lines, out = _trace(lambda hn, hf, a, b: P.interpolated_bounce_back(hn, hf, a, b), code.real_t, code.suffix,
-                        {"hn": "hn", "hf": "hf", "a": "ak", "b": "bk"}, "ib_")
-    nl = "\n    "
-    return f"""{_prelude_c(code)}
-extern "C" __global__ void bouzidi_gather(const store_t* __restrict__ A, const long long* __restrict__ slot,
-    const long long* __restrict__ partner, const real_t* __restrict__ a, const real_t* __restrict__ b,
-    store_t* __restrict__ V, const long long n) {{
-  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) {{
-    const real_t hn = load_pop(A[slot[k]]);
-    const real_t hf = load_pop(A[partner[k]]);
-    const real_t ak = a[k];
-    const real_t bk = b[k];
-    {nl.join(lines)}
-    V[k] = store_pop({out[0]});
-  }}
-}}
-
-extern "C" __global__ void bouzidi_scatter(store_t* __restrict__ A, const long long* __restrict__ slot,
-                                           const store_t* __restrict__ V, const long long n) {{
-  const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) A[slot[k]] = V[k];
-}}
-"""
+    return _prelude_c(code) + "".join(list_kernel_c(k, P, code) for k in (bouzidi.GATHER, bouzidi.SCATTER))
 
 
 class CupyBouzidi:
@@ -641,7 +629,7 @@ def initial_state(setup: LBMSetup, xp):
     return xp.asarray(setup.initial_populations())
 
 
-class CupyStepper(GraphedSteps, Stepper):
+class CupyStepper(PlanSteps, Stepper):
     backend = "cupy"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
@@ -666,13 +654,13 @@ class CupyStepper(GraphedSteps, Stepper):
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)
-        if self.in_place:
-            self._k_aa = (module.get_function("lbm_step_aa_even"), module.get_function("lbm_step_aa_odd"))
-            self._k_moments_odd = module.get_function("lbm_moments_odd")
-        else:
-            self._k_step = module.get_function("lbm_step_pair" if self.pairs else "lbm_step")
-        self._k_moments = module.get_function("lbm_moments")
-        self._k_gather = module.get_function("lbm_gather")
+        # one kernel per step layout (kernel_plan.step_layouts) and per state layout it starts from
+        layouts = kernel_plan.step_layouts(self.in_place)
+        self._k_steps = {layout: module.get_function("lbm_step_pair" if self.pairs else layout.kernel)
+                         for layout in layouts}
+        self._k_moments = {layout.reads: module.get_function(f"lbm_moments{'_odd' if layout.reads.shifted else ''}")
+                           for layout in layouts}
+        self._k_force = module.get_function(kernel_plan.FORCE_KERNEL.name)
         self.nx, self.ny = nx, ny
         self.flags = cupy.asarray(device_flags(setup.flags))
         cells, uw = velocity_table(setup, ct)
@@ -688,36 +676,17 @@ class CupyStepper(GraphedSteps, Stepper):
         self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
-        self._force_terms = ForceTerms(setup, cupy.asarray)
-        def make_prepass(links):
-            return CupyBouzidi(links, pol)
-
-        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
+        self._plan(setup, cupy.asarray, lambda links: CupyBouzidi(links, pol))
         if self.in_place:
-            self.parity = 0
-            self._aa = InPlaceTables(setup, cupy.asarray, make_prepass)
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
 
-    def _advance_direct(self, n: int) -> None:
-        if self.in_place:
-            aa = self._aa
-            tail = (aa.out_cells, self.own_u, np.int32(aa.n_out), np.int32(self.nx), np.int32(self.ny),
-                    self.omega_plus, self.omega_minus)
-            for _ in range(n):
-                prepass = self.bouzidi if self.parity == 0 else aa.bouzidi_odd
-                if prepass is not None:
-                    prepass(self.a)
-                self._k_aa[self.parity](self.grid, self.block, (self.a, self.flags, self.vel_cells, self.vel_u,
-                                                                 self.n_vel) + tail)
-                self.parity ^= 1
-            return
-        args_tail = (self.flags, self.vel_cells, self.vel_u, self.n_vel, np.int32(self.nx), np.int32(self.ny),
-                     self.omega_plus, self.omega_minus)
-        for _ in range(n):
-            if self.bouzidi is not None:
-                self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
-            self._k_step(self.grid, self.block, (self.a, self.b) + args_tail)
-            self.a, self.b = self.b, self.a
+    _index_type = np.int32      # the kernels' int arguments
+
+    def _launch_step(self, layout) -> None:
+        buffers = (self.a,) if layout.in_place else (self.a, self.b)
+        self._k_steps[layout](self.grid, self.block, buffers + (self.flags, self.vel_cells, self.vel_u, self.n_vel)
+                              + self._outlet_table_args(layout)
+                              + (np.int32(self.nx), np.int32(self.ny), self.omega_plus, self.omega_minus))
 
     def _set_velocity_scale(self, factor: float) -> None:
         cp = self.cp
@@ -731,20 +700,11 @@ class CupyStepper(GraphedSteps, Stepper):
         return self.a.reshape(lattice.Q, -1)[:, self.cp.asarray(cells)].get()
 
     def populations(self) -> np.ndarray:
-        if self.in_place:
-            return inplace.even_layout(self.a.get(), self.setup.flags, self.parity)
-        return self.a.get()
+        return self._even(self.a.get())
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         g = self._check_loadable(g)
-        self.graphs.clear()            # recorded for the old buffers
-        self.a = self.cp.asarray(np.ascontiguousarray(g))
-        if self.in_place:
-            self.parity = 0
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
-        else:
-            self.b = self.a.copy()
-        self.time_step = int(time_step)
+        self._loaded(self.cp.asarray(np.ascontiguousarray(g)), self._fetch_cells, time_step)
 
     def populations_device(self):
         """The device population array (in place: in the layout of the current parity)."""
@@ -755,11 +715,7 @@ class CupyStepper(GraphedSteps, Stepper):
         cp = self.cp
         n = self.nx * self.ny
         out = cp.empty((3, self.ny, self.nx), dtype=self.ct)
-        if self.in_place and self.parity == 1:
-            self._k_moments_odd(((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int32(self.nx),
-                                                              np.int32(self.ny)))
-        else:
-            self._k_moments(((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int64(n)))
+        self._k_moments[self.state](((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int32(self.nx), np.int32(self.ny)))
         return out
 
     def macroscopic(self):
@@ -772,14 +728,13 @@ class CupyStepper(GraphedSteps, Stepper):
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cp = self.cp
-        links = (self._aa.force_terms_odd if self.in_place and self.parity == 1 else self._force_terms)(mask)
+        links = self._force_links(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, k = links
-        h = cp.empty(pos.size, dtype=cp.float64)
-        self._k_gather(((pos.size + 255) // 256,), (256,), (self.a, pos, h, np.int64(pos.size)))
-        s = m * h + k
-        f = cp.stack((cp.sum(cx * s), cp.sum(cy * s))).get()
+        f = cp.zeros(2, dtype=cp.float64)
+        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, k, f, np.int64(pos.size)))
+        f = f.get()
         return float(f[0]), float(f[1])
 
     def finite(self) -> bool:
@@ -789,8 +744,7 @@ class CupyStepper(GraphedSteps, Stepper):
         """Add amplitude * w_i * U(-1, 1) to every fluid population (benchmarks: never time on zeros)."""
         cp = self.cp
         pol = self.policy
-        if self.in_place and self.parity == 1:
-            raise RuntimeError("perturb() needs the even layout: call it before stepping or after an even number of steps")
+        self._require_even("perturb()")
         rng = cp.random.default_rng(seed)
         fluid = cp.asarray(self.setup.flags == FLUID)
         w = cp.asarray(lattice.weights(self.ct)).reshape(lattice.Q, 1, 1)
@@ -798,9 +752,7 @@ class CupyStepper(GraphedSteps, Stepper):
         h = pol.decode(self.a) + amplitude * w * noise * fluid
         self.a[...] = pol.encode(h)
         del noise, h
-        if self.in_place:
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
-            self.graphs.clear()            # recorded with the old outlet-velocity table
+        self._perturbed()
 
 
 def make_stepper(setup: LBMSetup) -> CupyStepper:

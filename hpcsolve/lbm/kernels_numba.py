@@ -17,7 +17,9 @@ bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (``_raw_access``): Numba's indexing adds a negative-index wraparound to every access, which cost the
 16-bit pair kernel 16 % of its speed. fp16s: float16 arrays, every load widened to float32,
 arithmetic in float32, stores rounded to nearest. Two buffers, or one with in-place streaming
-(``LBMSetup.in_place``: the AA-pattern kernels of ``_aa_kernel_python``, hpcsolve/lbm/inplace.py).
+(``LBMSetup.in_place``: the AA-pattern kernels, hpcsolve/lbm/inplace.py). The kernels are emitted from the
+plan of ``kernel_plan.py`` (per-layout positions, the boundary rules' pieces of ``boundaries/``, the list
+kernels), as ``kernels_cupy`` emits CUDA C from it.
 
 Runs unchanged under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which the CI tests use on
 tiny grids.
@@ -31,173 +33,171 @@ import math
 import numpy as np
 
 from hpcsolve import backends, fp16c
-from hpcsolve.lbm import bouzidi, inplace, lattice, physics
-from hpcsolve.lbm.flags import FLUID, VELOCITY, WALL
-from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, ForceTerms, GraphedSteps, InPlaceTables,
-                                     StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
+from hpcsolve.lbm import bouzidi, kernel_plan, lattice, physics
+from hpcsolve.lbm.boundaries import link_rules
+from hpcsolve.lbm.flags import FLUID, WALL
+from hpcsolve.lbm.gpu_common import (BOUNDARY_BIT, HASH_MULT, PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
                                      device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
                                      velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 
-def _neighbour_offsets() -> tuple[list[str], list[str]]:
-    """Per direction i, the source x - c_i and the destination x + c_i as ``row* + col`` expressions of
-    the kernels' locals (row, rowm, rowp; x, xm, xp)."""
-    src = [{0: "row", 1: "rowm", -1: "rowp"}[cy] + " + " + {0: "x", 1: "xm", -1: "xp"}[cx]
-           for cx, cy in zip(lattice.CX, lattice.CY)]
-    dst = [{0: "row", 1: "rowp", -1: "rowm"}[cy] + " + " + {0: "x", 1: "xp", -1: "xm"}[cx]
-           for cx, cy in zip(lattice.CX, lattice.CY)]
-    return src, dst
-
-
-def _kernel_python(collision: str, code, cpt: int, block_x: int) -> str:
-    """Python source of the step kernel, unrolled over the directions and over the ``cpt`` cells
-    each thread updates (``block_x`` apart along x; all their loads are issued before the first
-    collision). See the module docstring."""
-    Q, OPP = lattice.Q, lattice.OPPOSITE
-    srcs = _neighbour_offsets()[0]
-    L = []
-    a = L.append
-    a("def pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x, row, rowm, rowp, code):")
-    a("    cell = row + x")
-    a("    xm = nx - 1 if x == 0 else x - 1")
-    a("    xp = 0 if x == nx - 1 else x + 1")
-    a(f"    if (code & {BOUNDARY_BIT}) == 0:")
-    a("        return (" + ", ".join(code.decode(f"load_at(A, {i} * N + {srcs[i]})") for i in range(Q)) + ")")
-    a("    return (" + code.decode("load_at(A, cell)") + ",")
-    for i in range(1, Q):
-        a(f"            pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, {srcs[i]}, {i}, {OPP[i]}, "
-          f"W{i}, CX{i}, CY{i}),")
-    a("            )")
-    a("")
-    a("")
-    a("def lbm_step(A, B, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
-    a("    y = cuda.blockIdx.y")
-    a(f"    x0 = cuda.blockIdx.x * {block_x * cpt} + cuda.threadIdx.x")
-    a("    N = nx * ny")
-    a("    row = y * nx")
-    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
-    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
-    for k in range(cpt):
-        a(f"    x{k} = x0 + {k * block_x}")
-        a(f"    code{k} = flags[row + x{k}] if x{k} < nx else {WALL}")
-    for k in range(cpt):
-        a(f"    h{k} = ZERO9")
-        a(f"    if (code{k} & 0x7f) == {FLUID}:")
-        a(f"        h{k} = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x{k}, row, rowm, rowp, code{k})")
-    for k in range(cpt):
-        a(f"    if (code{k} & 0x7f) == {FLUID}:")
-        if collision == "trt":
-            a(f"        p = collide_trt(h{k}, omega_plus, omega_minus)")
+def _emit_ops_python(ops, layout, code) -> list[str]:
+    """Python statements of a kernel piece (``kernel_plan.Op``s). Every name passes through as it is: the
+    piece's names, kernel locals, the link constants ``w_i`` / ``cx_i`` / ``cy_i`` (arguments of the generic
+    ``pull_boundary_*``) and ``ZERO`` are Python names of the kernel's namespace; a ``physics`` op calls the
+    device function of that name (``physics.physics_for(..., jit=...)``, bound by :func:`compiled_kernels`)."""
+    out = []
+    for op in ops:
+        if op.kind == "lookup":
+            out.append(f"{op.out[0]}, {op.out[1]} = boundary_velocity(vel_cells, vel_u, n_vel, {op.args[0]})")
+        elif op.kind == "own_velocity":
+            ux, uy = op.out
+            if layout.own_velocity == "stored":
+                out.append(f"{ux}, {uy} = own_velocity(A, N, cell)")
+            else:
+                out += ["t = outlet_index(out_cells, n_out, cell)", f"{ux} = own_u[t]", f"{uy} = own_u[n_out + t]"]
+        elif op.kind == "physics":
+            out.append(f"{', '.join(op.out)} = {op.fn}({', '.join(op.args)})")
+        elif op.kind == "load":
+            out.append(f"{op.out[0]} = load_pop({op.args[0]}, {op.args[1]})")
+        elif op.kind == "widen":
+            out.append(f"{op.out[0]} = float64({op.args[0]})")
+        elif op.kind == "expr":
+            out.append(f"{op.out[0]} = " + (op.args[0] if op.fn == "double" else f"CT({op.args[0]})"))
+        elif op.kind == "store":
+            array, index, value = op.args
+            out.append(f"{array}[{index}] = {code.encode(value)}")
+        elif op.kind == "copy":
+            dst, di, src, si = op.args
+            out.append(f"{dst}[{di}] = {src}[{si}]")
+        elif op.kind == "atomic_add":
+            out.append(f"cuda.atomic.add({op.args[0]}, {op.args[1]}, {op.args[2]})")
         else:
-            a(f"        p = collide_bgk(h{k}, omega_plus)")
-        for i in range(Q):
-            a(f"        store_at(B, {i} * N + row + x{k}, {code.encode(f'p[{i}]')})")
+            raise ValueError(f"unknown kernel op {op.kind!r}")
+    return out
+
+
+def list_kernel_python(kernel, code) -> str:
+    """A link-list kernel of ``kernel_plan.ListKernel`` as Python for ``numba.cuda.jit`` (one thread per entry
+    k); ``load_pop`` is the caller's."""
+    body = "\n".join("        " + line for line in _emit_ops_python(kernel.body, None, code))
+    args = ", ".join(name for name, _ in kernel.args)
+    return f"""
+
+def {kernel.name}({args}, n):
+    # {kernel.doc}
+    k = cuda.grid(1)
+    if k < n:
+{body}
+"""
+
+
+def _tables(layout) -> str:
+    """The in-place outlet table arguments of a step layout that keeps the own velocity in a table."""
+    return "out_cells, own_u, n_out, " if layout.own_velocity == "table" else ""
+
+
+def _pull_python(layout, rules, code) -> str:
+    """``pull_boundary_<layout>`` (one link of a boundary cell: the fluid pull or the rule of the source's flag,
+    generic in the direction) and ``pull_cell_<layout>`` (the nine populations arriving at a fluid cell), the
+    positions from the step layout (``kernel_plan.StepLayout``), the rules' pieces from ``boundaries``."""
+    Q, OPP = lattice.Q, lattice.OPPOSITE
+    tag, tables = layout.kernel[4:], _tables(layout)
+    L = [f"def pull_boundary_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, cell, s, i, opp, w_i, cx_i, cy_i):",
+         "    fs = load_at(flags, s) & 0x7f",
+         f"    if fs == {FLUID}:",
+         f"        return load_pop(A, {layout.pull('i')})",
+         f"    hop = load_pop(A, {layout.hop('i')})"]
+    for r, rule in enumerate(rules):
+        last = r == len(rules) - 1
+        ind = "    " if last else "        "
+        if not last:
+            L.append(f"    if fs == {rule.flag}:   # {rule.name}")
+        else:
+            L.append(f"    # {rule.name}")
+        L += [ind + line for line in _emit_ops_python(rule.piece, layout, code)] + [ind + "return h"]
+    interior = ", ".join(code.decode(f"load_at(A, {layout.interior(i)})") for i in range(Q))
+    L += ["", "",
+          f"def pull_cell_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, nx, x, row, rowm, rowp, code):",
+          "    cell = row + x",
+          "    xm = nx - 1 if x == 0 else x - 1",
+          "    xp = 0 if x == nx - 1 else x + 1",
+          f"    if (code & {BOUNDARY_BIT}) == 0:",
+          f"        return ({interior})",
+          "    return (" + code.decode("load_at(A, cell)") + ","]
+    for i in range(1, Q):
+        L.append(f"            pull_boundary_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, cell, "
+                 f"{kernel_plan.SOURCE[i]}, {i}, {OPP[i]}, W{i}, CX{i}, CY{i}),")
+    L.append("            )")
     return "\n".join(L) + "\n"
 
 
-def _aa_kernel_python(collision: str, code, block_x: int) -> str:
-    """Python source of the in-place (AA pattern) step kernels ``lbm_step_aa_even`` / ``_odd`` and
-    their boundary pull (``hpcsolve.lbm.inplace`` has the layouts). One cell per thread; the outlet
-    rule takes the cell's velocity from the ``own_u`` table, which outlet cells rewrite after their
-    collision from their just-stored populations."""
-    Q, OPP = lattice.Q, lattice.OPPOSITE
-    src, dst = _neighbour_offsets()
-    col = "collide_trt(h, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk(h, omega_plus)"
-    L = []
-    a = L.append
-    a("def outlet_index(out_cells, n_out, cell):")
-    a("    # the outlet cell's slot in the hash table out_cells (-1: not an outlet cell)")
-    a("    k = table_home(cell, n_out)")
-    a("    key = out_cells[k]")
-    a("    while key != cell and key != -1:")
-    a("        k = (k + 1) & (n_out - 1)")
-    a("        key = out_cells[k]")
-    a("    return k if key == cell else -1")
-    for parity in ("even", "odd"):
-        # where f*_i(x - c_i) (fluid source) and the rule's f*_opp(i)(x) (boundary link) are
-        own_pull, rule_in = (("i * N + s", "opp * N + cell") if parity == "even" else ("opp * N + cell", "i * N + s"))
-        a("")
-        a("")
-        a(f"def aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, s, i, opp,"
-          " w_i, cx_i, cy_i):")
-        a("    fs = load_at(flags, s) & 0x7f")
-        a(f"    if fs == {FLUID}:")
-        a(f"        return load_pop(A, {own_pull})")
-        a(f"    hop = load_pop(A, {rule_in})")
-        a(f"    if fs == {WALL}:")
-        a("        return wall_bounce_back(hop)")
-        a(f"    if fs == {VELOCITY}:")
-        a("        uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)")
-        a("        return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)")
-        a("    k = outlet_index(out_cells, n_out, cell)")
-        a("    ux = own_u[k]")
-        a("    uy = own_u[n_out + k]")
-        a("    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy))")
-        a("")
-        a("")
-        a(f"def lbm_step_aa_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, nx, ny, "
-          "omega_plus, omega_minus):")
-        a("    y = cuda.blockIdx.y")
-        a(f"    x = cuda.blockIdx.x * {block_x} + cuda.threadIdx.x")
-        a("    if x >= nx:")
-        a("        return")
-        a("    N = nx * ny")
-        a("    row = y * nx")
-        a("    cell = row + x")
-        a("    code = load_at(flags, cell)")
-        a(f"    if (code & 0x7f) != {FLUID}:")
-        a("        return")
-        a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
-        a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
-        a("    xm = nx - 1 if x == 0 else x - 1")
-        a("    xp = 0 if x == nx - 1 else x + 1")
-        a(f"    if (code & {BOUNDARY_BIT}) == 0:")
-        pulls = [code.decode(f"load_at(A, {i} * N + {src[i]})" if parity == "even"
-                             else f"load_at(A, {OPP[i]} * N + cell)") for i in range(Q)]
-        a("        h = (" + ", ".join(pulls) + ")")
-        a("    else:")
-        a("        h = (" + code.decode("load_at(A, cell)") + ",")
-        for i in range(1, Q):
-            a(f"             aa_pull_{parity}(A, flags, vel_cells, vel_u, n_vel, out_cells, own_u, n_out, N, cell, "
-              f"{src[i]}, {i}, {OPP[i]}, W{i}, CX{i}, CY{i}),")
-        a("             )")
-        a(f"    p = {col}")
-        stores = [(f"{OPP[j]} * N + {dst[j]}" if parity == "even" else f"{j} * N + cell") for j in range(Q)]
-        for j in range(Q):
-            a(f"    store_at(A, {stores[j]}, {code.encode(f'p[{j}]')})")
-        a(f"    if (code & {BOUNDARY_BIT}) != 0:")
-        a("        k = outlet_index(out_cells, n_out, cell)")
-        a("        if k >= 0:   # the outlet rule's velocity at t + 1: moments of the populations just stored")
-        a("            drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {stores[j]})") for j in range(Q))
-          + "))")
-        a("            own_u[k] = ux")
-        a("            own_u[n_out + k] = uy")
-    a("")
-    a("")
-    a("def lbm_moments_odd(A, flags, out, nx, ny):")
-    a("    cell = cuda.grid(1)")
-    a("    N = nx * ny")
-    a("    if cell >= N:")
-    a("        return")
-    a(f"    if (flags[cell] & 0x7f) != {FLUID}:")
-    a("        out[cell] = ZERO")
-    a("        out[N + cell] = ZERO")
-    a("        out[2 * N + cell] = ZERO")
-    a("        return")
-    a("    y = cell // nx")
-    a("    x = cell - y * nx")
-    a("    row = y * nx")
-    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
-    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
-    a("    xm = nx - 1 if x == 0 else x - 1")
-    a("    xp = 0 if x == nx - 1 else x + 1")
-    a("    drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {OPP[i]} * N + {dst[i]})") for i in range(Q))
-      + "))")
-    a("    out[cell] = drho")
-    a("    out[N + cell] = ux")
-    a("    out[2 * N + cell] = uy")
+def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int) -> str:
+    """The fused step kernel of one step layout (``kernel_plan.StepLayout``): each thread updates ``cpt``
+    cells of one row, ``block_x`` apart (all their loads before the first collision); in place, the
+    outlet cells rewrite their velocity in ``own_u`` from the populations they just stored (the outlet
+    rule's velocity at t + 1). The twin of ``kernels_cupy._step_kernel_c``."""
+    Q = lattice.Q
+    tag, tables = layout.kernel[4:], _tables(layout)
+    dst = "" if layout.in_place else f"{layout.dst}, "
+    col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
+    L = [f"def {layout.kernel}(A, {dst}flags, vel_cells, vel_u, n_vel, {tables}nx, ny, omega_plus, omega_minus):",
+         "    y = cuda.blockIdx.y",
+         f"    x0 = cuda.blockIdx.x * {block_x * cpt} + cuda.threadIdx.x",
+         "    N = nx * ny",
+         "    row = y * nx",
+         "    rowm = (ny - 1 if y == 0 else y - 1) * nx",
+         "    rowp = (0 if y == ny - 1 else y + 1) * nx"]
+    for k in range(cpt):
+        L += [f"    x{k} = x0 + {k * block_x}",
+              f"    code{k} = load_at(flags, row + x{k}) if x{k} < nx else {WALL}"]
+    for k in range(cpt):
+        L += [f"    h{k} = ZERO9",
+              f"    if (code{k} & 0x7f) == {FLUID}:",
+              f"        h{k} = pull_cell_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, nx, x{k}, row, rowm, "
+              f"rowp, code{k})"]
+    stores = [layout.store(j) for j in range(Q)]
+    for k in range(cpt):
+        L += [f"    if (code{k} & 0x7f) == {FLUID}:",
+              f"        p = {col.format(f'h{k}')}",
+              f"        x = x{k}",
+              "        cell = row + x"]
+        if layout.writes.shifted:
+            L += ["        xm = nx - 1 if x == 0 else x - 1", "        xp = 0 if x == nx - 1 else x + 1"]
+        L += [f"        store_at({layout.dst}, {stores[j]}, {code.encode(f'p[{j}]')})" for j in range(Q)]
+        if layout.own_velocity == "table":
+            stored = ", ".join(code.decode(f"load_at(A, {stores[j]})") for j in range(Q))
+            L += [f"        if (code{k} & {BOUNDARY_BIT}) != 0:",
+                  "            t = outlet_index(out_cells, n_out, cell)",
+                  "            if t >= 0:   # the outlet rule's velocity at t + 1: moments of the populations just stored",
+                  f"                drho, ux, uy = moments(({stored}))",
+                  "                own_u[t] = ux",
+                  "                own_u[n_out + t] = uy"]
+    return "\n".join(L) + "\n"
+
+
+def _moments_python(state, name: str, code) -> str:
+    """drho, ux, uy (compute dtype) of the stored state in ``state`` layout (``kernel_plan.EVEN`` / ``ODD``);
+    non-fluid cells: 0. The twin of ``kernels_cupy._moments_c``."""
+    Q = lattice.Q
+    L = [f"def {name}(A, flags, out, nx, ny):",
+         "    cell = cuda.grid(1)",
+         "    N = nx * ny",
+         "    if cell >= N:",
+         "        return",
+         f"    if (flags[cell] & 0x7f) != {FLUID}:",
+         "        out[cell] = ZERO",
+         "        out[N + cell] = ZERO",
+         "        out[2 * N + cell] = ZERO",
+         "        return"]
+    if state.shifted:
+        L += ["    y = cell // nx", "    x = cell - y * nx", "    row = y * nx",
+              "    rowm = (ny - 1 if y == 0 else y - 1) * nx", "    rowp = (0 if y == ny - 1 else y + 1) * nx",
+              "    xm = nx - 1 if x == 0 else x - 1", "    xp = 0 if x == nx - 1 else x + 1"]
+    L += ["    drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {state.own(i)})") for i in range(Q)) + "))",
+          "    out[cell] = drho", "    out[N + cell] = ux", "    out[2 * N + cell] = uy"]
     return "\n".join(L) + "\n"
 
 
@@ -283,7 +283,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
     a("    else:")
     for k, c in ((0, "c0"), (1, "c1")):
         a(f"        if ({c} & 0x7f) == {FLUID}:")
-        a(f"            h = pull_cell(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
+        a(f"            h = pull_cell_step(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
         a(f"            p = {col.format('h')}")
         for i in range(Q):
             a(f"            store_at(B, {i} * N + row + x + {k}, {code.encode(f'p[{i}]')})")
@@ -400,23 +400,18 @@ def _raw_access():
     return load_at, store_at
 
 
-def _helpers_python(code, characteristic: bool = False) -> str:
-    own = "\n".join(f"    o{i} = " + code.decode(f"load_at(A, {i} * N + cell)") for i in range(lattice.Q))
-    # the outlet rule's drho_w: looked up per link only where the setup has a characteristic outlet
-    drho = ("    urx, ury = boundary_velocity(vel_cells, vel_u, n_vel, s)\n    return outlet_density(ux, uy, urx, ury)"
-            if characteristic else "    return ZERO")
+def _helpers_python(code) -> str:
+    """The device helpers of the step kernels (loads, the outlet rule's own velocity, the hash-table lookups)
+    and the small kernels around them (velocity scaling, fill, perturbation, the finite check)."""
+    own = ", ".join(code.decode(f"load_at(A, {kernel_plan.EVEN.own(i)})") for i in range(lattice.Q))
     return f'''
-def outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy):
-{drho}
-
-
 def load_pop(A, k):
     return {code.decode("load_at(A, k)")}
 
 
 def own_velocity(A, N, cell):
-{own}
-    drho, ux, uy = moments((o0, o1, o2, o3, o4, o5, o6, o7, o8))
+    # velocity of this cell at time t: moments of its own stored populations (outlet rule, two-buffer step)
+    drho, ux, uy = moments(({own}))
     return ux, uy
 
 
@@ -438,43 +433,14 @@ def boundary_velocity(vel_cells, vel_u, n_vel, s):
     return ux, uy
 
 
-def pull_boundary(A, flags, vel_cells, vel_u, n_vel, N, cell, s, i, opp, w_i, cx_i, cy_i):
-    fs = flags[s] & 0x7f
-    if fs == {FLUID}:
-        return load_pop(A, i * N + s)
-    hop = load_pop(A, opp * N + cell)
-    if fs == {WALL}:
-        return wall_bounce_back(hop)
-    if fs == {VELOCITY}:
-        uwx, uwy = boundary_velocity(vel_cells, vel_u, n_vel, s)
-        return velocity_bounce_back(hop, w_i, cx_i, cy_i, uwx, uwy)
-    ux, uy = own_velocity(A, N, cell)
-    return pressure_anti_bounce_back(hop, w_i, cx_i, cy_i, ux, uy, outlet_drho(vel_cells, vel_u, n_vel, s, ux, uy))
-
-
-def lbm_moments(A, flags, out, N):
-    cell = cuda.grid(1)
-    if cell >= N:
-        return
-    if (flags[cell] & 0x7f) != {FLUID}:
-        out[cell] = ZERO
-        out[N + cell] = ZERO
-        out[2 * N + cell] = ZERO
-        return
-{own.replace("    o", "    h")}
-    drho, ux, uy = moments((h0, h1, h2, h3, h4, h5, h6, h7, h8))
-    out[cell] = drho
-    out[N + cell] = ux
-    out[2 * N + cell] = uy
-
-
-def lbm_force(A, pos, cx, cy, m, c, n, out):
-    k = cuda.grid(1)
-    if k >= n:
-        return
-    s = m[k] * float64(load_pop(A, pos[k])) + c[k]   # gpu_common.force_links: the momentum-exchange terms
-    cuda.atomic.add(out, 0, cx[k] * s)
-    cuda.atomic.add(out, 1, cy[k] * s)
+def outlet_index(out_cells, n_out, cell):
+    # the outlet cell's slot in the hash table out_cells (-1: not an outlet cell)
+    k = table_home(cell, n_out)
+    key = out_cells[k]
+    while key != cell and key != -1:
+        k = (k + 1) & (n_out - 1)
+        key = out_cells[k]
+    return k if key == cell else -1
 
 
 def lbm_scale_velocity(full, s, out, n):
@@ -534,25 +500,34 @@ PAIR_EXCHANGE = "smem"
 
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pairs: bool = False,
                   exchange: str = "smem", in_place: bool = False, characteristic: bool = False) -> str:
-    """Python source of the kernels :func:`compiled_kernels` compiles (helpers, the per-cell step, and
-    the in-place or the 16-bit pair step kernels); loads and stores from ``population_code.numba_code``;
-    ``characteristic``: the outlet rule looks up the reference outflow (``gpu_common.characteristic_outlet``)."""
+    """Python source of the kernels :func:`compiled_kernels` compiles, emitted from the plan
+    (``kernel_plan.step_layouts``, ``boundaries.link_rules``): the helpers, per step layout its pull and step
+    kernel (two-buffer ``lbm_step``, or in place the AA pair ``lbm_step_aa_even`` / ``_odd``), the 16-bit pair
+    kernel where ``pairs``, the moments of each state layout and the force list kernel; loads and stores from
+    ``population_code.numba_code``; ``characteristic``: the outlet rule looks up the reference outflow
+    (``boundaries.outlet.characteristic_outlet``)."""
     code = numba_code(policy)
-    src = _helpers_python(code, characteristic) + "\n" + _kernel_python(collision, code, cpt, block_x)
+    rules = link_rules(characteristic)
+    parts = [_helpers_python(code)]
+    for layout in kernel_plan.step_layouts(in_place):
+        parts.append(_pull_python(layout, rules, code))
+        parts.append(_step_kernel_python(layout, collision, code, 1 if layout.in_place else cpt, block_x))
+    if pairs and not in_place:
+        parts.append(_pair_kernel_python(collision, code, block_x, exchange))
+    parts.append(_moments_python(kernel_plan.EVEN, "lbm_moments", code))
     if in_place:
-        src += "\n\n" + _aa_kernel_python(collision, code, block_x)
-    elif pairs:
-        src += "\n\n" + _pair_kernel_python(collision, code, block_x, exchange)
-    return src
+        parts.append(_moments_python(kernel_plan.ODD, "lbm_moments_odd", code))
+    parts.append(list_kernel_python(kernel_plan.FORCE_KERNEL, code))
+    return "\n\n".join(parts)
 
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, max_registers: int | None = None,
                      pairs: bool = False, exchange: str = "smem", in_place: bool = False, characteristic: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
-    and collision model; ``pairs``: the step kernel is the 16-bit two-cells-per-thread ``lbm_step_pair``;
-    ``in_place``: step is the pair (lbm_step_aa_even, lbm_step_aa_odd) and moments the pair (lbm_moments,
-    lbm_moments_odd)."""
+    and collision model; ``step`` and ``moments`` are tuples over the step layouts (``kernel_plan.step_layouts``:
+    the two-buffer step, or the AA pair even / odd) and the state layouts they start from (even, odd);
+    ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
     from numba import cuda, float64, int32, int64, uint64
 
     ct = np.dtype(policy.compute)
@@ -560,12 +535,13 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     P = physics.physics_for(ct, jit=device)
     if backends.cuda_simulator_enabled():
         exchange = "smem"      # the simulator has no warp shuffles
+    rules = link_rules(characteristic)
     ns = {"cuda": cuda, "float64": float64, "int32": int32, "int64": int64, "uint64": uint64,
           "HASH_MULT": np.uint64(HASH_MULT), "SHIFT32": np.uint64(32), **numba_code(policy).namespace(),
           "ZERO": ct.type(0.0), "ZERO9": (ct.type(0.0),) * lattice.Q,
-          "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
-          "wall_bounce_back": P.wall_bounce_back, "velocity_bounce_back": P.velocity_bounce_back,
-          "pressure_anti_bounce_back": P.pressure_anti_bounce_back, "outlet_density": P.outlet_density}
+          "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt}
+    # the physics the rules' pieces call, by name
+    ns.update({op.fn: getattr(P, op.fn) for rule in rules for op in rule.piece if op.kind == "physics"})
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
@@ -575,21 +551,70 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
             fp16c.numba_pair_functions() if policy.codec == "fp16c" else _half_bits())
     storage = np.dtype(policy.storage).str
     exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
-    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_drho", "pull_boundary",
-                 "pull_cell") + (
-            ("outlet_index", "aa_pull_even", "aa_pull_odd") if in_place else ()):
+    layouts = kernel_plan.step_layouts(in_place)
+    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_index") + tuple(
+            f"pull_{part}_{layout.kernel[4:]}" for layout in layouts for part in ("boundary", "cell")):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
-    if in_place:
-        step = tuple(cuda.jit(**step_opts)(ns[f"lbm_step_aa_{p}"]) for p in ("even", "odd"))
-        moments = (cuda.jit(ns["lbm_moments"]), cuda.jit(ns["lbm_moments_odd"]))
-    else:
-        step = cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs else "lbm_step"])
-        moments = cuda.jit(ns["lbm_moments"])
+    names = ("lbm_step_pair",) if pairs and not in_place else tuple(layout.kernel for layout in layouts)
+    step = tuple(cuda.jit(**step_opts)(ns[name]) for name in names)
+    moments = tuple(cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_moments_odd")[:1 + bool(in_place)])
     kernels = (step, moments) + tuple(
         cuda.jit(ns[name]) for name in ("lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb",
                                         "lbm_scale_velocity"))
     return kernels + (src,)
+
+
+@functools.lru_cache(maxsize=None)
+def bouzidi_source(policy) -> str:
+    """Python source of the interpolated bounce-back pre-pass for one policy: the list kernels
+    ``bouzidi.GATHER`` / ``SCATTER`` (the twin of ``kernels_cupy.bouzidi_source``)."""
+    code = numba_code(policy)
+    return (f"def load_pop(A, k):\n    return {code.decode('A[k]')}\n"
+            + "".join(list_kernel_python(k, code) for k in (bouzidi.GATHER, bouzidi.SCATTER)))
+
+
+@functools.lru_cache(maxsize=None)
+def bouzidi_kernels(policy):
+    """(gather, scatter) ``numba.cuda.jit`` kernels of the pre-pass for one policy; the link value is
+    ``physics.interpolated_bounce_back`` compiled as a device function. V (storage dtype) holds the
+    link values between the two launches."""
+    from numba import cuda
+
+    ct = np.dtype(policy.compute)
+    device = cuda.jit(device=True)
+    P = physics.physics_for(ct, jit=device)
+    ns = {"cuda": cuda, **numba_code(policy).namespace(), "interpolated_bounce_back": P.interpolated_bounce_back}
+    exec(compile(bouzidi_source(policy), f"<hpcsolve.lbm.kernels_numba bouzidi {np.dtype(policy.storage).str}/{ct.str}>",
+                 "exec"), ns)
+    ns["load_pop"] = device(ns["load_pop"])
+    return cuda.jit(ns["bouzidi_gather"]), cuda.jit(ns["bouzidi_scatter"])
+
+
+class NumbaPrepass:
+    """The pre-pass on the device with the two kernels of :func:`bouzidi_kernels` on ``stream`` (gather
+    into V, then scatter: every link value is read before any slot is written, as ``bouzidi.prepass``
+    requires)."""
+
+    def __init__(self, links, policy, stream=None):
+        from numba import cuda
+
+        self.links, self.policy, self.n = links, policy, len(links)
+        ct = np.dtype(policy.compute)
+        self.stream = stream if stream is not None else cuda.default_stream()
+        self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
+        self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
+        gather, scatter = bouzidi_kernels(policy)
+        blocks = math.ceil(self.n / 256)
+        self._gather = gather[blocks, 256, self.stream]
+        self._scatter = scatter[blocks, 256, self.stream]
+
+    def __call__(self, A) -> None:
+        slot, partner, a, b = self.arrays
+        n = np.int64(self.n)
+        flat = A.reshape(-1) if A.ndim > 1 else A
+        self._gather(flat, slot, partner, a, b, self.values, n)
+        self._scatter(flat, slot, self.values, n)
 
 
 def _launch_stream(cuda, graphs: bool):
@@ -613,7 +638,7 @@ def _launch_stream(cuda, graphs: bool):
     return stream, graphs
 
 
-class NumbaCudaStepper(GraphedSteps, Stepper):
+class NumbaCudaStepper(PlanSteps, Stepper):
     backend = "numba-cuda"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
@@ -659,22 +684,16 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
         grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
-        self._force_terms = ForceTerms(setup, cuda.to_device)
         self._word_views: dict = {}
-
-        def make_prepass(links):
-            return bouzidi.NumbaPrepass(links, pol, self.stream)
-
-        self.bouzidi = make_prepass(setup.links) if bouzidi.has_links(setup) else None
+        self._plan(setup, lambda v: cuda.to_device(v, stream=self.stream),
+                   lambda links: NumbaPrepass(links, pol, self.stream))
+        # one launcher per step layout (kernel_plan.step_layouts) and per state layout it starts from
+        self._launch = {layout: k[grid, (self.block_x, 1), self.stream] for layout, k in zip(self.layouts, self._k_step)}
+        self._k_moments = {layout.reads: k for layout, k in zip(self.layouts, self._k_moments)}
         if self.in_place:
-            self._launch = tuple(k[grid, (self.block_x, 1), self.stream] for k in self._k_step)
-            self.parity = 0
-            self._aa = InPlaceTables(setup, lambda v: cuda.to_device(v, stream=self.stream), make_prepass)
             g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
                       and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))
             self.own_u = self._aa.outlet_velocity(lambda cells: g_host[:, cells])
-        else:
-            self._launch = self._k_step[grid, (self.block_x, 1), self.stream]
 
     def _fetch_cells(self, cells: np.ndarray) -> np.ndarray:
         """Stored populations (9, n) of ``cells`` (even layout) on the host (after perturb(): the whole
@@ -688,30 +707,15 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
         # float64 product rounded to the compute dtype in place (the step kernel keeps its pointer)
         self._k_scale[math.ceil(n / 256), 256, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
 
-    def _advance_direct(self, n: int) -> None:
-        launch = self._launch
-        nx, ny = np.int64(self.nx), np.int64(self.ny)
-        if self.in_place:
-            aa = self._aa
-            n_out = np.int64(aa.n_out)
-            for _ in range(n):
-                prepass = self.bouzidi if self.parity == 0 else aa.bouzidi_odd
-                if prepass is not None:
-                    prepass(self.a)
-                launch[self.parity](self.a, self.flags, self.vel_cells, self.vel_u, self.n_vel, aa.out_cells,
-                                    self.own_u, n_out, nx, ny, self.omega_plus, self.omega_minus)
-                self.parity ^= 1
-            return
-        for _ in range(n):
-            if self.bouzidi is not None:
-                self.bouzidi(self.a)   # interpolated links: sparse gather/scatter into the wall slots
-            if self.pairs:
-                launch(self.a, self.b, self._words(self.a), self._words(self.b), self.flags, self.vel_cells,
-                       self.vel_u, self.n_vel, nx, ny, self.omega_plus, self.omega_minus)
-            else:
-                launch(self.a, self.b, self.flags, self.vel_cells, self.vel_u, self.n_vel, nx, ny,
-                       self.omega_plus, self.omega_minus)
-            self.a, self.b = self.b, self.a
+    _index_type = np.int64      # the kernels' int arguments
+
+    def _launch_step(self, layout) -> None:
+        buffers = (self.a,) if layout.in_place else (self.a, self.b)
+        if self.pairs:                  # the 16-bit pair kernel also takes the int32 word views
+            buffers += (self._words(self.a), self._words(self.b))
+        self._launch[layout](*buffers, self.flags, self.vel_cells, self.vel_u, self.n_vel,
+                             *self._outlet_table_args(layout), np.int64(self.nx), np.int64(self.ny),
+                             self.omega_plus, self.omega_minus)
 
     def _words(self, arr):
         """The int32 view of a 16-bit population buffer (pairs of halves), made once per buffer."""
@@ -721,35 +725,21 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
         return v[1]
 
     def populations(self) -> np.ndarray:
-        g = self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx)
-        if self.in_place:
-            return inplace.even_layout(g, self.setup.flags, self.parity)
-        return g
+        return self._even(self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx))
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         from numba import cuda
 
         g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
-        self.graphs.clear()            # recorded for the old buffers
-        self.a = cuda.to_device(g, stream=self.stream)
-        if self.in_place:
-            self.parity = 0
-            self.own_u = self._aa.outlet_velocity(lambda cells: g.reshape(lattice.Q, -1)[:, cells])
-        else:
-            self.b = cuda.to_device(g, stream=self.stream)
+        self._loaded(cuda.to_device(g, stream=self.stream), lambda cells: g.reshape(lattice.Q, -1)[:, cells],
+                     time_step)
         self.stream.synchronize()
-        self.time_step = int(time_step)
 
     def macroscopic_device(self):
         """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0)."""
         n = self.nx * self.ny
         out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
-        if self.in_place and self.parity == 1:
-            self._k_moments[1][math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(self.nx),
-                                                                     np.int64(self.ny))
-        else:
-            k = self._k_moments[0] if self.in_place else self._k_moments
-            k[math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(n))
+        self._k_moments[self.state][math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(self.nx), np.int64(self.ny))
         return out
 
     def macroscopic(self):
@@ -770,13 +760,13 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
 
     def force(self, mask: np.ndarray) -> tuple[float, float]:
         cuda = self.cuda
-        links = (self._aa.force_terms_odd if self.in_place and self.parity == 1 else self._force_terms)(mask)
+        links = self._force_links(mask)
         if links is None:
             return 0.0, 0.0
         pos, cx, cy, m, c = links
         out = cuda.to_device(np.zeros(2), stream=self.stream)
         n = pos.shape[0]
-        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, np.int64(n), out)
+        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, out, np.int64(n))
         f = out.copy_to_host(stream=self.stream)
         return float(f[0]), float(f[1])
 
@@ -785,13 +775,10 @@ class NumbaCudaStepper(GraphedSteps, Stepper):
         never time on zeros)."""
         n = self.nx * self.ny
         weights = self.cuda.to_device(lattice.weights(self.ct), stream=self.stream)
-        if self.in_place and self.parity == 1:
-            raise RuntimeError("perturb() needs the even layout: call it before stepping or after an even number of steps")
+        self._require_even("perturb()")
         self._k_perturb[math.ceil(lattice.Q * n / 256), 256, self.stream](
             self.a, self.flags, weights, np.int64(n), self.ct.type(amplitude), np.int64(seed))
-        if self.in_place:
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
-            self.graphs.clear()            # recorded with the old outlet-velocity table
+        self._perturbed()
 
     def finite(self) -> bool:
         out = self.cuda.to_device(np.zeros(1, dtype=np.int32), stream=self.stream)

@@ -4,7 +4,7 @@ One step = pull streaming with the boundary rules, then collision, both on the f
 Streaming is a single gather: for every (direction i, fluid cell x) a precomputed index says
 where f_i(x, t+1) comes from (the neighbour x - c_i, or this cell's opposite population when
 x - c_i is a boundary cell); boundary links then get their correction terms from
-``hpcsolve.lbm.physics``. The stored array always holds post-collision populations.
+``hpcsolve.lbm.physics``, applied by each rule's module (``hpcsolve.lbm.boundaries``). The stored array always holds post-collision populations.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.lbm import bouzidi, lattice, physics
-from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
+from hpcsolve.lbm.boundaries import outlet, velocity
+from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 
@@ -33,41 +34,22 @@ class NumpyStepper(Stepper):
 
     # -- precomputation: where every population of every fluid cell is pulled from ------------------
     def _build_links(self) -> None:
-        setup, ct = self.setup, self.ct
+        setup = self.setup
         flags = setup.flags
         ny, nx = flags.shape
         n = ny * nx
         fluid = np.flatnonzero(flags.ravel() == FLUID)
         y, x = np.divmod(fluid, nx)
-        nf = fluid.size
-        gather = np.empty((lattice.Q, nf), dtype=np.int64)
-        vel_pos, vel_i, vel_src = [], [], []
-        out_pos, out_i, out_cell, out_src = [], [], [], []
+        sources = np.empty((lattice.Q, fluid.size), dtype=np.int64)   # x - c_i of every pulled population
+        gather = np.empty((lattice.Q, fluid.size), dtype=np.int64)
         for i in range(lattice.Q):
-            src = ((y - lattice.CY[i]) % ny) * nx + (x - lattice.CX[i]) % nx
-            nflag = flags.ravel()[src]
-            is_fluid = nflag == FLUID
-            gather[i] = np.where(is_fluid, i * n + src, lattice.OPPOSITE[i] * n + fluid)
-            k = np.flatnonzero(nflag == VELOCITY)
-            vel_pos.append(i * nf + k); vel_i.append(np.full(k.size, i)); vel_src.append(src[k])
-            k = np.flatnonzero(nflag == OUTLET)
-            out_pos.append(i * nf + k); out_i.append(np.full(k.size, i)); out_cell.append(k); out_src.append(src[k])
-        self.fluid, self.gather, self.nf = fluid, gather, nf
-        W, CX, CY = (np.array(a, dtype=ct) for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
-        vi = np.concatenate(vel_i).astype(np.int64)
-        vs = np.concatenate(vel_src).astype(np.int64)
-        uw = setup.boundary_velocity.reshape(2, n)
-        self.vel = dict(pos=np.concatenate(vel_pos).astype(np.int64), w=W[vi], cx=CX[vi], cy=CY[vi],
-                        uwx=uw[0][vs].astype(ct), uwy=uw[1][vs].astype(ct))
-        self._vel_full = (uw[0][vs], uw[1][vs])   # float64, for the smooth start
-        oi = np.concatenate(out_i).astype(np.int64)
-        oc = np.concatenate(out_cell).astype(np.int64)
-        cells, inverse = np.unique(oc, return_inverse=True)
-        os_ = np.concatenate(out_src).astype(np.int64)
-        self.out = dict(pos=np.concatenate(out_pos).astype(np.int64), w=W[oi], cx=CX[oi], cy=CY[oi],
-                        cells=fluid[cells], link_cell=inverse.reshape(-1),
-                        urx=uw[0][os_].astype(ct), ury=uw[1][os_].astype(ct))   # reference outflow (0: pressure)
-        self._out_full = (uw[0][os_], uw[1][os_])
+            src = sources[i] = ((y - lattice.CY[i]) % ny) * nx + (x - lattice.CX[i]) % nx
+            # f*_i(x - c_i), or this cell's f*_opp(i)(x) where x - c_i is a boundary cell (its rule's input)
+            gather[i] = np.where(flags.ravel()[src] == FLUID, i * n + src, lattice.OPPOSITE[i] * n + fluid)
+        self.fluid, self.gather = fluid, gather
+        # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
+        self.vel = velocity.NumpyLinks(setup, self.P, sources)
+        self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
 
     # -- one time step ----------------------------------------------------------------------------
     def _step_once(self) -> None:
@@ -79,17 +61,9 @@ class NumpyStepper(Stepper):
         # 1. pull streaming: f_i(x, t+1) = f*_i(x - c_i, t), or f*_opp(i)(x, t) at a boundary link
         pulled = self.policy.decode(g_flat[self.gather])   # (9, nf), compute dtype
         flat = pulled.reshape(-1)
-        v = self.vel
-        if v["pos"].size:
-            flat[v["pos"]] = P.velocity_bounce_back(flat[v["pos"]], v["w"], v["cx"], v["cy"], v["uwx"], v["uwy"])
-        o = self.out
-        if o["pos"].size:
-            # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
-            own = self.policy.decode(self.g.reshape(lattice.Q, n)[:, o["cells"]])
-            _, ux, uy = P.moments(tuple(own))
-            uxl, uyl = ux[o["link_cell"]], uy[o["link_cell"]]
-            flat[o["pos"]] = P.pressure_anti_bounce_back(flat[o["pos"]], o["w"], o["cx"], o["cy"], uxl, uyl,
-                                                         P.outlet_density(uxl, uyl, o["urx"], o["ury"]))
+        self.vel.apply(P, flat)
+        # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
+        self.out.apply(P, flat, lambda cells: self.policy.decode(self.g.reshape(lattice.Q, n)[:, cells]))
         # 2. collision on the fluid cells
         h = tuple(pulled)
         if self.setup.collision == "trt":
@@ -104,10 +78,8 @@ class NumpyStepper(Stepper):
             self._step_once()
 
     def _set_velocity_scale(self, factor: float) -> None:
-        self.vel["uwx"] = (self._vel_full[0] * factor).astype(self.ct)
-        self.vel["uwy"] = (self._vel_full[1] * factor).astype(self.ct)
-        self.out["urx"] = (self._out_full[0] * factor).astype(self.ct)
-        self.out["ury"] = (self._out_full[1] * factor).astype(self.ct)
+        self.vel.set_scale(factor)
+        self.out.set_scale(factor)
 
     def populations(self) -> np.ndarray:
         return self.g.copy()

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcsolve.lbm import inplace
+from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.flags import VELOCITY
 from hpcsolve.lbm.gpu_common import cell_table, table_home, velocity_table
 from hpcsolve.precision import FP32, FP64
@@ -72,7 +72,7 @@ def test_outlet_table_holds_the_outlet_velocities_per_slot():
     rng = np.random.default_rng(3)
     g = rng.uniform(0.0, 0.1, size=(9,) + setup.shape).astype(np.float32)
     u = tables.outlet_velocity(lambda cells: g.reshape(9, -1)[:, cells]).reshape(2, -1)
-    want = inplace.own_velocities(g.reshape(9, -1)[:, tables.cells], setup)
+    want = outlet.own_velocities(g.reshape(9, -1)[:, tables.cells], setup)
     assert tables.cells.size > 0
     for j, c in enumerate(tables.cells.tolist()):
         assert np.array_equal(u[:, lookup(tables.out_cells, c)], want[:, j])

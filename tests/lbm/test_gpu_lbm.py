@@ -276,17 +276,20 @@ def test_numba_step_source_indexes_without_wraparound():
     negative-index wraparound, 16 % of the fp16s pair kernel's speed on the H200)."""
     import re
 
+    from hpcsolve.lbm import kernel_plan
     from hpcsolve.lbm import kernels_numba as kn
-
+    from hpcsolve.lbm.boundaries import link_rules
     from hpcsolve.lbm.population_code import numba_code
 
     code = numba_code(FP16S)
-    cell = kn._kernel_python("trt", code, 1, 128)
+    steps = {layout: kn._pull_python(layout, link_rules(True), code) + kn._step_kernel_python(layout, "trt", code, 1, 128)
+             for layout in (kernel_plan.TWO_BUFFER, kernel_plan.AA_EVEN, kernel_plan.AA_ODD)}
     pair = kn._pair_kernel_python("trt", code, 64, "smem")
     helpers = kn._helpers_python(code)
-    for src in (cell, pair, helpers.split("def lbm_moments")[0]):   # the step kernels and their helpers
+    for src in (*steps.values(), pair, helpers.split("def lbm_scale_velocity")[0]):   # step kernels, helpers
         assert not re.search(r"\b(A|B|A32|B32|xch)\[", src), src
-    assert cell.count("store_at(B, ") == 9
+    assert steps[kernel_plan.TWO_BUFFER].count("store_at(B, ") == 9
+    assert all(steps[layout].count("store_at(A, ") == 9 for layout in kernel_plan.step_layouts(True))
     assert pair.count("load_at(A32, ") == 9 + 6           # one word per population + the 6 edge halves
     assert pair.count("store_at(B32, ") == 9              # one packed word per population
     assert pair.count("store_at(xch, ") == 6 and pair.count("load_at(xch, ") == 6

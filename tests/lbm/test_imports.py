@@ -21,13 +21,19 @@ from hpcsolve.backends import BACKENDS
 
 PACKAGE = "hpcsolve.lbm"
 ROOT = Path(hpcsolve.lbm.__file__).parent
-MODULES = sorted(f"{PACKAGE}.{p.stem}" for p in ROOT.glob("*.py") if p.stem != "__init__")
-#: every hpcsolve module but the packages themselves (hpcsolve/lbm/__init__.py is empty)
-ALL_MODULES = {m.name for m in pkgutil.walk_packages(hpcsolve.__path__, "hpcsolve.") if not m.ispkg}
+#: the modules of hpcsolve.lbm and of its subpackage hpcsolve.lbm.boundaries (a package's __init__ by its name)
+MODULES = sorted(
+    f"{PACKAGE}.{p.relative_to(ROOT).with_suffix('').as_posix().replace('/', '.')}".removesuffix(".__init__")
+    for p in ROOT.rglob("*.py") if p.relative_to(ROOT).as_posix() != "__init__.py")
+#: every hpcsolve module, and the packages with code in their __init__ (hpcsolve/lbm/__init__.py is empty)
+ALL_MODULES = ({m.name for m in pkgutil.walk_packages(hpcsolve.__path__, "hpcsolve.") if not m.ispkg}
+               | {m for m in MODULES})
 
 
 def _tree(module: str) -> ast.Module:
-    return ast.parse((ROOT / (module.rsplit(".", 1)[1] + ".py")).read_text())
+    rel = Path(*module.split(".")[2:])
+    path = ROOT / rel.with_suffix(".py")
+    return ast.parse((path if path.exists() else ROOT / rel / "__init__.py").read_text())
 
 
 def _imports(module: str, within: str = PACKAGE) -> set[str]:
@@ -69,8 +75,13 @@ def test_lbm_import_graph_has_no_cycle():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
     assert f"{PACKAGE}.kernels_cupy" not in graph[f"{PACKAGE}.kernels_numba"]
     # the cycle bouzidi -> backends -> kernels_cupy -> bouzidi is gone: each Stepper builds its own pre-pass
+    # (kernels_cupy.CupyBouzidi, kernels_numba.NumbaPrepass) from the list kernels bouzidi plans
     assert _imports(f"{PACKAGE}.bouzidi", "hpcsolve") == {f"{PACKAGE}.{m}" for m in
-                                                         ("lattice", "physics", "flags", "population_code")}
+                                                         ("lattice", "physics", "flags", "kernel_plan")}
+    # the plan and the boundary rules are the emitters' input: they import no emitter and no stepper
+    for m in [f"{PACKAGE}.kernel_plan"] + [m for m in MODULES if ".boundaries" in m]:
+        assert not {n for n in graph[m] if n.rsplit(".", 1)[1] in ("kernels_cupy", "kernels_numba", "gpu_common",
+                                                                  "runner")}, m
 
 
 def test_each_lbm_module_imports_first_and_numba_needs_no_cupy():

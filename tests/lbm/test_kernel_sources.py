@@ -4,13 +4,15 @@
 - The load/store expressions of each emitter are the expected text, and evaluated on NumPy scalars
   they give the bits of ``Precision.encode`` / ``decode`` (every float16 value for fp16s).
 - SOURCE_HASHES: the CUDA C (``kernels_cupy.kernel_source``, ``bouzidi_source``) and the Numba Python
-  (``kernels_numba.kernel_source``, ``bouzidi.numba_source``) of every policy x collision x kernel
+  (``kernels_numba.kernel_source``, ``bouzidi_source``) of every policy x collision x kernel
   variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
   The values were first those of the sources generated before the loads and stores moved to
   population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
   tables (``gpu_common.cell_table``, session 5; benchmarked before and after in one device run) and when the
   outlet rule took the characteristic density (``physics.outlet_density``, session 5; a compiled variant of
-  its own, ``characteristic=True``). A change to
+  its own, ``characteristic=True``), and when both emitters began to write the kernels from one plan
+  (``kernel_plan``: per-layout positions, the boundary rules' pieces from ``boundaries``, the force and
+  Bouzidi list kernels; session 7, benchmarked before and after in one device run). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -24,7 +26,7 @@ import tokenize
 import numpy as np
 import pytest
 
-from hpcsolve.lbm import bouzidi, kernels_cupy, kernels_numba
+from hpcsolve.lbm import kernels_cupy, kernels_numba
 from hpcsolve.lbm.population_code import cuda_code, numba_code
 from hpcsolve.precision import FP16S, FP32, FP64
 
@@ -38,24 +40,24 @@ NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False)
 PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
 
 SOURCE_HASHES = {
-    "cuda-bouzidi/fp16s": "b4749977024468f4cd34",
-    "cuda-bouzidi/fp32": "fb43c9d0d4434ac94de7",
-    "cuda-bouzidi/fp64": "36899bdd0431a35f2386",
-    "cuda/fp16s/bgk": "5bf024382bfaf0c03fcf",
-    "cuda/fp16s/trt": "4132f17c9005c80fb95d",
-    "cuda/fp32/bgk": "4d24ce363c5fd116b5b6",
-    "cuda/fp32/trt": "364835375023ddba406a",
-    "cuda/fp64/bgk": "c88737f82620b606496a",
-    "cuda/fp64/trt": "980cb82027eeaa480984",
-    "numba-bouzidi/fp16s": "db32cc57bf9e28782c16",
-    "numba-bouzidi/fp32": "42040bdad4e265d90110",
-    "numba-bouzidi/fp64": "8348625a857e15b6f9de",
-    "numba/fp16s/bgk": "a8e5fa83e2eeac99939b",
-    "numba/fp16s/trt": "25e1ac2aae66400587b5",
-    "numba/fp32/bgk": "e4dde05968017ae2da25",
-    "numba/fp32/trt": "6832e73030c0dd61fd85",
-    "numba/fp64/bgk": "c3f91e626e703c0fe00d",
-    "numba/fp64/trt": "a82f2ac27286c422d123",
+    "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
+    "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
+    "cuda-bouzidi/fp64": "708848745d8bac574d60",
+    "cuda/fp16s/bgk": "6d65a87329ba48e50eed",
+    "cuda/fp16s/trt": "1e108dca854bab1d1d8d",
+    "cuda/fp32/bgk": "b3bace242eb6ab7eba9f",
+    "cuda/fp32/trt": "ee92136206e11e8e0037",
+    "cuda/fp64/bgk": "4ff3a1dd8dad84b0065f",
+    "cuda/fp64/trt": "b7bf6d2c31bac5e64610",
+    "numba-bouzidi/fp16s": "8e3c2341f6797777389b",
+    "numba-bouzidi/fp32": "065372627fe34d0d1920",
+    "numba-bouzidi/fp64": "840e2f65eb0833cc189e",
+    "numba/fp16s/bgk": "826edbb9eacacecf6f14",
+    "numba/fp16s/trt": "89133c88d8ba3272ffaa",
+    "numba/fp32/bgk": "738f763ce76d337e832e",
+    "numba/fp32/trt": "89f833ad891026f5fcca",
+    "numba/fp64/bgk": "fe0bab675ee845644def",
+    "numba/fp64/trt": "649fe80d3b2dea5d01dc",
 }
 
 
@@ -71,7 +73,7 @@ def generated_sources() -> dict[str, str]:
     out = {}
     for p in POLICIES:
         out[f"cuda-bouzidi/{p.name}"] = kernels_cupy.bouzidi_source(p)
-        out[f"numba-bouzidi/{p.name}"] = _python_tokens(bouzidi.numba_source(p))
+        out[f"numba-bouzidi/{p.name}"] = _python_tokens(kernels_numba.bouzidi_source(p))
         for c in COLLISIONS:
             for cpt, bx, ip in CUDA_VARIANTS:
                 out[f"cuda/{p.name}/{c}/{cpt}x{bx}/{'inplace' if ip else 'two'}"] = \

@@ -1,0 +1,100 @@
+"""The pressure outlet (flag OUTLET): anti-bounce-back at rho_w = 1 + drho_w with u_w the fluid cell's own
+velocity (``physics.pressure_anti_bounce_back``); drho_w = 0 (fixed pressure, ``boundaries.outlet =
+"pressure"``) or the characteristic (non-reflecting) value ``physics.outlet_density`` from the outlet cell's
+reference outflow (``"characteristic"``; geometry.py puts the opposite inlet's profile there).
+
+- reference: :class:`NumpyLinks` (the links into outlet cells, the own velocity from the stored state);
+- device tables: the reference outflow rides in ``velocity.velocity_table`` where
+  :func:`characteristic_outlet`; in-place streaming keeps the own velocity of :func:`outlet_cells` in a
+  table (:func:`own_velocities`, ``gpu_common.InPlaceTables``);
+- force term: none (outlets are not obstacles);
+- kernel piece: :func:`rule`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.flags import FLUID, OUTLET
+from hpcsolve.lbm.kernel_plan import LinkRule, Op
+
+
+def rule(characteristic: bool) -> LinkRule:
+    """The kernel piece; ``characteristic``: drho_w from the looked-up reference outflow, else drho_w = 0
+    (no lookup compiled: it costs a table probe, a square root and a division per outlet link)."""
+    own = Op("own_velocity", out=("own_ux", "own_uy"))
+    abb = ("hop", "w_i", "cx_i", "cy_i", "own_ux", "own_uy")
+    if not characteristic:
+        return LinkRule("outlet", OUTLET, (own, Op("physics", "pressure_anti_bounce_back", ("h",), abb + ("ZERO",))))
+    return LinkRule("outlet", OUTLET, (
+        own, Op("lookup", out=("urx", "ury"), args=("s",)),
+        Op("physics", "outlet_density", ("drho_w",), ("own_ux", "own_uy", "urx", "ury")),
+        Op("physics", "pressure_anti_bounce_back", ("h",), abb + ("drho_w",))))
+
+
+def characteristic_outlet(setup) -> bool:
+    """True where an OUTLET cell holds a reference outflow (``physics.outlet_density``): the step kernels are then
+    compiled with the characteristic rule, which looks that value up per outlet link; without one they keep
+    the fixed-pressure rule (drho_w = 0) and no lookup, whose cost (6-8 % of a 2D-1 step at D = 80 on the
+    H200: a table probe, a square root and a division per outlet link) only the characteristic rule needs."""
+    outlet = setup.flags.ravel() == OUTLET
+    return bool(np.any(setup.boundary_velocity.reshape(2, -1)[:, outlet]))
+
+
+def outlet_cells(setup) -> np.ndarray:
+    """Sorted flat indices of the fluid cells with an OUTLET neighbour x - c_i (periodic wrap)."""
+    flags = setup.flags
+    near = np.zeros(flags.shape, dtype=bool)
+    for i in range(1, lattice.Q):
+        # the neighbour x - c_i of x: roll the outlet mask by +c_i
+        near |= np.roll(flags == OUTLET, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
+    return np.flatnonzero((near & (flags == FLUID)).ravel()).astype(np.int64)
+
+
+def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
+    """(2, n) velocities from the stored even-layout populations ``g_cells`` (9, n) of n cells, in the
+    compute dtype: the moments the outlet rule takes (physics.moments of h = decode(g))."""
+    ct = np.dtype(setup.policy.compute)
+    h = setup.policy.decode(np.asarray(g_cells).reshape(lattice.Q, -1))
+    _, ux, uy = physics.physics_for(ct).moments(tuple(h))
+    return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
+
+
+class NumpyLinks:
+    """The reference: the links whose source x - c_i is an outlet cell, as positions in the pulled
+    (9, n_fluid) array, with the fluid cells whose own velocity they take and the reference outflow."""
+
+    def __init__(self, setup, P, sources: np.ndarray, fluid: np.ndarray):
+        ct = P.dtype
+        flags = setup.flags.ravel()
+        nf = sources.shape[1]
+        pos, di, cell = [], [], []
+        for i in range(lattice.Q):
+            k = np.flatnonzero(flags[sources[i]] == OUTLET)
+            pos.append(i * nf + k)
+            di.append(np.full(k.size, i))
+            cell.append(k)
+        d = np.concatenate(di).astype(np.int64)
+        self.pos = np.concatenate(pos).astype(np.int64)
+        cells, inverse = np.unique(np.concatenate(cell).astype(np.int64), return_inverse=True)
+        self.cells, self.link_cell = fluid[cells], inverse.reshape(-1)
+        self.w, self.cx, self.cy = (np.array(a, dtype=ct)[d] for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
+        src = sources.reshape(-1)[self.pos]
+        uw = setup.boundary_velocity.reshape(2, -1)
+        self._full = (uw[0][src], uw[1][src])     # reference outflow (0: fixed pressure)
+        self.ct = ct
+        self.set_scale(1.0)
+
+    def set_scale(self, factor: float) -> None:
+        self.urx = (self._full[0] * factor).astype(self.ct)
+        self.ury = (self._full[1] * factor).astype(self.ct)
+
+    def apply(self, P, flat, own_h) -> None:
+        """The rule on the links; ``own_h(cells)``: the decoded stored populations (9, n) of those cells at t."""
+        if not self.pos.size:
+            return
+        _, ux, uy = P.moments(tuple(own_h(self.cells)))
+        uxl, uyl = ux[self.link_cell], uy[self.link_cell]
+        flat[self.pos] = P.pressure_anti_bounce_back(flat[self.pos], self.w, self.cx, self.cy, uxl, uyl,
+                                                     P.outlet_density(uxl, uyl, self.urx, self.ury))

@@ -1,0 +1,100 @@
+"""Bounce-back with a wall velocity (flag VELOCITY: moving lids, velocity inlets; rho_w = 1):
+f_i(x, t + 1) = f*_opp(i)(x, t) + 6 w_i (c_i . u_w) (``physics.velocity_bounce_back``), u_w the velocity of
+the boundary cell x - c_i.
+
+- reference: :class:`NumpyLinks` (every link into a velocity cell, applied after the NumPy gather);
+- device table: :func:`velocity_table` (a hash table of the velocity cells and their u_w; the characteristic
+  outlet keeps its reference outflow there too);
+- force term: :func:`force_terms`, the momentum exchange of a simple link into an obstacle (walls: u_w = 0);
+- kernel piece: :data:`RULE`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcsolve.lbm import lattice
+from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
+from hpcsolve.lbm.cell_table import cell_table, table_values
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
+from hpcsolve.lbm.kernel_plan import LinkRule, Op
+
+RULE = LinkRule("velocity", VELOCITY, (
+    Op("lookup", out=("uwx", "uwy"), args=("s",)),
+    Op("physics", "velocity_bounce_back", ("h",), ("hop", "w_i", "cx_i", "cy_i", "uwx", "uwy")),
+))
+
+
+def velocity_table(setup, compute) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' table of VELOCITY cells (and OUTLET cells where ``outlet.characteristic_outlet``): keys
+    (``cell_table.cell_table``) and the (2, size) boundary velocities per slot (compute dtype): a velocity
+    cell's wall / inlet velocity, an outlet cell's reference outflow (0 where it has none: fixed pressure)."""
+    flat = setup.flags.ravel()
+    kept = (flat == VELOCITY) | ((flat == OUTLET) & characteristic_outlet(setup))
+    cells = np.flatnonzero(kept).astype(np.int64)
+    keys, slots = cell_table(cells)
+    uw = setup.boundary_velocity.reshape(2, -1)[:, cells].astype(compute)
+    return keys, table_values(slots, keys.size, uw)
+
+
+class NumpyLinks:
+    """The reference: the links (direction i, fluid cell) whose source x - c_i is a velocity cell, as positions
+    in the pulled (9, n_fluid) array, with their constants and u_w (float64 kept for the smooth start)."""
+
+    def __init__(self, setup, P, sources: np.ndarray):
+        """``sources`` (9, n_fluid): the flat source cell x - c_i of every pulled population."""
+        ct = P.dtype
+        flags = setup.flags.ravel()
+        nf = sources.shape[1]
+        pos, di = [], []
+        for i in range(lattice.Q):
+            k = np.flatnonzero(flags[sources[i]] == VELOCITY)
+            pos.append(i * nf + k)
+            di.append(np.full(k.size, i))
+        d = np.concatenate(di).astype(np.int64)
+        self.pos = np.concatenate(pos).astype(np.int64)
+        src = sources.reshape(-1)[self.pos]
+        self.w, self.cx, self.cy = (np.array(a, dtype=ct)[d] for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
+        uw = setup.boundary_velocity.reshape(2, -1)
+        self._full = (uw[0][src], uw[1][src])
+        self.ct = ct
+        self.set_scale(1.0)
+
+    def set_scale(self, factor: float) -> None:
+        """u_w times the smooth start's factor (float64 product, rounded to the compute dtype)."""
+        self.uwx = (self._full[0] * factor).astype(self.ct)
+        self.uwy = (self._full[1] * factor).astype(self.ct)
+
+    def apply(self, P, flat) -> None:
+        """Overwrite the links' pulled values (``flat``: the pulled f*_opp(i)(x) there) with the rule's."""
+        if self.pos.size:
+            flat[self.pos] = P.velocity_bounce_back(flat[self.pos], self.w, self.cx, self.cy, self.uwx, self.uwy)
+
+
+def force_terms(setup, mask: np.ndarray, skip: np.ndarray | None = None):
+    """Momentum-exchange terms of the simple links (x fluid, x + c_i in ``mask``), F = sum c_i (m h[pos] + k)
+    with h the stored shifted populations at pos = i * N + x:
+        c_i (f*_i + f_opp(i)(t + 1)),  f_opp(i)(t + 1) = f*_i - 6 w_i c_i . u_w  ->  m = 2, k = 2 w_i - 6 w_i c_i . u_w.
+    ``skip`` (9, N) bool: links another rule handles (interpolated links). Returns (pos, cx, cy, m, k) lists."""
+    mask = np.asarray(mask, dtype=bool)
+    n = mask.size
+    fluid = setup.flags == FLUID
+    uw = setup.boundary_velocity
+    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
+    for i in range(1, lattice.Q):
+        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
+        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))   # x whose neighbour x + c_i is in the mask
+        links = (fluid & target).ravel()
+        if skip is not None:
+            links &= ~skip[i]
+        links = np.flatnonzero(links)
+        if links.size == 0:
+            continue
+        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
+              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
+        pos.append(i * n + links)
+        cx_l.append(np.full(links.size, float(cx)))
+        cy_l.append(np.full(links.size, float(cy)))
+        m_l.append(np.full(links.size, 2.0))
+        k_l.append(2.0 * w - 6.0 * w * cu)
+    return pos, cx_l, cy_l, m_l, k_l

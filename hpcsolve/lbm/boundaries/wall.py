@@ -1,0 +1,10 @@
+"""Half-way bounce-back on a resting wall (flag WALL): f_i(x, t + 1) = f*_opp(i)(x, t)
+(``physics.wall_bounce_back``). Its reference is the NumPy gather itself (``kernels_numpy``: a link into a
+wall reads this cell's opposite population); its force term is that of :mod:`.velocity` with u_w = 0."""
+
+from __future__ import annotations
+
+from hpcsolve.lbm.flags import WALL
+from hpcsolve.lbm.kernel_plan import LinkRule, Op
+
+RULE = LinkRule("wall", WALL, (Op("physics", "wall_bounce_back", ("h",), ("hop",)),))
