@@ -25,7 +25,8 @@ def _bench(tree: Path, family: str, out: Path, extra: str) -> dict | None:
     cmd = [sys.executable, "-m", "hpcsolve.cli", "bench", family, "--out", str(out), *shlex.split(extra)]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     (out / f"{family}.log").write_text(proc.stdout + proc.stderr)
-    path = out / f"bench_{family}.json"
+    found = sorted(out.glob(f"bench_{family}*.json"))      # bench_lbm.json, bench_lbm_in_place.json
+    path = found[0] if found else out / f"bench_{family}.json"
     if proc.returncode != 0 or not path.exists():
         print(f"{tree.name} bench {family} failed (rc {proc.returncode}): {proc.stderr.strip()[-300:]}", flush=True)
         return None

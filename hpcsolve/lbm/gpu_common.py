@@ -256,16 +256,17 @@ class PlanSteps:
         """The even-layout state (what ``populations()`` returns) from the host copy ``g`` (9, ny, nx)."""
         return inplace.even_layout(g, self.setup.flags, self.parity) if self.in_place else g
 
-    def _loaded(self, a, fetch, time_step: int) -> None:
-        """The state ``a`` (even layout) was just put on the device: the second buffer, or in place the parity
-        and the outlet velocity table (``fetch`` as in ``InPlaceTables.outlet_velocity``)."""
+    def _loaded(self, to_device, fetch, time_step: int) -> None:
+        """A state (even layout) is put on the device by ``to_device()``, called once in place and twice (the
+        two buffers) otherwise; in place the parity restarts and the outlet velocity table follows (``fetch``
+        as in ``InPlaceTables.outlet_velocity``)."""
         self.graphs.clear()            # recorded for the old buffers
-        self.a = a
+        self.a = to_device()
         self.parity = 0
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(fetch)
         else:
-            self.b = a.copy()
+            self.b = to_device()
         self.time_step = int(time_step)
 
     def _require_even(self, what: str) -> None:

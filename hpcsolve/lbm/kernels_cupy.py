@@ -704,7 +704,7 @@ class CupyStepper(PlanSteps, Stepper):
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         g = self._check_loadable(g)
-        self._loaded(self.cp.asarray(np.ascontiguousarray(g)), self._fetch_cells, time_step)
+        self._loaded(lambda: self.cp.array(g, order="C"), self._fetch_cells, time_step)
 
     def populations_device(self):
         """The device population array (in place: in the layout of the current parity)."""

@@ -731,7 +731,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         from numba import cuda
 
         g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
-        self._loaded(cuda.to_device(g, stream=self.stream), lambda cells: g.reshape(lattice.Q, -1)[:, cells],
+        self._loaded(lambda: cuda.to_device(g, stream=self.stream), lambda cells: g.reshape(lattice.Q, -1)[:, cells],
                      time_step)
         self.stream.synchronize()
 
