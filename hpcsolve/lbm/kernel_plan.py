@@ -194,3 +194,36 @@ FORCE_KERNEL = ListKernel(
     (Op("load", out=("h",), args=("A", "pos[k]")), Op("widen", out=("hd",), args=("h",)),
      Op("expr", "double", out=("s",), args=("m[k] * hd + c[k]",)),
      Op("atomic_add", args=("out", "0", "cx[k] * s")), Op("atomic_add", args=("out", "1", "cy[k] * s"))))
+
+
+# ------------------------------------------------------------------------------------------------
+# the 16-bit pair kernel (lbm_step_pair): two cells (x, x + 1), x even, per thread, one 32-bit word per
+# population and pair
+
+@dataclass(frozen=True)
+class PairPull:
+    """Where a pair of cells (x, x + 1), x even, finds f*_i(x - c_i) and f*_i(x + 1 - c_i) among the 32-bit
+    words of the two-buffer state (the even cell in the low half): in the pair row ``row`` of y - c_y
+    (``prow`` / ``prowm`` / ``prowp``, rows halved), the pair's own word and, for c_x = +-1, the word of the
+    neighbouring pair ``neighbour`` (-1: the previous pair, at ``pm``, its high half is x - 1; +1: the next,
+    at ``pp``, its low half is x + 2). ``a`` / ``b``: (word, half) of cell x / x + 1, word ``"own"`` or
+    ``"nb"``, half ``"lo"`` or ``"hi"``. The emitters pass the neighbour's half between threads (warp
+    shuffles or shared memory); the thread at a warp / block edge or the periodic wrap loads that word."""
+
+    row: str
+    neighbour: int
+    a: tuple[str, str]
+    b: tuple[str, str]
+
+
+def _pair_pull(i: int) -> PairPull:
+    row = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]        # the pair row of y - c_y
+    if CX[i] == 0:            # sources (x, x + 1): both halves of the own word
+        return PairPull(row, 0, ("own", "lo"), ("own", "hi"))
+    if CX[i] == 1:            # sources (x - 1, x): the previous pair's high half, our low half
+        return PairPull(row, -1, ("nb", "hi"), ("own", "lo"))
+    return PairPull(row, 1, ("own", "hi"), ("nb", "lo"))  # sources (x + 1, x + 2): our high half, the next's low
+
+
+#: per direction i, where the pair kernel pulls f*_i from (:class:`PairPull`)
+PAIR_PULLS = tuple(_pair_pull(i) for i in range(Q))

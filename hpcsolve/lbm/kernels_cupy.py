@@ -508,24 +508,25 @@ def _pair_kernel_c(block_x: int, code) -> str:
     executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
     (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell_step`` + ``collide_store``)
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
-    Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
+    Q = lattice.Q
     h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
     w = _PAIR_WORDS[code.codec]
-    high, low = w["high"], w["low"]
+    half = {"lo": "x", "hi": "y"}                             # of a float2 widened from a word
     loads = []
-    for i in range(Q):
-        prow = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]
-        base = f"A2 + {i} * NP + {prow}"
+    for i, pull in enumerate(kernel_plan.PAIR_PULLS):
+        base = f"A2 + {i} * NP + {pull.row}"
         loads.append(f"const float2 u{i} = {w['both']}(({base})[px]);")
-        if CX[i] == 0:
-            loads.append(f"ha[{i}] = {h(f'u{i}.x')}; hb[{i}] = {h(f'u{i}.y')};")
-        elif CX[i] == 1:       # source (x - 1, x): the high half of the previous lane's word, our low half
-            loads.append(f"{{ const float up = __shfl_up_sync(0xffffffffu, u{i}.y, 1);"
-                         f" ha[{i}] = {h(f'(lane == 0 ? {high}(({base})[pm]) : up)')};"
-                         f" hb[{i}] = {h(f'u{i}.x')}; }}")
-        else:                  # source (x + 1, x + 2): our high half, the low half of the next lane's word
-            loads.append(f"{{ const float dn = __shfl_down_sync(0xffffffffu, u{i}.x, 1);"
-                         f" ha[{i}] = {h(f'u{i}.y')}; hb[{i}] = {h(f'(last ? {low}(({base})[pp]) : dn)')}; }}")
+        if not pull.neighbour:
+            loads.append(f"ha[{i}] = {h(f'u{i}.{half[pull.a[1]]}')}; hb[{i}] = {h(f'u{i}.{half[pull.b[1]]}')};")
+            continue
+        # the neighbouring lane's half by a warp shuffle; the lane at the warp edge (or the wrap) loads it
+        nb_half = (pull.a if pull.a[0] == "nb" else pull.b)[1]
+        var, shfl, edge, at = (("up", "__shfl_up_sync", "lane == 0", "pm") if pull.neighbour < 0
+                               else ("dn", "__shfl_down_sync", "last", "pp"))
+        nb = f"({edge} ? {w['high' if nb_half == 'hi' else 'low']}(({base})[{at}]) : {var})"
+        ha, hb = (nb if word == "nb" else f"u{i}.{half[hh]}" for word, hh in (pull.a, pull.b))
+        loads.append(f"{{ const float {var} = {shfl}(0xffffffffu, u{i}.{half[nb_half]}, 1);"
+                     f" ha[{i}] = {h(ha)}; hb[{i}] = {h(hb)}; }}")
     nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
     stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "

@@ -212,9 +212,9 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
     ``half_lo`` / ``half_hi`` widen the low / high float16 of a word to float32 and ``pack_halves``
     rounds two float32 to float16 (nearest even) and packs them (LLVM bitcast/fpext/fptrunc
     intrinsics on the GPU, NumPy views under the simulator)."""
-    Q, CX, CY = lattice.Q, lattice.CX, lattice.CY
+    Q, pulls = lattice.Q, kernel_plan.PAIR_PULLS
     h = code.unscale     # half_lo / half_hi widen to float32 already
-    shifted = [i for i in range(Q) if CX[i] != 0]
+    shifted = [i for i in range(Q) if pulls[i].neighbour]     # c_x = +-1: a half of the neighbouring word
     L = []
     a = L.append
     a("def lbm_step_pair(A, B, A32, B32, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
@@ -242,7 +242,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
     a("    prowp = rowp >> 1")
     a("    pm = npairs - 1 if px == 0 else px - 1")
     a("    pp = 0 if px == npairs - 1 else px + 1")
-    base = {i: f"{i} * NP + " + {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]] for i in range(Q)}
+    base = {i: f"{i} * NP + {pulls[i].row}" for i in range(Q)}
     for i in range(Q):
         a(f"    u{i} = load_at(A32, {base[i]} + px)")
     if exchange == "smem":
@@ -251,29 +251,23 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
         a("    cuda.syncthreads()")
     for j, i in enumerate(shifted):
         # every lane executes the shuffle (outside the conditional: all 32 lanes must take part)
-        if CX[i] == 1:     # source (x - 1, x): the high half of the previous thread's word
-            if exchange == "shfl":
-                a(f"    s{i} = cuda.shfl_up_sync(-1, u{i}, 1)")
-            nb = f"s{i}" if exchange == "shfl" else f"load_at(xch, {j * block_x - 1} + tid)"
-            a(f"    n{i} = load_at(A32, {base[i]} + pm) if edge_lo else {nb}")
-        else:              # source (x + 1, x + 2): the low half of the next thread's word
-            if exchange == "shfl":
-                a(f"    s{i} = cuda.shfl_down_sync(-1, u{i}, 1)")
-            nb = f"s{i}" if exchange == "shfl" else f"load_at(xch, {j * block_x + 1} + tid)"
-            a(f"    n{i} = load_at(A32, {base[i]} + pp) if edge_hi else {nb}")
+        d = pulls[i].neighbour          # -1: the previous thread's word, +1: the next thread's
+        if exchange == "shfl":
+            a(f"    s{i} = cuda.shfl_{'up' if d < 0 else 'down'}_sync(-1, u{i}, 1)")
+        nb = f"s{i}" if exchange == "shfl" else f"load_at(xch, {j * block_x + d} + tid)"
+        a(f"    n{i} = load_at(A32, {base[i]} + {'pm' if d < 0 else 'pp'}) if {'edge_lo' if d < 0 else 'edge_hi'} "
+          f"else {nb}")
     a("    if not active:")
     a("        return")
     a("    c0 = load_at(flags, row + x)")
     a("    c1 = load_at(flags, row + x + 1)")
     a(f"    if c0 == {FLUID} and c1 == {FLUID}:")
-    ha, hb = [], []
-    for i in range(Q):
-        if CX[i] == 0:
-            ha.append(h(f"half_lo(u{i})")), hb.append(h(f"half_hi(u{i})"))
-        elif CX[i] == 1:
-            ha.append(h(f"half_hi(n{i})")), hb.append(h(f"half_lo(u{i})"))
-        else:
-            ha.append(h(f"half_hi(u{i})")), hb.append(h(f"half_lo(n{i})"))
+    def half(i, where):                 # (word, half) of kernel_plan.PairPull as an expression
+        word, hh = where
+        return h(f"half_{hh}({'u' if word == 'own' else 'n'}{i})")
+
+    ha = [half(i, pulls[i].a) for i in range(Q)]
+    hb = [half(i, pulls[i].b) for i in range(Q)]
     col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
     a(f"        pa = {col.format('(' + ', '.join(ha) + ')')}")
     a(f"        pb = {col.format('(' + ', '.join(hb) + ')')}")

@@ -110,3 +110,23 @@ def test_generic_position_of_a_neighbour_cell_is_refused():
     """x + c_i is no local of the generic link function: asking for it is an error, not wrong code."""
     with pytest.raises(ValueError, match="not a kernel local"):
         kernel_plan.ODD.position(1, 0, "i")
+
+
+def test_pair_pulls_give_each_cell_of_a_pair_its_streamed_population():
+    """The 16-bit pair kernel's plan (``PAIR_PULLS``): from the pair's own word and the neighbouring pair's word
+    of the row of y - c_y (periodic), cells x and x + 1 get the reference's streamed f_i."""
+    ny, nx = 4, 8
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((Q, ny, nx))
+    want = _streamed(g)
+    words = g.reshape(Q, ny, nx // 2, 2)             # [i, y, pair, (lo, hi)]: the even cell in the low half
+    rows = {"prow": 0, "prowm": -1, "prowp": 1}       # the row of y - c_y, as y + offset
+    for i, pull in enumerate(kernel_plan.PAIR_PULLS):
+        assert rows[pull.row] == -CY[i] and pull.neighbour == -CX[i]
+        for y in range(ny):
+            for p in range(nx // 2):
+                word = {"own": words[i, (y + rows[pull.row]) % ny, p],
+                        "nb": words[i, (y + rows[pull.row]) % ny, (p + pull.neighbour) % (nx // 2)]}
+                got = [word[w][0 if half == "lo" else 1] for w, half in (pull.a, pull.b)]
+                assert got == [want[i, y, 2 * p], want[i, y, 2 * p + 1]]
+        assert ("nb" in (pull.a[0], pull.b[0])) == bool(pull.neighbour)
