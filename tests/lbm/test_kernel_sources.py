@@ -28,9 +28,11 @@ import pytest
 
 from hpcsolve.lbm import kernels_cupy, kernels_numba
 from hpcsolve.lbm.population_code import cuda_code, numba_code
-from hpcsolve.precision import FP16S, FP32, FP64
+from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
 POLICIES = (FP64, FP32, FP16S)
+#: the policies whose generated sources are pinned (FP16C's codec has its own tests, tests/test_fp16c.py)
+HASHED = POLICIES + (FP16C,)
 COLLISIONS = ("bgk", "trt")
 #: (cells per thread, threads per block, in place) of kernels_cupy.kernel_source
 CUDA_VARIANTS = [(1, 256, False), (1, 128, False), (2, 128, False), (4, 256, False), (1, 256, True), (1, 128, True)]
@@ -40,18 +42,24 @@ NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False)
 PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
 
 SOURCE_HASHES = {
+    "cuda-bouzidi/fp16c": "7741e236c561aaa5ec98",
     "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
     "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
     "cuda-bouzidi/fp64": "708848745d8bac574d60",
+    "cuda/fp16c/bgk": "233b929aecc45941393c",
+    "cuda/fp16c/trt": "0341d0191139cb97c806",
     "cuda/fp16s/bgk": "6d65a87329ba48e50eed",
     "cuda/fp16s/trt": "1e108dca854bab1d1d8d",
     "cuda/fp32/bgk": "b3bace242eb6ab7eba9f",
     "cuda/fp32/trt": "ee92136206e11e8e0037",
     "cuda/fp64/bgk": "4ff3a1dd8dad84b0065f",
     "cuda/fp64/trt": "b7bf6d2c31bac5e64610",
+    "numba-bouzidi/fp16c": "25d3d319ad6137f56bf2",
     "numba-bouzidi/fp16s": "8e3c2341f6797777389b",
     "numba-bouzidi/fp32": "065372627fe34d0d1920",
     "numba-bouzidi/fp64": "840e2f65eb0833cc189e",
+    "numba/fp16c/bgk": "3a24782b5cb1de4c3772",
+    "numba/fp16c/trt": "c83dd2c8b3cd4985db25",
     "numba/fp16s/bgk": "826edbb9eacacecf6f14",
     "numba/fp16s/trt": "89133c88d8ba3272ffaa",
     "numba/fp32/bgk": "738f763ce76d337e832e",
@@ -71,7 +79,7 @@ def _python_tokens(src: str) -> str:
 def generated_sources() -> dict[str, str]:
     """Every generated source, keyed emitter/policy[/collision/variant]; Python as its token stream."""
     out = {}
-    for p in POLICIES:
+    for p in HASHED:
         out[f"cuda-bouzidi/{p.name}"] = kernels_cupy.bouzidi_source(p)
         out[f"numba-bouzidi/{p.name}"] = _python_tokens(kernels_numba.bouzidi_source(p))
         for c in COLLISIONS:
