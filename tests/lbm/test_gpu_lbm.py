@@ -17,7 +17,7 @@ against the reference functions on the same state. Skipped with the reason where
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.kernels_cupy import kernel_source
+from hpcsolve.lbm.emit_cuda import kernel_source
 from hpcsolve.lbm.stepper import get_stepper, macroscopic_from_populations, momentum_exchange_force
 from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
@@ -277,7 +277,7 @@ def test_numba_step_source_indexes_without_wraparound():
     import re
 
     from hpcsolve.lbm import kernel_plan
-    from hpcsolve.lbm import kernels_numba as kn
+    from hpcsolve.lbm import emit_numba as kn
     from hpcsolve.lbm.boundaries import link_rules
     from hpcsolve.lbm.population_code import numba_code
 

@@ -74,14 +74,16 @@ def test_lbm_import_graph_has_no_cycle():
     graph = {m: _imports(m) for m in MODULES}
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
     assert f"{PACKAGE}.kernels_cupy" not in graph[f"{PACKAGE}.kernels_numba"]
+    assert f"{PACKAGE}.emit_cuda" not in graph[f"{PACKAGE}.emit_numba"] and (
+        f"{PACKAGE}.emit_numba" not in graph[f"{PACKAGE}.emit_cuda"])
     # the cycle bouzidi -> backends -> kernels_cupy -> bouzidi is gone: each Stepper builds its own pre-pass
     # (kernels_cupy.CupyBouzidi, kernels_numba.NumbaPrepass) from the list kernels bouzidi plans
     assert _imports(f"{PACKAGE}.bouzidi", "hpcsolve") == {f"{PACKAGE}.{m}" for m in
                                                          ("lattice", "physics", "flags", "kernel_plan")}
     # the plan and the boundary rules are the emitters' input: they import no emitter and no stepper
     for m in [f"{PACKAGE}.kernel_plan"] + [m for m in MODULES if ".boundaries" in m]:
-        assert not {n for n in graph[m] if n.rsplit(".", 1)[1] in ("kernels_cupy", "kernels_numba", "gpu_common",
-                                                                  "runner")}, m
+        assert not {n for n in graph[m] if n.rsplit(".", 1)[1] in ("kernels_cupy", "kernels_numba", "emit_cuda",
+                                                                  "emit_numba", "gpu_common", "runner")}, m
 
 
 def test_each_lbm_module_imports_first_and_numba_needs_no_cupy():

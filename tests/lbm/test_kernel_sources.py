@@ -3,8 +3,8 @@
 
 - The load/store expressions of each emitter are the expected text, and evaluated on NumPy scalars
   they give the bits of ``Precision.encode`` / ``decode`` (every float16 value for fp16s).
-- SOURCE_HASHES: the CUDA C (``kernels_cupy.kernel_source``, ``bouzidi_source``) and the Numba Python
-  (``kernels_numba.kernel_source``, ``bouzidi_source``) of every policy x collision x kernel
+- SOURCE_HASHES: the CUDA C (``emit_cuda.kernel_source``, ``bouzidi_source``) and the Numba Python
+  (``emit_numba.kernel_source``, ``bouzidi_source``) of every policy x collision x kernel
   variant, hashed per group; the CUDA C as text, the Python as its token stream without comments.
   The values were first those of the sources generated before the loads and stores moved to
   population_code (commit 5f6b3b6); they changed on purpose when the boundary-cell lookups became hash
@@ -26,7 +26,7 @@ import tokenize
 import numpy as np
 import pytest
 
-from hpcsolve.lbm import kernels_cupy, kernels_numba
+from hpcsolve.lbm import emit_cuda, emit_numba
 from hpcsolve.lbm.population_code import cuda_code, numba_code
 from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
@@ -34,9 +34,9 @@ POLICIES = (FP64, FP32, FP16S)
 #: the policies whose generated sources are pinned (FP16C's codec has its own tests, tests/test_fp16c.py)
 HASHED = POLICIES + (FP16C,)
 COLLISIONS = ("bgk", "trt")
-#: (cells per thread, threads per block, in place) of kernels_cupy.kernel_source
+#: (cells per thread, threads per block, in place) of emit_cuda.kernel_source
 CUDA_VARIANTS = [(1, 256, False), (1, 128, False), (2, 128, False), (4, 256, False), (1, 256, True), (1, 128, True)]
-#: (cells per thread, threads per block, pairs, exchange, in place) of kernels_numba.kernel_source
+#: (cells per thread, threads per block, pairs, exchange, in place) of emit_numba.kernel_source
 NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False), (2, 128, False, "smem", False),
                   (1, 128, False, "smem", True), (1, 256, False, "smem", True)]
 PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
@@ -80,20 +80,20 @@ def generated_sources() -> dict[str, str]:
     """Every generated source, keyed emitter/policy[/collision/variant]; Python as its token stream."""
     out = {}
     for p in HASHED:
-        out[f"cuda-bouzidi/{p.name}"] = kernels_cupy.bouzidi_source(p)
-        out[f"numba-bouzidi/{p.name}"] = _python_tokens(kernels_numba.bouzidi_source(p))
+        out[f"cuda-bouzidi/{p.name}"] = emit_cuda.bouzidi_source(p)
+        out[f"numba-bouzidi/{p.name}"] = _python_tokens(emit_numba.bouzidi_source(p))
         for c in COLLISIONS:
             for cpt, bx, ip in CUDA_VARIANTS:
                 out[f"cuda/{p.name}/{c}/{cpt}x{bx}/{'inplace' if ip else 'two'}"] = \
-                    kernels_cupy.kernel_source(p, c, cpt, bx, ip)
+                    emit_cuda.kernel_source(p, c, cpt, bx, ip)
             for cpt, bx, pairs, ex, ip in NUMBA_VARIANTS + (PAIR_VARIANTS if p.storage_bytes == 2 else []):
                 key = f"numba/{p.name}/{c}/{cpt}x{bx}/{'pairs-' + ex if pairs else ''}{'inplace' if ip else 'two'}"
-                out[key] = _python_tokens(kernels_numba.kernel_source(p, c, cpt, bx, pairs, ex, ip))
+                out[key] = _python_tokens(emit_numba.kernel_source(p, c, cpt, bx, pairs, ex, ip))
             for ip in (False, True):          # the characteristic outlet's variant (a reference outflow to look up)
                 name = "inplace" if ip else "two"
-                out[f"cuda/{p.name}/{c}/characteristic-{name}"] = kernels_cupy.kernel_source(p, c, 1, 256, ip, True)
+                out[f"cuda/{p.name}/{c}/characteristic-{name}"] = emit_cuda.kernel_source(p, c, 1, 256, ip, True)
                 out[f"numba/{p.name}/{c}/characteristic-{name}"] = _python_tokens(
-                    kernels_numba.kernel_source(p, c, 1, 128, False, "smem", ip, True))
+                    emit_numba.kernel_source(p, c, 1, 128, False, "smem", ip, True))
     return out
 
 
