@@ -206,7 +206,7 @@ def _pull_cell_c(layout, P, code, rules) -> str:
     nl = "\n    "
     return f"""
 // Pull streaming + boundary rules for one fluid cell, {layout.name} step: h[0..8] = populations arriving at (x, y).
-__device__ __forceinline__ void pull_cell_{layout.kernel[4:]}(const store_t* __restrict__ A,
+__device__ __forceinline__ void pull_cell_{layout.tag}(const store_t* __restrict__ A,
     const unsigned char* __restrict__ flags, const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u,
     const int n_vel, {extra}const long long N, const int nx, const int x, const long long row, const long long rowm,
     const long long rowp, const int code, real_t* h) {{
@@ -277,7 +277,7 @@ extern "C" __global__ void __launch_bounds__({block_x})
 #pragma unroll
   for (int k = 0; k < {cpt}; ++k) {{
     if ((code[k] & 0x7f) == {FLUID})
-      pull_cell_{layout.kernel[4:]}(A, flags, vel_cells, vel_u, n_vel, {pull_extra}N, nx, x0 + k * {block_x}, row, rowm,
+      pull_cell_{layout.tag}(A, flags, vel_cells, vel_u, n_vel, {pull_extra}N, nx, x0 + k * {block_x}, row, rowm,
           rowp, code[k], h[k]);
   }}
 #pragma unroll
@@ -427,8 +427,8 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
         parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out))
     if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
         parts.append(_pair_kernel_c(block_x, code))
-    for state, name in ((kernel_plan.EVEN, "lbm_moments"),) + (((kernel_plan.ODD, "lbm_moments_odd"),) if in_place else ()):
-        parts.append(_moments_c(state, name, mom_lines, mom_out))
+    for state in dict.fromkeys(layout.reads for layout in layouts):     # the state layouts a step starts from
+        parts.append(_moments_c(state, state.moments_kernel, mom_lines, mom_out))
     parts.append(list_kernel_c(kernel_plan.FORCE_KERNEL, P, code))
     return "".join(parts)
 

@@ -30,7 +30,7 @@ def _emit_ops_python(ops, layout, code) -> list[str]:
     """Python statements of a kernel piece (``kernel_plan.Op``s). Every name passes through as it is: the
     piece's names, kernel locals, the link constants ``w_i`` / ``cx_i`` / ``cy_i`` (arguments of the generic
     ``pull_boundary_*``) and ``ZERO`` are Python names of the kernel's namespace; a ``physics`` op calls the
-    device function of that name (``physics.physics_for(..., jit=...)``, bound by :func:`compiled_kernels`)."""
+    device function of that name (``physics.physics_for(..., jit=...)``, bound by ``kernels_numba.compiled_kernels``)."""
     out = []
     for op in ops:
         if op.kind == "lookup":
@@ -87,7 +87,7 @@ def _pull_python(layout, rules, code) -> str:
     generic in the direction) and ``pull_cell_<layout>`` (the nine populations arriving at a fluid cell), the
     positions from the step layout (``kernel_plan.StepLayout``), the rules' pieces from ``boundaries``."""
     Q, OPP = lattice.Q, lattice.OPPOSITE
-    tag, tables = layout.kernel[4:], _tables(layout)
+    tag, tables = layout.tag, _tables(layout)
     L = [f"def pull_boundary_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, cell, s, i, opp, w_i, cx_i, cy_i):",
          "    fs = load_at(flags, s) & 0x7f",
          f"    if fs == {FLUID}:",
@@ -123,7 +123,7 @@ def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int) ->
     outlet cells rewrite their velocity in ``own_u`` from the populations they just stored (the outlet
     rule's velocity at t + 1). The twin of ``kernels_cupy._step_kernel_c``."""
     Q = lattice.Q
-    tag, tables = layout.kernel[4:], _tables(layout)
+    tag, tables = layout.tag, _tables(layout)
     dst = "" if layout.in_place else f"{layout.dst}, "
     col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
     L = [f"def {layout.kernel}(A, {dst}flags, vel_cells, vel_u, n_vel, {tables}nx, ny, omega_plus, omega_minus):",
@@ -350,7 +350,7 @@ def lbm_nonfinite(A, n, out):
 
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pairs: bool = False,
                   exchange: str = "smem", in_place: bool = False, characteristic: bool = False) -> str:
-    """Python source of the kernels :func:`compiled_kernels` compiles, emitted from the plan
+    """Python source of the kernels ``kernels_numba.compiled_kernels`` compiles, emitted from the plan
     (``kernel_plan.step_layouts``, ``boundaries.link_rules``): the helpers, per step layout its pull and step
     kernel (two-buffer ``lbm_step``, or in place the AA pair ``lbm_step_aa_even`` / ``_odd``), the 16-bit pair
     kernel where ``pairs``, the moments of each state layout and the force list kernel; loads and stores from
@@ -364,9 +364,8 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pair
         parts.append(_step_kernel_python(layout, collision, code, 1 if layout.in_place else cpt, block_x))
     if pairs and not in_place:
         parts.append(_pair_kernel_python(collision, code, block_x, exchange))
-    parts.append(_moments_python(kernel_plan.EVEN, "lbm_moments", code))
-    if in_place:
-        parts.append(_moments_python(kernel_plan.ODD, "lbm_moments_odd", code))
+    for state in dict.fromkeys(layout.reads for layout in kernel_plan.step_layouts(in_place)):
+        parts.append(_moments_python(state, state.moments_kernel, code))
     parts.append(list_kernel_python(kernel_plan.FORCE_KERNEL, code))
     return "\n\n".join(parts)
 

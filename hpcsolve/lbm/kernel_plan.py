@@ -73,6 +73,11 @@ class StateLayout:
         """Position of this cell's own f*_i(x) (moments of the stored state)."""
         return self.position(1, 0, i)
 
+    @property
+    def moments_kernel(self) -> str:
+        """The name of the kernel that takes drho, ux, uy of a state in this layout."""
+        return "lbm_moments_odd" if self.shifted else "lbm_moments"
+
 
 EVEN = StateLayout("even", False)
 ODD = StateLayout("odd", True)
@@ -96,6 +101,11 @@ class StepLayout:
     @property
     def in_place(self) -> bool:
         return self.src == self.dst
+
+    @property
+    def tag(self) -> str:
+        """The suffix of this layout's device functions (``pull_cell_<tag>``, ``pull_boundary_<tag>``)."""
+        return self.kernel.removeprefix("lbm_")
 
     def pull(self, i, s: str = "s") -> str:
         """Position of f*_i(x - c_i) (the neighbour is fluid)."""

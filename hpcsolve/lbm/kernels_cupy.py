@@ -44,7 +44,7 @@ in-place tables) are in ``gpu_common``.
 
 Observables on the device at monitor intervals: ``macroscopic_device()`` (rho, ux, uy from the
 stored state, one small kernel), ``force(mask)`` (momentum exchange over a link list prepared
-once per mask, reduced on the device in float64), ``finite()`` (one device reduction).
+once per mask, summed on the device by float64 atomics: last bits vary run to run), ``finite()`` (one device reduction).
 No host synchronization happens in ``step``.
 """
 
@@ -140,8 +140,7 @@ class CupyStepper(PlanSteps, Stepper):
         layouts = kernel_plan.step_layouts(self.in_place)
         self._k_steps = {layout: module.get_function("lbm_step_pair" if self.pairs else layout.kernel)
                          for layout in layouts}
-        self._k_moments = {layout.reads: module.get_function(f"lbm_moments{'_odd' if layout.reads.shifted else ''}")
-                           for layout in layouts}
+        self._k_moments = {layout.reads: module.get_function(layout.reads.moments_kernel) for layout in layouts}
         self._k_force = module.get_function(kernel_plan.FORCE_KERNEL.name)
         self.nx, self.ny = nx, ny
         self.flags = cupy.asarray(device_flags(setup.flags))

@@ -176,9 +176,9 @@ PAIR_EXCHANGE = "smem"
 def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, max_registers: int | None = None,
                      pairs: bool = False, exchange: str = "smem", in_place: bool = False, characteristic: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
-    and collision model; ``step`` and ``moments`` are tuples over the step layouts (``kernel_plan.step_layouts``:
-    the two-buffer step, or the AA pair even / odd) and the state layouts they start from (even, odd);
-    ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
+    and collision model; ``step`` maps each step layout (``kernel_plan.step_layouts``: the two-buffer step, or the
+    AA pair even / odd) to its kernel and ``moments`` each state layout a step starts from (even, odd) to its
+    moments kernel; ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
     from numba import cuda, float64, int32, int64, uint64
 
     ct = np.dtype(policy.compute)
@@ -204,12 +204,12 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
     layouts = kernel_plan.step_layouts(in_place)
     for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_index") + tuple(
-            f"pull_{part}_{layout.kernel[4:]}" for layout in layouts for part in ("boundary", "cell")):
+            f"pull_{part}_{layout.tag}" for layout in layouts for part in ("boundary", "cell")):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
-    names = ("lbm_step_pair",) if pairs and not in_place else tuple(layout.kernel for layout in layouts)
-    step = tuple(cuda.jit(**step_opts)(ns[name]) for name in names)
-    moments = tuple(cuda.jit(ns[name]) for name in ("lbm_moments", "lbm_moments_odd")[:1 + bool(in_place)])
+    step = {layout: cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs and not in_place else layout.kernel])
+            for layout in layouts}
+    moments = {layout.reads: cuda.jit(ns[layout.reads.moments_kernel]) for layout in layouts}
     kernels = (step, moments) + tuple(
         cuda.jit(ns[name]) for name in ("lbm_force", "lbm_nonfinite", "lbm_fill_zero", "lbm_perturb",
                                         "lbm_scale_velocity"))
@@ -329,9 +329,8 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         self._word_views: dict = {}
         self._plan(setup, lambda v: cuda.to_device(v, stream=self.stream),
                    lambda links: NumbaPrepass(links, pol, self.stream))
-        # one launcher per step layout (kernel_plan.step_layouts) and per state layout it starts from
-        self._launch = {layout: k[grid, (self.block_x, 1), self.stream] for layout, k in zip(self.layouts, self._k_step)}
-        self._k_moments = {layout.reads: k for layout, k in zip(self.layouts, self._k_moments)}
+        # one launcher per step layout (kernel_plan.step_layouts)
+        self._launch = {layout: k[grid, (self.block_x, 1), self.stream] for layout, k in self._k_step.items()}
         if self.in_place:
             g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
                       and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))

@@ -230,7 +230,7 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
         print(f"\n{backend} {key}: max relative difference "
               f"{np.max(np.abs(a[fin] - b[fin]) / np.maximum(np.abs(b[fin]), 1e-300)):.2e}")
         assert np.array_equal(np.isfinite(a), fin)
-        # the force coefficients: Numba-CUDA's force sums with float64 atomics, in an order that changes from run
+        # the force coefficients: the device force (lbm_force) sums with float64 atomics, in an order that changes from run
         # to run (on the H200: the drag at rest +-8.9e-15, the lift 1.11e-14 against 8.88e-15), so an absolute
         # 1e-12 on coefficients of order 0.01-5; the other series relative 1e-12
         atol = 1e-12 if key.endswith("coefficient") else 0.0

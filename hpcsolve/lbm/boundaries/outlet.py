@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.boundaries.links import ReferenceLinks
 from hpcsolve.lbm.flags import FLUID, OUTLET
 from hpcsolve.lbm.kernel_plan import LinkRule, Op
 
@@ -61,34 +62,14 @@ def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
     return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
 
 
-class NumpyLinks:
-    """The reference: the links whose source x - c_i is an outlet cell, as positions in the pulled
-    (9, n_fluid) array, with the fluid cells whose own velocity they take and the reference outflow."""
+class NumpyLinks(ReferenceLinks):
+    """The reference: the links whose source x - c_i is an outlet cell (``links.ReferenceLinks``, u = the
+    reference outflow, 0 at a fixed pressure), with the fluid cells ``cells`` whose own velocity they take."""
 
     def __init__(self, setup, P, sources: np.ndarray, fluid: np.ndarray):
-        ct = P.dtype
-        flags = setup.flags.ravel()
-        nf = sources.shape[1]
-        pos, di, cell = [], [], []
-        for i in range(lattice.Q):
-            k = np.flatnonzero(flags[sources[i]] == OUTLET)
-            pos.append(i * nf + k)
-            di.append(np.full(k.size, i))
-            cell.append(k)
-        d = np.concatenate(di).astype(np.int64)
-        self.pos = np.concatenate(pos).astype(np.int64)
-        cells, inverse = np.unique(np.concatenate(cell).astype(np.int64), return_inverse=True)
+        super().__init__(setup, P, sources, OUTLET)
+        cells, inverse = np.unique(self.column, return_inverse=True)
         self.cells, self.link_cell = fluid[cells], inverse.reshape(-1)
-        self.w, self.cx, self.cy = (np.array(a, dtype=ct)[d] for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
-        src = sources.reshape(-1)[self.pos]
-        uw = setup.boundary_velocity.reshape(2, -1)
-        self._full = (uw[0][src], uw[1][src])     # reference outflow (0: fixed pressure)
-        self.ct = ct
-        self.set_scale(1.0)
-
-    def set_scale(self, factor: float) -> None:
-        self.urx = (self._full[0] * factor).astype(self.ct)
-        self.ury = (self._full[1] * factor).astype(self.ct)
 
     def apply(self, P, flat, own_h) -> None:
         """The rule on the links; ``own_h(cells)``: the decoded stored populations (9, n) of those cells at t."""
@@ -97,4 +78,4 @@ class NumpyLinks:
         _, ux, uy = P.moments(tuple(own_h(self.cells)))
         uxl, uyl = ux[self.link_cell], uy[self.link_cell]
         flat[self.pos] = P.pressure_anti_bounce_back(flat[self.pos], self.w, self.cx, self.cy, uxl, uyl,
-                                                     P.outlet_density(uxl, uyl, self.urx, self.ury))
+                                                     P.outlet_density(uxl, uyl, self.ux, self.uy))

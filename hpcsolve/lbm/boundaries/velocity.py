@@ -2,7 +2,7 @@
 f_i(x, t + 1) = f*_opp(i)(x, t) + 6 w_i (c_i . u_w) (``physics.velocity_bounce_back``), u_w the velocity of
 the boundary cell x - c_i.
 
-- reference: :class:`NumpyLinks` (every link into a velocity cell, applied after the NumPy gather);
+- reference: :class:`NumpyLinks` (every link into a velocity cell, applied after the NumPy gather; ``links.py``);
 - device table: :func:`velocity_table` (a hash table of the velocity cells and their u_w; the characteristic
   outlet keeps its reference outflow there too);
 - force term: :func:`force_terms`, the momentum exchange of a simple link into an obstacle (walls: u_w = 0);
@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.lbm import lattice
+from hpcsolve.lbm.boundaries.links import ReferenceLinks
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
 from hpcsolve.lbm.cell_table import cell_table, table_values
 from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
@@ -37,38 +38,16 @@ def velocity_table(setup, compute) -> tuple[np.ndarray, np.ndarray]:
     return keys, table_values(slots, keys.size, uw)
 
 
-class NumpyLinks:
-    """The reference: the links (direction i, fluid cell) whose source x - c_i is a velocity cell, as positions
-    in the pulled (9, n_fluid) array, with their constants and u_w (float64 kept for the smooth start)."""
+class NumpyLinks(ReferenceLinks):
+    """The reference: the links whose source x - c_i is a velocity cell (``links.ReferenceLinks``, u = u_w)."""
 
     def __init__(self, setup, P, sources: np.ndarray):
-        """``sources`` (9, n_fluid): the flat source cell x - c_i of every pulled population."""
-        ct = P.dtype
-        flags = setup.flags.ravel()
-        nf = sources.shape[1]
-        pos, di = [], []
-        for i in range(lattice.Q):
-            k = np.flatnonzero(flags[sources[i]] == VELOCITY)
-            pos.append(i * nf + k)
-            di.append(np.full(k.size, i))
-        d = np.concatenate(di).astype(np.int64)
-        self.pos = np.concatenate(pos).astype(np.int64)
-        src = sources.reshape(-1)[self.pos]
-        self.w, self.cx, self.cy = (np.array(a, dtype=ct)[d] for a in (lattice.WEIGHTS, lattice.CX, lattice.CY))
-        uw = setup.boundary_velocity.reshape(2, -1)
-        self._full = (uw[0][src], uw[1][src])
-        self.ct = ct
-        self.set_scale(1.0)
-
-    def set_scale(self, factor: float) -> None:
-        """u_w times the smooth start's factor (float64 product, rounded to the compute dtype)."""
-        self.uwx = (self._full[0] * factor).astype(self.ct)
-        self.uwy = (self._full[1] * factor).astype(self.ct)
+        super().__init__(setup, P, sources, VELOCITY)
 
     def apply(self, P, flat) -> None:
         """Overwrite the links' pulled values (``flat``: the pulled f*_opp(i)(x) there) with the rule's."""
         if self.pos.size:
-            flat[self.pos] = P.velocity_bounce_back(flat[self.pos], self.w, self.cx, self.cy, self.uwx, self.uwy)
+            flat[self.pos] = P.velocity_bounce_back(flat[self.pos], self.w, self.cx, self.cy, self.ux, self.uy)
 
 
 def force_terms(setup, mask: np.ndarray, skip: np.ndarray | None = None):
