@@ -56,6 +56,22 @@ class DomainSection(StrictModel):
     height: float = Field(1.0, gt=0, description="extent in y, m")
 
 
+class AbsorbingLayerSection(StrictModel):
+    """``[boundaries.absorbing_layer]``: a layer along the outlet where the bulk viscosity rises (hpcsolve/lbm/boundaries/layer.py)."""
+
+    width: float = Field(..., gt=0, description="m: the layer covers the fluid within this distance of the outlet side")
+    ramp: float | None = Field(None, gt=0, description="m: over this length at the inner edge the bulk viscosity rises "
+                               "(as s^2) to its full value; default width / 10")
+    viscosity_ratio: float = Field(40.0, ge=1, le=10000, description="bulk viscosity / shear viscosity at full "
+                                   "strength (1: no layer; the collision's own bulk viscosity equals the shear one)")
+
+    @model_validator(mode="after")
+    def _ramp_inside(self):
+        if self.ramp is not None and self.ramp > self.width:
+            raise ValueError(f"boundaries.absorbing_layer.ramp ({self.ramp}) must be <= width ({self.width})")
+        return self
+
+
 class BoundarySection(StrictModel):
     left: Side = "wall"
     right: Side = "wall"
@@ -72,6 +88,17 @@ class BoundarySection(StrictModel):
                              "sin^2(pi/2 t / ramp_time) to their full value (0: impulsive start). Over several "
                              "acoustic periods 4 L / c_s it avoids exciting standing sound waves between inlet "
                              "and outlet")
+    absorbing_layer: AbsorbingLayerSection | None = Field(
+        None, description="a layer along the outlet that damps sound by a larger bulk viscosity (off by default)")
+
+    @model_validator(mode="after")
+    def _layer_along_one_outlet(self):
+        if self.absorbing_layer is not None:
+            n = sum(getattr(self, s) == "outlet" for s in ("left", "right", "bottom", "top"))
+            if n != 1:
+                raise ValueError(f"boundaries.absorbing_layer lies along the outlet: it needs exactly one side that "
+                                 f"is 'outlet' (got {n})")
+        return self
 
     @model_validator(mode="after")
     def _characteristic_outlet_faces_an_inlet(self):
@@ -158,6 +185,18 @@ class LBMCase(CaseBase):
     time: TimeSection
     steady: SteadySection = Field(default_factory=SteadySection)
     validation: ValidationSection = Field(default_factory=ValidationSection)
+
+    @model_validator(mode="after")
+    def _layer_inside_the_domain(self):
+        layer = self.boundaries.absorbing_layer
+        if layer is not None:
+            side = next(s for s in ("left", "right", "bottom", "top") if getattr(self.boundaries, s) == "outlet")
+            extent, name = ((self.domain.length, "domain.length") if side in ("left", "right")
+                            else (self.domain.height, "domain.height"))
+            if layer.width > extent:
+                raise ValueError(f"boundaries.absorbing_layer.width ({layer.width} m) must be <= {name} ({extent} m), "
+                                 f"the extent across the outlet")
+        return self
 
     @field_validator("obstacles")
     @classmethod

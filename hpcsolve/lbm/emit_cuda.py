@@ -21,6 +21,7 @@ import numpy as np
 
 from hpcsolve.lbm import bouzidi, kernel_plan, lattice, physics
 from hpcsolve.lbm.boundaries import link_rules
+from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS, C_SOURCE as LAYER_C
 from hpcsolve.lbm.cell_table import HASH_MULT
 from hpcsolve.lbm.flags import FLUID, WALL
 from hpcsolve.lbm.gpu_common import BOUNDARY_BIT
@@ -105,6 +106,11 @@ def _trace(fn, real_t: str, suffix: str, inputs: dict[str, str], prefix: str):
 
 # Source generation
 
+def layer_source(layer: bool) -> str:
+    """The absorbing layer's ``layer_coefficient`` (``boundaries.layer.C_SOURCE``) where the kernels have one."""
+    return LAYER_C if layer else ""
+
+
 def _prelude_c(code) -> str:
     """Header, the real_t / store_t typedefs and the population load / store of every kernel source;
     the load and store expressions are the policy's (``population_code.cuda_code``)."""
@@ -113,8 +119,14 @@ def _prelude_c(code) -> str:
             f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {code.encode('v')}; }}\n")
 
 
-def _collision_fn(P, collision):
-    if collision == "trt":
+def _collision_fn(P, collision, layer: bool = False):
+    if layer:       # the absorbing layer's extra bulk relaxation (boundaries/layer.py)
+        fn = P.collide_trt_layer if collision == "trt" else None
+
+        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus, layer):
+            h = (h0, h1, h2, h3, h4, h5, h6, h7, h8)
+            return fn(h, omega_plus, omega_minus, layer) if fn else P.collide_bgk_layer(h, omega_plus, layer)
+    elif collision == "trt":
         def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus):
             return P.collide_trt((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, omega_minus)
     else:
@@ -225,7 +237,16 @@ __device__ __forceinline__ void pull_cell_{layout.tag}(const store_t* __restrict
 """
 
 
-def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out) -> str:
+def _layer_c(layer: bool) -> tuple[str, str, str]:
+    """(kernel parameters, collide_values / collide_store parameter, its argument at cell (x, y)) of the absorbing
+    layer (``boundaries.layer``), empty strings without one."""
+    if not layer:
+        return "", "", ""
+    return ("".join(f", const real_t {a}" for a in LAYER_ARGS), ", const real_t layer",
+            ", layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")")
+
+
+def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False) -> str:
     """The fused step kernel of one step layout: each thread updates ``cpt`` cells of one row, ``block_x``
     apart (every load instruction of a warp stays contiguous); all their loads are issued before the first
     collision, to keep enough bytes in flight for 16-bit storage. In place, the outlet cells also rewrite
@@ -237,11 +258,13 @@ def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mo
     extra = ("const long long* __restrict__ out_cells, real_t* __restrict__ own_u, const int n_out,\n    "
              if table else "")
     pull_extra = "out_cells, own_u, n_out, " if table else ""
+    lay_params, _, lay_arg = _layer_c(layer)
+    lay = lay_arg.format(x="x", y="y")
     stores = [layout.store(j) for j in range(Q)]
     if layout.in_place:
         store = (f"{{ const long long cell = row + x; const int xm = (x == 0) ? nx - 1 : x - 1; "
                  f"const int xp = (x == nx - 1) ? 0 : x + 1; real_t o[{Q}];\n"
-                 f"        collide_values(h[k], o, omega_plus, omega_minus);\n        "
+                 f"        collide_values(h[k], o, omega_plus, omega_minus{lay});\n        "
                  + "\n        ".join(f"A[{stores[j]}] = store_pop(o[{j}]);" for j in range(Q)) + f"""
         if (code[k] & {BOUNDARY_BIT}) {{
           const int t = outlet_index(out_cells, n_out, cell);
@@ -253,14 +276,14 @@ def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mo
         }}
       }}""")
     else:
-        store = f"collide_store(h[k], {layout.dst}, N, row + x, omega_plus, omega_minus);"
+        store = f"collide_store(h[k], {layout.dst}, N, row + x, omega_plus, omega_minus{lay});"
     return f"""
 // One fused LBM step, {layout.name} (pull + boundaries + {collision.upper()} + store); see the module docstring.
 // Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag).
 extern "C" __global__ void __launch_bounds__({block_x})
 {layout.kernel}({src_const}store_t* __restrict__ A, {dst}const unsigned char* __restrict__ flags,
     const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-    {extra}const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+    {extra}const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{
   const int y = blockIdx.y;
   const int x0 = blockIdx.x * ({block_x} * {cpt}) + threadIdx.x;
   const long long N = (long long)nx * ny;
@@ -342,12 +365,14 @@ extern "C" __global__ void {kernel.name}({args}, const long long n) {{
 
 @functools.lru_cache(maxsize=None)
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
-                  characteristic: bool = False) -> str:
+                  characteristic: bool = False, layer: bool = False) -> str:
     """CUDA C of the step, moments and force kernels for one policy and collision model;
     ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: the AA-pattern
     step kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py) instead of
     ``lbm_step``; ``characteristic``: outlet links look up their reference outflow
-    (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0. Emitted from the
+    (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0; ``layer``: the
+    collision adds the absorbing layer's bulk relaxation (``boundaries.layer``; the kernels take its four
+    arguments after omega_minus). Emitted from the
     plan (``kernel_plan.step_layouts``, ``boundaries.link_rules``)."""
     code = cuda_code(policy)
     real_t, suffix = code.real_t, code.suffix
@@ -357,8 +382,11 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_p
     rules = link_rules(characteristic)
     layouts = kernel_plan.step_layouts(in_place)
 
-    col_lines, col_out = _trace(_collision_fn(P, collision), real_t, suffix,
-                                {**hnames, "omega_plus": "omega_plus", "omega_minus": "omega_minus"}, "c_")
+    col_lines, col_out = _trace(_collision_fn(P, collision, layer), real_t, suffix,
+                                {**hnames, "omega_plus": "omega_plus", "omega_minus": "omega_minus",
+                                 **({"layer": "layer"} if layer else {})}, "c_")
+    _, lay_param, _ = _layer_c(layer)
+    lay_pass = ", layer" if layer else ""
     mom_lines, mom_out = _trace(lambda **h: P.moments(tuple(h[f"h{i}"] for i in range(Q))), real_t, suffix,
                                 hnames, "m_")
     own = {f"h{i}": f"o{i}" for i in range(Q)}
@@ -404,10 +432,10 @@ __device__ __forceinline__ void outlet_velocity(const long long* __restrict__ ou
   const int k = outlet_index(out_cells, n_out, cell);
   *ux = own_u[k]; *uy = own_u[n_out + k];
 }}
-
+{layer_source(layer)}
 // {collision.upper()} collision of one cell: post-collision populations out[0..8] from h[0..8].
 __device__ __forceinline__ void collide_values(const real_t* hh, real_t* out, const real_t omega_plus,
-                                               const real_t omega_minus) {{
+                                               const real_t omega_minus{lay_param}) {{
   {' '.join(f'const real_t h{i} = hh[{i}];' for i in range(Q))}
   {nl.join(col_lines)}
   {nl.join(f'out[{i}] = {col_out[i]};' for i in range(Q))}
@@ -415,18 +443,19 @@ __device__ __forceinline__ void collide_values(const real_t* hh, real_t* out, co
 
 // {collision.upper()} collision of h[0..8] and the store of the 9 post-collision populations of one cell.
 __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restrict__ B, const long long N,
-    const long long cell, const real_t omega_plus, const real_t omega_minus) {{
+    const long long cell, const real_t omega_plus, const real_t omega_minus{lay_param}) {{
   real_t o[{Q}];
-  collide_values(hh, o, omega_plus, omega_minus);
+  collide_values(hh, o, omega_plus, omega_minus{lay_pass});
 #pragma unroll
   for (int i = 0; i < {Q}; ++i) B[i * N + cell] = store_pop(o[i]);
 }}
 """]
     for layout in layouts:
         parts.append(_pull_cell_c(layout, P, code, rules))
-        parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out))
+        parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out,
+                                    layer))
     if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
-        parts.append(_pair_kernel_c(block_x, code))
+        parts.append(_pair_kernel_c(block_x, code, layer))
     for state in dict.fromkeys(layout.reads for layout in layouts):     # the state layouts a step starts from
         parts.append(_moments_c(state, state.moments_kernel, mom_lines, mom_out))
     parts.append(list_kernel_c(kernel_plan.FORCE_KERNEL, P, code))
@@ -449,7 +478,7 @@ __device__ __forceinline__ unsigned int fp16c_pack(const float a, const float b)
 }
 
 
-def _pair_kernel_c(block_x: int, code) -> str:
+def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
     """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
     source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
@@ -462,6 +491,7 @@ def _pair_kernel_c(block_x: int, code) -> str:
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q = lattice.Q
     h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
+    lay_params, _, lay_arg = _layer_c(layer)
     w = _PAIR_WORDS[code.codec]
     half = {"lo": "x", "hi": "y"}                             # of a float2 widened from a word
     loads = []
@@ -489,7 +519,7 @@ def _pair_kernel_c(block_x: int, code) -> str:
 extern "C" __global__ void __launch_bounds__({block_x})
 lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, const unsigned char* __restrict__ flags,
               const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-              const int nx, const int ny, const real_t omega_plus, const real_t omega_minus) {{
+              const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{
   const int npairs = nx >> 1;
   const int p_raw = blockIdx.x * {block_x} + threadIdx.x;
   const bool active = p_raw < npairs;
@@ -514,8 +544,8 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
   if (fl.x == {FLUID} && fl.y == {FLUID}) {{
     {w['word']}* __restrict__ B2 = reinterpret_cast<{w['word']}*>(B);
     real_t oa[{Q}], ob[{Q}];
-    collide_values(ha, oa, omega_plus, omega_minus);
-    collide_values(hb, ob, omega_plus, omega_minus);
+    collide_values(ha, oa, omega_plus, omega_minus{lay_arg.format(x="x", y="y")});
+    collide_values(hb, ob, omega_plus, omega_minus{lay_arg.format(x="x + 1", y="y")});
     {stores}
   }} else {{
 #pragma unroll
@@ -524,7 +554,7 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
       if ((code & 0x7f) == {FLUID}) {{
         real_t h[{Q}];
         pull_cell_step(A, flags, vel_cells, vel_u, n_vel, N, nx, x + k, row, rowm, rowp, code, h);
-        collide_store(h, B, N, row + x + k, omega_plus, omega_minus);
+        collide_store(h, B, N, row + x + k, omega_plus, omega_minus{lay_arg.format(x="x + k", y="y")});
       }}
     }}
   }}

@@ -21,6 +21,7 @@ import functools
 
 from hpcsolve.lbm import bouzidi, kernel_plan, lattice
 from hpcsolve.lbm.boundaries import link_rules
+from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS, PYTHON_SOURCE as LAYER_PYTHON
 from hpcsolve.lbm.flags import FLUID, WALL
 from hpcsolve.lbm.gpu_common import BOUNDARY_BIT
 from hpcsolve.lbm.population_code import numba_code
@@ -117,7 +118,17 @@ def _pull_python(layout, rules, code) -> str:
     return "\n".join(L) + "\n"
 
 
-def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int) -> str:
+def _collision_call(collision: str, layer: bool) -> str:
+    """The collision call of the step kernels, ``{h}`` the populations; with the absorbing layer (``boundaries.layer``)
+    also ``{x}``, ``{y}``: the cell's lattice indices."""
+    if layer:
+        lay = "layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")"
+        return ("collide_trt_layer({h}, omega_plus, omega_minus, " + lay + ")" if collision == "trt"
+                else "collide_bgk_layer({h}, omega_plus, " + lay + ")")
+    return "collide_trt({h}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({h}, omega_plus)"
+
+
+def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int, layer: bool = False) -> str:
     """The fused step kernel of one step layout (``kernel_plan.StepLayout``): each thread updates ``cpt``
     cells of one row, ``block_x`` apart (all their loads before the first collision); in place, the
     outlet cells rewrite their velocity in ``own_u`` from the populations they just stored (the outlet
@@ -125,8 +136,10 @@ def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int) ->
     Q = lattice.Q
     tag, tables = layout.tag, _tables(layout)
     dst = "" if layout.in_place else f"{layout.dst}, "
-    col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
-    L = [f"def {layout.kernel}(A, {dst}flags, vel_cells, vel_u, n_vel, {tables}nx, ny, omega_plus, omega_minus):",
+    col = _collision_call(collision, layer)
+    lay_params = "".join(f", {a}" for a in LAYER_ARGS) if layer else ""
+    L = [f"def {layout.kernel}(A, {dst}flags, vel_cells, vel_u, n_vel, {tables}nx, ny, omega_plus, omega_minus"
+         f"{lay_params}):",
          "    y = cuda.blockIdx.y",
          f"    x0 = cuda.blockIdx.x * {block_x * cpt} + cuda.threadIdx.x",
          "    N = nx * ny",
@@ -144,7 +157,7 @@ def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int) ->
     stores = [layout.store(j) for j in range(Q)]
     for k in range(cpt):
         L += [f"    if (code{k} & 0x7f) == {FLUID}:",
-              f"        p = {col.format(f'h{k}')}",
+              f"        p = {col.format(h=f'h{k}', x=f'x{k}', y='y')}",
               f"        x = x{k}",
               "        cell = row + x"]
         if layout.writes.shifted:
@@ -184,7 +197,7 @@ def _moments_python(state, name: str, code) -> str:
     return "\n".join(L) + "\n"
 
 
-def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> str:
+def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer: bool = False) -> str:
     """Python source of ``lbm_step_pair`` (16-bit storage, nx even), the algorithm of
     ``kernels_cupy._pair_kernel_c``: two adjacent cells (x, x + 1) per thread, one aligned 4-byte
     word (an int32 view of the float16 buffer: g[x], g[x + 1]) loaded per population, one packed
@@ -200,7 +213,8 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
     shifted = [i for i in range(Q) if pulls[i].neighbour]     # c_x = +-1: a half of the neighbouring word
     L = []
     a = L.append
-    a("def lbm_step_pair(A, B, A32, B32, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus):")
+    lay_params = "".join(f", {a}" for a in LAYER_ARGS) if layer else ""
+    a(f"def lbm_step_pair(A, B, A32, B32, flags, vel_cells, vel_u, n_vel, nx, ny, omega_plus, omega_minus{lay_params}):")
     a("    npairs = nx >> 1")
     a("    tid = cuda.threadIdx.x")
     a(f"    p_raw = cuda.blockIdx.x * {block_x} + tid")
@@ -251,9 +265,9 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
 
     ha = [half(i, pulls[i].a) for i in range(Q)]
     hb = [half(i, pulls[i].b) for i in range(Q)]
-    col = "collide_trt({}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({}, omega_plus)"
-    a(f"        pa = {col.format('(' + ', '.join(ha) + ')')}")
-    a(f"        pb = {col.format('(' + ', '.join(hb) + ')')}")
+    col = _collision_call(collision, layer)
+    a(f"        pa = {col.format(h='(' + ', '.join(ha) + ')', x='x', y='y')}")
+    a(f"        pb = {col.format(h='(' + ', '.join(hb) + ')', x='x + 1', y='y')}")
     for i in range(Q):
         a(f"        store_at(B32, {i} * NP + prow + px, "
           f"pack_halves({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}))")
@@ -261,7 +275,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str) -> st
     for k, c in ((0, "c0"), (1, "c1")):
         a(f"        if ({c} & 0x7f) == {FLUID}:")
         a(f"            h = pull_cell_step(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
-        a(f"            p = {col.format('h')}")
+        a(f"            p = {col.format(h='h', x=f'x + {k}', y='y')}")
         for i in range(Q):
             a(f"            store_at(B, {i} * N + row + x + {k}, {code.encode(f'p[{i}]')})")
     return "\n".join(L) + "\n"
@@ -349,21 +363,23 @@ def lbm_nonfinite(A, n, out):
 
 
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pairs: bool = False,
-                  exchange: str = "smem", in_place: bool = False, characteristic: bool = False) -> str:
+                  exchange: str = "smem", in_place: bool = False, characteristic: bool = False,
+                  layer: bool = False) -> str:
     """Python source of the kernels ``kernels_numba.compiled_kernels`` compiles, emitted from the plan
     (``kernel_plan.step_layouts``, ``boundaries.link_rules``): the helpers, per step layout its pull and step
     kernel (two-buffer ``lbm_step``, or in place the AA pair ``lbm_step_aa_even`` / ``_odd``), the 16-bit pair
     kernel where ``pairs``, the moments of each state layout and the force list kernel; loads and stores from
     ``population_code.numba_code``; ``characteristic``: the outlet rule looks up the reference outflow
-    (``boundaries.outlet.characteristic_outlet``)."""
+    (``boundaries.outlet.characteristic_outlet``); ``layer``: the collision adds the absorbing layer's bulk
+    relaxation (``boundaries.layer``; the step kernels take its four arguments after omega_minus)."""
     code = numba_code(policy)
     rules = link_rules(characteristic)
-    parts = [_helpers_python(code)]
+    parts = [_helpers_python(code)] + ([LAYER_PYTHON] if layer else [])
     for layout in kernel_plan.step_layouts(in_place):
         parts.append(_pull_python(layout, rules, code))
-        parts.append(_step_kernel_python(layout, collision, code, 1 if layout.in_place else cpt, block_x))
+        parts.append(_step_kernel_python(layout, collision, code, 1 if layout.in_place else cpt, block_x, layer))
     if pairs and not in_place:
-        parts.append(_pair_kernel_python(collision, code, block_x, exchange))
+        parts.append(_pair_kernel_python(collision, code, block_x, exchange, layer))
     for state in dict.fromkeys(layout.reads for layout in kernel_plan.step_layouts(in_place)):
         parts.append(_moments_python(state, state.moments_kernel, code))
     parts.append(list_kernel_python(kernel_plan.FORCE_KERNEL, code))

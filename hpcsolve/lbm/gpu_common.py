@@ -47,6 +47,12 @@ def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs,
     return in_place, use_pairs, cpt, int(block_x or bx0)
 
 
+def layer_args(setup: LBMSetup) -> tuple:
+    """The step kernels' absorbing-layer arguments (``boundaries.layer.ARGS``, compute dtype); () without a layer."""
+    lay = setup.absorbing_layer
+    return () if lay is None else lay.args(setup.policy.compute)
+
+
 def bytes_per_cell(policy, in_place: bool = False) -> tuple[int, int]:
     """(moved per step, resident) bytes per cell: 9 populations read and 9 written plus the flag byte
     per step; two population arrays resident, one with in-place streaming (``hpcsolve.lbm.inplace``),

@@ -58,8 +58,8 @@ from hpcsolve.lbm import kernel_plan, lattice
 from hpcsolve.lbm.emit_cuda import bouzidi_source, kernel_source  # noqa: F401 (kernel_source: the tests' name)
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
-                                     device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
-                                     velocity_table)
+                                     device_flags, device_macroscopic, host_macroscopic, layer_args,
+                                     step_kernel_shape, velocity_table)
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
@@ -132,7 +132,7 @@ class CupyStepper(PlanSteps, Stepper):
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
-                            self.in_place, characteristic_outlet(setup))
+                            self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None)
         self.source = src
         opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
         module = cupy.RawModule(code=src, options=opts)
@@ -153,6 +153,7 @@ class CupyStepper(PlanSteps, Stepper):
         self.b = None if self.in_place else self.a.copy()
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
+        self._layer_args = layer_args(setup)
         per_block = self.block_x * self.cells_per_thread
         self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
@@ -167,7 +168,8 @@ class CupyStepper(PlanSteps, Stepper):
         buffers = (self.a,) if layout.in_place else (self.a, self.b)
         self._k_steps[layout](self.grid, self.block, buffers + (self.flags, self.vel_cells, self.vel_u, self.n_vel)
                               + self._outlet_table_args(layout)
-                              + (np.int32(self.nx), np.int32(self.ny), self.omega_plus, self.omega_minus))
+                              + (np.int32(self.nx), np.int32(self.ny), self.omega_plus, self.omega_minus)
+                              + self._layer_args)
 
     def _set_velocity_scale(self, factor: float) -> None:
         cp = self.cp

@@ -39,8 +39,8 @@ from hpcsolve.lbm.cell_table import HASH_MULT
 from hpcsolve.lbm.emit_numba import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
-                                     device_flags, device_macroscopic, host_macroscopic, step_kernel_shape,
-                                     velocity_table)
+                                     device_flags, device_macroscopic, host_macroscopic, layer_args,
+                                     step_kernel_shape, velocity_table)
 from hpcsolve.lbm.population_code import numba_code
 from hpcsolve.lbm.stepper import LBMSetup, Stepper
 
@@ -174,11 +174,13 @@ PAIR_EXCHANGE = "smem"
 
 @functools.lru_cache(maxsize=None)
 def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, max_registers: int | None = None,
-                     pairs: bool = False, exchange: str = "smem", in_place: bool = False, characteristic: bool = False):
+                     pairs: bool = False, exchange: str = "smem", in_place: bool = False, characteristic: bool = False,
+                     layer: bool = False):
     """(step, moments, force, nonfinite, fill_zero, perturb, scale_velocity) kernels and the source, for one policy
     and collision model; ``step`` maps each step layout (``kernel_plan.step_layouts``: the two-buffer step, or the
     AA pair even / odd) to its kernel and ``moments`` each state layout a step starts from (even, odd) to its
-    moments kernel; ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``."""
+    moments kernel; ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``; ``layer``: the
+    step kernels add the absorbing layer's bulk relaxation (``boundaries.layer``)."""
     from numba import cuda, float64, int32, int64, uint64
 
     ct = np.dtype(policy.compute)
@@ -190,20 +192,22 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     ns = {"cuda": cuda, "float64": float64, "int32": int32, "int64": int64, "uint64": uint64,
           "HASH_MULT": np.uint64(HASH_MULT), "SHIFT32": np.uint64(32), **numba_code(policy).namespace(),
           "ZERO": ct.type(0.0), "ZERO9": (ct.type(0.0),) * lattice.Q,
-          "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt}
+          "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
+          "collide_bgk_layer": P.collide_bgk_layer, "collide_trt_layer": P.collide_trt_layer, "ONE": ct.type(1.0)}
     # the physics the rules' pieces call, by name
     ns.update({op.fn: getattr(P, op.fn) for rule in rules for op in rule.piece if op.kind == "physics"})
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
-    src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place, characteristic)
+    src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place, characteristic, layer)
     if pairs and not in_place:
         ns["half_lo"], ns["half_hi"], ns["pack_halves"] = (
             fp16c.numba_pair_functions() if policy.codec == "fp16c" else _half_bits())
     storage = np.dtype(policy.storage).str
     exec(compile(src, f"<hpcsolve.lbm.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
     layouts = kernel_plan.step_layouts(in_place)
-    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_index") + tuple(
+    for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_index") + (
+            ("layer_coefficient",) if layer else ()) + tuple(
             f"pull_{part}_{layout.tag}" for layout in layouts for part in ("boundary", "cell")):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
@@ -299,7 +303,8 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,
-            self.pairs, exchange or PAIR_EXCHANGE, self.in_place, characteristic_outlet(setup))
+            self.pairs, exchange or PAIR_EXCHANGE, self.in_place, characteristic_outlet(setup),
+            setup.absorbing_layer is not None)
         self.nx, self.ny = nx, ny
         self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
@@ -324,6 +329,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
                 self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
         om_p, om_m = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
+        self._layer_args = layer_args(setup)
         grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
         self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._word_views: dict = {}
@@ -356,7 +362,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             buffers += (self._words(self.a), self._words(self.b))
         self._launch[layout](*buffers, self.flags, self.vel_cells, self.vel_u, self.n_vel,
                              *self._outlet_table_args(layout), np.int64(self.nx), np.int64(self.ny),
-                             self.omega_plus, self.omega_minus)
+                             self.omega_plus, self.omega_minus, *self._layer_args)
 
     def _words(self, arr):
         """The int32 view of a 16-bit population buffer (pairs of halves), made once per buffer."""

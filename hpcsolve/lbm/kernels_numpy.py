@@ -47,6 +47,9 @@ class NumpyStepper(Stepper):
             # f*_i(x - c_i), or this cell's f*_opp(i)(x) where x - c_i is a boundary cell (its rule's input)
             gather[i] = np.where(flags.ravel()[src] == FLUID, i * n + src, lattice.OPPOSITE[i] * n + fluid)
         self.fluid, self.gather = fluid, gather
+        # the absorbing layer's extra bulk relaxation per fluid cell (boundaries/layer.py); None without one
+        lay = setup.absorbing_layer
+        self.layer = None if lay is None else lay.coefficient(x, y, self.ct)
         # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
         self.vel = velocity.NumpyLinks(setup, self.P, sources)
         self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
@@ -66,7 +69,10 @@ class NumpyStepper(Stepper):
         self.out.apply(P, flat, lambda cells: self.policy.decode(self.g.reshape(lattice.Q, n)[:, cells]))
         # 2. collision on the fluid cells
         h = tuple(pulled)
-        if self.setup.collision == "trt":
+        if self.layer is not None:
+            post = (P.collide_trt_layer(h, self.omega_plus, self.omega_minus, self.layer)
+                    if self.setup.collision == "trt" else P.collide_bgk_layer(h, self.omega_plus, self.layer))
+        elif self.setup.collision == "trt":
             post = P.collide_trt(h, self.omega_plus, self.omega_minus)
         else:
             post = P.collide_bgk(h, self.omega_plus)

@@ -21,6 +21,7 @@ from hpcsolve.backends import get_array_module, to_host
 from hpcsolve.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.errors import BlowUpError, HpcsolveError, RunInterrupted
 from hpcsolve.family import SOLVER_SECONDS, Description
+from hpcsolve.lbm.boundaries import layer
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, physics, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
@@ -54,6 +55,10 @@ def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geo
                      boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0,
                      links=geo.links, ramp_steps=derived.ramp_steps,
                      in_place=case.lattice.streaming == "in-place")
+    if case.boundaries.absorbing_layer is not None:
+        setup.absorbing_layer = layer.from_case(case.boundaries.absorbing_layer, case.boundaries, geo, case.domain,
+                                                setup.relaxation_time, setup.omegas[0])
+        setup.__post_init__()
     return derived, geo, setup
 
 

@@ -22,6 +22,7 @@ from hpcsolve.precision import FP64, Precision
 
 if TYPE_CHECKING:
     from hpcsolve.lbm.bouzidi import BouzidiLinks
+    from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 
 __all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations",
            "momentum_exchange_force",
@@ -47,6 +48,7 @@ class LBMSetup:
     links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)
     ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
     in_place: bool = False                       # GPU steppers: one population array (hpcsolve/lbm/inplace.py)
+    absorbing_layer: "AbsorbingLayer | None" = None  # extra bulk relaxation near the outlet (boundaries/layer.py)
 
     def __post_init__(self):
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
@@ -66,6 +68,13 @@ class LBMSetup:
         if not isinstance(self.in_place, (bool, np.bool_)):
             raise CaseError.invalid("in_place", self.in_place, "True or False")
         self.in_place = bool(self.in_place)
+        if self.absorbing_layer is not None:
+            from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
+
+            lay = self.absorbing_layer
+            if not isinstance(lay, AbsorbingLayer) or not all(np.isfinite([lay.c0, lay.kx, lay.ky, lay.strength])) \
+                    or lay.strength < 0:
+                raise CaseError.invalid("absorbing_layer", lay, "None or an AbsorbingLayer with finite values, strength >= 0")
         ny, nx = self.flags.shape
         if self.boundary_velocity is None:
             self.boundary_velocity = np.zeros((2, ny, nx))

@@ -92,3 +92,16 @@ def channel_with_bouzidi(nx=10, ny=8, collision="bgk", policy=None, seed=1):
     setup.links = links
     setup.__post_init__()  # validate the links against the flags
     return setup
+
+
+def with_layer(setup, strength=0.8):
+    """``setup`` with an absorbing layer (``boundaries.layer``) over its right half, rising over a quarter of nx:
+    the cells left of nx / 4 have none, those right of nx / 2 the full ``strength``."""
+    import dataclasses
+
+    from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
+
+    nx = setup.shape[1]
+    ramp = nx / 4
+    return dataclasses.replace(setup, absorbing_layer=AbsorbingLayer(c0=-(nx / 4) / ramp, kx=1 / ramp, ky=0.0,
+                                                                      strength=strength))

@@ -21,7 +21,7 @@ from hpcsolve.lbm.emit_cuda import kernel_source
 from hpcsolve.lbm.stepper import get_stepper, macroscopic_from_populations, momentum_exchange_force
 from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
-from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted
+from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted, with_layer
 
 STEPS = 200
 SIZE = {"channel": (48, 24), "periodic_couette": (40, 20), "fully_periodic": (32, 24)}
@@ -409,3 +409,29 @@ def test_fixed_pressure_outlet_kernels_match_reference(backend, in_place):
     dev.step(STEPS)
     assert "urx" not in dev.source
     assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp64"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("collision, precision, in_place", [
+    ("trt", FP64, False), ("bgk", FP64, True), ("trt", FP32, False), ("trt", FP32, True), ("trt", FP16S, False),
+    ("bgk", FP16C, False)], ids=["trt-fp64", "bgk-fp64-in-place", "trt-fp32", "trt-fp32-in-place",
+                                 "trt-fp16s-pairs", "bgk-fp16c-pairs"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_absorbing_layer_kernels_match_reference(backend, collision, precision, in_place):
+    """The absorbing layer's bulk relaxation (boundaries/layer.py) in the two-buffer, in-place and 16-bit pair
+    kernels against the NumPy reference; the layer changes the state far more than the bound."""
+    import dataclasses
+
+    base = dataclasses.replace(channel(nx=48, ny=24, collision=collision, policy=precision), in_place=in_place)
+    setup = with_layer(base)
+    dev = _stepper_or_skip(backend, setup)
+    ref = get_stepper("numpy", setup)
+    plain = get_stepper("numpy", base)
+    for s in (dev, ref, plain):
+        s.step(STEPS)
+    assert "layer_coefficient" in dev.source
+    assert dev.pairs == (precision in (FP16S, FP16C) and not in_place)
+    err = rel_diff(shifted(dev), shifted(ref))
+    print(f"\nERR {backend} layer {collision} {precision.name} in_place={in_place}: {err:.3e}")
+    assert err <= BOUND[precision.name], err
+    assert rel_diff(shifted(ref), shifted(plain)) > 10 * BOUND[precision.name]
