@@ -8,10 +8,18 @@ reports how fast the oscillation about its new mean decays: the e-folding time o
 raw lift and of its low-pass part (a moving mean over two periods 2 H / c_s of the lowest wall-to-wall mode: what
 is left is the along-channel sound an outlet can let out; the wall-to-wall modes cannot reach it).
 
-    python scripts/outlet_reflection.py [--backend numpy] [--resolution 10] [--step 0.05]
-                                        [--outlets pressure characteristic] [--set key=value ...] [--out DIR]
+It also reports the settling time: from when on |c_L - mean| stays below 1e-3 (and 1e-4) of its largest value
+in the first period (three and four decades of decay).
 
-Prints a summary per outlet rule (``boundaries.outlet``) and, with --out, writes the lift series (CSV) and one plot.
+    python scripts/outlet_reflection.py [--backend numpy] [--resolution 10] [--step 0.05]
+                                        [--outlets pressure characteristic characteristic+layer]
+                                        [--layer-width 1.936] [--layer-ramp 0.176] [--layer-ratio 40]
+                                        [--set key=value ...] [--out DIR]
+
+A variant ``RULE+layer`` adds an absorbing layer (``[boundaries.absorbing_layer]``: width and ramp in m from the
+outlet, bulk / shear viscosity ratio); the defaults put its inner edge 0.64 D behind the 2D-1 cylinder's rear,
+full strength 2.4 D behind its centre. Prints a summary per variant and, with --out, writes the lift series (CSV)
+and one plot.
 """
 
 from __future__ import annotations
@@ -46,9 +54,21 @@ def envelope_decay(t: np.ndarray, y: np.ndarray, mean: float | None = None) -> t
     return (-1.0 / slope if slope < 0 else math.inf), int(k.size)
 
 
-def ringing(case_path: str, args, outlet: str) -> dict:
-    """Run 2D-1 to its steady state with ``boundaries.outlet = outlet``, step the inlet, record the lift."""
-    case = load_case(case_path, [f"lattice.resolution={args.resolution}", f"boundaries.outlet={outlet}"]
+def settling_time(t: np.ndarray, dev: np.ndarray, level: float) -> float:
+    """The first t from which on ``dev`` stays below ``level`` (math.inf if its last value is not below)."""
+    above = np.flatnonzero(dev >= level)
+    if above.size == 0:
+        return float(t[0])
+    return math.inf if above[-1] == dev.size - 1 else float(t[above[-1] + 1])
+
+
+def ringing(case_path: str, args, variant: str) -> dict:
+    """Run 2D-1 to its steady state with ``boundaries.outlet`` = the variant's rule (and its absorbing layer),
+    step the inlet, record the lift."""
+    outlet, _, extra = variant.partition("+")
+    layer = ([f"boundaries.absorbing_layer.width={args.layer_width}", f"boundaries.absorbing_layer.ramp={args.layer_ramp}",
+              f"boundaries.absorbing_layer.viscosity_ratio={args.layer_ratio}"] if extra == "layer" else [])
+    case = load_case(case_path, [f"lattice.resolution={args.resolution}", f"boundaries.outlet={outlet}"] + layer
                      + list(args.overrides))
     policy = get_precision(args.precision, "lbm")
     derived, geo, setup = build_setup(case, policy)
@@ -102,7 +122,11 @@ def ringing(case_path: str, args, outlet: str) -> dict:
             windows.append(dict(a=a, b=b, largest=float(np.max(np.abs(cl[k] - mean))), tau=w_tau / period,
                                 peaks=w_peaks, low=float(np.max(np.abs(low[kl] - low_mean))) if kl.any() else math.nan,
                                 low_tau=low_tau / period))
-    return dict(outlet=outlet, case=Path(case_path).stem, steps_to_steady=done, before=before, mean=mean, tau=tau,
+    dev = np.abs(cl - mean)
+    first = float(dev[t < period].max())
+    settle = {k: settling_time(t, dev, first * 10.0 ** -k) / period for k in (3, 4)}
+    return dict(outlet=variant, case=Path(case_path).stem, steps_to_steady=done, before=before, mean=mean, tau=tau,
+                settle=settle, dev=dev,
                 peaks=peaks, period=period, transverse=transverse, t=t, cl=cl, low=low, low_mean=low_mean, window=w,
                 windows=windows)
 
@@ -116,8 +140,12 @@ def main(argv=None) -> int:
     p.add_argument("--step", type=float, default=0.05, help="relative step of the inlet velocity")
     p.add_argument("--periods", type=float, default=8.0, help="acoustic periods 4 L / c_s recorded after the step")
     p.add_argument("--every", type=int, default=5, help="steps between lift samples")
-    p.add_argument("--outlets", nargs="+", default=["pressure"], choices=["pressure", "characteristic"],
-                   help="outlet rules to run (boundaries.outlet), one after the other")
+    p.add_argument("--outlets", nargs="+", default=["pressure"],
+                   choices=["pressure", "characteristic", "pressure+layer", "characteristic+layer"],
+                   help="outlet rules to run (boundaries.outlet; +layer: with the absorbing layer), one after the other")
+    p.add_argument("--layer-width", type=float, default=1.936, help="absorbing layer: width from the outlet, m")
+    p.add_argument("--layer-ramp", type=float, default=0.176, help="absorbing layer: ramp at its inner edge, m")
+    p.add_argument("--layer-ratio", type=float, default=40.0, help="absorbing layer: bulk / shear viscosity")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
@@ -126,7 +154,9 @@ def main(argv=None) -> int:
         print(f"{r['case']}, D = {args.resolution} cells, {args.backend}/{args.precision}, outlet {r['outlet']}: steady "
               f"after {r['steps_to_steady']} steps (c_L {r['before']:.5f}); inlet +{args.step:.0%}: c_L -> {r['mean']:.5f}, "
               f"envelope e-folding time {r['tau']:.4g} steps = {r['tau'] / r['period']:.3g} acoustic periods "
-              f"({r['peaks']} maxima, period {r['period']:.0f} steps, wall-to-wall mode {r['transverse']:.0f} steps)")
+              f"({r['peaks']} maxima, period {r['period']:.0f} steps, wall-to-wall mode {r['transverse']:.0f} steps); "
+              f"settles to 1e-3 / 1e-4 of the first period's largest deviation after {r['settle'][3]:.3g} / "
+              f"{r['settle'][4]:.3g} periods")
         for wd in r["windows"]:
             print(f"  periods {wd['a']:g}-{wd['b']:g}: largest |c_L - mean| {wd['largest']:.3g}, e-folding time "
                   f"{wd['tau']:.3g} periods ({wd['peaks']} maxima); low-pass largest {wd['low']:.3g}, e-folding "
@@ -134,23 +164,26 @@ def main(argv=None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         for r in runs:
-            np.savetxt(args.out / f"outlet_reflection_lift_{r['outlet']}.csv", np.column_stack([r["t"], r["cl"]]),
+            np.savetxt(args.out / f"outlet_reflection_lift_{r['outlet'].replace('+', '_')}.csv",
+                       np.column_stack([r["t"], r["cl"]]),
                        delimiter=",", header="steps_after_step,lift_coefficient", comments="")
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+        fig, axes = plt.subplots(3, 1, figsize=(7, 8.5), sharex=True)
         for r in runs:
             x = r["t"] / r["period"]
             axes[0].plot(x, r["cl"], lw=0.8, label=f"outlet = {r['outlet']}")
+            axes[1].semilogy(x, r["dev"] + 1e-12, lw=0.6, label=f"outlet = {r['outlet']}")
             keep = slice(0, len(x) - r["window"])                 # the moving mean's edge left out
-            axes[1].semilogy(x[keep], np.abs(r["low"] - r["low_mean"])[keep] + 1e-12, lw=1,
+            axes[2].semilogy(x[keep], np.abs(r["low"] - r["low_mean"])[keep] + 1e-12, lw=1,
                              label=f"outlet = {r['outlet']}")
         axes[0].set_ylabel("lift coefficient c_L")
         axes[0].set_title(f"{runs[0]['case']}, D = {args.resolution}: inlet velocity +{args.step:.0%} at t = 0")
-        axes[1].set_ylabel("|low-pass c_L - mean|")
+        axes[1].set_ylabel("|c_L - mean|")
+        axes[2].set_ylabel("|low-pass c_L - mean|")
         axes[1].set_xlabel("acoustic periods 4 L / c_s after the inlet step")
         for ax in axes:
             ax.legend(fontsize=8)
