@@ -11,6 +11,18 @@ float16 and a range fitted to shifted populations h = f - w (|h| < 1 in any stab
 Every value is exact in float32, and the conversion from float32 is integer arithmetic on the float32 bits,
 so the NumPy reference here, the CUDA C of ``CUDA_SOURCE`` and the Numba device functions of
 ``numba_functions`` give the same bits. This module holds the one definition; tests compare the three.
+
+**Stochastic rounding of the step's stores** (:func:`encode_stochastic`, CUDA C ``fp16c_encode_sr``, Numba
+``numba_stochastic_functions``): a value in the normal range rounds up with probability equal to its distance
+from the code below, in units of the code step (unbiased: the expected stored value is the value), by adding 12
+random bits below the kept mantissa and truncating; subnormal results (|x| < 2^-14) keep round to nearest. The
+random bits are a deterministic function of the cell: :func:`seed` mixes the bits of the cell's pre-collision
+rest population (an exactly stored value, identical on every backend) with the cell's flat index, and direction i
+takes the top 12 bits of ``STREAM[i] = (a_i, c_i)``: a_i s + c_i, the (i + 1)-th state of the LCG
+s <- 1664525 s + 1013904223 (Numerical Recipes) from s, so no state is threaded through a kernel. With round to
+nearest, the systematic part of the rounding error adds up step after step near a steady state (the cavity at
+Re 1000, 256 cells: 5x fp32's distance from Ghia); stochastic rounding leaves noise of the same size without that
+drift (docs/lbm_algorithm.md).
 """
 
 from __future__ import annotations
@@ -106,6 +118,64 @@ def _decode(c):
     return xp.where((u & xp.uint32(0x7FFF)) == NAN_BITS, xp.float32(np.nan), out).astype(xp.float32, copy=False)
 
 
+SEED_MULT = 0x9E3779B1          # cell index multiplier of the seed (2^32 / golden ratio)
+LCG_A, LCG_C = 1664525, 1013904223
+
+
+def _stream(i: int) -> tuple[int, int]:
+    """(a, c) with a s + c (mod 2^32) the (i + 1)-th LCG state after s."""
+    a, c = 1, 0
+    for _ in range(i + 1):
+        a, c = (LCG_A * a) & 0xFFFFFFFF, (LCG_A * c + LCG_C) & 0xFFFFFFFF
+    return a, c
+
+
+#: per direction i: (a_i, c_i) of the random word a_i s + c_i of a cell with seed s
+STREAM = tuple(_stream(i) for i in range(9))
+
+
+def seed(h0, cell):
+    """uint32 seeds of cells from their pre-collision rest population ``h0`` (float32 values, exact) and flat
+    index ``cell``: lowbias32 (Wellons) of bits(h0) ^ (cell * SEED_MULT), uint32 arithmetic."""
+    xp = get_array_module(h0)
+    u32 = xp.uint32
+    h = xp.asarray(h0, dtype=xp.float32).view(u32) ^ (xp.asarray(cell).astype(u32) * u32(SEED_MULT))
+    h ^= h >> u32(16)
+    h *= u32(0x7FEB352D)
+    h ^= h >> u32(15)
+    h *= u32(0x846CA68B)
+    h ^= h >> u32(16)
+    return h
+
+
+def encode_stochastic(x, s):
+    """FP16C codes of ``x`` (9, n) (float32 values of the 9 directions of n cells) with stochastic rounding: in the
+    normal range, ``(|x| bits - rebias + r_i) >> 12`` with r_i the top 12 bits of ``STREAM[i]`` applied to the cells'
+    seeds ``s`` (n,) (:func:`seed`); subnormal results, NaN and overflow as :func:`encode`."""
+    xp = get_array_module(x)
+    a32 = xp.ascontiguousarray(xp.asarray(x, dtype=xp.float32))
+    s = xp.asarray(s, dtype=xp.uint32)
+    step = max(1, CHUNK // max(1, a32.shape[0]))               # bounded temporaries, as encode
+    if a32.shape[1] <= step:
+        return _encode_stochastic(a32, s)
+    out = xp.empty(a32.shape, dtype=xp.uint16)
+    for k in range(0, a32.shape[1], step):
+        out[:, k:k + step] = _encode_stochastic(xp.ascontiguousarray(a32[:, k:k + step]), s[k:k + step])
+    return out
+
+
+def _encode_stochastic(a32, s):
+    xp = get_array_module(a32)
+    u32 = xp.uint32
+    b = a32.view(u32)
+    a = b & u32(0x7FFFFFFF)
+    r = xp.stack([(u32(ai) * s + u32(ci)) >> u32(20) for ai, ci in STREAM[:a32.shape[0]]])
+    normal = xp.minimum(((xp.maximum(a, u32(113 << 23)) - u32(_REBIAS)) + r) >> u32(12), u32(NAN_BITS))
+    nearest = encode(a32).astype(u32) & u32(0x7FFF)           # the subnormal results (and 0)
+    mag = xp.where(a >= u32(113 << 23), normal, nearest)
+    return (mag | ((b >> u32(16)) & u32(0x8000))).astype(xp.uint16)
+
+
 def is_nan(c):
     """True where a code is NaN (what ``encode`` gives for NaN, infinities and overflow)."""
     xp = get_array_module(c)
@@ -134,6 +204,19 @@ __device__ __forceinline__ unsigned short fp16c_encode(const float x) {
   const unsigned int n = min((a - (112u << 23) + 0x7FFu + ((a >> 12) & 1u)) >> 12, 0x7FFFu);
   const unsigned int q = __float_as_uint(__uint_as_float(a) * 0x1p25f + 8388608.0f) & 0x7FFFFFu;
   return (unsigned short)(((b >> 16) & 0x8000u) | (a >= (113u << 23) ? n : q));
+}
+// stochastic rounding (fp16c.encode_stochastic): r a random word, its top 12 bits added below the kept mantissa
+__device__ __forceinline__ unsigned short fp16c_encode_sr(const float x, const unsigned int r) {
+  const unsigned int b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
+  const unsigned int n = min((a - (112u << 23) + (r >> 20)) >> 12, 0x7FFFu);
+  const unsigned int q = __float_as_uint(__uint_as_float(a) * 0x1p25f + 8388608.0f) & 0x7FFFFFu;
+  return (unsigned short)(((b >> 16) & 0x8000u) | (a >= (113u << 23) ? n : q));
+}
+// the seed of a cell (fp16c.seed): its pre-collision rest population's bits and its flat index
+__device__ __forceinline__ unsigned int fp16c_seed(const float h0, const unsigned int cell) {
+  unsigned int h = __float_as_uint(h0) ^ (cell * 0x9E3779B1u);
+  h ^= h >> 16; h *= 0x7FEB352Du; h ^= h >> 15; h *= 0x846CA68Bu; h ^= h >> 16;
+  return h;
 }
 """
 
@@ -172,6 +255,48 @@ def _encode_ir(builder, v):
     q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
     mag = builder.select(builder.icmp_unsigned(">=", a, c(113 << 23)), n, q)
     return builder.or_(builder.and_(builder.lshr(b, c(16)), c(0x8000)), mag)
+
+
+def _encode_sr_ir(builder, v, r):
+    """LLVM IR of ``fp16c_encode_sr`` (CUDA_SOURCE) of the float ``v`` and random i32 word ``r``."""
+    from llvmlite import ir
+
+    i32, f32 = ir.IntType(32), ir.FloatType()
+
+    def c(k):
+        return ir.Constant(i32, k)
+
+    b = builder.bitcast(v, i32)
+    a = builder.and_(b, c(0x7FFFFFFF))
+    n = builder.lshr(builder.add(builder.sub(a, c(112 << 23)), builder.lshr(r, c(20))), c(12))
+    n = builder.select(builder.icmp_unsigned(">", n, c(0x7FFF)), c(0x7FFF), n)
+    t = builder.fadd(builder.fmul(builder.bitcast(a, f32), ir.Constant(f32, 2.0 ** 25)), ir.Constant(f32, 2.0 ** 23))
+    q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
+    mag = builder.select(builder.icmp_unsigned(">=", a, c(113 << 23)), n, q)
+    return builder.or_(builder.and_(builder.lshr(b, c(16)), c(0x8000)), mag)
+
+
+def _seed_ir(builder, h0, cell):
+    """LLVM IR of ``fp16c_seed``: the f32 ``h0`` and the i32 ``cell``."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+
+    def c(k):
+        return ir.Constant(i32, k)
+
+    h = builder.xor(builder.bitcast(h0, i32), builder.mul(cell, c(SEED_MULT)))
+    for shift, mult in ((16, 0x7FEB352D), (15, 0x846CA68B)):
+        h = builder.mul(builder.xor(h, builder.lshr(h, c(shift))), c(mult))
+    return builder.xor(h, builder.lshr(h, c(16)))
+
+
+def _word_ir(builder, s, i):
+    """LLVM IR of the random word a_i s + c_i of direction ``i`` (``STREAM``) from the i32 seed ``s``."""
+    from llvmlite import ir
+
+    a, c = STREAM[i]
+    return builder.add(builder.mul(s, ir.Constant(ir.IntType(32), a)), ir.Constant(ir.IntType(32), c))
 
 
 def _to_i32(builder, value, bitwidth):
@@ -280,3 +405,78 @@ def numba_pair_functions():
         return types.int32(a, b), codegen
 
     return half(0), half(16), pack
+
+
+@functools.lru_cache(maxsize=None)
+def numba_stochastic_functions():
+    """(seed, encoders, pack_encoders) for Numba-CUDA kernels: ``seed(h0, cell)`` (uint32, :func:`seed`),
+    ``encoders[i](x, s)`` the code of direction i's value x with the random word of seed s (uint16,
+    :func:`encode_stochastic`), ``pack_encoders[i](a, b, sa, sb)`` two such codes in one int32 word (the even cell
+    in the low half). Intrinsics of 32-bit LLVM IR on the GPU; NumPy on scalars under the CUDA simulator."""
+    from hpcsolve.backends import cuda_simulator_enabled
+
+    if cuda_simulator_enabled():
+        def seed_sim(h0, cell):
+            return np.uint32(seed(np.asarray(h0, dtype=np.float32), np.asarray(cell).astype(np.uint32))[()])
+
+        def encoder(i):
+            def enc(x, s):
+                col = np.zeros((i + 1, 1), np.float32)
+                col[i, 0] = x
+                return np.uint16(encode_stochastic(col, np.array([s], dtype=np.uint32))[i, 0])
+            return enc
+
+        def pack_encoder(i):
+            enc = encoder(i)
+
+            def pack(a, b, sa, sb):
+                bits = np.uint32(enc(a, sa)) | (np.uint32(enc(b, sb)) << np.uint32(16))
+                return np.array(bits, dtype=np.uint32).view(np.int32)[()]
+            return pack
+
+        return seed_sim, tuple(encoder(i) for i in range(9)), tuple(pack_encoder(i) for i in range(9))
+
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+
+    @intrinsic
+    def seed_fn(typingctx, h0, cell):
+        if not (isinstance(h0, types.Float) and isinstance(cell, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _seed_ir(builder, _to_f32(builder, args[0], h0.bitwidth), _to_i32(builder, args[1], cell.bitwidth))
+        return types.uint32(h0, cell), codegen
+
+    def encoder(i):
+        @intrinsic
+        def enc(typingctx, x, s):
+            if not (isinstance(x, types.Float) and isinstance(s, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                r = _word_ir(builder, _to_i32(builder, args[1], s.bitwidth), i)
+                return builder.trunc(_encode_sr_ir(builder, _to_f32(builder, args[0], x.bitwidth), r), i16)
+            return types.uint16(x, s), codegen
+        return enc
+
+    def pack_encoder(i):
+        @intrinsic
+        def pack(typingctx, a, b, sa, sb):
+            if not (isinstance(a, types.Float) and isinstance(b, types.Float) and isinstance(sa, types.Integer)
+                    and isinstance(sb, types.Integer)):
+                return None
+
+            def codegen(context, builder, sig, args):
+                ca = _encode_sr_ir(builder, _to_f32(builder, args[0], a.bitwidth),
+                                   _word_ir(builder, _to_i32(builder, args[2], sa.bitwidth), i))
+                cb = _encode_sr_ir(builder, _to_f32(builder, args[1], b.bitwidth),
+                                   _word_ir(builder, _to_i32(builder, args[3], sb.bitwidth), i))
+                return builder.or_(ca, builder.shl(cb, ir.Constant(i32, 16)))
+            return types.int32(a, b, sa, sb), codegen
+        return pack
+
+    return seed_fn, tuple(encoder(i) for i in range(9)), tuple(pack_encoder(i) for i in range(9))

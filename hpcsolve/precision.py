@@ -50,6 +50,17 @@ class Precision:
             return fp16c.encode(h)          # (the compute dtype is float32, the codec's input)
         return h.astype(self.storage)
 
+    def encode_step(self, post, h0, cells):
+        """The stored state of a step's post-collision populations ``post`` (9, n), compute dtype, of the cells with
+        flat indices ``cells``; ``h0`` their pre-collision rest populations (decoded, exact): fp16c rounds
+        stochastically (``fp16c.encode_stochastic``, seeds from h0 and the cell, as the kernels do), every other
+        policy as :meth:`encode`."""
+        if self.codec == "fp16c":
+            from hpcsolve import fp16c
+
+            return fp16c.encode_stochastic(post, fp16c.seed(h0, cells))
+        return self.encode(post)
+
     def decode(self, g):
         """Shifted populations h = g / scale in the compute dtype, from the stored state g."""
         ct = np.dtype(self.compute)

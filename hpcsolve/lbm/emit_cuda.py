@@ -237,6 +237,20 @@ __device__ __forceinline__ void pull_cell_{layout.tag}(const store_t* __restrict
 """
 
 
+def _store_step(code, h: str, i: int) -> str:
+    """The store of direction i's value h in a step kernel (``store_pop``, or stochastic with the seed ``rs``)."""
+    return code.encode_step(h, i, "rs") if code is not None and code.stochastic else f"store_pop({h})"
+
+
+def _collide_stores(code) -> str:
+    """The stores of ``collide_store``: a loop of ``store_pop``, or with stochastic rounding (fp16c) the cell's seed
+    from its pre-collision rest population hh[0] and one store per direction."""
+    if not code.stochastic:
+        return f"#pragma unroll\n  for (int i = 0; i < {lattice.Q}; ++i) B[i * N + cell] = store_pop(o[i]);"
+    return "  " + code.seed("rs", "hh[0]", "cell") + "\n  " + "\n  ".join(
+        f"B[{i} * N + cell] = {code.encode_step(f'o[{i}]', i, 'rs')};" for i in range(lattice.Q))
+
+
 def _layer_c(layer: bool) -> tuple[str, str, str]:
     """(kernel parameters, collide_values / collide_store parameter, its argument at cell (x, y)) of the absorbing
     layer (``boundaries.layer``), empty strings without one."""
@@ -246,7 +260,8 @@ def _layer_c(layer: bool) -> tuple[str, str, str]:
             ", layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")")
 
 
-def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False) -> str:
+def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False,
+                   code=None) -> str:
     """The fused step kernel of one step layout: each thread updates ``cpt`` cells of one row, ``block_x``
     apart (every load instruction of a warp stays contiguous); all their loads are issued before the first
     collision, to keep enough bytes in flight for 16-bit storage. In place, the outlet cells also rewrite
@@ -265,7 +280,8 @@ def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mo
         store = (f"{{ const long long cell = row + x; const int xm = (x == 0) ? nx - 1 : x - 1; "
                  f"const int xp = (x == nx - 1) ? 0 : x + 1; real_t o[{Q}];\n"
                  f"        collide_values(h[k], o, omega_plus, omega_minus{lay});\n        "
-                 + "\n        ".join(f"A[{stores[j]}] = store_pop(o[{j}]);" for j in range(Q)) + f"""
+                 + (code.seed("rs", "h[k][0]", "cell") + "\n        " if code is not None and code.stochastic else "")
+                 + "\n        ".join(f"A[{stores[j]}] = {_store_step(code, f'o[{j}]', j)};" for j in range(Q)) + f"""
         if (code[k] & {BOUNDARY_BIT}) {{
           const int t = outlet_index(out_cells, n_out, cell);
           if (t >= 0) {{   // the outlet rule's velocity at t + 1: moments of the populations just stored
@@ -446,14 +462,13 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
     const long long cell, const real_t omega_plus, const real_t omega_minus{lay_param}) {{
   real_t o[{Q}];
   collide_values(hh, o, omega_plus, omega_minus{lay_pass});
-#pragma unroll
-  for (int i = 0; i < {Q}; ++i) B[i * N + cell] = store_pop(o[i]);
+{_collide_stores(code)}
 }}
 """]
     for layout in layouts:
         parts.append(_pull_cell_c(layout, P, code, rules))
         parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out,
-                                    layer))
+                                    layer, code))
     if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
         parts.append(_pair_kernel_c(block_x, code, layer))
     for state in dict.fromkeys(layout.reads for layout in layouts):     # the state layouts a step starts from
@@ -474,6 +489,10 @@ __device__ __forceinline__ float fp16c_high(const unsigned int w) { return fp16c
 __device__ __forceinline__ float2 fp16c_pair(const unsigned int w) { return make_float2(fp16c_low(w), fp16c_high(w)); }
 __device__ __forceinline__ unsigned int fp16c_pack(const float a, const float b) {
   return (unsigned int)fp16c_encode(a) | ((unsigned int)fp16c_encode(b) << 16);
+}
+__device__ __forceinline__ unsigned int fp16c_pack_sr(const float a, const float b, const unsigned int ra,
+                                                      const unsigned int rb) {
+  return (unsigned int)fp16c_encode_sr(a, ra) | ((unsigned int)fp16c_encode_sr(b, rb) << 16);
 }"""},
 }
 
@@ -511,8 +530,16 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
                      f" ha[{i}] = {h(ha)}; hb[{i}] = {h(hb)}; }}")
     nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
-    stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "
-                           f"{code.scale(f'ob[{i}]')});" for i in range(Q))
+    if code.stochastic:     # fp16c: stochastic rounding with the two cells' seeds (their pre-collision rest populations)
+        from hpcsolve import fp16c
+
+        stores = "\n      ".join(
+            [code.seed("sa", "ha[0]", "row + x"), code.seed("sb", "hb[0]", "row + x + 1")]
+            + [f"B2[{i} * NP + prow + px] = fp16c_pack_sr(oa[{i}], ob[{i}], {a:#x}u * sa + {c:#x}u, {a:#x}u * sb + {c:#x}u);"
+               for i, (a, c) in enumerate(fp16c.STREAM)])
+    else:
+        stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "
+                               f"{code.scale(f'ob[{i}]')});" for i in range(Q))
     return f"""{w['prelude']}
 // 16-bit storage, nx even: two adjacent cells per thread with {w['word']} loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.

@@ -162,7 +162,9 @@ def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int, la
               "        cell = row + x"]
         if layout.writes.shifted:
             L += ["        xm = nx - 1 if x == 0 else x - 1", "        xp = 0 if x == nx - 1 else x + 1"]
-        L += [f"        store_at({layout.dst}, {stores[j]}, {code.encode(f'p[{j}]')})" for j in range(Q)]
+        if code.stochastic:     # the cell's seed from its pre-collision rest population (fp16c)
+            L.append("        " + code.seed("rs", f"h{k}[0]", "cell"))
+        L += [f"        store_at({layout.dst}, {stores[j]}, {code.encode_step(f'p[{j}]', j, 'rs')})" for j in range(Q)]
         if layout.own_velocity == "table":
             stored = ", ".join(code.decode(f"load_at(A, {stores[j]})") for j in range(Q))
             L += [f"        if (code{k} & {BOUNDARY_BIT}) != 0:",
@@ -268,16 +270,24 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
     col = _collision_call(collision, layer)
     a(f"        pa = {col.format(h='(' + ', '.join(ha) + ')', x='x', y='y')}")
     a(f"        pb = {col.format(h='(' + ', '.join(hb) + ')', x='x + 1', y='y')}")
-    for i in range(Q):
-        a(f"        store_at(B32, {i} * NP + prow + px, "
-          f"pack_halves({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}))")
+    if code.stochastic:     # fp16c: stochastic rounding with the two cells' seeds
+        a("        " + code.seed("sa", ha[0], "row + x"))
+        a("        " + code.seed("sb", hb[0], "row + x + 1"))
+        for i in range(Q):
+            a(f"        store_at(B32, {i} * NP + prow + px, FP16C_PACK_SR{i}(pa[{i}], pb[{i}], sa, sb))")
+    else:
+        for i in range(Q):
+            a(f"        store_at(B32, {i} * NP + prow + px, "
+              f"pack_halves({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}))")
     a("    else:")
     for k, c in ((0, "c0"), (1, "c1")):
         a(f"        if ({c} & 0x7f) == {FLUID}:")
         a(f"            h = pull_cell_step(A, flags, vel_cells, vel_u, n_vel, N, nx, x + {k}, row, rowm, rowp, {c})")
         a(f"            p = {col.format(h='h', x=f'x + {k}', y='y')}")
+        if code.stochastic:
+            a("            " + code.seed("rs", "h[0]", f"row + x + {k}"))
         for i in range(Q):
-            a(f"            store_at(B, {i} * N + row + x + {k}, {code.encode(f'p[{i}]')})")
+            a(f"            store_at(B, {i} * N + row + x + {k}, {code.encode_step(f'p[{i}]', i, 'rs')})")
     return "\n".join(L) + "\n"
 
 

@@ -76,7 +76,7 @@ class NumpyStepper(Stepper):
             post = P.collide_trt(h, self.omega_plus, self.omega_minus)
         else:
             post = P.collide_bgk(h, self.omega_plus)
-        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode(np.stack(post))
+        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.fluid)
         self.g, self.g_next = self.g_next, self.g
 
     def _advance(self, n: int) -> None:

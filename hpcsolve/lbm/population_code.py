@@ -13,7 +13,10 @@ for it, each with one constructor:
   ``SCALE``, ``INV_SCALE``, bound in the kernel's namespace by :meth:`NumbaPopulationCode.namespace`.
 
 FP16C storage (``policy.codec``, hpcsolve/fp16c.py) widens and narrows through that module's device functions
-(CUDA C ``fp16c_decode`` / ``fp16c_encode``, Numba ``FP16C_DECODE`` / ``FP16C_ENCODE``).
+(CUDA C ``fp16c_decode`` / ``fp16c_encode``, Numba ``FP16C_DECODE`` / ``FP16C_ENCODE``); the step's stores of
+post-collision populations round stochastically (``Precision.encode_step``): :meth:`PopulationCode.seed` gives a
+cell's random seed from its pre-collision rest population and index, :meth:`PopulationCode.encode_step` the store
+of direction i with it (for every other policy: :meth:`PopulationCode.encode`, no seed).
 
 The emitters pass an expression of a stored value (``A[k]``, ``load_at(A, k)``) or of a compute value
 and splice the result into their templates; none of them tests the policy's scale itself.
@@ -51,6 +54,21 @@ class PopulationCode:
         """The stored value (storage dtype) of a compute-dtype expression h."""
         return self.narrow.format(self.scale(h))
 
+    @property
+    def stochastic(self) -> bool:
+        """True where the step's stores round stochastically (FP16C: ``fp16c.encode_stochastic``)."""
+        return getattr(self, "codec", None) == "fp16c"
+
+    def seed(self, name: str, h0: str, cell: str) -> str:
+        """A statement binding ``name`` to the random seed of a cell (``fp16c.seed``) from the expressions of its
+        pre-collision rest population and flat index; "" where the stores do not round stochastically."""
+        raise NotImplementedError
+
+    def encode_step(self, h: str, i: int, seed: str) -> str:
+        """The stored value of direction ``i``'s post-collision value h in a step (stochastic rounding with the
+        cell's ``seed`` where :attr:`stochastic`, else :meth:`encode`)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class CudaPopulationCode(PopulationCode):
@@ -59,6 +77,17 @@ class CudaPopulationCode(PopulationCode):
     suffix: str = ""         # literal suffix of the compute dtype ('f' for float)
 
     codec: str | None = None  # a custom 16-bit format ("fp16c"): its device functions go in the header
+
+    def seed(self, name: str, h0: str, cell: str) -> str:
+        return f"const unsigned int {name} = fp16c_seed({h0}, (unsigned int)({cell}));" if self.stochastic else ""
+
+    def encode_step(self, h: str, i: int, seed: str) -> str:
+        if not self.stochastic:
+            return self.encode(h)
+        from hpcsolve import fp16c
+
+        a, c = fp16c.STREAM[i]
+        return f"fp16c_encode_sr({h}, {a:#x}u * {seed} + {c:#x}u)"
 
     @property
     def header(self) -> str:
@@ -96,6 +125,12 @@ class NumbaPopulationCode(PopulationCode):
     population_scale: float = 1.0
     codec: str | None = None
 
+    def seed(self, name: str, h0: str, cell: str) -> str:
+        return f"{name} = FP16C_SEED({h0}, {cell})" if self.stochastic else ""
+
+    def encode_step(self, h: str, i: int, seed: str) -> str:
+        return f"FP16C_ENCODE_SR{i}({h}, {seed})" if self.stochastic else self.encode(h)
+
     def namespace(self) -> dict:
         """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``; with the
         FP16C codec ``FP16C_DECODE`` / ``FP16C_ENCODE``, the device functions of hpcsolve/fp16c.py)."""
@@ -105,6 +140,10 @@ class NumbaPopulationCode(PopulationCode):
             from hpcsolve import fp16c
 
             ns["FP16C_DECODE"], ns["FP16C_ENCODE"] = fp16c.numba_functions()
+            seed, encoders, packers = fp16c.numba_stochastic_functions()
+            ns["FP16C_SEED"] = seed
+            for i, (enc, pack) in enumerate(zip(encoders, packers)):
+                ns[f"FP16C_ENCODE_SR{i}"], ns[f"FP16C_PACK_SR{i}"] = enc, pack
         return ns
 
 

@@ -266,8 +266,10 @@ def test_kernel_source_has_no_retyped_lattice_constant():
     assert "__float2half_rn" in src16 and "0.00390625f" in src16
     assert src16.count("__floats2half2_rn(") == 9      # lbm_step_pair: one packed store per population
     assert src16.count("__shfl_up_sync(") == 3 and src16.count("__shfl_down_sync(") == 3   # c_x = +1 / -1
-    src16c = kernel_source(FP16C, "trt")                # FP16C: the pair kernel packs two codes per word
-    assert src16c.count("fp16c_pack(") == 9 + 1 and "__half" not in src16c
+    src16c = kernel_source(FP16C, "trt")                # FP16C: the pair kernel packs two codes per word,
+    assert src16c.count("fp16c_pack_sr(") == 9 + 1 and "__half" not in src16c     # rounded stochastically
+    # the per-cell stores too: one seed per cell (collide_store), one stochastic store per direction
+    assert src16c.count("fp16c_seed(hh[0]") == 1 and src16c.count("fp16c_encode_sr(o[") == 9
 
 
 def test_numba_step_source_indexes_without_wraparound():

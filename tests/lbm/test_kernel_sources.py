@@ -42,12 +42,12 @@ NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False)
 PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
 
 SOURCE_HASHES = {
-    "cuda-bouzidi/fp16c": "7741e236c561aaa5ec98",
+    "cuda-bouzidi/fp16c": "5cebecf0fd324b79d8ee",
     "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
     "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
     "cuda-bouzidi/fp64": "708848745d8bac574d60",
-    "cuda/fp16c/bgk": "233b929aecc45941393c",
-    "cuda/fp16c/trt": "0341d0191139cb97c806",
+    "cuda/fp16c/bgk": "de2efa2aa5377638e9bc",
+    "cuda/fp16c/trt": "bf30c86acf92efee92d6",
     "cuda/fp16s/bgk": "6d65a87329ba48e50eed",
     "cuda/fp16s/trt": "1e108dca854bab1d1d8d",
     "cuda/fp32/bgk": "b3bace242eb6ab7eba9f",
@@ -58,8 +58,8 @@ SOURCE_HASHES = {
     "numba-bouzidi/fp16s": "8e3c2341f6797777389b",
     "numba-bouzidi/fp32": "065372627fe34d0d1920",
     "numba-bouzidi/fp64": "840e2f65eb0833cc189e",
-    "numba/fp16c/bgk": "3a24782b5cb1de4c3772",
-    "numba/fp16c/trt": "c83dd2c8b3cd4985db25",
+    "numba/fp16c/bgk": "1b0118b3cbada9af51d8",
+    "numba/fp16c/trt": "72b76adcd9d7d3768a02",
     "numba/fp16s/bgk": "826edbb9eacacecf6f14",
     "numba/fp16s/trt": "89133c88d8ba3272ffaa",
     "numba/fp32/bgk": "738f763ce76d337e832e",
