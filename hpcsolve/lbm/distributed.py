@@ -46,9 +46,13 @@ def local_setup(setup: LBMSetup, slab: parallel.Slab) -> LBMSetup:
     links = None
     if setup.links is not None and len(setup.links):
         links = _local_links(setup.links, rows, nx)
+    # local row j is global row first + j: the absorbing layer's profile and fp16c's seeds take global positions
+    # (the halo rows' wrapped values do not matter: exchange() overwrites them after every step)
+    first = slab.y0 - slab.halo
     return dataclasses.replace(setup, flags=cut(setup.flags, 0), boundary_velocity=cut(setup.boundary_velocity, 1),
                                initial_density=cut(setup.initial_density, 0),
-                               initial_velocity=cut(setup.initial_velocity, 1), links=links)
+                               initial_velocity=cut(setup.initial_velocity, 1), links=links,
+                               cell_offset=setup.cell_offset + first * nx)
 
 
 def _local_links(links: BouzidiLinks, rows: np.ndarray, nx: int) -> BouzidiLinks | None:

@@ -49,7 +49,8 @@ class NumpyStepper(Stepper):
         self.fluid, self.gather = fluid, gather
         # the absorbing layer's extra bulk relaxation per fluid cell (boundaries/layer.py); None without one
         lay = setup.absorbing_layer
-        self.layer = None if lay is None else lay.coefficient(x, y, self.ct)
+        # (global rows: a slab's cell_offset is a whole number of rows)
+        self.layer = None if lay is None else lay.coefficient(x, y + setup.cell_offset // nx, self.ct)
         # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
         self.vel = velocity.NumpyLinks(setup, self.P, sources)
         self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
@@ -76,7 +77,7 @@ class NumpyStepper(Stepper):
             post = P.collide_trt(h, self.omega_plus, self.omega_minus)
         else:
             post = P.collide_bgk(h, self.omega_plus)
-        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.fluid)
+        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.fluid + self.setup.cell_offset)
         self.g, self.g_next = self.g_next, self.g
 
     def _advance(self, n: int) -> None:

@@ -49,6 +49,9 @@ class LBMSetup:
     ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
     in_place: bool = False                       # GPU steppers: one population array (hpcsolve/lbm/inplace.py)
     absorbing_layer: "AbsorbingLayer | None" = None  # extra bulk relaxation near the outlet (boundaries/layer.py)
+    cell_offset: int = 0                         # flat index of cell 0 in the whole lattice (a slab of a decomposed
+    #                                              run, whole rows): fp16c's seeds and the absorbing layer's profile
+    #                                              take global positions (NumPy reference; GPU steppers: 0)
 
     def __post_init__(self):
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)

@@ -4,6 +4,7 @@ Most tests run the ranks as threads of this process with an in-memory communicat
 the stepper makes on mpi4py's); one runs the real thing under ``mpiexec -n 2`` where mpi4py and an
 MPI launcher are installed (``pip install 'hpcsolve[mpi]'``), and skips otherwise."""
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from hpcsolve import parallel
 from hpcsolve.errors import BackendError, CaseError
 from hpcsolve.lbm.distributed import SlabStepper, local_setup
 from hpcsolve.lbm.stepper import get_stepper
-from hpcsolve.precision import FP16S, FP32, FP64
+from hpcsolve.precision import FP16C, FP16S, FP32, FP64
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -34,11 +35,19 @@ def _reference(setup, steps):
 MAKERS = {**cases.GEOMETRIES, "channel_with_bouzidi": cases.channel_with_bouzidi}
 
 
-@pytest.mark.parametrize("policy", [FP64, FP32, FP16S], ids=lambda p: p.name)
-@pytest.mark.parametrize("geometry", sorted(MAKERS))
+@pytest.mark.parametrize("policy", [FP64, FP32, FP16S, FP16C], ids=lambda p: p.name)
+@pytest.mark.parametrize("geometry", sorted(MAKERS) + ["channel_with_layer"])
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_slabs_step_bitwise_as_one_process(geometry, ranks, policy):
-    setup = MAKERS[geometry](policy=policy, collision="trt" if geometry == "channel" else "bgk")
+    """fp16c: its stochastic rounding seeds from global cell indices; channel_with_layer: an absorbing layer
+    that varies across the slabs (along y)."""
+    if geometry == "channel_with_layer":
+        from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
+
+        setup = dataclasses.replace(cases.channel(policy=policy, collision="trt"),
+                                    absorbing_layer=AbsorbingLayer(c0=-0.5, kx=0.05, ky=0.25, strength=0.7))
+    else:
+        setup = MAKERS[geometry](policy=policy, collision="trt" if geometry == "channel" else "bgk")
     ref = _reference(setup, 7)
 
     def run(comm):
