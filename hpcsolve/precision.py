@@ -58,6 +58,8 @@ class Precision:
         if self.codec == "fp16c":
             from hpcsolve import fp16c
 
+            if self.scaled:     # (as encode: the scale in the compute dtype first)
+                post = post * np.dtype(self.compute).type(self.population_scale)
             return fp16c.encode_stochastic(post, fp16c.seed(h0, cells))
         return self.encode(post)
 

@@ -318,3 +318,15 @@ extern "C" __global__ void codec(const unsigned short* c, float* dec, const floa
         col[j] = prev[m]
         hi[m] = fp16c.encode_stochastic(col, prev_seed[m])[j]
     assert np.array_equal((w & 0xFFFF).astype(np.uint16), ref_codes) and np.array_equal((w >> 16).astype(np.uint16), hi)
+
+
+def test_step_stores_of_a_scaled_fp16c_policy_apply_the_scale():
+    """encode_step of an fp16c policy with a population scale (the scaling study's variants) stores h * S, as
+    encode does: decoded back, the value within one code step."""
+    import dataclasses
+
+    p2 = dataclasses.replace(FP16C, population_scale=2.0)
+    x = (np.random.default_rng(8).standard_normal((9, 500)) * 0.01).astype(np.float32)
+    g = p2.encode_step(x, x[0].copy(), np.arange(500))
+    assert np.all(np.abs(p2.decode(g) - x) <= 2.0 ** -11 * np.abs(x) + 2.0 ** -26)
+    assert not np.array_equal(g, FP16C.encode_step(x, x[0].copy(), np.arange(500)))

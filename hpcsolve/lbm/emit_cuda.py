@@ -535,7 +535,7 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
 
         stores = "\n      ".join(
             [code.seed("sa", "ha[0]", "row + x"), code.seed("sb", "hb[0]", "row + x + 1")]
-            + [f"B2[{i} * NP + prow + px] = fp16c_pack_sr(oa[{i}], ob[{i}], {a:#x}u * sa + {c:#x}u, {a:#x}u * sb + {c:#x}u);"
+            + [f"B2[{i} * NP + prow + px] = fp16c_pack_sr({code.scale(f'oa[{i}]')}, {code.scale(f'ob[{i}]')}, {a:#x}u * sa + {c:#x}u, {a:#x}u * sb + {c:#x}u);"
                for i, (a, c) in enumerate(fp16c.STREAM)])
     else:
         stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "

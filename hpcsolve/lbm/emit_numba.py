@@ -274,7 +274,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
         a("        " + code.seed("sa", ha[0], "row + x"))
         a("        " + code.seed("sb", hb[0], "row + x + 1"))
         for i in range(Q):
-            a(f"        store_at(B32, {i} * NP + prow + px, FP16C_PACK_SR{i}(pa[{i}], pb[{i}], sa, sb))")
+            a(f"        store_at(B32, {i} * NP + prow + px, FP16C_PACK_SR{i}({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}, sa, sb))")
     else:
         for i in range(Q):
             a(f"        store_at(B32, {i} * NP + prow + px, "

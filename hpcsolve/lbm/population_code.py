@@ -87,7 +87,7 @@ class CudaPopulationCode(PopulationCode):
         from hpcsolve import fp16c
 
         a, c = fp16c.STREAM[i]
-        return f"fp16c_encode_sr({h}, {a:#x}u * {seed} + {c:#x}u)"
+        return f"fp16c_encode_sr({self.scale(h)}, {a:#x}u * {seed} + {c:#x}u)"
 
     @property
     def header(self) -> str:
@@ -129,7 +129,7 @@ class NumbaPopulationCode(PopulationCode):
         return f"{name} = FP16C_SEED({h0}, {cell})" if self.stochastic else ""
 
     def encode_step(self, h: str, i: int, seed: str) -> str:
-        return f"FP16C_ENCODE_SR{i}({h}, {seed})" if self.stochastic else self.encode(h)
+        return f"FP16C_ENCODE_SR{i}({self.scale(h)}, {seed})" if self.stochastic else self.encode(h)
 
     def namespace(self) -> dict:
         """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``; with the
