@@ -237,8 +237,9 @@ def _decode_ir(builder, u):
     return builder.bitcast(builder.or_(out, sign), f32)
 
 
-def _encode_ir(builder, v):
-    """LLVM IR of ``fp16c_encode`` (CUDA_SOURCE) of the float ``v``: the code in the low 16 bits of an i32."""
+def _encode_ir(builder, v, r=None):
+    """LLVM IR of ``fp16c_encode`` (CUDA_SOURCE) of the float ``v``: the code in the low 16 bits of an i32; with a
+    random i32 word ``r``, of ``fp16c_encode_sr`` (its top 12 bits instead of round to nearest even)."""
     from llvmlite import ir
 
     i32, f32 = ir.IntType(32), ir.FloatType()
@@ -248,27 +249,11 @@ def _encode_ir(builder, v):
 
     b = builder.bitcast(v, i32)
     a = builder.and_(b, c(0x7FFFFFFF))
-    lsb = builder.and_(builder.lshr(a, c(12)), c(1))
-    n = builder.lshr(builder.add(builder.add(builder.sub(a, c(112 << 23)), c(0x7FF)), lsb), c(12))
-    n = builder.select(builder.icmp_unsigned(">", n, c(0x7FFF)), c(0x7FFF), n)
-    t = builder.fadd(builder.fmul(builder.bitcast(a, f32), ir.Constant(f32, 2.0 ** 25)), ir.Constant(f32, 2.0 ** 23))
-    q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
-    mag = builder.select(builder.icmp_unsigned(">=", a, c(113 << 23)), n, q)
-    return builder.or_(builder.and_(builder.lshr(b, c(16)), c(0x8000)), mag)
-
-
-def _encode_sr_ir(builder, v, r):
-    """LLVM IR of ``fp16c_encode_sr`` (CUDA_SOURCE) of the float ``v`` and random i32 word ``r``."""
-    from llvmlite import ir
-
-    i32, f32 = ir.IntType(32), ir.FloatType()
-
-    def c(k):
-        return ir.Constant(i32, k)
-
-    b = builder.bitcast(v, i32)
-    a = builder.and_(b, c(0x7FFFFFFF))
-    n = builder.lshr(builder.add(builder.sub(a, c(112 << 23)), builder.lshr(r, c(20))), c(12))
+    if r is None:
+        lsb = builder.and_(builder.lshr(a, c(12)), c(1))
+        n = builder.lshr(builder.add(builder.add(builder.sub(a, c(112 << 23)), c(0x7FF)), lsb), c(12))
+    else:
+        n = builder.lshr(builder.add(builder.sub(a, c(112 << 23)), builder.lshr(r, c(20))), c(12))
     n = builder.select(builder.icmp_unsigned(">", n, c(0x7FFF)), c(0x7FFF), n)
     t = builder.fadd(builder.fmul(builder.bitcast(a, f32), ir.Constant(f32, 2.0 ** 25)), ir.Constant(f32, 2.0 ** 23))
     q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
@@ -459,7 +444,7 @@ def numba_stochastic_functions():
 
             def codegen(context, builder, sig, args):
                 r = _word_ir(builder, _to_i32(builder, args[1], s.bitwidth), i)
-                return builder.trunc(_encode_sr_ir(builder, _to_f32(builder, args[0], x.bitwidth), r), i16)
+                return builder.trunc(_encode_ir(builder, _to_f32(builder, args[0], x.bitwidth), r), i16)
             return types.uint16(x, s), codegen
         return enc
 
@@ -471,9 +456,9 @@ def numba_stochastic_functions():
                 return None
 
             def codegen(context, builder, sig, args):
-                ca = _encode_sr_ir(builder, _to_f32(builder, args[0], a.bitwidth),
+                ca = _encode_ir(builder, _to_f32(builder, args[0], a.bitwidth),
                                    _word_ir(builder, _to_i32(builder, args[2], sa.bitwidth), i))
-                cb = _encode_sr_ir(builder, _to_f32(builder, args[1], b.bitwidth),
+                cb = _encode_ir(builder, _to_f32(builder, args[1], b.bitwidth),
                                    _word_ir(builder, _to_i32(builder, args[3], sb.bitwidth), i))
                 return builder.or_(ca, builder.shl(cb, ir.Constant(i32, 16)))
             return types.int32(a, b, sa, sb), codegen

@@ -120,12 +120,12 @@ def _prelude_c(code) -> str:
 
 
 def _collision_fn(P, collision, layer: bool = False):
-    if layer:       # the absorbing layer's extra bulk relaxation (boundaries/layer.py)
-        fn = P.collide_trt_layer if collision == "trt" else None
-
+    if layer and collision == "trt":       # the absorbing layer's extra bulk relaxation (boundaries/layer.py)
         def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus, layer):
-            h = (h0, h1, h2, h3, h4, h5, h6, h7, h8)
-            return fn(h, omega_plus, omega_minus, layer) if fn else P.collide_bgk_layer(h, omega_plus, layer)
+            return P.collide_trt_layer((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, omega_minus, layer)
+    elif layer:
+        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus, layer):
+            return P.collide_bgk_layer((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, layer)
     elif collision == "trt":
         def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus):
             return P.collide_trt((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, omega_minus)

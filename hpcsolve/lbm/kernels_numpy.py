@@ -51,6 +51,7 @@ class NumpyStepper(Stepper):
         lay = setup.absorbing_layer
         # (global rows: a slab's cell_offset is a whole number of rows)
         self.layer = None if lay is None else lay.coefficient(x, y + setup.cell_offset // nx, self.ct)
+        self.global_cells = fluid + setup.cell_offset     # the fluid cells' global indices (fp16c's seeds)
         # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
         self.vel = velocity.NumpyLinks(setup, self.P, sources)
         self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
@@ -77,7 +78,7 @@ class NumpyStepper(Stepper):
             post = P.collide_trt(h, self.omega_plus, self.omega_minus)
         else:
             post = P.collide_bgk(h, self.omega_plus)
-        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.fluid + self.setup.cell_offset)
+        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.global_cells)
         self.g, self.g_next = self.g_next, self.g
 
     def _advance(self, n: int) -> None:

@@ -8,6 +8,7 @@ forces, steady-state check) and at output times.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time as _time
 import warnings
@@ -56,9 +57,8 @@ def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geo
                      links=geo.links, ramp_steps=derived.ramp_steps,
                      in_place=case.lattice.streaming == "in-place")
     if case.boundaries.absorbing_layer is not None:
-        setup.absorbing_layer = layer.from_case(case.boundaries.absorbing_layer, case.boundaries, geo, case.domain,
-                                                setup.relaxation_time, setup.omegas[0])
-        setup.__post_init__()
+        setup = dataclasses.replace(setup, absorbing_layer=layer.from_case(
+            case.boundaries.absorbing_layer, case.boundaries, geo, case.domain, setup.relaxation_time, setup.omegas[0]))
     return derived, geo, setup
 
 
