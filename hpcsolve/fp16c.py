@@ -15,8 +15,10 @@ so the NumPy reference here, the CUDA C of ``CUDA_SOURCE`` and the Numba device 
 **Stochastic rounding of the step's stores** (:func:`encode_stochastic`, CUDA C ``fp16c_encode_sr``, Numba
 ``numba_stochastic_functions``): a value in the normal range rounds up with probability equal to its distance
 from the code below, in units of the code step (unbiased: the expected stored value is the value), by adding 12
-random bits below the kept mantissa and truncating; subnormal results (|x| < 2^-14) keep round to nearest. The
-random bits are a deterministic function of the cell: :func:`seed` mixes the bits of the cell's pre-collision
+random bits below the kept mantissa and truncating. It works on y = min(|x|, MAX_CODE_VALUE) 2^-112, a float32 whose
+bits are the code's magnitude bits followed by 12 more (a float32 subnormal where the code is subnormal: y is
+rounded to nearest on float32's subnormal grid first, 2^12 times finer than the code's, and the code then rounds
+stochastically from y, subnormal results included). The random bits are a deterministic function of the cell: :func:`seed` mixes the bits of the cell's pre-collision
 rest population (an exactly stored value, identical on every backend) with the cell's flat index, and direction i
 takes the top 12 bits of ``STREAM[i] = (a_i, c_i)``: a_i s + c_i, the (i + 1)-th state of the LCG
 s <- 1664525 s + 1013904223 (Numerical Recipes) from s, so no state is threaded through a kernel. With round to
@@ -37,9 +39,11 @@ BIAS = 15
 MANTISSA_BITS = 11
 NAN_BITS = 0x7FFF           # |code| of NaN (and of everything too large)
 MAX_FINITE = 1 + 2046 / 2048           # e = 15, m = 2046 (exact in float32)
+MAX_CODE_VALUE = 1 + 2047 / 2048       # what the NaN code (e = 15, m = 2047) would read: the clamp of the encoders
 MIN_NORMAL = 2.0 ** (1 - BIAS)
 SUBNORMAL_STEP = 2.0 ** (1 - BIAS - MANTISSA_BITS)     # 2^-25
 _REBIAS = (127 - BIAS) << 23                            # float32 exponent bias - FP16C bias, in place
+_MAX_CODE_BITS = int(np.float32(MAX_CODE_VALUE).view(np.uint32))
 
 
 #: encode / decode work through arrays of at most this many values at a time, so that their temporaries (about
@@ -149,9 +153,11 @@ def seed(h0, cell):
 
 
 def encode_stochastic(x, s):
-    """FP16C codes of ``x`` (9, n) (float32 values of the 9 directions of n cells) with stochastic rounding: in the
-    normal range, ``(|x| bits - rebias + r_i) >> 12`` with r_i the top 12 bits of ``STREAM[i]`` applied to the cells'
-    seeds ``s`` (n,) (:func:`seed`); subnormal results, NaN and overflow as :func:`encode`."""
+    """FP16C codes of ``x`` (9, n) (float32 values of the 9 directions of n cells) with stochastic rounding:
+    ``(bits(y) + r_i) >> 12`` with y = min(|x|, MAX_CODE_VALUE) 2^-112 (float32, IEEE: subnormal products kept,
+    rounded to nearest) and r_i the top 12 bits of ``STREAM[i]`` applied to the cells' seeds ``s`` (n,)
+    (:func:`seed`); the sign of x. NaN, infinities and values rounding past the largest finite code give the NaN
+    code, as in :func:`encode` (NaN fails the min and takes MAX_CODE_VALUE, whose code is NaN whatever r_i)."""
     xp = get_array_module(x)
     a32 = xp.ascontiguousarray(xp.asarray(x, dtype=xp.float32))
     s = xp.asarray(s, dtype=xp.uint32)
@@ -168,11 +174,15 @@ def _encode_stochastic(a32, s):
     xp = get_array_module(a32)
     u32 = xp.uint32
     b = a32.view(u32)
-    a = b & u32(0x7FFFFFFF)
-    r = xp.stack([(u32(ai) * s + u32(ci)) >> u32(20) for ai, ci in STREAM[:a32.shape[0]]])
-    normal = xp.minimum(((xp.maximum(a, u32(113 << 23)) - u32(_REBIAS)) + r) >> u32(12), u32(NAN_BITS))
-    nearest = encode(a32).astype(u32) & u32(0x7FFF)           # the subnormal results (and 0)
-    mag = xp.where(a >= u32(113 << 23), normal, nearest)
+    # bits of y = min(|x|, MAX_CODE_VALUE) 2^-112 in integer arithmetic (the same bits as the IEEE float32 product
+    # of the kernels, whatever flush-to-zero an array library compiles with): where y is normal, the re-biased bits
+    # (exact); where it is a float32 subnormal, |x| 2^37 (exact in float64) rounded to nearest even
+    a = xp.minimum(b & u32(0x7FFFFFFF), u32(_MAX_CODE_BITS))          # NaN and infinities: the bound
+    sub = xp.rint(xp.minimum(a, u32(113 << 23)).view(xp.float32).astype(xp.float64) * 2.0 ** 37).astype(u32)
+    y = xp.where(a >= u32(113 << 23), a - u32(_REBIAS), sub)
+    del a, sub
+    mag = (y + xp.stack([(u32(ai) * s + u32(ci)) >> u32(20) for ai, ci in STREAM[:a32.shape[0]]])) >> u32(12)
+    del y
     return (mag | ((b >> u32(16)) & u32(0x8000))).astype(xp.uint16)
 
 
@@ -182,22 +192,38 @@ def is_nan(c):
     return (xp.asarray(c) & 0x7FFF) == 0x7FFF
 
 
-#: CUDA C device functions giving the bits of ``decode`` / ``encode``, branch-free (a step converts 18 values per cell,
-#: and the first version, with branches and a 64-bit rounding, made the fp16c step compute-bound: 30,000 against
-#: fp16s's 94,000 MLUPS at 8192^2 on the H200):
-#: - decode: the 15 magnitude bits moved under the float32 mantissa and exponent fields, the exponent re-biased by
-#:   adding 112 (e > 0: the value, exactly); a subnormal (e = 0) gets the exponent of e = 1 and 2^-14 subtracted,
-#:   which leaves m 2^-25 exactly. No float32 subnormal appears, so flush-to-zero compilation (CuPy's kernels
-#:   flushed the first version's float32-subnormal trick to 0) cannot change a value;
-#: - encode, |x| >= 2^-14: drop 12 mantissa bits rounding to nearest even (a carry moves into the exponent), re-bias,
-#:   and clamp everything past the largest finite value (infinities and NaN too) to the NaN code; |x| < 2^-14:
-#:   m = |x| 2^25 (exact) rounded to nearest even by the float32 addition of 2^23, whose low mantissa bits it is.
+#: CUDA C device functions giving the bits of ``decode`` / ``encode`` / ``encode_stochastic``, branch-free (a step
+#: converts 18 values per cell, and both the fp16c and the fp16s step are bound by instruction issue on the H200, so
+#: every instruction of the codec shows in the throughput):
+#: - ``fp16c_mul``: an IEEE float32 product, subnormal results and operands kept. CuPy compiles kernels with
+#:   flush-to-zero (``-ftz=true`` appended to the options; it flushed an earlier decode's subnormals to 0), which does
+#:   not reach inline PTX: ``mul.rn.f32`` without ``.ftz``;
+#: - decode: the code sign-extended and shifted so that its sign is float32's and its 15 magnitude bits sit under
+#:   the float32 exponent and mantissa (e = 0: a float32 subnormal), times 2^112: the value, exactly (3-4
+#:   instructions); the NaN code reads MAX_CODE_VALUE there and is replaced by NaN;
+#: - encode (round to nearest, ties to even; not in the step's hot path), |x| >= 2^-14: drop 12 mantissa bits (a
+#:   carry moves into the exponent), re-bias, and clamp everything past the largest finite value (infinities and
+#:   NaN too) to the NaN code; |x| < 2^-14: m = |x| 2^25 (exact) rounded to nearest even by the float32 addition of
+#:   2^23, whose low mantissa bits it is;
+#: - stochastic encode (the step's stores): the bits of |x| 2^-112 by ``fp16c_mul``, capped at those of
+#:   MAX_CODE_VALUE 2^-112 (unsigned min: NaN of any kind and infinities take the cap), plus the top 12 bits of the
+#:   random word, shifted down 12, and the sign of x. The pair
+#:   kernel's ``fp16c_pack_sr`` puts the second code in the high half without a separate shift.
 CUDA_SOURCE = r"""
+__device__ __forceinline__ float fp16c_mul(const float a, const float b) {
+#ifdef __CUDA_ARCH__
+  float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return a * b;
+#endif
+}
+// the value of a code whose sign is at bit 31 and magnitude at bits 26..12 of t (other bits ignored)
+__device__ __forceinline__ float fp16c_widen(const unsigned int t) {
+  const float v = fp16c_mul(__uint_as_float(t & 0x87FFF000u), 0x1p112f);
+  return fabsf(v) == 1.99951171875f ? __uint_as_float(0x7FC00000u) : v;
+}
 __device__ __forceinline__ float fp16c_decode(const unsigned short c) {
-  const unsigned int u = c, mag = u & 0x7FFFu;
-  const bool sub = mag < 0x800u;
-  const float v = __uint_as_float((mag << 12) + (sub ? 113u << 23 : 112u << 23)) - (sub ? 0x1p-14f : 0.0f);
-  return __uint_as_float((mag == 0x7FFFu ? 0x7FC00000u : __float_as_uint(v)) | ((u & 0x8000u) << 16));
+  return fp16c_widen((unsigned int)((int)(short)c << 12));
 }
 __device__ __forceinline__ unsigned short fp16c_encode(const float x) {
   const unsigned int b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
@@ -205,12 +231,14 @@ __device__ __forceinline__ unsigned short fp16c_encode(const float x) {
   const unsigned int q = __float_as_uint(__uint_as_float(a) * 0x1p25f + 8388608.0f) & 0x7FFFFFu;
   return (unsigned short)(((b >> 16) & 0x8000u) | (a >= (113u << 23) ? n : q));
 }
-// stochastic rounding (fp16c.encode_stochastic): r a random word, its top 12 bits added below the kept mantissa
+// stochastic rounding (fp16c.encode_stochastic): the magnitude bits of y = |x| 2^-112, at most those of
+// MAX_CODE_VALUE 2^-112 (NaN and infinities too: an unsigned min of the bits), plus the top 12 bits of the random
+// word r, before the shift that drops 12 bits
+__device__ __forceinline__ unsigned int fp16c_scaled_sr(const float x, const unsigned int r) {
+  return min(__float_as_uint(fp16c_mul(fabsf(x), 0x1p-112f)), 0x07FFF000u) + (r >> 20);
+}
 __device__ __forceinline__ unsigned short fp16c_encode_sr(const float x, const unsigned int r) {
-  const unsigned int b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
-  const unsigned int n = min((a - (112u << 23) + (r >> 20)) >> 12, 0x7FFFu);
-  const unsigned int q = __float_as_uint(__uint_as_float(a) * 0x1p25f + 8388608.0f) & 0x7FFFFFu;
-  return (unsigned short)(((b >> 16) & 0x8000u) | (a >= (113u << 23) ? n : q));
+  return (unsigned short)((fp16c_scaled_sr(x, r) >> 12) | ((__float_as_uint(x) >> 16) & 0x8000u));
 }
 // the seed of a cell (fp16c.seed): its pre-collision rest population's bits and its flat index
 __device__ __forceinline__ unsigned int fp16c_seed(const float h0, const unsigned int cell) {
@@ -221,25 +249,39 @@ __device__ __forceinline__ unsigned int fp16c_seed(const float h0, const unsigne
 """
 
 
-def _decode_ir(builder, u):
-    """LLVM IR of ``fp16c_decode`` (CUDA_SOURCE) on the low 16 bits of the i32 ``u`` (higher bits ignored)."""
+def _decode_ir(builder, u, shift=16):
+    """LLVM IR of ``fp16c_decode`` (CUDA_SOURCE) of the code in bits ``shift`` - 16 .. ``shift`` - 1 of the i32 ``u``
+    (16: the low half, 32: the high half of a word; other bits ignored): the sign-extended code shifted to bit 12,
+    masked, times 2^112 (an fmul without fast-math flags: subnormals kept), the NaN code to NaN."""
     from llvmlite import ir
 
     i32, f32 = ir.IntType(32), ir.FloatType()
-    mag = builder.and_(u, ir.Constant(i32, 0x7FFF))
-    sub = builder.icmp_unsigned("<", mag, ir.Constant(i32, 0x800))
-    bits = builder.add(builder.shl(mag, ir.Constant(i32, 12)),
-                       builder.select(sub, ir.Constant(i32, 113 << 23), ir.Constant(i32, 112 << 23)))
-    v = builder.fsub(builder.bitcast(bits, f32), builder.select(sub, ir.Constant(f32, 2.0 ** -14), ir.Constant(f32, 0.0)))
-    out = builder.select(builder.icmp_unsigned("==", mag, ir.Constant(i32, 0x7FFF)), ir.Constant(i32, 0x7FC00000),
-                         builder.bitcast(v, i32))
-    sign = builder.shl(builder.and_(u, ir.Constant(i32, 0x8000)), ir.Constant(i32, 16))
-    return builder.bitcast(builder.or_(out, sign), f32)
+    if shift < 32:
+        u = builder.shl(u, ir.Constant(i32, 32 - shift))
+    t = builder.and_(builder.ashr(u, ir.Constant(i32, 4)), ir.Constant(i32, 0x87FFF000))
+    v = builder.fmul(builder.bitcast(t, f32), ir.Constant(f32, 2.0 ** 112))
+    # the NaN code (the value MAX_CODE_VALUE): tested on the magnitude bits (no LLVM intrinsics: NVVM takes none here)
+    mag = builder.and_(t, ir.Constant(i32, 0x07FFF000))
+    is_nan = builder.icmp_unsigned("==", mag, ir.Constant(i32, 0x07FFF000))
+    return builder.select(is_nan, ir.Constant(f32, float("nan")), v)
+
+
+def _scaled_sr_ir(builder, v, r):
+    """LLVM IR of ``fp16c_scaled_sr``: bits of |v| 2^-112 capped at those of MAX_CODE_VALUE 2^-112, plus the top 12
+    bits of ``r``."""
+    from llvmlite import ir
+
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    absv = builder.bitcast(builder.and_(builder.bitcast(v, i32), ir.Constant(i32, 0x7FFFFFFF)), f32)
+    y = builder.bitcast(builder.fmul(absv, ir.Constant(f32, 2.0 ** -112)), i32)
+    cap = ir.Constant(i32, _MAX_CODE_BITS - _REBIAS)
+    y = builder.select(builder.icmp_unsigned("<", y, cap), y, cap)
+    return builder.add(y, builder.lshr(r, ir.Constant(i32, 20)))
 
 
 def _encode_ir(builder, v, r=None):
     """LLVM IR of ``fp16c_encode`` (CUDA_SOURCE) of the float ``v``: the code in the low 16 bits of an i32; with a
-    random i32 word ``r``, of ``fp16c_encode_sr`` (its top 12 bits instead of round to nearest even)."""
+    random i32 word ``r``, of ``fp16c_encode_sr`` (stochastic rounding)."""
     from llvmlite import ir
 
     i32, f32 = ir.IntType(32), ir.FloatType()
@@ -248,17 +290,29 @@ def _encode_ir(builder, v, r=None):
         return ir.Constant(i32, k)
 
     b = builder.bitcast(v, i32)
+    sign = builder.and_(builder.lshr(b, c(16)), c(0x8000))
+    if r is not None:
+        return builder.or_(builder.lshr(_scaled_sr_ir(builder, v, r), c(12)), sign)
     a = builder.and_(b, c(0x7FFFFFFF))
-    if r is None:
-        lsb = builder.and_(builder.lshr(a, c(12)), c(1))
-        n = builder.lshr(builder.add(builder.add(builder.sub(a, c(112 << 23)), c(0x7FF)), lsb), c(12))
-    else:
-        n = builder.lshr(builder.add(builder.sub(a, c(112 << 23)), builder.lshr(r, c(20))), c(12))
+    lsb = builder.and_(builder.lshr(a, c(12)), c(1))
+    n = builder.lshr(builder.add(builder.add(builder.sub(a, c(112 << 23)), c(0x7FF)), lsb), c(12))
     n = builder.select(builder.icmp_unsigned(">", n, c(0x7FFF)), c(0x7FFF), n)
     t = builder.fadd(builder.fmul(builder.bitcast(a, f32), ir.Constant(f32, 2.0 ** 25)), ir.Constant(f32, 2.0 ** 23))
     q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
     mag = builder.select(builder.icmp_unsigned(">=", a, c(113 << 23)), n, q)
-    return builder.or_(builder.and_(builder.lshr(b, c(16)), c(0x8000)), mag)
+    return builder.or_(sign, mag)
+
+
+def _pack_sr_ir(builder, a, b, ra, rb):
+    """LLVM IR of the pair kernel's ``fp16c_pack_sr``: the stochastic codes of the floats ``a`` (low half) and ``b``
+    (high half, put in place without a separate shift) with the random i32 words ``ra`` / ``rb``."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    hi = builder.or_(builder.and_(builder.shl(_scaled_sr_ir(builder, b, rb), ir.Constant(i32, 4)),
+                                  ir.Constant(i32, 0x7FFF0000)),
+                     builder.and_(builder.bitcast(b, i32), ir.Constant(i32, 0x80000000)))
+    return builder.or_(_encode_ir(builder, a, ra), hi)
 
 
 def _seed_ir(builder, h0, cell):
@@ -371,10 +425,7 @@ def numba_pair_functions():
                 return None
 
             def codegen(context, builder, sig, args):
-                u = _to_i32(builder, args[0], w.bitwidth)
-                if shift:
-                    u = builder.lshr(u, ir.Constant(ir.IntType(32), shift))
-                return _decode_ir(builder, u)
+                return _decode_ir(builder, _to_i32(builder, args[0], w.bitwidth), 16 + shift)
             return types.float32(w), codegen
         return widen
 
@@ -456,11 +507,9 @@ def numba_stochastic_functions():
                 return None
 
             def codegen(context, builder, sig, args):
-                ca = _encode_ir(builder, _to_f32(builder, args[0], a.bitwidth),
-                                   _word_ir(builder, _to_i32(builder, args[2], sa.bitwidth), i))
-                cb = _encode_ir(builder, _to_f32(builder, args[1], b.bitwidth),
+                return _pack_sr_ir(builder, _to_f32(builder, args[0], a.bitwidth), _to_f32(builder, args[1], b.bitwidth),
+                                   _word_ir(builder, _to_i32(builder, args[2], sa.bitwidth), i),
                                    _word_ir(builder, _to_i32(builder, args[3], sb.bitwidth), i))
-                return builder.or_(ca, builder.shl(cb, ir.Constant(i32, 16)))
             return types.int32(a, b, sa, sb), codegen
         return pack
 

@@ -55,8 +55,8 @@ GATHER_BYTES = 8
 STEP_TEMPORARIES = 4.75
 #: ... and a custom 16-bit format (policy.codec, FP16C) decodes and encodes through this many bytes of
 #: temporaries per population value (hpcsolve/fp16c.py, uint32 arithmetic; tracemalloc: 31 encode, 33 decode,
-#: 43 the step's stochastic encode), for at most fp16c.CHUNK values at a time, plus its float32 result
-CODEC_TEMPORARY_BYTES = 44
+#: 20 the step's stochastic encode), for at most fp16c.CHUNK values at a time, plus its float32 result
+CODEC_TEMPORARY_BYTES = 34
 #: one snapshot keeps velocity (2 x 8), pressure (8) and vorticity (8) per cell on the host
 SNAPSHOT_BYTES_PER_CELL = 32
 #: final fields on the host while the result is written: velocity 16, pressure, density, vorticity

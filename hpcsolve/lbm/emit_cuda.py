@@ -478,21 +478,22 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
 
 
 #: the pair kernel's 32-bit words of two 16-bit populations (the even cell in the low half), per codec: the word
-#: and element types, widening both / the high / the low half to float, and packing two floats (rounded to nearest)
+#: and element types, widening the high / the low half to float, and packing two floats (rounded to nearest)
 _PAIR_WORDS = {
-    None: {"word": "__half2", "elem": "__half", "both": "__half22float2", "high": "__high2float",
+    None: {"word": "__half2", "elem": "__half", "high": "__high2float",
            "low": "__low2float", "pack": "__floats2half2_rn", "prelude": ""},
-    "fp16c": {"word": "unsigned int", "elem": "unsigned short", "both": "fp16c_pair", "high": "fp16c_high",
+    "fp16c": {"word": "unsigned int", "elem": "unsigned short", "high": "fp16c_high",
               "low": "fp16c_low", "pack": "fp16c_pack", "prelude": """
-__device__ __forceinline__ float fp16c_low(const unsigned int w) { return fp16c_decode((unsigned short)(w & 0xFFFFu)); }
-__device__ __forceinline__ float fp16c_high(const unsigned int w) { return fp16c_decode((unsigned short)(w >> 16)); }
-__device__ __forceinline__ float2 fp16c_pair(const unsigned int w) { return make_float2(fp16c_low(w), fp16c_high(w)); }
+__device__ __forceinline__ float fp16c_low(const unsigned int w) { return fp16c_widen((unsigned int)((int)(w << 16) >> 4)); }
+__device__ __forceinline__ float fp16c_high(const unsigned int w) { return fp16c_widen((unsigned int)((int)w >> 4)); }
 __device__ __forceinline__ unsigned int fp16c_pack(const float a, const float b) {
   return (unsigned int)fp16c_encode(a) | ((unsigned int)fp16c_encode(b) << 16);
 }
+// the low code as fp16c_encode_sr; the high one shifted into place directly (bits 30..16: its magnitude, 31: sign)
 __device__ __forceinline__ unsigned int fp16c_pack_sr(const float a, const float b, const unsigned int ra,
                                                       const unsigned int rb) {
-  return (unsigned int)fp16c_encode_sr(a, ra) | ((unsigned int)fp16c_encode_sr(b, rb) << 16);
+  return (unsigned int)fp16c_encode_sr(a, ra)
+         | ((fp16c_scaled_sr(b, rb) << 4) & 0x7FFF0000u) | (__float_as_uint(b) & 0x80000000u);
 }"""},
 }
 
@@ -512,22 +513,23 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
     h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
     lay_params, _, lay_arg = _layer_c(layer)
     w = _PAIR_WORDS[code.codec]
-    half = {"lo": "x", "hi": "y"}                             # of a float2 widened from a word
+    # the raw words are loaded and passed between lanes (as the Numba emitter does), then each half widened
+    # once: the edge lane's own load of the neighbouring word replaces the shuffled one before any widening
     loads = []
     for i, pull in enumerate(kernel_plan.PAIR_PULLS):
         base = f"A2 + {i} * NP + {pull.row}"
-        loads.append(f"const float2 u{i} = {w['both']}(({base})[px]);")
-        if not pull.neighbour:
-            loads.append(f"ha[{i}] = {h(f'u{i}.{half[pull.a[1]]}')}; hb[{i}] = {h(f'u{i}.{half[pull.b[1]]}')};")
-            continue
-        # the neighbouring lane's half by a warp shuffle; the lane at the warp edge (or the wrap) loads it
-        nb_half = (pull.a if pull.a[0] == "nb" else pull.b)[1]
-        var, shfl, edge, at = (("up", "__shfl_up_sync", "lane == 0", "pm") if pull.neighbour < 0
-                               else ("dn", "__shfl_down_sync", "last", "pp"))
-        nb = f"({edge} ? {w['high' if nb_half == 'hi' else 'low']}(({base})[{at}]) : {var})"
-        ha, hb = (nb if word == "nb" else f"u{i}.{half[hh]}" for word, hh in (pull.a, pull.b))
-        loads.append(f"{{ const float {var} = {shfl}(0xffffffffu, u{i}.{half[nb_half]}, 1);"
-                     f" ha[{i}] = {h(ha)}; hb[{i}] = {h(hb)}; }}")
+        loads.append(f"const {w['word']} u{i} = ({base})[px];")
+        if pull.neighbour:
+            var, shfl, edge, at = (("up", "__shfl_up_sync", "lane == 0", "pm") if pull.neighbour < 0
+                                   else ("dn", "__shfl_down_sync", "last", "pp"))
+            loads.append(f"{{ const {w['word']} {var} = {shfl}(0xffffffffu, u{i}, 1); "
+                          f"n{i} = {edge} ? ({base})[{at}] : {var}; }}")
+
+        def half(word_half):
+            word, hh = word_half
+            return h(f"{w['high' if hh == 'hi' else 'low']}({'u' if word == 'own' else 'n'}{i})")
+        loads.append(f"ha[{i}] = {half(pull.a)}; hb[{i}] = {half(pull.b)};")
+    shifted = [i for i, pull in enumerate(kernel_plan.PAIR_PULLS) if pull.neighbour]
     nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
     if code.stochastic:     # fp16c: stochastic rounding with the two cells' seeds (their pre-collision rest populations)
@@ -565,6 +567,7 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
   const int pp = (px == npairs - 1) ? 0 : px + 1;
   const {w['word']}* __restrict__ A2 = reinterpret_cast<const {w['word']}*>(A);
   real_t ha[{Q}], hb[{Q}];
+  {w['word']} {', '.join(f'n{i}' for i in shifted)};
   {nl.join(loads)}
   if (!active) return;
   const uchar2 fl = *reinterpret_cast<const uchar2*>(flags + row + x);

@@ -12,7 +12,9 @@
   outlet rule took the characteristic density (``physics.outlet_density``, session 5; a compiled variant of
   its own, ``characteristic=True``), and when both emitters began to write the kernels from one plan
   (``kernel_plan``: per-layout positions, the boundary rules' pieces from ``boundaries``, the force and
-  Bouzidi list kernels; session 7, benchmarked before and after in one device run). A change to
+  Bouzidi list kernels; session 7, benchmarked before and after in one device run), and when the CUDA pair
+  kernel began to pass raw words between lanes and FP16C got its cheaper codec (session 9, the fp16s and fp16c
+  CUDA sources; benchmarked before and after in one device run). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -42,14 +44,14 @@ NUMBA_VARIANTS = [(1, 256, False, "smem", False), (1, 128, False, "smem", False)
 PAIR_VARIANTS = [(1, 64, True, "smem", False), (1, 64, True, "shfl", False), (1, 128, True, "smem", False)]
 
 SOURCE_HASHES = {
-    "cuda-bouzidi/fp16c": "5cebecf0fd324b79d8ee",
+    "cuda-bouzidi/fp16c": "2e56efa1592607889061",
     "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
     "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
     "cuda-bouzidi/fp64": "708848745d8bac574d60",
-    "cuda/fp16c/bgk": "de2efa2aa5377638e9bc",
-    "cuda/fp16c/trt": "bf30c86acf92efee92d6",
-    "cuda/fp16s/bgk": "6d65a87329ba48e50eed",
-    "cuda/fp16s/trt": "1e108dca854bab1d1d8d",
+    "cuda/fp16c/bgk": "cca1df826b338f2b0b98",
+    "cuda/fp16c/trt": "17050816109342ac2b68",
+    "cuda/fp16s/bgk": "ba95a319c5ff4ee92c3f",
+    "cuda/fp16s/trt": "ca78f5fe86e2098d564f",
     "cuda/fp32/bgk": "b3bace242eb6ab7eba9f",
     "cuda/fp32/trt": "ee92136206e11e8e0037",
     "cuda/fp64/bgk": "4ff3a1dd8dad84b0065f",
