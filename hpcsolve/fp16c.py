@@ -13,12 +13,13 @@ so the NumPy reference here, the CUDA C of ``CUDA_SOURCE`` and the Numba device 
 ``numba_functions`` give the same bits. This module holds the one definition; tests compare the three.
 
 **Stochastic rounding of the step's stores** (:func:`encode_stochastic`, CUDA C ``fp16c_encode_sr``, Numba
-``numba_stochastic_functions``): a value in the normal range rounds up with probability equal to its distance
-from the code below, in units of the code step (unbiased: the expected stored value is the value), by adding 12
-random bits below the kept mantissa and truncating. It works on y = min(|x|, MAX_CODE_VALUE) 2^-112, a float32 whose
-bits are the code's magnitude bits followed by 12 more (a float32 subnormal where the code is subnormal: y is
-rounded to nearest on float32's subnormal grid first, 2^12 times finer than the code's, and the code then rounds
-stochastically from y, subnormal results included). The random bits are a deterministic function of the cell: :func:`seed` mixes the bits of the cell's pre-collision
+``numba_stochastic_functions``): a value rounds up with probability equal to its distance from the code below,
+in units of the code step (unbiased: the expected stored value is the value), by adding 12 random bits below the
+kept mantissa and truncating. It works on y = min(|x|, MAX_CODE_VALUE) 2^-112, a float32 whose bits are the
+code's magnitude bits followed by 12 more (a float32 subnormal where the code is subnormal: y is rounded to
+nearest on float32's subnormal grid first, 2^12 times finer than the code's, and the code then rounds
+stochastically from y). The random bits are a deterministic function of the cell: :func:`seed` mixes the bits
+of the cell's pre-collision
 rest population (an exactly stored value, identical on every backend) with the cell's flat index, and direction i
 takes the top 12 bits of ``STREAM[i] = (a_i, c_i)``: a_i s + c_i, the (i + 1)-th state of the LCG
 s <- 1664525 s + 1013904223 (Numerical Recipes) from s, so no state is threaded through a kernel. With round to
