@@ -503,18 +503,23 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
     source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
     (``__floats2half2_rn``, the same round-to-nearest as ``store_pop``). A population pulled from
-    x - 1 (c_x = +1) or x + 2 (c_x = -1) is the other half of the neighbouring thread's word, passed
-    by a warp shuffle; the first / last lane of a warp (and the pair at the periodic wrap, pair
-    index modulo nx / 2) loads that half itself. So DRAM sees each 4-byte word once. Every lane
+    x - 1 (c_x = +1) or x + 2 (c_x = -1) is the other half of the neighbouring thread's word: the raw
+    word is passed by a warp shuffle, the first / last lane of a warp (and the pair at the periodic wrap,
+    pair index modulo nx / 2) loads it itself, and only then is the half widened (once per value). So
+    DRAM sees each 4-byte word once. Every lane
     executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
     (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell_step`` + ``collide_store``)
     as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
     Q = lattice.Q
-    h = code.unscale     # the halves are widened to float by __half22float2 / __high2float / __low2float
+    h = code.unscale     # the halves are widened to float by __high2float / __low2float (fp16c_high / fp16c_low)
     lay_params, _, lay_arg = _layer_c(layer)
     w = _PAIR_WORDS[code.codec]
     # the raw words are loaded and passed between lanes (as the Numba emitter does), then each half widened
     # once: the edge lane's own load of the neighbouring word replaces the shuffled one before any widening
+    def half(i, word_half):             # h of (word, half) of kernel_plan.PairPull: own word u{i}, neighbour's n{i}
+        word, hh = word_half
+        return h(f"{w['high' if hh == 'hi' else 'low']}({'u' if word == 'own' else 'n'}{i})")
+
     loads = []
     for i, pull in enumerate(kernel_plan.PAIR_PULLS):
         base = f"A2 + {i} * NP + {pull.row}"
@@ -524,11 +529,7 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
                                    else ("dn", "__shfl_down_sync", "last", "pp"))
             loads.append(f"{{ const {w['word']} {var} = {shfl}(0xffffffffu, u{i}, 1); "
                           f"n{i} = {edge} ? ({base})[{at}] : {var}; }}")
-
-        def half(word_half):
-            word, hh = word_half
-            return h(f"{w['high' if hh == 'hi' else 'low']}({'u' if word == 'own' else 'n'}{i})")
-        loads.append(f"ha[{i}] = {half(pull.a)}; hb[{i}] = {half(pull.b)};")
+        loads.append(f"ha[{i}] = {half(i, pull.a)}; hb[{i}] = {half(i, pull.b)};")
     shifted = [i for i, pull in enumerate(kernel_plan.PAIR_PULLS) if pull.neighbour]
     nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
