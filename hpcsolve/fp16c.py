@@ -477,7 +477,7 @@ def numba_stochastic_functions():
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    i16, i32 = ir.IntType(16), ir.IntType(32)
+    i16 = ir.IntType(16)
 
     @intrinsic
     def seed_fn(typingctx, h0, cell):
