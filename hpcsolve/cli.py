@@ -97,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "table (2^k - 1 halves to the end; default GPU 255 1023 2047 4095, CPU 127 255 511)")
     p.add_argument("--no-multigrid", action="store_true", help="fem: skip the multigrid and robustness tables")
     p.add_argument("--no-robustness", action="store_true", help="fem: skip the robustness table (anisotropy, jumps, Cook)")
-    p.add_argument("--in-place", action="store_true", help="lbm: time the GPU steppers with in-place streaming "
-                   "(one population array, lattice.streaming = 'in-place')")
+    p.add_argument("--streaming", choices=("auto", "two-buffer", "in-place"), default=None,
+                   help="lbm: the GPU steppers' streaming, as a case's lattice.streaming (default auto: in place where "
+                   "the one-array lattice fits the L2 cache, fp32/fp64)")
+    p.add_argument("--in-place", action="store_true", help="lbm: the same as --streaming in-place")
     return parser
 
 
@@ -224,6 +226,10 @@ def cmd_bench(args) -> int:
 
     if getattr(args, "in_place", False) and args.family != "lbm":
         raise CaseError.invalid("--in-place", True, "bench lbm only", why="in-place streaming is an LBM option")
+    if getattr(args, "streaming", None) is not None and args.family != "lbm":
+        raise CaseError.invalid("--streaming", args.streaming, "bench lbm only", why="streaming is an LBM option")
+    if getattr(args, "in_place", False) and getattr(args, "streaming", None) not in (None, "in-place"):
+        raise CaseError.invalid("--streaming", args.streaming, "in-place or none with --in-place")
 
     try:
         mod = importlib.import_module(f"hpcsolve.report.bench_{args.family}")

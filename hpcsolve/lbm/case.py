@@ -46,9 +46,11 @@ class LatticeSection(StrictModel):
     magic: float = Field(3.0 / 16.0, gt=0, le=10, description="TRT magic parameter Lambda")
     bounce_back: BounceBack = Field("simple", description="obstacle walls: 'simple' (half-way, staircase) or 'bouzidi' "
                                     "(linear interpolated bounce-back at the exact circle/rectangle surface)")
-    streaming: Literal["two-buffer", "in-place"] = Field(
-        "two-buffer", description="GPU backends: 'in-place' streams in one population array (AA pattern; half the "
-        "memory, same results; 16-bit storage then runs one cell per thread); the NumPy reference keeps two arrays")
+    streaming: Literal["auto", "two-buffer", "in-place"] = Field(
+        "auto", description="GPU backends: 'in-place' streams in one population array (AA pattern; half the "
+        "memory, same results; 16-bit storage then runs one cell per thread); 'auto' streams in place where "
+        "that keeps the lattice in the GPU's L2 cache (fp32/fp64, one array between 0.3 and 0.65 of it) and "
+        "in two buffers elsewhere; the NumPy reference keeps two arrays")
 
 
 class DomainSection(StrictModel):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcsolve.errors import CaseError
 from hpcsolve.lbm import bouzidi, inplace, kernel_plan, lattice
 from hpcsolve.lbm.boundaries import outlet, velocity
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet  # noqa: F401 (the steppers' import)
@@ -35,14 +36,52 @@ def pair_kernel_applies(policy, nx: int) -> bool:
     return np.dtype(policy.storage).itemsize == 2 and nx % 2 == 0
 
 
-def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x):
-    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: the 16-bit pair kernel
-    on an even nx unless ``pairs`` is False or the setup streams in place (one cell per thread then);
-    explicit ``cells_per_thread`` / ``block_x`` override the backend's tuned ``launch`` / ``launch_pairs``."""
-    pol, nx = setup.policy, setup.shape[1]
-    in_place = bool(setup.in_place)
+#: ``LBMSetup.in_place`` None (case: ``lattice.streaming = "auto"``): the GPU steppers stream in place when the
+#: one-array lattice (``bytes_per_cell(policy, True)[1]`` per cell) takes more than the first and at most the
+#: second fraction of the device's L2 cache, and the storage is 4 or 8 bytes. There the in-place step's array
+#: stays in L2 from one step to the next while two buffers do not. H200 (60 MiB L2), cavity, CuPy / Numba,
+#: us per step two buffers -> in place (docs/lbm_algorithm.md, "Automatic in-place streaming"): fp32 1024^2
+#: (0.62 of L2) 26.1 -> 19.8 / 27.2 -> 21.3, fp64 724^2 (0.61) 24.7 -> 18.6 / 24.9 -> 19.4; slower above
+#: (fp32 1152^2, 0.78: 30.8 -> 33.2; fp64 832^2, 0.80: 31.0 -> 31.3) and on small grids (fp32 256^2: 3.34 ->
+#: 3.54). 16-bit storage keeps its two-cells-per-thread kernel (in place it runs one cell per thread: fp16s
+#: at 1448^2 Numba 37.5 -> 43.8 us).
+AUTO_IN_PLACE_L2 = (0.3, 0.65)
+
+
+def auto_in_place(setup: LBMSetup, l2_bytes: int) -> bool:
+    """The automatic streaming choice (:data:`AUTO_IN_PLACE_L2`) for ``setup`` on a device with ``l2_bytes``
+    of L2 cache (0: unknown, never in place); never where in-place streaming cannot run the setup
+    (``inplace.check``: a cell with an outlet and an interpolated link)."""
+    policy, (ny, nx) = setup.policy, setup.shape
+    if not l2_bytes or np.dtype(policy.storage).itemsize < 4:
+        return False
+    resident = bytes_per_cell(policy, True)[1] * ny * nx
+    lo, hi = AUTO_IN_PLACE_L2
+    if not lo * l2_bytes < resident <= hi * l2_bytes:
+        return False
+    try:
+        inplace.check(setup)
+    except CaseError:
+        return False
+    return True
+
+
+#: rows of at most this many cells take a backend's ``launch_short`` shape (one cell per thread)
+SHORT_ROW = 256
+
+
+def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x,
+                      l2_bytes: int = 0, launch_short: dict | None = None):
+    """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: in place as ``setup.in_place``
+    says (None: :func:`auto_in_place` with the device's ``l2_bytes``); the 16-bit pair kernel on an even nx
+    unless ``pairs`` is False or the stepper streams in place (one cell per thread then); the backend's tuned
+    ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by storage bytes, where it has an entry) on rows of
+    at most :data:`SHORT_ROW` cells; explicit ``cells_per_thread`` / ``block_x`` override them."""
+    pol, (ny, nx) = setup.policy, setup.shape
+    in_place = auto_in_place(setup, l2_bytes) if setup.in_place is None else bool(setup.in_place)
     use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
-    cpt0, bx0 = launch_pairs if use_pairs else launch[pol.storage_bytes]
+    short = (launch_short or {}).get(pol.storage_bytes) if nx <= SHORT_ROW else None
+    cpt0, bx0 = launch_pairs if use_pairs else short or launch[pol.storage_bytes]
     cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
     return in_place, use_pairs, cpt, int(block_x or bx0)
 

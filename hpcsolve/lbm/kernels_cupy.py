@@ -73,6 +73,11 @@ LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
 LAUNCH_PAIRS = (2, 64)
 
 
+def l2_cache_bytes(cupy) -> int:
+    """The current device's L2 cache in bytes (``gpu_common.auto_in_place``)."""
+    return int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"])
+
+
 class CupyBouzidi:
     """The pre-pass on the device with two RawKernels (gather into V, then scatter: every link value
     is read before any slot is written, as ``bouzidi.prepass`` requires)."""
@@ -130,7 +135,7 @@ class CupyStepper(PlanSteps, Stepper):
         ny, nx = setup.shape
         # 16-bit storage on an even nx: two adjacent cells per thread with __half2 loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
-            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
+            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cupy))
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
                             self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None)
         self.source = src

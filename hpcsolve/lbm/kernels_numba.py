@@ -169,7 +169,20 @@ LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 256)}
 #: 91,479; CuPy 93,924. Loading the words through the read-only cache (ld.global.nc by inline PTX) was
 #: slower: 71,094 against 79,530 (62 registers instead of 54). smem: the path the simulator tests run.
 LAUNCH_PAIRS = (2, 64)
+#: rows of at most gpu_common.SHORT_ROW cells: fp32 with 256 threads per block, one block per row (H200, cavity,
+#: us per step, 128 -> 256 threads): 256^2 3.95 -> 3.59, 128^2 3.33 -> 3.33, 64^2 3.18 -> 3.08. Longer rows keep
+#: 128: 384^2 5.05 -> 6.18 (the second block of a row half empty), 512^2 7.00 -> 7.06, 1024^2 26.9 -> 27.4,
+#: 8192^2 1,326.6 -> 1,374.2 (three rounds within 0.2 %)
+LAUNCH_SHORT = {4: (1, 256)}
 PAIR_EXCHANGE = "smem"
+
+
+def l2_cache_bytes(cuda) -> int:
+    """The current device's L2 cache in bytes (``gpu_common.auto_in_place``); 0 under the CUDA simulator."""
+    try:
+        return int(cuda.get_current_device().L2_CACHE_SIZE)
+    except AttributeError:   # the simulator's device has no such attribute: never in place by itself
+        return 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -299,7 +312,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         ny, nx = setup.shape
         # 16-bit storage on an even nx: two adjacent cells per thread with 4-byte loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
-            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x)
+            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cuda), LAUNCH_SHORT)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,

@@ -26,7 +26,7 @@ from hpcsolve.lbm.boundaries import layer
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, physics, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, LBMSetup, get_stepper
+from hpcsolve.lbm.stepper import FLUID, OUTLET, STREAMING, VELOCITY, LBMSetup, get_stepper
 from hpcsolve.precision import Precision
 from hpcsolve.results import Result, Snapshot, StructuredGrid
 
@@ -55,7 +55,7 @@ def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geo
                      collision=case.lattice.collision, magic=case.lattice.magic, policy=policy,
                      boundary_velocity=geo.boundary_velocity, initial_density=rho0, initial_velocity=u0,
                      links=geo.links, ramp_steps=derived.ramp_steps,
-                     in_place=case.lattice.streaming == "in-place")
+                     in_place=STREAMING[case.lattice.streaming])
     if case.boundaries.absorbing_layer is not None:
         setup = dataclasses.replace(setup, absorbing_layer=layer.from_case(
             case.boundaries.absorbing_layer, case.boundaries, geo, case.domain, setup.relaxation_time, setup.omegas[0]))

@@ -30,6 +30,8 @@ __all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from
            "FLAG_NAMES", "FLUID", "OUTLET", "VELOCITY", "WALL"]
 
 COLLISIONS = ("bgk", "trt")
+#: a case's lattice.streaming -> LBMSetup.in_place (None: the GPU stepper chooses, gpu_common.auto_in_place)
+STREAMING = {"auto": None, "two-buffer": False, "in-place": True}
 
 
 @dataclass
@@ -47,7 +49,8 @@ class LBMSetup:
     initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
     links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/bouzidi.py)
     ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
-    in_place: bool = False                       # GPU steppers: one population array (hpcsolve/lbm/inplace.py)
+    in_place: bool | None = False                # GPU steppers: one population array (hpcsolve/lbm/inplace.py);
+    #                                              None: they choose (gpu_common.auto_in_place, by the L2 cache)
     absorbing_layer: "AbsorbingLayer | None" = None  # extra bulk relaxation near the outlet (boundaries/layer.py)
     cell_offset: int = 0                         # flat index of cell 0 in the whole lattice (a slab of a decomposed
     #                                              run, whole rows): fp16c's seeds and the absorbing layer's profile
@@ -68,9 +71,9 @@ class LBMSetup:
                 or self.ramp_steps < 0:
             raise CaseError.invalid("ramp_steps", self.ramp_steps, "an integer >= 0")
         self.ramp_steps = int(self.ramp_steps)
-        if not isinstance(self.in_place, (bool, np.bool_)):
-            raise CaseError.invalid("in_place", self.in_place, "True or False")
-        self.in_place = bool(self.in_place)
+        if self.in_place is not None and not isinstance(self.in_place, (bool, np.bool_)):
+            raise CaseError.invalid("in_place", self.in_place, "True, False or None (the GPU stepper chooses)")
+        self.in_place = None if self.in_place is None else bool(self.in_place)
         if self.absorbing_layer is not None:
             from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 

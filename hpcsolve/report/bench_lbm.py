@@ -12,8 +12,10 @@ What one run does, in order:
 4. reports MLUPS, effective bandwidth (bytes per cell per step from the kernel header,
    ``stepper.bytes_per_cell_step``) as % of the copy bandwidth, resident bytes per cell and the
    largest square grid that fits the device;
-5. writes ``bench_lbm.json`` and ``bench_lbm.md`` (``bench_lbm_in_place.*`` with ``--in-place``) to
-   ``--out`` (or ``$OUT``, or ``results/bench/``) and prints the markdown table last.
+5. writes ``bench_lbm.json`` and ``bench_lbm.md`` to ``--out`` (or ``$OUT``, or ``results/bench/``) and
+   prints the markdown table last. ``--streaming`` (default ``auto``, what a case runs: in place where the
+   one-array lattice fits the L2 cache, ``gpu_common.auto_in_place``; rows streamed in place say so) writes
+   ``bench_lbm_two_buffer.*`` / ``bench_lbm_in_place.*`` for ``two-buffer`` / ``in-place``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import backends
+from hpcsolve.lbm.stepper import STREAMING
 from hpcsolve.precision import get_precision
 from hpcsolve.report.bandwidth import copy_bandwidth
 
@@ -50,10 +53,10 @@ def _out_dir(args) -> Path:
 
 
 def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1,
-                 in_place: bool = False, ny: int | None = None):
+                 in_place: bool | None = False, ny: int | None = None):
     """Lid-driven cavity on an n x n lattice (``ny`` x n with ``ny``): resting walls left, right and bottom,
     the lid (a VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells
-    across. ``in_place``: the GPU steppers stream in place (one population array)."""
+    across. ``in_place``: the GPU steppers stream in place (one population array); None: they choose."""
     from hpcsolve.lbm import physics
     from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
 
@@ -76,7 +79,7 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS,
-                            in_place: bool = False) -> dict:
+                            in_place: bool | None = False) -> dict:
     """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
     (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences."""
     from hpcsolve.lbm.stepper import get_stepper
@@ -102,7 +105,7 @@ def _bound(precision: str) -> float:
 
 
 def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,
-                 in_place: bool = False) -> dict:
+                 in_place: bool | None = False) -> dict:
     from hpcsolve.lbm.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
@@ -207,7 +210,8 @@ def main(args) -> int:
     wanted = tuple(getattr(args, "backends", None) or GPU_BACKENDS)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
-    in_place = bool(getattr(args, "in_place", False))
+    streaming = "in-place" if getattr(args, "in_place", False) else getattr(args, "streaming", None) or "auto"
+    in_place = STREAMING[streaming]   # None: each stepper chooses
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
     warmup = 5 if quick else 20
@@ -252,19 +256,19 @@ def main(args) -> int:
                          and "bytes_per_cell_resident" in r), None)
             mem = backends.get(backend).memory()
             if last and mem:
-                memory.append({"backend": backend + (" (in place)" if in_place else ""), "precision": precision,
+                memory.append({"backend": backend + (" (in place)" if last["in_place"] else ""), "precision": precision,
                                "bytes_per_cell_resident": last["bytes_per_cell_resident"],
                                "device_free_bytes": mem[0], "device_total_bytes": mem[1],
                                "largest_square": _largest_square(mem[0], last["bytes_per_cell_resident"])})
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
-            "in_place": in_place,
+            "in_place": in_place, "streaming": streaming,
             "copy_bandwidth_GBps": bw["bandwidth_GBps"], "copy_bandwidth": bw,
             "sizes": sorted({r["size"] for r in rows + cpu_rows if "mlups" in r}), "sizes_requested": list(sizes),
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
             "packages": backends.package_versions()}
-    stem = "bench_lbm_in_place" if in_place else "bench_lbm"   # --in-place keeps the two-buffer results
+    stem = {"auto": "bench_lbm", "in-place": "bench_lbm_in_place", "two-buffer": "bench_lbm_two_buffer"}[streaming]
     (out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
     md = _markdown(data)
     if skipped:

@@ -174,6 +174,18 @@ def test_numba_in_place_restart_and_smooth_start():
     assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp64"]
 
 
+def test_auto_streaming_keeps_two_buffers_under_the_simulator():
+    """lattice.streaming = 'auto' (in_place None): the simulator reports no L2 cache, so two buffers, and the
+    result is the reference's."""
+    from hpcsolve.report.bench_lbm import cavity_setup
+
+    setup = cavity_setup(8, FP32, in_place=None)
+    setup.initial_velocity = np.random.default_rng(3).uniform(-0.02, 0.02, (2,) + setup.shape)
+    ref, dev = _reference_and_numba(setup, steps=4)
+    assert dev.in_place is False and dev.b is not None
+    assert rel_diff(shifted(dev), shifted(ref)) <= BOUND["fp32"]
+
+
 def test_in_place_refuses_a_cell_with_outlet_and_interpolated_links():
     from hpcsolve.errors import CaseError
     from hpcsolve.lbm import bouzidi

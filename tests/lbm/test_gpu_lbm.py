@@ -189,6 +189,41 @@ def test_gpu_in_place_case_run_matches_two_buffers(backend):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_auto_streaming_follows_the_device_cache_and_matches_two_buffers(backend):
+    """lattice.streaming = 'auto' (in_place None): a fp32 cavity whose one-array lattice takes half of this
+    device's L2 cache streams in place and gives the two-buffer populations; a 64^2 one keeps two buffers."""
+    import math
+
+    from hpcsolve.lbm import kernels_cupy, kernels_numba
+    from hpcsolve.lbm.gpu_common import bytes_per_cell
+    from hpcsolve.report.bench_lbm import cavity_setup
+
+    _stepper_or_skip(backend, channel(policy=FP32))
+    if backend == "cupy":
+        import cupy
+
+        l2 = kernels_cupy.l2_cache_bytes(cupy)
+    else:
+        from numba import cuda
+
+        l2 = kernels_numba.l2_cache_bytes(cuda)
+    assert l2 >= 1024**2, l2
+    n = math.isqrt(int(0.5 * l2) // bytes_per_cell(FP32, True)[1])
+    auto = get_stepper(backend, cavity_setup(n, FP32, in_place=None))
+    two = get_stepper(backend, cavity_setup(n, FP32, in_place=False))
+    assert auto.in_place and auto.b is None and not two.in_place
+    for st in (auto, two):
+        st.perturb(1e-3, seed=5)
+        st.step(7)                      # odd: the in-place state ends in the odd layout
+    h_auto, h_two = auto.populations(), two.populations()
+    diff = float(np.abs(h_auto - h_two).max() / np.abs(h_two).max())
+    print(f"\n{backend} auto streaming at {n}^2 (L2 {l2:,} B): in place, max diff to two buffers {diff:.2e}")
+    assert diff <= 1e-6
+    assert not get_stepper(backend, cavity_setup(64, FP32, in_place=None)).in_place
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
     """Monitor points reduce on the device (kinetic energy, peak speed, the steady check's velocity) and copy
     scalars back: the series, the steady stop and the fields equal those of the same run reducing host copies

@@ -1,0 +1,130 @@
+"""The GPU steppers' streaming and launch-shape choice (hpcsolve/lbm/gpu_common.py), on the CPU.
+
+``lattice.streaming = "auto"`` (``LBMSetup.in_place`` None) streams in place where the one-array lattice takes
+between 0.3 and 0.65 of the device's L2 cache (fp32 / fp64): there it stays in L2 from step to step (measured on
+the H200 in docs/lbm_algorithm.md, "Automatic in-place streaming"). Rows of at most 256 cells take a backend's
+short-row launch shape (Numba fp32: 256 threads per block)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from lbm_gpu_cases import channel_with_bouzidi
+
+from hpcsolve.cli import main
+from hpcsolve.errors import CaseError
+from hpcsolve.lbm import gpu_common, kernels_cupy, kernels_numba
+from hpcsolve.lbm.gpu_common import AUTO_IN_PLACE_L2, SHORT_ROW, auto_in_place, bytes_per_cell, step_kernel_shape
+from hpcsolve.lbm.stepper import LBMSetup
+from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.report.bench_lbm import cavity_setup
+
+H200_L2 = 60 * 1024**2   # cudaDevAttrL2CacheSize on the H200 (62,914,560 B)
+
+
+def _edge(policy, fraction, l2=H200_L2):
+    """The largest square edge whose one-array lattice takes at most ``fraction`` of ``l2``."""
+    return math.isqrt(int(fraction * l2) // bytes_per_cell(policy, True)[1])
+
+
+@pytest.mark.parametrize("policy", [FP32, FP64], ids=lambda p: p.name)
+def test_auto_streams_in_place_where_one_array_fits_the_l2_cache(policy):
+    lo, hi = AUTO_IN_PLACE_L2
+    n_hi, n_lo = _edge(policy, hi), _edge(policy, lo)
+    assert auto_in_place(cavity_setup(n_hi, policy), H200_L2)             # at most 0.65 of L2
+    assert not auto_in_place(cavity_setup(n_hi + 1, policy), H200_L2)     # above it
+    assert auto_in_place(cavity_setup(n_lo + 1, policy), H200_L2)         # above 0.3 of L2
+    assert not auto_in_place(cavity_setup(n_lo, policy), H200_L2)         # two buffers fit comfortably
+    assert not auto_in_place(cavity_setup(n_hi, policy), 0)               # unknown cache: two buffers
+    # points of the H200 table: fp32 1024^2 (0.62 of L2) and fp64 724^2 (0.61) in place, fp32 1152^2 (0.78) / 256^2 not
+    chosen = {n: auto_in_place(cavity_setup(n, policy), H200_L2) for n in (256, 724, 1024, 1152)}
+    assert chosen == ({256: False, 724: True, 1024: True, 1152: False} if policy is FP32
+                      else {256: False, 724: True, 1024: False, 1152: False})
+
+
+@pytest.mark.parametrize("policy", [FP16S, FP16C], ids=lambda p: p.name)
+def test_auto_keeps_two_buffers_for_16_bit_storage(policy):
+    """16-bit storage keeps its two-cells-per-thread kernel (in place it would run one cell per thread)."""
+    for n in (1024, 1448, 2048):
+        assert not auto_in_place(cavity_setup(n, policy), H200_L2)
+
+
+def test_auto_keeps_two_buffers_where_in_place_cannot_run_the_setup():
+    """A cell with an outlet and an interpolated link: an explicit in-place request is an error naming
+    lattice.streaming; 'auto' quietly keeps two buffers."""
+    from hpcsolve.lbm import bouzidi, inplace
+    from hpcsolve.lbm.stepper import WALL
+
+    setup = channel_with_bouzidi(nx=10, ny=8, policy=FP64)
+    setup.flags[3:5, 7:9] = WALL
+    mask = np.zeros(setup.flags.shape, dtype=bool)
+    mask[3:5, 7:9] = True
+    setup.links = bouzidi.build_links(setup.flags, [(mask, lambda j, i, cx, cy: np.full(np.shape(j), 0.4))])
+    with pytest.raises(CaseError, match="lattice.streaming"):
+        inplace.check(setup)
+    l2 = 2 * bytes_per_cell(FP64, True)[1] * setup.flags.size    # the lattice takes half of this "cache"
+    fine = channel_with_bouzidi(nx=10, ny=8, policy=FP64)
+    assert auto_in_place(fine, l2) and not auto_in_place(setup, l2)
+
+
+def test_kernel_shape_resolves_auto_and_keeps_explicit_choices():
+    n = _edge(FP32, 0.5)
+    shape = lambda in_place, **kw: step_kernel_shape(cavity_setup(n, FP32, in_place=in_place), kernels_cupy.LAUNCH,
+                                                     kernels_cupy.LAUNCH_PAIRS, None, None, None, **kw)
+    assert shape(None, l2_bytes=H200_L2)[0] is True
+    assert shape(None, l2_bytes=0)[0] is False
+    assert shape(False, l2_bytes=H200_L2)[0] is False
+    assert shape(True, l2_bytes=0)[0] is True
+    # 16-bit: the pair kernel, two buffers, whatever the cache
+    s16 = step_kernel_shape(cavity_setup(1024, FP16S, in_place=None), kernels_cupy.LAUNCH, kernels_cupy.LAUNCH_PAIRS,
+                            None, None, None, H200_L2)
+    assert s16 == (False, True, 2, kernels_cupy.LAUNCH_PAIRS[1])
+
+
+@pytest.mark.parametrize("nx, policy, block", [
+    (SHORT_ROW, FP32, kernels_numba.LAUNCH_SHORT[4][1]), (SHORT_ROW + 128, FP32, kernels_numba.LAUNCH[4][1]),
+    (64, FP32, kernels_numba.LAUNCH_SHORT[4][1]), (SHORT_ROW, FP64, kernels_numba.LAUNCH[8][1])])
+def test_short_rows_take_the_short_row_launch_shape(nx, policy, block):
+    setup = cavity_setup(nx, policy)
+    got = step_kernel_shape(setup, kernels_numba.LAUNCH, kernels_numba.LAUNCH_PAIRS, None, None, None, 0,
+                            kernels_numba.LAUNCH_SHORT)
+    assert got == (False, False, 1, block)
+    assert kernels_numba.LAUNCH_SHORT[4][1] != kernels_numba.LAUNCH[4][1]   # the rule changes something
+    # an explicit block size wins
+    assert step_kernel_shape(setup, kernels_numba.LAUNCH, kernels_numba.LAUNCH_PAIRS, None, None, 64, 0,
+                             kernels_numba.LAUNCH_SHORT)[3] == 64
+
+
+def test_setup_in_place_accepts_none_and_refuses_other_values():
+    base = cavity_setup(8, FP64)
+    assert dataclasses.replace(base, in_place=None).in_place is None
+    assert dataclasses.replace(base, in_place=np.bool_(True)).in_place is True
+    with pytest.raises(CaseError, match="in_place"):
+        LBMSetup(base.flags, base.relaxation_time, in_place="auto")
+
+
+def test_case_streaming_maps_to_the_setup():
+    from pathlib import Path
+
+    from hpcsolve.cases import load_case
+    from hpcsolve.lbm.runner import build_setup
+
+    case_file = Path(__file__).resolve().parents[2] / "cases" / "lid_driven_cavity.toml"
+    got = {}
+    for streaming in ("auto", "two-buffer", "in-place"):
+        case = load_case(case_file, overrides=["lattice.resolution=16", f"lattice.streaming={streaming}"])
+        got[streaming] = build_setup(case, FP64)[2].in_place
+    assert got == {"auto": None, "two-buffer": False, "in-place": True}
+    assert load_case(case_file).lattice.streaming == "auto"
+
+
+def test_bench_streaming_is_an_lbm_option(capsys):
+    rc = main(["bench", "fem", "--streaming", "two-buffer", "--quick"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--streaming" in err and "Traceback" not in err
+    rc = main(["bench", "lbm", "--in-place", "--streaming", "two-buffer", "--quick"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--streaming" in err and "Traceback" not in err
