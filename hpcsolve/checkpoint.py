@@ -110,6 +110,12 @@ def latest_checkpoint(out_dir: str | Path) -> Checkpoint:
     raise CaseError.invalid("--resume", str(out_dir), "a readable checkpoint", why="; ".join(errors))
 
 
+#: case keys that change how a run is computed but not its results (checkpoints hold the populations in the
+#: even layout whatever the streaming): a run resumes across them. lattice.streaming's default became "auto"
+#: after checkpoints were written with "two-buffer".
+RESULT_NEUTRAL_KEYS = frozenset({"lattice.streaming"})
+
+
 def check_compatible(ckpt: Checkpoint, *, case_json: str, backend: str, precision: str, force: bool = False) -> list[str]:
     """Differences between the checkpoint and the run that wants to resume it; raises unless forced."""
     meta = ckpt.meta
@@ -121,10 +127,11 @@ def check_compatible(ckpt: Checkpoint, *, case_json: str, backend: str, precisio
         diffs.append(f"precision {meta.get('precision')!r} in the checkpoint, {precision!r} now")
     if meta.get("hpcsolve_version") != __version__:
         diffs.append(f"hpcsolve {meta.get('hpcsolve_version')} wrote the checkpoint, this is {__version__}")
-    if meta.get("case_json") is not None and json.loads(meta["case_json"]) != json.loads(case_json):
+    if meta.get("case_json") is not None:
         old, new = json.loads(meta["case_json"]), json.loads(case_json)
-        changed = sorted(_diff_keys(old, new))
-        diffs.append("case differs in " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
+        changed = sorted(k for k in _diff_keys(old, new) if k not in RESULT_NEUTRAL_KEYS)
+        if changed:
+            diffs.append("case differs in " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
     if diffs and not force:
         raise CaseError.invalid("--resume", str(ckpt.path), "the same case, backend, precision and version "
                                 "(or --force)", why="the checkpoint does not match this run: " + "; ".join(diffs))

@@ -46,3 +46,20 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     with pytest.raises(CaseError, match=r"precision 'fp16s' in the checkpoint, 'fp32' now; case differs in physics.reynolds"):
         check_compatible(c, case_json=other, backend="numpy", precision="fp32")
     assert len(check_compatible(c, case_json=other, backend="numpy", precision="fp32", force=True)) == 2
+
+
+def test_resume_across_streaming_choices_is_allowed(tmp_path):
+    """lattice.streaming changes speed and memory, not results (the populations are stored in the even layout):
+    a checkpoint written with 'two-buffer' (the default before 'auto') resumes under 'auto' or 'in-place'; any
+    other difference still counts."""
+    case = lambda streaming, re=100: json.dumps({"name": "c", "lattice": {"resolution": 16, "streaming": streaming},
+                                                 "physics": {"reynolds": re}})
+    ck = _ckpt(100, 0.1)
+    ck.meta["case_json"] = case("two-buffer")
+    write_checkpoint(tmp_path, ck)
+    c = latest_checkpoint(tmp_path)
+    for streaming in ("auto", "in-place", "two-buffer"):
+        assert check_compatible(c, case_json=case(streaming), backend="numpy", precision="fp16s") == []
+    with pytest.raises(CaseError, match=r"case differs in physics\.reynolds") as err:
+        check_compatible(c, case_json=case("auto", re=400), backend="numpy", precision="fp16s")
+    assert "lattice.streaming" not in str(err.value)

@@ -177,8 +177,12 @@ def test_numba_in_place_restart_and_smooth_start():
 def test_auto_streaming_keeps_two_buffers_under_the_simulator():
     """lattice.streaming = 'auto' (in_place None): the simulator reports no L2 cache, so two buffers, and the
     result is the reference's."""
+    from numba import cuda
+
+    from hpcsolve.lbm.kernels_numba import l2_cache_bytes
     from hpcsolve.report.bench_lbm import cavity_setup
 
+    assert l2_cache_bytes(cuda) == 0
     setup = cavity_setup(8, FP32, in_place=None)
     setup.initial_velocity = np.random.default_rng(3).uniform(-0.02, 0.02, (2,) + setup.shape)
     ref, dev = _reference_and_numba(setup, steps=4)

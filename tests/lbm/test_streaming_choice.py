@@ -128,3 +128,54 @@ def test_bench_streaming_is_an_lbm_option(capsys):
     rc = main(["bench", "lbm", "--in-place", "--streaming", "two-buffer", "--quick"])
     err = capsys.readouterr().err
     assert rc == 2 and "--streaming" in err and "Traceback" not in err
+
+
+def test_bench_auto_streaming_checks_both_layouts_and_reports_two_buffer_memory(tmp_path, monkeypatch):
+    """`hpcsolve bench lbm` with auto streaming (the default) on a stand-in GPU backend: both step layouts are checked
+    against the reference, each timed row shows the check of the layout it ran, and the largest grid is computed
+    from two-buffer bytes (auto streams in place only where the lattice fits the L2 cache)."""
+    from types import SimpleNamespace
+
+    from hpcsolve.report import bench_lbm
+
+    asked = []
+
+    def check(backend, precision, in_place=False):
+        asked.append((backend, precision, in_place))
+        return {"size": 64, "steps": 50, "against": "numpy-fp32", "u_rel_l2": 3e-7 if in_place else 5e-7,
+                "rho_minus_1_rel_l2": 0.0, "finite": True}
+
+    def time_backend(backend, precision, n, **kw):
+        ip = n == 1024          # as auto_in_place on the H200
+        return {"backend": backend, "precision": precision, "size": n, "cells": n * n, "seconds_per_step": 1e-5,
+                "seconds_spread": [1e-5, 1e-5], "mlups": n * n / 1e-5 / 1e6, "bytes_per_cell_step": 73,
+                "effective_bandwidth_GBps": 1.0, "bytes_per_cell_resident": 37 if ip else 73, "in_place": ip}
+
+    fake = SimpleNamespace(device_name="stand-in GPU", memory=lambda: (8 * 1024**3, 16 * 1024**3),
+                           free_pool=lambda: None)
+    monkeypatch.setattr(bench_lbm.backends, "probe", lambda b: SimpleNamespace(available=True, simulator=False, reason=""))
+    monkeypatch.setattr(bench_lbm.backends, "get", lambda b: fake)
+    monkeypatch.setattr(bench_lbm, "copy_bandwidth", lambda *a, **k: {"bandwidth_GBps": 4000.0})
+    monkeypatch.setattr(bench_lbm, "time_numpy", lambda p, n, steps: {"precision": p, "size": n, "cells": n * n,
+                                                                      "seconds_per_step": 1.0, "mlups": 1.0,
+                                                                      "seconds_spread": [1.0, 1.0]})
+    monkeypatch.setattr(bench_lbm, "check_against_reference", check)
+    monkeypatch.setattr(bench_lbm, "time_backend", time_backend)
+    args = SimpleNamespace(quick=False, out=tmp_path, sizes=[64, 1024], precisions=["fp32"], backends=["cupy"],
+                           in_place=False, streaming=None)
+    assert bench_lbm.main(args) == 0
+    assert asked == [("cupy", "fp32", False), ("cupy", "fp32", True)]
+    md = (tmp_path / "bench_lbm.md").read_text()
+    row64 = next(line for line in md.splitlines() if line.startswith("| cupy | fp32 | 64^2"))
+    row1024 = next(line for line in md.splitlines() if line.startswith("| cupy (in place) | fp32 | 1024^2"))
+    assert "u 5.0e-07" in row64 and "u 3.0e-07" in row1024
+    data = __import__("json").loads((tmp_path / "bench_lbm.json").read_text())
+    assert data["streaming"] == "auto"
+    (mem,) = data["memory"]
+    assert mem["bytes_per_cell_resident"] == bytes_per_cell(FP32, False)[1] == 73
+    assert mem["largest_square"] == bench_lbm._largest_square(8 * 1024**3, 73)
+    # an explicit choice checks that layout only
+    asked.clear()
+    args.streaming = "in-place"
+    assert bench_lbm.main(args) == 0
+    assert asked == [("cupy", "fp32", True)] and (tmp_path / "bench_lbm_in_place.md").exists()
