@@ -53,7 +53,7 @@ def auto_in_place(setup: LBMSetup, l2_bytes: int) -> bool:
     of L2 cache (0: unknown, never in place); never where in-place streaming cannot run the setup
     (``inplace.check``: a cell with an outlet and an interpolated link)."""
     policy, (ny, nx) = setup.policy, setup.shape
-    if not l2_bytes or np.dtype(policy.storage).itemsize < 4:
+    if not l2_bytes or policy.storage_bytes < 4:
         return False
     resident = bytes_per_cell(policy, True)[1] * ny * nx
     lo, hi = AUTO_IN_PLACE_L2
@@ -77,7 +77,7 @@ def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs,
     unless ``pairs`` is False or the stepper streams in place (one cell per thread then); the backend's tuned
     ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by storage bytes, where it has an entry) on rows of
     at most :data:`SHORT_ROW` cells; explicit ``cells_per_thread`` / ``block_x`` override them."""
-    pol, (ny, nx) = setup.policy, setup.shape
+    pol, nx = setup.policy, setup.shape[1]
     in_place = auto_in_place(setup, l2_bytes) if setup.in_place is None else bool(setup.in_place)
     use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
     short = (launch_short or {}).get(pol.storage_bytes) if nx <= SHORT_ROW else None

@@ -16,7 +16,7 @@ from lbm_gpu_cases import channel_with_bouzidi
 
 from hpcsolve.cli import main
 from hpcsolve.errors import CaseError
-from hpcsolve.lbm import gpu_common, kernels_cupy, kernels_numba
+from hpcsolve.lbm import kernels_cupy, kernels_numba
 from hpcsolve.lbm.gpu_common import AUTO_IN_PLACE_L2, SHORT_ROW, auto_in_place, bytes_per_cell, step_kernel_shape
 from hpcsolve.lbm.stepper import LBMSetup
 from hpcsolve.precision import FP16C, FP16S, FP32, FP64
