@@ -43,8 +43,9 @@ def pair_kernel_applies(policy, nx: int) -> bool:
 #: us per step two buffers -> in place (docs/lbm_algorithm.md, "Automatic in-place streaming"): fp32 1024^2
 #: (0.62 of L2) 26.1 -> 19.8 / 27.2 -> 21.3, fp64 724^2 (0.61) 24.7 -> 18.6 / 24.9 -> 19.4; slower above
 #: (fp32 1152^2, 0.78: 30.8 -> 33.2; fp64 832^2, 0.80: 31.0 -> 31.3) and on small grids (fp32 256^2: 3.34 ->
-#: 3.54). 16-bit storage keeps its two-cells-per-thread kernel (in place it runs one cell per thread: fp16s
-#: at 1448^2 Numba 37.5 -> 43.8 us).
+#: 3.54). 16-bit storage keeps two buffers: in place it runs one cell per thread, slower than the pair kernel
+#: where the lattice takes that much of L2 (fp16s at 1448^2 Numba 37.5 -> 43.8 us, session 10; 41.1 with the
+#: 128-thread block of session 11).
 AUTO_IN_PLACE_L2 = (0.3, 0.65)
 
 
@@ -71,15 +72,18 @@ SHORT_ROW = 256
 
 
 def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x,
-                      l2_bytes: int = 0, launch_short: dict | None = None):
+                      l2_bytes: int = 0, launch_short: dict | None = None, per_cell_rows: int = 0):
     """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: in place as ``setup.in_place``
     says (None: :func:`auto_in_place` with the device's ``l2_bytes``); the 16-bit pair kernel on an even nx
-    unless ``pairs`` is False or the stepper streams in place (one cell per thread then); the backend's tuned
-    ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by storage bytes, where it has an entry) on rows of
-    at most :data:`SHORT_ROW` cells; explicit ``cells_per_thread`` / ``block_x`` override them."""
+    where ``pairs`` is True, or where it is None (the default) and rows are longer than ``per_cell_rows`` cells
+    (the backend's measured bound: on shorter rows one cell per thread is faster); never in place (one cell per
+    thread then); the backend's tuned ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by storage bytes,
+    where it has an entry) on rows of at most :data:`SHORT_ROW` cells; explicit ``cells_per_thread`` /
+    ``block_x`` override them."""
     pol, nx = setup.policy, setup.shape[1]
     in_place = auto_in_place(setup, l2_bytes) if setup.in_place is None else bool(setup.in_place)
-    use_pairs = (pairs is None or bool(pairs)) and pair_kernel_applies(pol, nx) and not in_place
+    wanted = nx > per_cell_rows if pairs is None else bool(pairs)
+    use_pairs = wanted and pair_kernel_applies(pol, nx) and not in_place
     short = (launch_short or {}).get(pol.storage_bytes) if nx <= SHORT_ROW else None
     cpt0, bx0 = launch_pairs if use_pairs else short or launch[pol.storage_bytes]
     cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)

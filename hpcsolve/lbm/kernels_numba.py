@@ -10,7 +10,8 @@ compiled once per (policy, collision, kernel shape). The host tables are those o
 (``gpu_common``); this module does not import ``kernels_cupy`` (nor cupy).
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
-``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx:
+``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx of more than
+``PER_CELL_ROWS`` cells:
 ``lbm_step_pair``, two cells per thread on int32 words of float16 or FP16C pairs, see ``_pair_kernel_python``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
@@ -160,7 +161,10 @@ def _raw_access():
 #: 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037 (2x 48,735; 4x 50,398), 256 threads. With load_at /
 #: store_at (no wraparound, _raw_access), copy 4,193 GB/s: fp32 256 threads 53,663, 128 threads 54,288,
 #: 256 threads capped at 32 registers 54,683 (CuPy 54,774 in the same run).
-LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 256)}
+#: 16-bit one cell per thread (odd nx, in place, rows of at most PER_CELL_ROWS), 256 -> 128 threads, us per step:
+#: fp16s 8192^2 1,200 -> 1,140 (in place 1,328 -> 1,209), 2048^2 87.7 -> 81.4, 1448^2 47.8 -> 44.9, 384^2 8.94 ->
+#: 6.42; fp16c 8192^2 1,372 -> 1,322 (in place 1,384 -> 1,290), 512^2 10.70 -> 9.48
+LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 128)}
 #: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair), and how it passes a
 #: word's half to the neighbouring thread ("shfl" or "smem"). H200, cavity 8192^2, MLUPS. With Numba's
 #: indexing (copy 4,142 GB/s): smem 128 threads 79,054, smem 64 78,803, shfl 64 78,833, shfl 128 77,848;
@@ -172,8 +176,15 @@ LAUNCH_PAIRS = (2, 64)
 #: rows of at most gpu_common.SHORT_ROW cells: fp32 with 256 threads per block, one block per row (H200, cavity,
 #: us per step, 128 -> 256 threads): 256^2 3.95 -> 3.59, 128^2 3.33 -> 3.33, 64^2 3.18 -> 3.08. Longer rows keep
 #: 128: 384^2 5.05 -> 6.18 (the second block of a row half empty), 512^2 7.00 -> 7.06, 1024^2 26.9 -> 27.4,
-#: 8192^2 1,326.6 -> 1,374.2 (three rounds within 0.2 %)
-LAUNCH_SHORT = {4: (1, 256)}
+#: 8192^2 1,326.6 -> 1,374.2 (three rounds within 0.2 %). 16-bit one cell per thread likewise, 128 -> 256
+#: threads: fp16s 256^2 5.24 -> 4.71, fp16c 5.62 -> 5.24 (64^2, 128^2 within 0.1 us)
+LAUNCH_SHORT = {4: (1, 256), 2: (1, 256)}
+#: 16-bit storage on rows of at most this many cells runs one cell per thread by default (``pairs=True`` forces
+#: the pair kernel). H200, cavity, us per step, pair kernel -> one cell per thread (128 threads, 256 on rows of
+#: at most 256): fp16s 64^2 6.21 -> 4.71, 256^2 6.37 -> 4.71, 384^2 7.21 -> 6.42, 512^2 9.49 -> 8.29, 768^2 13.08
+#: -> 13.15, 1024^2 19.99 -> 21.03; fp16c 256^2 6.74 -> 5.24, 512^2 11.29 -> 9.48, 768^2 16.45 -> 15.78
+#: (docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md)
+PER_CELL_ROWS = 512
 PAIR_EXCHANGE = "smem"
 
 
@@ -310,9 +321,11 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
-        # 16-bit storage on an even nx: two adjacent cells per thread with 4-byte loads (lbm_step_pair)
+        # 16-bit storage on an even nx of more than PER_CELL_ROWS cells: two adjacent cells per thread with
+        # 4-byte loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
-            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cuda), LAUNCH_SHORT)
+            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cuda), LAUNCH_SHORT,
+            PER_CELL_ROWS)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,

@@ -22,10 +22,13 @@ STEPS = 3
 BOUND = {"fp64": 1e-14, "fp32": 1e-6, "fp16s": 1e-3, "fp16c": 1e-3}
 
 
-def _reference_and_numba(setup, steps=STEPS):
-    """The NumPy reference and the Numba-CUDA stepper on ``setup``, both advanced ``steps`` steps."""
+def _reference_and_numba(setup, steps=STEPS, **options):
+    """The NumPy reference and the Numba-CUDA stepper on ``setup`` (with the stepper's ``options``, else as
+    ``get_stepper`` makes it), both advanced ``steps`` steps."""
+    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+
     ref = get_stepper("numpy", setup)
-    dev = get_stepper("numba-cuda", setup)
+    dev = NumbaCudaStepper(setup, **options) if options else get_stepper("numba-cuda", setup)
     ref.step(steps)
     dev.step(steps)
     return ref, dev
@@ -76,14 +79,18 @@ def test_numba_kernel_launch_shapes(cells_per_thread, block_x):
     assert err <= BOUND["fp16s"], err
 
 
-@pytest.mark.parametrize("precision", [FP64, FP16S], ids=lambda p: p.name)
-def test_numba_kernel_with_bouzidi_links_matches_reference(precision):
+@pytest.mark.parametrize("precision, pairs", [(FP64, None), (FP16S, None), (FP16S, True)],
+                         ids=["fp64", "fp16s", "fp16s-pairs"])
+def test_numba_kernel_with_bouzidi_links_matches_reference(precision, pairs):
+    """Interpolated links against the reference; 16-bit storage both in the per-cell kernel (the default on a
+    grid this small) and in the pair kernel's boundary path."""
     pytest.importorskip("hpcsolve.lbm.bouzidi")
     from lbm_gpu_cases import channel_with_bouzidi
 
     setup = channel_with_bouzidi(collision="trt", policy=precision)
     assert len(setup.links) > 0
-    ref, dev = _reference_and_numba(setup)
+    ref, dev = _reference_and_numba(setup, **({} if pairs is None else {"pairs": pairs}))
+    assert dev.pairs == bool(pairs)
     err = rel_diff(shifted(dev), shifted(ref))
     assert err <= BOUND[precision.name], err
     mask = obstacle_mask(setup)
@@ -103,7 +110,7 @@ def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision, pol
 
     nx, ny = size
     setup = GEOMETRIES[geometry](nx=nx, ny=ny, collision=collision, policy=policy)
-    pair = NumbaCudaStepper(setup)
+    pair = NumbaCudaStepper(setup, pairs=True)
     cell = NumbaCudaStepper(setup, pairs=False)
     assert pair.pairs and not cell.pairs
     ref = get_stepper("numpy", setup)
@@ -287,7 +294,7 @@ def test_numba_absorbing_layer_matches_reference(collision, precision, in_place,
 
     base = dataclasses.replace(channel(nx=nx, collision=collision, policy=precision), in_place=in_place)
     setup = with_layer(base)
-    ref, dev = _reference_and_numba(setup)
+    ref, dev = _reference_and_numba(setup, pairs=True)      # the pair kernel where it applies (16-bit, even nx)
     assert "layer_coefficient" in dev.source
     assert dev.pairs == (precision in (FP16S, FP16C))
     assert rel_diff(shifted(dev), shifted(ref)) <= BOUND[precision.name]

@@ -35,13 +35,21 @@ FP16S_VS_FP64 = 2e-3
 GPU_BACKENDS = ["cupy", "numba-cuda"]
 
 
-def _stepper_or_skip(backend, setup):
+def _stepper_or_skip(backend, setup, **options):
+    """The ``backend`` stepper of ``setup`` (with the stepper's ``options``, else as ``get_stepper`` makes it),
+    or a skip where the backend cannot run here."""
     from hpcsolve import backends
 
     status = backends.probe(backend)
     if not status.available or status.simulator:
         pytest.skip(f"{backend}: {status.reason}")
-    return get_stepper(backend, setup)
+    if not options:
+        return get_stepper(backend, setup)
+    if backend == "cupy":
+        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
+    else:
+        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
+    return S(setup, **options)
 
 
 def _setup(geometry, collision, policy):
@@ -333,15 +341,18 @@ def test_numba_step_source_indexes_without_wraparound():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision", [FP64, FP32, FP16S], ids=lambda p: p.name)
+@pytest.mark.parametrize("precision, pairs", [(FP64, None), (FP32, None), (FP16S, None), (FP16S, True)],
+                         ids=["fp64", "fp32", "fp16s", "fp16s-pairs"])
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
-def test_gpu_bouzidi_links_match_reference(backend, precision):
-    """Interpolated bounce-back (the reference's pre-pass on the device before each step)."""
+def test_gpu_bouzidi_links_match_reference(backend, precision, pairs):
+    """Interpolated bounce-back (the reference's pre-pass on the device before each step); 16-bit storage in
+    the per-cell kernel (the default on a grid this small) and in the pair kernel's boundary path."""
     pytest.importorskip("hpcsolve.lbm.bouzidi")
     from lbm_gpu_cases import channel_with_bouzidi
 
     setup = channel_with_bouzidi(nx=48, ny=24, collision="trt", policy=precision)
-    dev = _stepper_or_skip(backend, setup)
+    dev = _stepper_or_skip(backend, setup, **({} if pairs is None else {"pairs": pairs}))
+    assert dev.pairs == bool(pairs)
     ref = get_stepper("numpy", setup)
     ref.step(STEPS)
     dev.step(STEPS)
@@ -378,7 +389,7 @@ def test_16bit_pair_kernel_matches_per_cell_kernel(backend, options, geometry, c
     setup = _setup(geometry, collision, policy)
     _stepper_or_skip(backend, setup)
     cls = CupyStepper if backend == "cupy" else NumbaCudaStepper
-    pair, cell = cls(setup, **options), cls(setup, pairs=False)
+    pair, cell = cls(setup, pairs=True, **options), cls(setup, pairs=False)
     assert pair.pairs and not cell.pairs
     ref = get_stepper("numpy", setup)
     for s in (pair, cell, ref):
@@ -421,7 +432,9 @@ def test_steps_replayed_as_cuda_graphs_equal_steps_launched_one_by_one(backend, 
         from hpcsolve.lbm.kernels_cupy import CupyStepper as S
     else:
         from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
-    fast, slow = S(setup), S(setup, graphs=False)
+    options = {"pairs": True} if "pairs" in variant else {}
+    fast, slow = S(setup, **options), S(setup, graphs=False, **options)
+    assert fast.pairs == slow.pairs == ("pairs" in variant)
     for st in (fast, slow):
         st.step(1)                     # odd: the graphs start from the swapped buffers / odd parity
         for _ in range(5):             # 127 = 64 + 32 + 16 + 8 + 4 + 2 + 1, odd: the calls alternate between two
@@ -461,7 +474,7 @@ def test_absorbing_layer_kernels_match_reference(backend, collision, precision, 
 
     base = dataclasses.replace(channel(nx=48, ny=24, collision=collision, policy=precision), in_place=in_place)
     setup = with_layer(base)
-    dev = _stepper_or_skip(backend, setup)
+    dev = _stepper_or_skip(backend, setup, pairs=True)      # the pair kernel where it applies (16-bit, two buffers)
     ref = get_stepper("numpy", setup)
     plain = get_stepper("numpy", base)
     for s in (dev, ref, plain):

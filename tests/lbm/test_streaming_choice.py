@@ -3,7 +3,9 @@
 ``lattice.streaming = "auto"`` (``LBMSetup.in_place`` None) streams in place where the one-array lattice takes
 between 0.3 and 0.65 of the device's L2 cache (fp32 / fp64): there it stays in L2 from step to step (measured on
 the H200 in docs/lbm_algorithm.md, "Automatic in-place streaming"). Rows of at most 256 cells take a backend's
-short-row launch shape (Numba fp32: 256 threads per block)."""
+short-row launch shape (Numba fp32: 256 threads per block). 16-bit storage runs one cell per thread on rows of at
+most a backend's ``PER_CELL_ROWS`` cells and the two-cells-per-thread pair kernel on longer even rows (measured in
+docs/lbm_algorithm.md)."""
 
 from __future__ import annotations
 
@@ -78,10 +80,36 @@ def test_kernel_shape_resolves_auto_and_keeps_explicit_choices():
     assert shape(None, l2_bytes=0)[0] is False
     assert shape(False, l2_bytes=H200_L2)[0] is False
     assert shape(True, l2_bytes=0)[0] is True
-    # 16-bit: the pair kernel, two buffers, whatever the cache
-    s16 = step_kernel_shape(cavity_setup(1024, FP16S, in_place=None), kernels_cupy.LAUNCH, kernels_cupy.LAUNCH_PAIRS,
-                            None, None, None, H200_L2)
+    # 16-bit: two buffers whatever the cache; the pair kernel on rows longer than PER_CELL_ROWS
+    n16 = 2 * kernels_cupy.PER_CELL_ROWS
+    s16 = step_kernel_shape(cavity_setup(n16, FP16S, in_place=None), kernels_cupy.LAUNCH, kernels_cupy.LAUNCH_PAIRS,
+                            None, None, None, H200_L2, kernels_cupy.LAUNCH_SHORT, kernels_cupy.PER_CELL_ROWS)
     assert s16 == (False, True, 2, kernels_cupy.LAUNCH_PAIRS[1])
+
+
+@pytest.mark.parametrize("policy", [FP16S, FP16C], ids=lambda p: p.name)
+@pytest.mark.parametrize("module", [kernels_cupy, kernels_numba], ids=["cupy", "numba-cuda"])
+def test_16_bit_storage_runs_one_cell_per_thread_on_short_rows(module, policy):
+    """pairs=None (the default): one cell per thread on rows of at most PER_CELL_ROWS cells, the pair kernel
+    (2 cells per thread) on longer even rows; pairs=True / False force either where it can run; odd rows and
+    in-place streaming never take the pair kernel."""
+    rows = module.PER_CELL_ROWS
+    assert rows % 2 == 0 and rows >= 64
+
+    def shape(nx, pairs, in_place=False):
+        return step_kernel_shape(cavity_setup(nx, policy, in_place=in_place), module.LAUNCH, module.LAUNCH_PAIRS,
+                                 pairs, None, None, 0, module.LAUNCH_SHORT, module.PER_CELL_ROWS)
+
+    for nx in (n for n in (64, SHORT_ROW, SHORT_ROW + 2, rows) if n <= rows):
+        got = shape(nx, None)
+        block = module.LAUNCH_SHORT[2][1] if nx <= SHORT_ROW else module.LAUNCH[2][1]
+        assert got == (False, False, 1, block), (nx, got)
+    assert module.LAUNCH_SHORT[2][1] != module.LAUNCH[2][1]       # the short-row shape changes something
+    assert shape(rows + 2, None)[1:] == (True, 2, module.LAUNCH_PAIRS[1])
+    assert shape(64, True)[1:3] == (True, 2)                      # forced on a short row
+    assert shape(rows + 2, False)[1:3] == (False, 1)              # and off on a long one
+    assert shape(rows + 3, True)[1] is False                      # odd nx: no pairs
+    assert shape(rows + 2, True, in_place=True)[:2] == (True, False)
 
 
 @pytest.mark.parametrize("nx, policy, block", [
