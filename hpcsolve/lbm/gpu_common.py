@@ -67,25 +67,31 @@ def auto_in_place(setup: LBMSetup, l2_bytes: int) -> bool:
     return True
 
 
-#: rows of at most this many cells take a backend's ``launch_short`` shape (one cell per thread)
+#: rows of at most this many cells take a backend's ``launch_short`` shape (one cell per thread), with at most
+#: one warp more than the row needs (one block per row: a 128-cell row runs 128 threads, not 256)
 SHORT_ROW = 256
 
 
 def step_kernel_shape(setup: LBMSetup, launch: dict, launch_pairs: tuple, pairs, cells_per_thread, block_x,
-                      l2_bytes: int = 0, launch_short: dict | None = None, per_cell_rows: int = 0):
+                      l2_bytes: int = 0, launch_short: dict | None = None, per_cell_cells: int = 0):
     """(in_place, pairs, cells per thread, threads per block) of a GPU stepper: in place as ``setup.in_place``
     says (None: :func:`auto_in_place` with the device's ``l2_bytes``); the 16-bit pair kernel on an even nx
-    where ``pairs`` is True, or where it is None (the default) and rows are longer than ``per_cell_rows`` cells
-    (the backend's measured bound: on shorter rows one cell per thread is faster); never in place (one cell per
-    thread then); the backend's tuned ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by storage bytes,
-    where it has an entry) on rows of at most :data:`SHORT_ROW` cells; explicit ``cells_per_thread`` /
-    ``block_x`` override them."""
-    pol, nx = setup.policy, setup.shape[1]
+    where ``pairs`` is True, or where it is None (the default) and the grid has more than ``per_cell_cells``
+    cells (the backend's measured bound: on smaller grids one cell per thread is faster); never in place (one
+    cell per thread then); the backend's tuned ``launch`` / ``launch_pairs`` shapes, ``launch_short`` (by
+    storage bytes, where it has an entry) on rows of at most :data:`SHORT_ROW` cells, its block cut to the row
+    rounded up to whole warps; explicit ``cells_per_thread`` / ``block_x`` override them."""
+    pol, (ny, nx) = setup.policy, setup.shape
     in_place = auto_in_place(setup, l2_bytes) if setup.in_place is None else bool(setup.in_place)
-    wanted = nx > per_cell_rows if pairs is None else bool(pairs)
+    wanted = nx * ny > per_cell_cells if pairs is None else bool(pairs)
     use_pairs = wanted and pair_kernel_applies(pol, nx) and not in_place
     short = (launch_short or {}).get(pol.storage_bytes) if nx <= SHORT_ROW else None
-    cpt0, bx0 = launch_pairs if use_pairs else short or launch[pol.storage_bytes]
+    if use_pairs:
+        cpt0, bx0 = launch_pairs
+    elif short:
+        cpt0, bx0 = short[0], min(short[1], -(-nx // (32 * short[0])) * 32)
+    else:
+        cpt0, bx0 = launch[pol.storage_bytes]
     cpt = 2 if use_pairs else 1 if in_place else int(cells_per_thread or cpt0)
     return in_place, use_pairs, cpt, int(block_x or bx0)
 

@@ -12,7 +12,7 @@ The step kernel (``lbm_step``) fuses, per fluid cell, as docs/lbm_algorithm.md s
 pull streaming from the 9 neighbours (periodic wrap), the boundary rule of the cell the
 population comes from (wall / velocity bounce-back, outlet anti-bounce-back), the collision
 (BGK or TRT), and the store. Layout: structure of arrays ``g[i, y, x]``; one thread per cell,
-x fastest (coalesced), 2D launch (blockIdx.y = row). 16-bit storage on an even nx of more than ``PER_CELL_ROWS`` uses
+x fastest (coalesced), 2D launch (blockIdx.y = row). 16-bit storage on an even nx and more than ``PER_CELL_CELLS`` cells uses
 ``lbm_step_pair`` instead: two adjacent cells per thread, one 4-byte word (``__half2``; FP16C: two
 codes in an ``unsigned int``) per population loaded and stored, the neighbouring words passed by warp shuffles (``_pair_kernel_c``); on the H200 that
 took fp16s from 78,969 to 93,784 MLUPS (71% -> 84% of the copy bandwidth, cavity 8192^2).
@@ -71,18 +71,22 @@ LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
 #: copy 4,110 GB/s: 64 threads 93,021 MLUPS (84%); 128: 87,950; 256: 85,778; 128 with 40 registers:
 #: 86,589; the per-cell kernel (1 x 128): 78,969 (71%). 55 registers (BGK), 56 (TRT).
 LAUNCH_PAIRS = (2, 64)
-#: 16-bit storage on rows of at most this many cells runs one cell per thread by default (``pairs=True`` forces
-#: the pair kernel). H200, cavity, us per step, pair kernel -> one cell per thread (256 threads on rows of at most
-#: 256, else 128; docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md): fp16s 64^2 5.79 -> 4.22, 256^2 6.12 ->
+#: 16-bit storage on grids of at most this many cells runs one cell per thread by default (``pairs=True`` forces
+#: the pair kernel): the pair kernel launches half as many threads, which small grids need more than fewer
+#: instructions per cell. H200, cavity, us per step, pair kernel -> one cell per thread (256 threads on rows of at
+#: most 256, else 128; docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md): fp16s 64^2 5.79 -> 4.22, 256^2 6.12 ->
 #: 4.61, 384^2 7.15 -> 6.23, 512^2 8.78 -> 7.55, 768^2 12.92 -> 12.50, 1024^2 20.01 -> 19.58; fp16c 256^2 6.49 ->
 #: 4.94, 512^2 10.25 -> 9.22, 768^2 16.06 -> 15.38, 1024^2 24.86 -> 24.41. From 768 the gain is within the
 #: run-to-run spread (fp16s 768^2 pair 12.42-13.18 against 12.06-12.81), and at 1448^2 one cell per thread was
-#: slower (fp16s 36.6 -> 38.0, session 10).
-PER_CELL_ROWS = 512
+#: slower (fp16s 36.6 -> 38.0, session 10). The bound is on the cell count, not the row: 2048 x 128 8.56 -> 7.76,
+#: 880 x 164 6.92 -> 5.97 (fp16c 8.09 -> 6.78), 8192 x 32 8.50 -> 7.54, while 512 x 8192 (4.2 M cells) is slower
+#: per cell (69.6 -> 74.1).
+PER_CELL_CELLS = 512 * 512
 #: (cells per thread, threads per block) by storage bytes on rows of at most gpu_common.SHORT_ROW cells: 16-bit
-#: storage one cell per thread with 256 threads (one block per row of 256), us per step 128 -> 256 threads: fp16s
-#: 256^2 5.30 -> 4.61, fp16c 5.57 -> 4.94 (64^2 and 128^2 within 0.1 us); longer rows keep 128 (fp16c 512^2 9.22
-#: against 10.70 with 256)
+#: storage one cell per thread with 256 threads (one block per row of 256; gpu_common.step_kernel_shape cuts it to
+#: the row's warps), us per step 128 -> 256 threads: fp16s 256^2 5.30 -> 4.61, fp16c 5.57 -> 4.94 (64^2 and 128^2
+#: within 0.1 us); longer rows keep 128, a compromise (fp16c 512^2 9.22 against 10.70 with 256; fp16s 7.55
+#: against 7.12)
 LAUNCH_SHORT = {2: (1, 256)}
 
 
@@ -146,11 +150,11 @@ class CupyStepper(PlanSteps, Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
-        # 16-bit storage on an even nx of more than PER_CELL_ROWS cells: two adjacent cells per thread with
+        # 16-bit storage on an even nx and more than PER_CELL_CELLS cells: two adjacent cells per thread with
         # __half2 loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cupy), LAUNCH_SHORT,
-            PER_CELL_ROWS)
+            PER_CELL_CELLS)
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
                             self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None)
         self.source = src

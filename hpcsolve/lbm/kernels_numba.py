@@ -10,8 +10,8 @@ compiled once per (policy, collision, kernel shape). The host tables are those o
 (``gpu_common``); this module does not import ``kernels_cupy`` (nor cupy).
 
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
-``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx of more than
-``PER_CELL_ROWS`` cells:
+``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx and more
+than ``PER_CELL_CELLS`` cells:
 ``lbm_step_pair``, two cells per thread on int32 words of float16 or FP16C pairs, see ``_pair_kernel_python``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
@@ -161,7 +161,8 @@ def _raw_access():
 #: 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037 (2x 48,735; 4x 50,398), 256 threads. With load_at /
 #: store_at (no wraparound, _raw_access), copy 4,193 GB/s: fp32 256 threads 53,663, 128 threads 54,288,
 #: 256 threads capped at 32 registers 54,683 (CuPy 54,774 in the same run).
-#: 16-bit one cell per thread (odd nx, in place, rows of at most PER_CELL_ROWS), 256 -> 128 threads, us per step:
+#: 16-bit one cell per thread (odd nx, in place, grids of at most PER_CELL_CELLS with rows longer than 256),
+#: 256 -> 128 threads, us per step:
 #: fp16s 8192^2 1,200 -> 1,140 (in place 1,328 -> 1,209), 2048^2 87.7 -> 81.4, 1448^2 47.8 -> 44.9, 384^2 8.94 ->
 #: 6.42; fp16c 8192^2 1,372 -> 1,322 (in place 1,384 -> 1,290), 512^2 10.70 -> 9.48
 LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 128)}
@@ -179,12 +180,13 @@ LAUNCH_PAIRS = (2, 64)
 #: 8192^2 1,326.6 -> 1,374.2 (three rounds within 0.2 %). 16-bit one cell per thread likewise, 128 -> 256
 #: threads: fp16s 256^2 5.24 -> 4.71, fp16c 5.62 -> 5.24 (64^2, 128^2 within 0.1 us)
 LAUNCH_SHORT = {4: (1, 256), 2: (1, 256)}
-#: 16-bit storage on rows of at most this many cells runs one cell per thread by default (``pairs=True`` forces
+#: 16-bit storage on grids of at most this many cells runs one cell per thread by default (``pairs=True`` forces
 #: the pair kernel). H200, cavity, us per step, pair kernel -> one cell per thread (128 threads, 256 on rows of
 #: at most 256): fp16s 64^2 6.21 -> 4.71, 256^2 6.37 -> 4.71, 384^2 7.21 -> 6.42, 512^2 9.49 -> 8.29, 768^2 13.08
 #: -> 13.15, 1024^2 19.99 -> 21.03; fp16c 256^2 6.74 -> 5.24, 512^2 11.29 -> 9.48, 768^2 16.45 -> 15.78
-#: (docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md)
-PER_CELL_ROWS = 512
+#: (docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md); by cell count, not row length: 2048 x 128 9.06 -> 8.50,
+#: 880 x 164 7.29 -> 6.31, 512 x 8192 69.4 -> 93.9 (slower: the pair kernel stays there)
+PER_CELL_CELLS = 512 * 512
 PAIR_EXCHANGE = "smem"
 
 
@@ -321,11 +323,11 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         pol = self.policy
         self.ct = ct = np.dtype(pol.compute)
         ny, nx = setup.shape
-        # 16-bit storage on an even nx of more than PER_CELL_ROWS cells: two adjacent cells per thread with
+        # 16-bit storage on an even nx and more than PER_CELL_CELLS cells: two adjacent cells per thread with
         # 4-byte loads (lbm_step_pair)
         self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cuda), LAUNCH_SHORT,
-            PER_CELL_ROWS)
+            PER_CELL_CELLS)
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,

@@ -4,8 +4,10 @@ What one run does, in order:
 
 1. measures the device copy bandwidth (bytes read + written) in the same process: the ceiling;
 2. times the NumPy CPU reference at a small size (the speedup column's denominator);
-3. for each GPU backend x precision: checks the kernel against the NumPy reference on a small
-   cavity (relative L2 difference of the populations after a few steps; fp16s against fp64),
+3. for each GPU backend x precision: checks every step kernel the timed sizes may run (``check_kernels``: both
+   layouts under auto streaming; for 16-bit storage the pair kernel and one cell per thread) against the NumPy
+   reference on a small cavity (relative L2 difference of the velocity after a few steps; fp16s and fp16c
+   against fp64), each timed row showing its own kernel's check,
    then times the lid-driven cavity at each size (default 4096^2 and 8192^2): warm-up (then the timed
    run length twice, so that its step graphs are recorded untimed), CUDA
    events around a batch of steps, median of repeats;
@@ -79,17 +81,42 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / (den if den > 0 else 1.0))
 
 
+def _gpu_stepper(backend: str, setup, pairs: bool | None = None):
+    """The ``backend`` stepper of ``setup``; ``pairs`` True / False forces the 16-bit pair kernel or one cell per
+    thread (None: the stepper's own choice, as a case runs)."""
+    from hpcsolve.lbm.stepper import get_stepper
+
+    if pairs is None:
+        return get_stepper(backend, setup)
+    backends.get(backend).require()
+    if backend == "cupy":
+        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
+    else:
+        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
+    return S(setup, pairs=pairs)
+
+
+def check_kernels(precision: str, in_place: bool | None) -> list[tuple[bool, bool]]:
+    """The step kernels a benchmark of ``precision`` may time, as (in place, pairs): both layouts under auto
+    streaming (``in_place`` None), and with 16-bit storage on two buffers both the pair kernel (large grids) and
+    one cell per thread (small grids, ``PER_CELL_CELLS``). Each is checked against the reference."""
+    pairs = (False, True) if get_precision(precision, "lbm").storage_bytes == 2 else (False,)
+    return [(ip, pr) for ip in ((False, True) if in_place is None else (bool(in_place),))
+            for pr in (pairs if not ip else (False,))]
+
+
 def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS,
-                            in_place: bool | None = False) -> dict:
+                            in_place: bool | None = False, pairs: bool | None = None) -> dict:
     """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
-    (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences."""
+    (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences. ``pairs``: as
+    :func:`_gpu_stepper` (the check grid is small, so 16-bit storage runs one cell per thread unless True)."""
     from hpcsolve.lbm.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
     # a policy that stores in its compute dtype has a NumPy twin; 16-bit storage is compared with fp64
     ref_policy = policy if policy.storage == policy.compute else get_precision("fp64", "lbm")
     ref = get_stepper("numpy", cavity_setup(n, ref_policy))
-    dev = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
+    dev = _gpu_stepper(backend, cavity_setup(n, policy, in_place=in_place), pairs)
     ref.step(steps)
     dev.step(steps)
     rho_r, ux_r, uy_r = ref.macroscopic()
@@ -98,6 +125,8 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
            "u_rel_l2": _rel_l2(np.stack((ux_d, uy_d)), np.stack((ux_r, uy_r))),
            "rho_minus_1_rel_l2": _rel_l2(rho_d - 1.0, rho_r - 1.0)}
     out["finite"] = bool(dev.finite())
+    out["in_place"] = bool(getattr(dev, "in_place", False))
+    out["pairs"] = bool(getattr(dev, "pairs", False))
     return out
 
 
@@ -130,7 +159,7 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
            "bytes_per_cell_step": bpc, "effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e9,
            "bytes_per_cell_resident": stepper.bytes_per_cell_resident, "finite_after": finite,
            "cells_per_thread": getattr(stepper, "cells_per_thread", None), "block_x": getattr(stepper, "block_x", None),
-           "in_place": bool(getattr(stepper, "in_place", False))}
+           "in_place": bool(getattr(stepper, "in_place", False)), "pairs": bool(getattr(stepper, "pairs", False))}
     del stepper
     backends.get(backend).free_pool()
     return row
@@ -167,10 +196,9 @@ def _mlups_range(row: dict, fmt: str = ",.0f") -> str:
     return f"{row['cells'] / hi / 1e6:{fmt}}-{row['cells'] / lo / 1e6:{fmt}}"
 
 
-def _check_key(backend: str, precision: str, in_place: bool | None = None) -> str:
-    """The key of a check in ``checks``: backend/precision, with the layout (auto streaming checks both)."""
-    key = f"{backend}/{precision}"
-    return key if in_place is None else key + (" (in place)" if in_place else " (two buffers)")
+def _check_key(backend: str, precision: str, in_place: bool = False, pairs: bool = False) -> str:
+    """The key of a check in ``checks``: backend/precision and the step kernel (:func:`check_kernels`)."""
+    return f"{backend}/{precision} ({'in place' if in_place else 'two buffers'}{', pairs' if pairs else ''})"
 
 
 def _markdown(data: dict) -> str:
@@ -189,8 +217,8 @@ def _markdown(data: dict) -> str:
             continue
         ref = cpu.get(r["precision"]) or cpu.get("fp32")
         speed = f"{r['mlups'] / ref['mlups']:,.0f}x" if ref else ""
-        chk = data["checks"].get(_check_key(r["backend"], r["precision"],
-                                            r.get("in_place") if data.get("streaming") == "auto" else None), {})
+        chk = data["checks"].get(_check_key(r["backend"], r["precision"], r.get("in_place", False),
+                                            r.get("pairs", False)), {})
         chk_s = f"u {chk['u_rel_l2']:.1e} ({chk['against']})" if "u_rel_l2" in chk else chk.get("error", "")[:60]
         pct = 100.0 * r["effective_bandwidth_GBps"] / bw if bw else float("nan")
         label = r["backend"] + (" (in place)" if r.get("in_place") else "")
@@ -237,11 +265,12 @@ def main(args) -> int:
     for backend in gpu:
         for precision in precisions:
             key = f"{backend}/{precision}"
-            # auto: a timed size may stream in place or not, so both kernels are checked (row keys: _check_key)
-            for layout in ((False, True) if in_place is None else (in_place,)):
-                k = _check_key(backend, precision, layout if in_place is None else None)
+            # every kernel a timed size may run is checked (auto streaming: both layouts; 16-bit: the pair kernel
+            # and one cell per thread); each row shows the check of its own kernel (row keys: _check_key)
+            for layout, pr in check_kernels(precision, in_place):
+                k = _check_key(backend, precision, layout, pr)
                 try:
-                    chk = check_against_reference(backend, precision, in_place=layout)
+                    chk = check_against_reference(backend, precision, in_place=layout, pairs=pr)
                     chk["bound"] = _bound(precision)
                     chk["passed"] = bool(chk["finite"] and chk["u_rel_l2"] <= chk["bound"])
                 except Exception as exc:  # report, don't hide: the row says why

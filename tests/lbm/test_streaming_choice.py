@@ -3,9 +3,9 @@
 ``lattice.streaming = "auto"`` (``LBMSetup.in_place`` None) streams in place where the one-array lattice takes
 between 0.3 and 0.65 of the device's L2 cache (fp32 / fp64): there it stays in L2 from step to step (measured on
 the H200 in docs/lbm_algorithm.md, "Automatic in-place streaming"). Rows of at most 256 cells take a backend's
-short-row launch shape (Numba fp32: 256 threads per block). 16-bit storage runs one cell per thread on rows of at
-most a backend's ``PER_CELL_ROWS`` cells and the two-cells-per-thread pair kernel on longer even rows (measured in
-docs/lbm_algorithm.md)."""
+short-row launch shape (Numba fp32: up to 256 threads per block, one block per row). 16-bit storage runs one cell
+per thread on grids of at most a backend's ``PER_CELL_CELLS`` cells and the two-cells-per-thread pair kernel on
+larger grids with an even nx (measured in docs/lbm_algorithm.md)."""
 
 from __future__ import annotations
 
@@ -80,42 +80,49 @@ def test_kernel_shape_resolves_auto_and_keeps_explicit_choices():
     assert shape(None, l2_bytes=0)[0] is False
     assert shape(False, l2_bytes=H200_L2)[0] is False
     assert shape(True, l2_bytes=0)[0] is True
-    # 16-bit: two buffers whatever the cache; the pair kernel on rows longer than PER_CELL_ROWS
-    n16 = 2 * kernels_cupy.PER_CELL_ROWS
+    # 16-bit: two buffers whatever the cache; the pair kernel on grids of more than PER_CELL_CELLS cells
+    n16 = 2 * math.isqrt(kernels_cupy.PER_CELL_CELLS)
     s16 = step_kernel_shape(cavity_setup(n16, FP16S, in_place=None), kernels_cupy.LAUNCH, kernels_cupy.LAUNCH_PAIRS,
-                            None, None, None, H200_L2, kernels_cupy.LAUNCH_SHORT, kernels_cupy.PER_CELL_ROWS)
+                            None, None, None, H200_L2, kernels_cupy.LAUNCH_SHORT, kernels_cupy.PER_CELL_CELLS)
     assert s16 == (False, True, 2, kernels_cupy.LAUNCH_PAIRS[1])
 
 
 @pytest.mark.parametrize("policy", [FP16S, FP16C], ids=lambda p: p.name)
 @pytest.mark.parametrize("module", [kernels_cupy, kernels_numba], ids=["cupy", "numba-cuda"])
-def test_16_bit_storage_runs_one_cell_per_thread_on_short_rows(module, policy):
-    """pairs=None (the default): one cell per thread on rows of at most PER_CELL_ROWS cells, the pair kernel
-    (2 cells per thread) on longer even rows; pairs=True / False force either where it can run; odd rows and
-    in-place streaming never take the pair kernel."""
-    rows = module.PER_CELL_ROWS
-    assert rows % 2 == 0 and rows >= 64
+def test_16_bit_storage_runs_one_cell_per_thread_on_small_grids(module, policy):
+    """pairs=None (the default): one cell per thread on grids of at most PER_CELL_CELLS cells, whatever their
+    shape, the pair kernel (2 cells per thread) on larger grids with an even nx; pairs=True / False force either
+    where it can run; odd rows and in-place streaming never take the pair kernel. Blocks: the short-row shape cut
+    to the row's warps on rows of at most SHORT_ROW cells, else the backend's per-cell shape."""
+    cells = module.PER_CELL_CELLS
+    edge = math.isqrt(cells)
+    assert edge * edge == cells and edge % 2 == 0 and edge > SHORT_ROW
 
-    def shape(nx, pairs, in_place=False):
-        return step_kernel_shape(cavity_setup(nx, policy, in_place=in_place), module.LAUNCH, module.LAUNCH_PAIRS,
-                                 pairs, None, None, 0, module.LAUNCH_SHORT, module.PER_CELL_ROWS)
+    def shape(nx, pairs, ny=None, in_place=False):
+        return step_kernel_shape(cavity_setup(nx, policy, in_place=in_place, ny=ny), module.LAUNCH,
+                                 module.LAUNCH_PAIRS, pairs, None, None, 0, module.LAUNCH_SHORT, cells)
 
-    for nx in (n for n in (64, SHORT_ROW, SHORT_ROW + 2, rows) if n <= rows):
-        got = shape(nx, None)
-        block = module.LAUNCH_SHORT[2][1] if nx <= SHORT_ROW else module.LAUNCH[2][1]
-        assert got == (False, False, 1, block), (nx, got)
-    assert module.LAUNCH_SHORT[2][1] != module.LAUNCH[2][1]       # the short-row shape changes something
-    assert shape(rows + 2, None)[1:] == (True, 2, module.LAUNCH_PAIRS[1])
-    assert shape(64, True)[1:3] == (True, 2)                      # forced on a short row
-    assert shape(rows + 2, False)[1:3] == (False, 1)              # and off on a long one
-    assert shape(rows + 3, True)[1] is False                      # odd nx: no pairs
-    assert shape(rows + 2, True, in_place=True)[:2] == (True, False)
+    short, long_ = module.LAUNCH_SHORT[2][1], module.LAUNCH[2][1]
+    assert short == 256 and short != long_
+    for nx, ny, block in [(64, None, 64), (100, None, 128), (SHORT_ROW, None, short), (SHORT_ROW + 2, None, long_),
+                          (edge, None, long_), (4 * edge, edge // 4, long_), (edge // 4, 4 * edge, 128)]:
+        assert nx * (ny or nx) <= cells
+        got = shape(nx, None, ny)
+        assert got == (False, False, 1, block), (nx, ny, got)
+    assert shape(edge + 2, None)[1:] == (True, 2, module.LAUNCH_PAIRS[1])
+    assert shape(edge, None, ny=edge + 1)[1:] == (True, 2, module.LAUNCH_PAIRS[1])     # one row more: pairs
+    assert shape(64, True)[1:3] == (True, 2)                      # forced on a small grid
+    assert shape(edge + 2, False)[1:3] == (False, 1)              # and off on a large one
+    assert shape(edge + 3, True)[1] is False                      # odd nx: no pairs
+    assert shape(edge + 2, True, in_place=True)[:2] == (True, False)
 
 
 @pytest.mark.parametrize("nx, policy, block", [
     (SHORT_ROW, FP32, kernels_numba.LAUNCH_SHORT[4][1]), (SHORT_ROW + 128, FP32, kernels_numba.LAUNCH[4][1]),
-    (64, FP32, kernels_numba.LAUNCH_SHORT[4][1]), (SHORT_ROW, FP64, kernels_numba.LAUNCH[8][1])])
+    (64, FP32, 64), (65, FP32, 96), (SHORT_ROW - 31, FP32, SHORT_ROW), (SHORT_ROW, FP64, kernels_numba.LAUNCH[8][1])])
 def test_short_rows_take_the_short_row_launch_shape(nx, policy, block):
+    """Rows of at most SHORT_ROW cells: the backend's short-row block, cut to the row rounded up to whole warps
+    (one block per row, no warp without a cell)."""
     setup = cavity_setup(nx, policy)
     got = step_kernel_shape(setup, kernels_numba.LAUNCH, kernels_numba.LAUNCH_PAIRS, None, None, None, 0,
                             kernels_numba.LAUNCH_SHORT)
@@ -168,8 +175,8 @@ def test_bench_auto_streaming_checks_both_layouts_and_reports_two_buffer_memory(
 
     asked = []
 
-    def check(backend, precision, in_place=False):
-        asked.append((backend, precision, in_place))
+    def check(backend, precision, in_place=False, pairs=None):
+        asked.append((backend, precision, in_place, pairs))
         return {"size": 64, "steps": 50, "against": "numpy-fp32", "u_rel_l2": 3e-7 if in_place else 5e-7,
                 "rho_minus_1_rel_l2": 0.0, "finite": True}
 
@@ -192,7 +199,7 @@ def test_bench_auto_streaming_checks_both_layouts_and_reports_two_buffer_memory(
     args = SimpleNamespace(quick=False, out=tmp_path, sizes=[64, 1024], precisions=["fp32"], backends=["cupy"],
                            in_place=False, streaming=None)
     assert bench_lbm.main(args) == 0
-    assert asked == [("cupy", "fp32", False), ("cupy", "fp32", True)]
+    assert asked == [("cupy", "fp32", False, False), ("cupy", "fp32", True, False)]
     md = (tmp_path / "bench_lbm.md").read_text()
     row64 = next(line for line in md.splitlines() if line.startswith("| cupy | fp32 | 64^2"))
     row1024 = next(line for line in md.splitlines() if line.startswith("| cupy (in place) | fp32 | 1024^2"))
@@ -206,4 +213,43 @@ def test_bench_auto_streaming_checks_both_layouts_and_reports_two_buffer_memory(
     asked.clear()
     args.streaming = "in-place"
     assert bench_lbm.main(args) == 0
-    assert asked == [("cupy", "fp32", True)] and (tmp_path / "bench_lbm_in_place.md").exists()
+    assert asked == [("cupy", "fp32", True, False)] and (tmp_path / "bench_lbm_in_place.md").exists()
+
+
+def test_bench_checks_both_16_bit_kernels_and_each_row_shows_its_own(monkeypatch, tmp_path):
+    """16-bit storage: the pair kernel (large grids) and one cell per thread (small grids) are both checked against
+    the reference, in-place streaming only per cell, and each timed row shows the check of the kernel it ran."""
+    from types import SimpleNamespace
+
+    from hpcsolve.report import bench_lbm
+
+    assert bench_lbm.check_kernels("fp16c", None) == [(False, False), (False, True), (True, False)]
+    assert bench_lbm.check_kernels("fp16s", False) == [(False, False), (False, True)]
+    assert bench_lbm.check_kernels("fp32", None) == [(False, False), (True, False)]
+    asked = []
+
+    def check(backend, precision, in_place=False, pairs=None):
+        asked.append((in_place, pairs))
+        return {"size": 64, "steps": 50, "against": "numpy-fp64", "u_rel_l2": {(False, False): 1e-3, (False, True): 2e-3,
+                (True, False): 4e-3}[(in_place, pairs)], "rho_minus_1_rel_l2": 0.0, "finite": True}
+
+    def time_backend(backend, precision, n, **kw):
+        return {"backend": backend, "precision": precision, "size": n, "cells": n * n, "seconds_per_step": 1e-5,
+                "seconds_spread": [1e-5, 1e-5], "mlups": n * n / 1e-5 / 1e6, "bytes_per_cell_step": 37,
+                "effective_bandwidth_GBps": 1.0, "bytes_per_cell_resident": 37, "in_place": False,
+                "pairs": n > 512}
+
+    fake = SimpleNamespace(device_name="stand-in GPU", memory=lambda: (8 * 1024**3, 16 * 1024**3),
+                           free_pool=lambda: None)
+    monkeypatch.setattr(bench_lbm.backends, "probe", lambda b: SimpleNamespace(available=True, simulator=False, reason=""))
+    monkeypatch.setattr(bench_lbm.backends, "get", lambda b: fake)
+    monkeypatch.setattr(bench_lbm, "copy_bandwidth", lambda *a, **k: {"bandwidth_GBps": 4000.0})
+    monkeypatch.setattr(bench_lbm, "check_against_reference", check)
+    monkeypatch.setattr(bench_lbm, "time_backend", time_backend)
+    args = SimpleNamespace(quick=False, out=tmp_path, sizes=[256, 1024], precisions=["fp16c"], backends=["cupy"],
+                           in_place=False, streaming=None)
+    assert bench_lbm.main(args) == 0
+    assert asked == [(False, False), (False, True), (True, False)]
+    md = (tmp_path / "bench_lbm.md").read_text().splitlines()
+    assert "u 1.0e-03" in next(line for line in md if line.startswith("| cupy | fp16c | 256^2"))
+    assert "u 2.0e-03" in next(line for line in md if line.startswith("| cupy | fp16c | 1024^2"))
