@@ -115,12 +115,34 @@ def _print_kv(title: str, mapping: dict) -> None:
         print(f"  {str(k):<{width}}  {v}")
 
 
+def _check_run_options(args) -> None:
+    """Options of ``run`` that cannot go together: an error (exit 2) before anything is read or written, rather
+    than one of them silently ignored."""
+    if args.resume is None:
+        if args.force:
+            raise CaseError.invalid("--force", True, "only with --resume DIR",
+                                    why="it lets a resumed run continue although its case or setup differ, "
+                                        "and no run is resumed")
+        return
+    if args.dry_run:
+        raise CaseError.invalid("--dry-run", True, "not with --resume",
+                                why="--resume continues the run and writes into its folder; a dry run writes nothing "
+                                    "(use --dry-run with the case file)")
+    if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
+        raise CaseError.invalid("--out", str(args.out), f"the --resume folder ({args.resume}) or nothing",
+                                why="a resumed run writes its results into the folder it resumes")
+    if args.overwrite:
+        raise CaseError.invalid("--overwrite", True, "not with --resume",
+                                why="a resumed run continues the result in its folder")
+
+
 def cmd_run(args) -> int:
     from hpcsolve import parallel
     from hpcsolve import run as runmod
 
     if args.case is None and args.resume is None:
         raise CaseError.invalid("case", None, "a case file, or --resume DIR", why="no case given")
+    _check_run_options(args)
     if _rank() != 0:                  # one rank reports and writes: the others step quietly
         args.quiet = True
     if args.resume is not None:

@@ -157,12 +157,13 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
         write_json(manifest, stage / MARKER)
         if any(n.startswith(f"{PLOT_DIR}/") for n in names):
             (out / PLOT_DIR).mkdir(exist_ok=True)
+        stale = _stale_files(out, names)     # read from the earlier marker before it goes
         # commit: renames only; without the marker the folder reads as incomplete meanwhile
         (out / MARKER).unlink(missing_ok=True)
         for n in names:
             os.replace(stage / n, out / n)
-        for stale in _stale_files(out, names):
-            stale.unlink(missing_ok=True)
+        for p in stale:
+            p.unlink(missing_ok=True)
         os.replace(stage / MARKER, out / MARKER)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -182,14 +183,13 @@ def _file_keys(names: list[str]) -> dict[str, str]:
 
 
 def _stale_files(out: Path, names: list[str]) -> list[Path]:
-    """Files of an earlier result in ``out`` that this one does not have (its xdmf, its plots)."""
-    from hpcsolve.outdir import PLOT_DIR
+    """Files of an earlier result in ``out`` that this one does not have (its xdmf, the plots its marker names);
+    files hpcsolve did not write (a plot of the user's own in plots/) stay."""
+    from hpcsolve.outdir import PLOT_DIR, manifest_files
 
     stale = [out / "result.xdmf"] if "result.xdmf" not in names else []
-    plot_dir = out / PLOT_DIR
-    if plot_dir.is_dir():
-        keep = {n.split("/", 1)[1] for n in names if n.startswith(f"{PLOT_DIR}/")}
-        stale += [p for p in plot_dir.glob("*.png") if p.name not in keep]
+    stale += [out / n for n in manifest_files(out)
+              if n.startswith(f"{PLOT_DIR}/") and n not in names and (out / n).is_file()]
     return stale
 
 

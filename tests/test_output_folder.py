@@ -344,3 +344,126 @@ def test_a_real_full_file_system_gives_one_error_no_crash(tmp_path):
         assert _leftovers(mnt / "out") == []
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# --overwrite that fails keeps the previous result; files hpcsolve did not write stay
+
+POISSON = ROOT / "cases" / "poisson_manufactured.toml"
+
+
+def _poisson(out: Path, *args) -> int:
+    return cli.main(["run", str(POISSON), "--backend", "numpy", "--quiet", "--no-plots", "--out", str(out),
+                     "--set", "mesh.nx=4", *args])
+
+
+def _set_aside_folders(out: Path) -> list[Path]:
+    return list(out.glob(outdir.PREVIOUS_PREFIX + "*"))
+
+
+def test_an_overwrite_refused_during_the_run_keeps_the_previous_result(tmp_path, capsys):
+    """Input found bad only while the run assembles (the stiffness matrix overflows) comes after the folder was
+    claimed: the previous result is put back, complete and unchanged."""
+    out = tmp_path / "run"
+    assert _poisson(out) == 0
+    before, run_id = _files(out), read_result_folder(out)["run_id"]
+    capsys.readouterr()
+    assert _poisson(out, "--overwrite", "--set", "problem.conductivity=1e308") == 2
+    assert "problem.conductivity" in capsys.readouterr().err
+    assert _files(out) == before and read_result_folder(out)["run_id"] == run_id
+    assert _set_aside_folders(out) == []
+    # a successful overwrite replaces it and leaves nothing set aside
+    assert _poisson(out, "--overwrite", "--set", "mesh.nx=6") == 0
+    assert read_result_folder(out)["run_id"] != run_id and _set_aside_folders(out) == []
+
+
+def test_an_overwrite_on_a_full_disk_keeps_the_previous_result_at_every_write(tmp_path, monkeypatch, capsys):
+    """ENOSPC at each write of an --overwrite run without checkpoints: one error, and the previous result is
+    complete and unchanged afterwards (the message's "the earlier result ... kept" is true)."""
+    base = tmp_path / "base"
+    assert _run("--out", str(base), *SMALL, "--set", "time.checkpoint_interval=0") == 0
+    writes = {"n": 0, "fail_at": None}
+    real = safe_io.write_chunk
+
+    def write_chunk(fd, piece, offset):
+        writes["n"] += 1
+        if writes["n"] == writes["fail_at"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, piece, offset)
+
+    monkeypatch.setattr(safe_io, "write_chunk", write_chunk)
+    args = ("--overwrite", *SMALL, "--set", "time.checkpoint_interval=0", "--set", "time.steps=200")
+    clean = tmp_path / "clean"
+    shutil.copytree(base, clean)
+    assert _run("--out", str(clean), *args) == 0
+    total = writes["n"]
+    assert total >= 5
+    for fail_at in range(1, total + 1):
+        out = tmp_path / f"full{fail_at}"
+        shutil.copytree(base, out)
+        before = _files(out)
+        writes.update(n=0, fail_at=fail_at)
+        capsys.readouterr()
+        assert _run("--out", str(out), *args) == 2, fail_at
+        assert "(No space left on device)" in capsys.readouterr().err
+        assert _files(out) == before, fail_at
+        assert read_result_folder(out)["status"] == "completed"
+        assert _set_aside_folders(out) == [] and _leftovers(out) == []
+
+
+def test_a_set_aside_result_of_a_killed_overwrite_run_is_put_back_or_dropped_by_the_next_run(tmp_path):
+    """A run killed between setting the previous result aside and writing anything of its own: the next claim
+    puts it back; killed after its first checkpoint: the previous result goes (the new run's state stays)."""
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL) == 0
+    before, ckpts = _files(out), [p.name for p in list_checkpoints(out)]
+    aside = outdir.set_aside(out)
+    assert aside is not None and not outdir.holds_own_state(out) and not (out / "plots").exists()
+    assert outdir.remove_stale(out) == [aside.name]
+    assert _files(out) == before and read_result_folder(out)["status"] == "completed"
+    aside = outdir.set_aside(out)
+    (out / "checkpoints").mkdir()
+    shutil.copy(aside / "checkpoints" / ckpts[0], out / "checkpoints" / ckpts[0])   # the new run's checkpoint
+    outdir.remove_stale(out)
+    assert not (out / outdir.MARKER).exists() and not (out / "result.h5").exists()
+    assert [p.name for p in list_checkpoints(out)] == ckpts[:1] and _set_aside_folders(out) == []
+
+
+def test_files_hpcsolve_did_not_write_stay_through_runs_and_overwrites(tmp_path):
+    out = tmp_path / "run"
+    (out / "plots").mkdir(parents=True)
+    (out / "plots" / "my_figure.png").write_bytes(b"mine")
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "notes.txt").write_text("mine")
+    assert _run("--out", str(out), *SMALL) == 0
+    assert (out / "plots" / "velocity.png").exists() and list_checkpoints(out)
+    assert _run("--out", str(out), "--overwrite", *SMALL, "--set", "time.steps=60", "--no-plots",
+                "--set", "time.checkpoint_interval=0") == 0
+    assert not (out / "plots" / "velocity.png").exists() and not list_checkpoints(out)
+    assert (out / "plots" / "my_figure.png").read_bytes() == b"mine"
+    assert (out / "checkpoints" / "notes.txt").read_text() == "mine"
+    assert _run("--out", str(out), "--overwrite", *SMALL) == 0          # plots again: the user's figure stays
+    assert (out / "plots" / "my_figure.png").read_bytes() == b"mine"
+
+
+# ------------------------------------------------------------------------------------------------
+# run options that cannot go together: exit 2 before anything is read or written
+
+@pytest.mark.parametrize("extra, field", [
+    (["--dry-run"], "--dry-run"), (["--overwrite"], "--overwrite"), (["--out", "OTHER"], "--out")])
+def test_resume_refuses_options_it_would_ignore(tmp_path, capsys, extra, field):
+    out = _resume_state(tmp_path)
+    before = _files(out)
+    extra = [str(tmp_path / "other") if a == "OTHER" else a for a in extra]
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--force", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hpcsolve: error: {field}: ") and err.count("\n") == 1, err
+    assert _files(out) == before and not (tmp_path / "other").exists()
+    # --out naming the resumed folder itself is the same folder: allowed
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--force", "--no-plots", "--out", str(out)]) == 0
+
+
+def test_force_without_resume_is_refused(tmp_path, capsys):
+    assert _run("--out", str(tmp_path / "run"), "--force", *SMALL) == 2
+    assert "--force: " in capsys.readouterr().err and not (tmp_path / "run").exists()
