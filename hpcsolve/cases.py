@@ -382,7 +382,9 @@ def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
 
     text = read_text(path, "case", "a path to an existing .toml case file (UTF-8 text)",
                      max_bytes=CASE_FILE_MAX_BYTES)
-    return parse_case_text(text, overrides, path=Path(path).resolve())
+    # a byte-order mark (what some editors put before UTF-8 text) is not TOML: tomllib would only say
+    # "Invalid statement (at line 1, column 1)"
+    return parse_case_text(text.removeprefix("\ufeff"), overrides, path=Path(path).resolve())
 
 
 # -- the shape of TOML text, looked at before tomllib parses it ----------------------------------

@@ -110,3 +110,15 @@ def test_mask_and_mesh_headers_are_checked_before_reading(tmp_path):
     junk.write_text("this is not a mesh\n")
     code, err = _cli("validate", str(CASES / "heat_plate_with_hole.toml"), "--set", f'mesh.path="{junk}"')
     assert code == 2 and "mesh.path: not a gmsh file" in err and err.count("\n") == 1
+
+
+def test_a_case_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """Some editors start UTF-8 text with a byte-order mark; TOML has no place for it (tomllib said only
+    "Invalid statement (at line 1, column 1)"). The case reads as the same file without it."""
+    plain = Path(POISSON).read_text(encoding="utf-8")
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.encode("utf-8"))
+    from hpcsolve.cases import load_case
+
+    assert load_case(bom).model_dump() == load_case(POISSON).model_dump()
+    assert _cli("validate", str(bom))[0] == 0
