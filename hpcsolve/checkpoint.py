@@ -15,11 +15,41 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve import __version__
-from hpcsolve.errors import CaseError
+from hpcsolve.errors import CaseError, clip, shown
 from hpcsolve.results import _jsonable
 
 KEEP = 2
 SUBDIR = "checkpoints"
+
+
+#: a field absent from a checkpoint (``CheckpointError``'s value when there is none to show)
+MISSING = object()
+
+
+class CheckpointError(CaseError):
+    """A checkpoint that cannot be resumed from: a field of it missing or malformed. The message names the
+    file and the field (``meta.case_text``, ``state.series``, ``arrays/populations``); the file is left as it is."""
+
+    def __init__(self, path, field: str, value=MISSING, allowed: str = "", why: str | None = None):
+        got = "missing" if value is MISSING else f"got {shown(value)}"
+        detail = f"{why} ({got}; allowed: {allowed})" if why else f"{got}; allowed: {allowed}"
+        if why and not allowed:          # ``why`` says it all (e.g. the case error of a recorded case)
+            detail = why
+        where = f"checkpoint {clip(str(path), 300)}" if path is not None else "checkpoint"
+        super().__init__(f"{where}: {field}: {detail}")
+        self.path = Path(path) if path is not None else None
+        self.field, self.value, self.allowed = field, None if value is MISSING else value, allowed
+
+
+def as_number(value) -> float | None:
+    """``value`` read back from a checkpoint's JSON as a float (non-finite ones are stored as 'inf', 'nan'),
+    or None where it is no number."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value) if isinstance(value, (int, float, str)) else None
+    except (ValueError, OverflowError):
+        return None
 
 
 @dataclass
@@ -29,6 +59,33 @@ class Checkpoint:
     state: dict = field(default_factory=dict)  # JSON-able loop state (series so far, counters)
     meta: dict = field(default_factory=dict)   # case_text, case_json, backend, precision, version
     path: Path | None = None
+
+    def error(self, field: str, value=MISSING, allowed: str = "", why: str | None = None) -> CheckpointError:
+        """The error for a missing (no ``value``) or malformed field of this checkpoint."""
+        return CheckpointError(self.path, field, value, allowed, why)
+
+    def number(self, field: str, *, default=MISSING, minimum: float | None = None, finite: bool = True) -> float:
+        """``state.<name>`` or ``meta.<name>`` as a float, checked: >= ``minimum``, finite unless not ``finite``."""
+        section, _, name = field.partition(".")
+        source = self.state if section == "state" else self.meta
+        value = source.get(name, default)
+        if value is MISSING:
+            raise self.error(field, allowed=_number_allowed(minimum, finite))
+        x = as_number(value)
+        if x is None or (finite and not np.isfinite(x)) or (minimum is not None and not x >= minimum):
+            raise self.error(field, value, _number_allowed(minimum, finite))
+        return x
+
+    def whole(self, field: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+        """``state.<name>`` or ``meta.<name>`` as an int in [minimum, maximum], checked."""
+        section, _, name = field.partition(".")
+        value = (self.state if section == "state" else self.meta).get(name, MISSING)
+        allowed = f"a whole number >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        if value is MISSING:
+            raise self.error(field, allowed=allowed)
+        if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
+            raise self.error(field, value, allowed)
+        return value
 
 
 def checkpoint_dir(out_dir: str | Path) -> Path:
@@ -75,19 +132,88 @@ def list_checkpoints(out_dir: str | Path) -> list[Path]:
     return sorted(p for p in d.glob("checkpoint_*.h5") if p.is_file()) if d.is_dir() else []
 
 
+def _number_allowed(minimum, finite) -> str:
+    return ("a finite number" if finite else "a number") + (f" >= {minimum:g}" if minimum is not None else "")
+
+
+#: the largest step a checkpoint may hold (a step counter is a 64-bit integer in the kernels)
+MAX_STEP = 2**62
+#: meta fields that are text when present (a checkpoint written by ``hpcsolve run`` has all of them)
+META_TEXT = ("hpcsolve_version", "backend", "precision", "solver", "case_text", "case_json", "case_file")
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint in ``path``, its layout and generic metadata checked: a damaged or missing field is a
+    CheckpointError naming the file and the field (an unreadable file, OSError)."""
     import h5py
 
+    path = Path(path)
     with h5py.File(path, "r") as f:
-        meta = json.loads(f.attrs["meta"])
-        state = json.loads(f.attrs["state"])
-        arrays = {k: f["arrays"][k][()] for k in f["arrays"]}
-    return Checkpoint(step=int(meta["step"]), arrays=arrays, state=state, meta=meta, path=Path(path))
+        meta = _json_object(f, path, "meta")
+        state = _json_object(f, path, "state")
+        group = f.get("arrays")
+        if not isinstance(group, h5py.Group):
+            raise CheckpointError(path, "arrays", MISSING if group is None else type(group).__name__,
+                                  "an HDF5 group of the solver's arrays")
+        arrays = {}
+        for k in group:
+            item = group.get(k)
+            if not isinstance(item, h5py.Dataset):
+                raise CheckpointError(path, f"arrays/{k}", type(item).__name__, "an HDF5 dataset")
+            arrays[k] = item[()]
+    ckpt = Checkpoint(step=0, arrays=arrays, state=state, meta=meta, path=path)
+    ckpt.step = ckpt.whole("meta.step", maximum=MAX_STEP)
+    _check_meta(ckpt)
+    return ckpt
 
 
-def latest_checkpoint(out_dir: str | Path) -> Checkpoint:
-    """The newest readable checkpoint in ``out_dir`` (an unreadable newest one falls back to the previous)."""
-    from hpcsolve.errors import clip
+def _json_object(f, path: Path, name: str) -> dict:
+    """The attribute ``name`` of ``f``: JSON text of an object."""
+    allowed = "JSON text of an object ({...})"
+    if name not in f.attrs:
+        raise CheckpointError(path, name, allowed=allowed)
+    raw = f.attrs[name]
+    if not isinstance(raw, (str, bytes)):
+        raise CheckpointError(path, name, raw, allowed)
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:   # UnicodeDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(exc, RecursionError) else f"not valid JSON: {clip(str(exc))}"
+        raise CheckpointError(path, name, raw, allowed, why=why) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(path, name, value, allowed, why=f"a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _check_meta(ckpt: Checkpoint) -> None:
+    """The types of the metadata ``hpcsolve run`` writes, where present (a resume checks what it needs)."""
+    from hpcsolve.backends import BACKENDS
+    from hpcsolve.precision import POLICIES
+
+    meta = ckpt.meta
+    for name in META_TEXT:
+        if name in meta and not isinstance(meta[name], str):
+            raise ckpt.error(f"meta.{name}", meta[name], "text")
+    if "backend" in meta and meta["backend"] not in BACKENDS:
+        raise ckpt.error("meta.backend", meta["backend"], ", ".join(BACKENDS))
+    if "precision" in meta and meta["precision"] not in POLICIES:
+        raise ckpt.error("meta.precision", meta["precision"], ", ".join(POLICIES))
+    overrides = meta.get("overrides", [])
+    if not isinstance(overrides, list) or not all(isinstance(a, str) for a in overrides):
+        raise ckpt.error("meta.overrides", overrides, "a list of key.path=value texts")
+    if "case_json" in meta:
+        try:
+            case_json = json.loads(meta["case_json"])
+        except (ValueError, RecursionError):
+            case_json = None
+        if not isinstance(case_json, dict):
+            raise ckpt.error("meta.case_json", meta["case_json"], "JSON text of the validated case (an object)")
+
+
+def latest_checkpoint(out_dir: str | Path, use=None):
+    """The newest readable checkpoint in ``out_dir`` (an unreadable or damaged newest one falls back to the
+    previous). With ``use``, ``use(checkpoint)`` of the first one it accepts: a CheckpointError it raises
+    counts as damage too (any other error is raised as it is). None readable: a CaseError naming each file."""
     from hpcsolve.safe_io import path_problem
 
     problem = path_problem(out_dir)
@@ -104,10 +230,21 @@ def latest_checkpoint(out_dir: str | Path) -> Checkpoint:
     errors = []
     for path in reversed(files):
         try:
-            return read_checkpoint(path)
-        except (OSError, KeyError, ValueError) as exc:
-            errors.append(f"{path.name}: {exc}")
-    raise CaseError.invalid("--resume", str(out_dir), "a readable checkpoint", why="; ".join(errors))
+            ckpt = read_checkpoint(path)
+        except CheckpointError as exc:       # names the file and the field
+            errors.append(str(exc))
+            continue
+        except (OSError, KeyError, ValueError) as exc:   # not an HDF5 file, truncated, unreadable
+            errors.append(f"checkpoint {path}: {exc}")
+            continue
+        if use is None:
+            return ckpt
+        try:
+            return use(ckpt)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+    raise CaseError(f"no checkpoint in {clip(str(out_dir))} can be resumed from: " + "; ".join(errors),
+                    field="--resume", value=str(out_dir), allowed="a folder with a readable checkpoint")
 
 
 #: case keys that change how a run is computed but not its results (checkpoints hold the populations in the

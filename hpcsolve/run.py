@@ -11,7 +11,7 @@ from pathlib import Path
 from hpcsolve import __version__, backends, interrupts, outdir, parallel
 from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.checkpoint import check_compatible, latest_checkpoint, list_checkpoints
+from hpcsolve.checkpoint import MISSING, check_compatible, latest_checkpoint, list_checkpoints
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.family import Description
 from hpcsolve.precision import Precision, get_precision
@@ -147,23 +147,41 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
                    force: bool = False):
     """The case, backend, precision and checkpoint to continue the run in ``resume_dir``.
 
-    Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``)."""
-    ckpt = latest_checkpoint(resume_dir)
+    Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``).
+    A checkpoint whose recorded case is missing or does not load counts as damaged, with a case given too (the
+    same checkpoint is chosen either way: ``run_case`` calls this again with the case): the previous one is used."""
+    ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)))
+    if case is None:
+        case = recorded.with_overrides(*overrides) if overrides else recorded
     finished = _finished_status(resume_dir)
     if finished and not force:
         raise CaseError.invalid("--resume", str(resume_dir), "a folder of an interrupted run",
                                 why=f"the run there already finished (status {finished!r}); resuming would run it "
                                     "again from its newest checkpoint and replace the result: add --force for that")
     meta = ckpt.meta
-    if case is None:
-        case_file = Path(meta["case_file"]) if meta.get("case_file") else None
-        case = parse_case_text(meta["case_text"], meta.get("overrides", []), path=case_file)
-        if overrides:
-            case = case.with_overrides(*overrides)
     case, backend, policy = prepare(case, backend or meta.get("backend"), precision or meta.get("precision"),
                                     overrides if not isinstance(case, CaseBase) else ())
     check_compatible(ckpt, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
     return case, backend, policy, ckpt
+
+
+def _checkpoint_case(ckpt) -> CaseBase:
+    """The case recorded in ``ckpt`` (meta.case_text with meta.overrides); a CheckpointError naming the
+    checkpoint and the field where it is missing or does not load."""
+    meta = ckpt.meta
+    if not meta.get("case_text"):
+        raise ckpt.error("meta.case_text", meta.get("case_text", MISSING), "the TOML text of the run's case",
+                         why=None if "case_text" not in meta else "empty")
+    try:
+        # parsed as "meta.case_text", not as the case file it came from: an error names the checkpoint's field
+        case = parse_case_text(meta["case_text"], meta.get("overrides", []), path=Path("meta.case_text"))
+    except CaseError as exc:
+        field = "meta.overrides" if exc.field == "--set" else "meta.case_text"
+        value = meta.get("overrides") if field == "meta.overrides" else meta["case_text"]
+        raise ckpt.error(field, value, why=f"the case recorded there does not load: {exc}") from None
+    # relative paths in the case (meshes) resolve against the folder of the case file
+    case._path = Path(meta["case_file"]) if meta.get("case_file") else None
+    return case
 
 
 def run_case(case: CaseBase | str | Path | None, backend: str | None = None, precision: str | Precision | None = None,

@@ -19,8 +19,8 @@ from tqdm import tqdm
 
 from hpcsolve import backends, memory, parallel
 from hpcsolve.backends import get_array_module, to_host
-from hpcsolve.checkpoint import Checkpoint, write_checkpoint
-from hpcsolve.errors import BlowUpError, HpcsolveError, RunInterrupted
+from hpcsolve.checkpoint import MISSING, Checkpoint, CheckpointError, as_number, write_checkpoint
+from hpcsolve.errors import BlowUpError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.family import SOLVER_SECONDS, Description
 from hpcsolve.lbm.boundaries import layer
 from hpcsolve.lbm import geometry as geom
@@ -628,17 +628,87 @@ def _checkpoint(case, backend, policy, stepper, monitor, result, step, mass0, st
 
 
 def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, float, float]:
-    stepper.load_populations(ckpt.arrays["populations"], ckpt.step)
-    st = ckpt.state
-    monitor.series = {k: [float(v) for v in vals] for k, vals in st["series"].items()}
-    monitor.last_steady_u = ckpt.arrays.get("steady_last_u")
-    monitor.last_steady_step = int(st["last_steady_step"])
-    monitor.steady_change = float(st["steady_change"])
-    for i, snap in enumerate(st["snapshots"]):
-        fields = {name: ckpt.arrays[f"snapshot_{i:06d}_{name}"] for name in snap["fields"]}
-        result.snapshots.append(Snapshot(time=float(snap["time"]), step=int(snap["step"]), fields=fields))
-    step_seconds = float(st["step_seconds"])
-    return ckpt.step, float(st["mass0"]), step_seconds, float(st.get("total_seconds", step_seconds))
+    """Put the state of ``ckpt`` into the stepper, the monitor and the result. Every field is checked first: a
+    missing or malformed one (or populations that do not fit this run) is a CheckpointError naming the
+    checkpoint and the field."""
+    series = _restored_series(ckpt, list(monitor.series))
+    steady_u = ckpt.arrays.get("steady_last_u")
+    n_fluid = int(np.count_nonzero(monitor.fluid))
+    if steady_u is not None and (np.shape(steady_u) != (2, n_fluid) or not np.issubdtype(steady_u.dtype, np.floating)):
+        raise ckpt.error("arrays/steady_last_u", f"{steady_u.dtype} {np.shape(steady_u)}",
+                         f"floating-point numbers of shape (2, {n_fluid})")
+    last_steady_step = ckpt.whole("state.last_steady_step", maximum=ckpt.step)
+    steady_change = ckpt.number("state.steady_change", finite=False)
+    mass0 = ckpt.number("state.mass0")
+    if not mass0 > 0:
+        raise ckpt.error("state.mass0", ckpt.state["mass0"], "a finite number > 0 (the initial fluid mass)")
+    step_seconds = ckpt.number("state.step_seconds", minimum=0)
+    total_seconds = ckpt.number("state.total_seconds", default=step_seconds, minimum=0)
+    snapshots = _restored_snapshots(ckpt, tuple(monitor.geo.shape))
+    populations = ckpt.arrays.get("populations")
+    if populations is None:
+        raise ckpt.error("arrays/populations", allowed="the run's populations, shape (9, ny, nx)")
+    try:
+        stepper.load_populations(populations, ckpt.step)
+    except CheckpointError:
+        raise
+    except CaseError as exc:          # another shape or dtype than this run's
+        raise ckpt.error("arrays/populations", exc.value, exc.allowed, why="they do not fit this run") from None
+    monitor.series = series
+    monitor.last_steady_u = steady_u
+    monitor.last_steady_step = last_steady_step
+    monitor.steady_change = steady_change
+    result.snapshots.extend(snapshots)
+    return ckpt.step, mass0, step_seconds, total_seconds
+
+
+def _restored_series(ckpt: Checkpoint, keys: list[str]) -> dict[str, list[float]]:
+    """``state.series``: a list of numbers (one per monitor step) for each of this run's series."""
+    series = ckpt.state.get("series", MISSING)
+    allowed = "an object with a list of numbers for each of " + ", ".join(keys)
+    if series is MISSING:
+        raise ckpt.error("state.series", allowed=allowed)
+    if not isinstance(series, dict):
+        raise ckpt.error("state.series", series, allowed)
+    if set(series) != set(keys):
+        raise ckpt.error("state.series", sorted(series), allowed, why="other series than this run's")
+    out, length = {}, len(series[keys[0]]) if isinstance(series[keys[0]], list) else None
+    for k, values in series.items():
+        numbers = [as_number(v) for v in values] if isinstance(values, list) else None
+        if numbers is None or None in numbers or len(numbers) != length:
+            raise ckpt.error(f"state.series.{k}", values, f"a list of numbers, as long as state.series.{keys[0]}")
+        out[k] = numbers
+    return out
+
+
+def _restored_snapshots(ckpt: Checkpoint, shape: tuple[int, int]) -> list[Snapshot]:
+    """``state.snapshots`` with their fields from ``arrays/snapshot_<i>_<name>``."""
+    snaps = ckpt.state.get("snapshots", MISSING)
+    allowed = "a list of {time, step, fields} objects"
+    if snaps is MISSING or not isinstance(snaps, list):
+        raise ckpt.error("state.snapshots", snaps, allowed)
+    out = []
+    for i, snap in enumerate(snaps):
+        where = f"state.snapshots[{i}]"
+        names = snap.get("fields") if isinstance(snap, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ckpt.error(where, snap, allowed)
+        time = as_number(snap.get("time"))
+        if time is None or not math.isfinite(time):
+            raise ckpt.error(f"{where}.time", snap.get("time", MISSING), "a finite number")
+        step = snap.get("step", MISSING)
+        if type(step) is not int or not 0 <= step <= ckpt.step:
+            raise ckpt.error(f"{where}.step", step, f"a whole number from 0 to {ckpt.step}")
+        fields = {}
+        for name in names:
+            key = f"snapshot_{i:06d}_{name}"
+            a = ckpt.arrays.get(key)
+            if a is None or np.shape(a)[:2] != shape or not np.issubdtype(a.dtype, np.number):
+                raise ckpt.error(f"arrays/{key}", MISSING if a is None else f"{a.dtype} {np.shape(a)}",
+                                 f"numbers of shape {shape} (+ components)")
+            fields[name] = a
+        out.append(Snapshot(time=time, step=step, fields=fields))
+    return out
 
 
 def _snapshot_fields(rho, ux, uy, derived, geo, step):

@@ -1,0 +1,247 @@
+"""Damaged checkpoints: every missing or malformed field of a checkpoint's metadata, loop state or arrays gives one
+clear error (exit 2) naming the checkpoint file and the field, never a traceback, and leaves the files as they were.
+Damage that ``read_checkpoint`` or the recorded case shows makes a resume fall back to the previous checkpoint
+(as a truncated file does); damage found while restoring the state of the chosen one is an error."""
+
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcsolve import cli
+from hpcsolve.cases import load_case
+from hpcsolve.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_checkpoint
+from hpcsolve.errors import CaseError, RunInterrupted
+from hpcsolve.lbm import runner
+from hpcsolve.precision import get_precision
+from hpcsolve.results import read_result_folder
+
+ROOT = Path(__file__).parent.parent
+CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
+# an 8x8 cavity, 40 steps, a checkpoint and a snapshot every 10, the steady check on (its state is checkpointed too)
+TINY = ["lattice.resolution=8", "time.steps=40", "time.monitor_interval=10", "time.checkpoint_interval=10",
+        "time.output_interval=0.125", "steady.enabled=true", "steady.interval=10", "steady.tolerance=1e-12"]
+NEWEST, OLDER = "checkpoint_0000000020.h5", "checkpoint_0000000010.h5"
+DELETE = object()
+
+
+class StopAfter:
+    """A stop request that turns on at the n-th time the runner looks at it."""
+
+    def __init__(self, n):
+        self.n, self.seen = n, 0
+
+    @property
+    def requested(self):
+        self.seen += 1
+        return self.seen >= self.n
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Path:
+    """A run folder of a run interrupted at step 20 of 40: checkpoints at steps 10 and 20."""
+    out = tmp_path_factory.mktemp("damage") / "run"
+    with pytest.raises(RunInterrupted):
+        runner.run(load_case(CAVITY, TINY), "numpy", get_precision("fp64"), progress=False, stop=StopAfter(2),
+                   checkpoint_dir=out)
+    assert [p.name for p in list_checkpoints(out)] == [OLDER, NEWEST]
+    return out
+
+
+@pytest.fixture
+def folder(interrupted, tmp_path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(interrupted, out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# damage, one field at a time
+
+def edit(attr, key, value):
+    """Set (or with DELETE remove) ``key`` of the JSON attribute ``attr``."""
+    def damage(f):
+        data = json.loads(f.attrs[attr])
+        if value is DELETE:
+            del data[key]
+        else:
+            data[key] = value
+        f.attrs[attr] = json.dumps(data)
+    return damage
+
+
+def edit_case_text(transform):
+    def damage(f):
+        data = json.loads(f.attrs["meta"])
+        data["case_text"] = transform(data["case_text"])
+        f.attrs["meta"] = json.dumps(data)
+    return damage
+
+
+def raw(attr, value):
+    """Replace (or with DELETE remove) the attribute ``attr`` itself."""
+    def damage(f):
+        if value is DELETE:
+            del f.attrs[attr]
+        else:
+            f.attrs[attr] = value
+    return damage
+
+
+def array(name, make):
+    """Replace the dataset arrays/<name> by ``make(old)`` (None: remove it)."""
+    def damage(f):
+        old = f["arrays"][name][()]
+        del f["arrays"][name]
+        new = make(old)
+        if new is not None:
+            f["arrays"].create_dataset(name, data=new)
+    return damage
+
+
+def no_arrays(f):
+    del f["arrays"]
+
+
+def series(key, make):
+    def damage(f):
+        data = json.loads(f.attrs["state"])
+        data["series"][key] = make(data["series"][key])
+        f.attrs["state"] = json.dumps(data)
+    return damage
+
+
+DAMAGE = {
+    # the metadata: read_checkpoint (and the recorded case) check it
+    "meta-missing": (raw("meta", DELETE), "meta"),
+    "meta-list": (raw("meta", "[1, 2]"), "meta"),
+    "meta-number": (raw("meta", "42"), "meta"),
+    "meta-not-json": (raw("meta", "{not json"), "meta"),
+    "meta-not-text": (raw("meta", np.int64(5)), "meta"),
+    "step-missing": (edit("meta", "step", DELETE), "meta.step"),
+    "step-text": (edit("meta", "step", "ten"), "meta.step"),
+    "step-negative": (edit("meta", "step", -1), "meta.step"),
+    "step-fraction": (edit("meta", "step", 2.5), "meta.step"),
+    "step-huge": (edit("meta", "step", 10**30), "meta.step"),
+    "case_text-missing": (edit("meta", "case_text", DELETE), "meta.case_text"),
+    "case_text-number": (edit("meta", "case_text", 5), "meta.case_text"),
+    "case_text-empty": (edit("meta", "case_text", ""), "meta.case_text"),
+    "case_text-not-toml": (edit("meta", "case_text", "x = [ unclosed"), "meta.case_text"),
+    "case_text-invalid-case": (edit_case_text(lambda t: t.replace('"lbm"', '"lbmx"')), "meta.case_text"),
+    "overrides-text": (edit("meta", "overrides", "lattice.resolution=8"), "meta.overrides"),
+    "overrides-not-assignments": (edit("meta", "overrides", ["nonsense"]), "meta.overrides"),
+    "backend-unknown": (edit("meta", "backend", "bogus"), "meta.backend"),
+    "precision-number": (edit("meta", "precision", 3), "meta.precision"),
+    "case_json-not-json": (edit("meta", "case_json", "{"), "meta.case_json"),
+    "version-number": (edit("meta", "hpcsolve_version", 1), "meta.hpcsolve_version"),
+    "state-missing": (raw("state", DELETE), "state"),
+    "state-list": (raw("state", "[]"), "state"),
+    "arrays-missing": (no_arrays, "arrays"),
+    # the loop state and arrays: checked when the LBM runner restores them
+    "series-missing": (edit("state", "series", DELETE), "state.series"),
+    "series-list": (edit("state", "series", [1, 2]), "state.series"),
+    "series-other-keys": (edit("state", "series", {"step": [0, 10]}), "state.series"),
+    "series-not-numbers": (series("kinetic_energy", lambda v: ["x"] * len(v)), "state.series.kinetic_energy"),
+    "series-shorter": (series("max_speed", lambda v: v[:-1]), "state.series.max_speed"),
+    "mass0-missing": (edit("state", "mass0", DELETE), "state.mass0"),
+    "mass0-text": (edit("state", "mass0", "abc"), "state.mass0"),
+    "mass0-zero": (edit("state", "mass0", 0), "state.mass0"),
+    "step_seconds-missing": (edit("state", "step_seconds", DELETE), "state.step_seconds"),
+    "step_seconds-negative": (edit("state", "step_seconds", -1.0), "state.step_seconds"),
+    "total_seconds-text": (edit("state", "total_seconds", "soon"), "state.total_seconds"),
+    "last_steady_step-text": (edit("state", "last_steady_step", "x"), "state.last_steady_step"),
+    "last_steady_step-beyond": (edit("state", "last_steady_step", 10**6), "state.last_steady_step"),
+    "steady_change-missing": (edit("state", "steady_change", DELETE), "state.steady_change"),
+    "snapshots-missing": (edit("state", "snapshots", DELETE), "state.snapshots"),
+    "snapshots-number": (edit("state", "snapshots", 5), "state.snapshots"),
+    "snapshot-without-time": (edit("state", "snapshots", [{"step": 10, "fields": []}]), "state.snapshots[0].time"),
+    "snapshot-step-beyond": (edit("state", "snapshots", [{"time": 0.1, "step": 999, "fields": []}]),
+                             "state.snapshots[0].step"),
+    "snapshot-array-missing": (array("snapshot_000000_velocity", lambda a: None), "arrays/snapshot_000000_velocity"),
+    "populations-missing": (array("populations", lambda a: None), "arrays/populations"),
+    "populations-shape": (array("populations", lambda a: a[:, :-1]), "arrays/populations"),
+    "populations-dtype": (array("populations", lambda a: a.astype(np.float32)), "arrays/populations"),
+    "steady_last_u-shape": (array("steady_last_u", lambda a: a[:, :-1]), "arrays/steady_last_u"),
+}
+#: damage found by read_checkpoint or in the recorded case: a resume falls back to an older checkpoint
+FALLS_BACK = {k for k, (_, field) in DAMAGE.items() if not field.startswith(("state.", "arrays/"))}
+
+
+def damage_files(out: Path, damage, names=(OLDER, NEWEST)) -> None:
+    for name in names:
+        with h5py.File(out / "checkpoints" / name, "r+") as f:
+            damage(f)
+
+
+def files(out: Path) -> dict[str, bytes]:
+    """Every file in ``out`` and its bytes (the lock file a run leaves aside)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.name.startswith(".hpcsolve")}
+
+
+def resume(out: Path, capsys, *extra) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli.main(["run", *extra, "--resume", str(out), "--quiet", "--no-plots"])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_a_damaged_field_is_one_clear_error_naming_the_checkpoint_and_the_field(folder, capsys, kind):
+    damage, field = DAMAGE[kind]
+    damage_files(folder, damage)
+    before = files(folder)
+    code, err = resume(folder, capsys)
+    assert code == 2, err
+    assert err.startswith("hpcsolve: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{field}: " in err, err
+    assert str(folder / "checkpoints" / NEWEST) in err, err
+    if kind in FALLS_BACK:           # both were tried: the error names both
+        assert str(folder / "checkpoints" / OLDER) in err, err
+    assert files(folder) == before   # nothing written, nothing removed
+
+
+@pytest.mark.parametrize("kind", sorted(FALLS_BACK))
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(folder, capsys, kind):
+    damage_files(folder, DAMAGE[kind][0], names=(NEWEST,))
+    code, err = resume(folder, capsys)
+    assert code == 0, err
+    assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
+    # the resumed run wrote its own checkpoints at steps 20 and 30, the damaged one replaced by a good one
+    assert [p.name for p in list_checkpoints(folder)] == [NEWEST, "checkpoint_0000000030.h5"]
+    assert all(read_checkpoint(p).step in (20, 30) for p in list_checkpoints(folder))
+
+
+def test_damaged_state_of_the_newest_is_an_error_not_a_fallback(folder, capsys):
+    """The loop state is checked when the run restores it, after the checkpoint was chosen: the error names the
+    newest, and the older checkpoint is still there to resume from once the newest is removed."""
+    damage_files(folder, DAMAGE["series-missing"][0], names=(NEWEST,))
+    before = files(folder)
+    code, err = resume(folder, capsys)
+    assert code == 2 and f"checkpoint {folder / 'checkpoints' / NEWEST}: state.series: missing" in err, err
+    assert files(folder) == before
+    (folder / "checkpoints" / NEWEST).unlink()
+    code, err = resume(folder, capsys)
+    assert code == 0, err
+    assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
+
+
+def test_a_case_given_with_resume_falls_back_from_a_damaged_recorded_case_too(folder, capsys):
+    """The checkpoint chosen is the same with a case file as without (the CLI resolves the case from the
+    checkpoint, then the run chooses the checkpoint again with that case)."""
+    damage_files(folder, DAMAGE["case_text-not-toml"][0], names=(NEWEST,))
+    sets = [a for s in TINY for a in ("--set", s)]
+    code, err = resume(folder, capsys, str(CAVITY), *sets)
+    assert code == 0, err
+    assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
+
+
+def test_the_errors_are_typed(folder):
+    damage_files(folder, DAMAGE["meta-list"][0], names=(NEWEST,))
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(folder / "checkpoints" / NEWEST)
+    assert info.value.field == "meta" and info.value.path == folder / "checkpoints" / NEWEST
+    assert isinstance(info.value, CaseError) and info.value.exit_code == 2
+    assert latest_checkpoint(folder).step == 10
