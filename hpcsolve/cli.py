@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="timed runs per configuration (default: at least 3, up to 10 while the spread is above 5%%)")
+                   help="timed runs per configuration, at most 1000 (default: at least 3, up to 10 while the "
+                        "spread is above 5%%)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (GPU kernels vs copy bandwidth, CPU references)")
     p.add_argument("family", choices=("lbm", "fem"))
-    p.add_argument("--out", type=Path, default=None, help="folder for bench JSON and markdown (default: $OUT or results/bench/)")
+    p.add_argument("--out", type=_folder_arg, default=None,
+                   help="folder for bench JSON and markdown (default: $OUT or results/bench/)")
     p.add_argument("--sizes", type=int, nargs="+", help="problem sizes (grid edge / unknowns per edge)")
     p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
     p.add_argument("--precisions", nargs="+", help="precisions to time")
@@ -206,6 +208,10 @@ def cmd_compare(args) -> int:
     if args.backend or args.precision:
         print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
     case = load_case(args.case, args.overrides)
+    if args.out is not None:   # a file or an unusable path: exit 2 naming --out before the first (warm-up) run
+        from hpcsolve import outdir
+
+        outdir.check(args.out, overwrite=True)   # overwrite: compare replaces its runs' results in their folders
     out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,

@@ -18,7 +18,6 @@ JSON + markdown into --out (or $OUT, else results/bench/); the markdown table is
 from __future__ import annotations
 
 import json
-import os
 import platform
 import statistics
 import time
@@ -34,6 +33,16 @@ SIZES = (1024, 2048, 4096)
 QUICK_SIZES = (256, 512)
 CPU_SIZES = (256, 512)          # without a GPU: the NumPy backend
 CPU_QUICK_SIZES = (128, 256)
+#: smallest --sizes: the per-iteration timing runs a fixed count of CG iterations (up to 400 per repeat) from a
+#: random right-hand side; on a smaller system CG converges within that count, its residual underflows to zero
+#: and the next iteration is a Breakdown (p.Ap = 0). Measured on the NumPy backend at 400 iterations: fp32 fails
+#: at sizes up to 45 (fp64 up to 11), none from 46 to 129; 64 keeps a margin (and is a power of two).
+MIN_SIZE = 64
+#: largest: 16384^2 unknowns have 1.3e9 nonzeros, within the int32 indices of the matrix (2^31)
+MAX_SIZE = 16384
+#: the precisions the per-iteration table times (its fused CG runs in float64 or float32); the time-to-solution
+#: table always runs fp64, mixed and fp32
+PRECISIONS = ("fp64", "fp32")
 
 
 def _host_poisson(m: int):
@@ -118,17 +127,39 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
     return (time.perf_counter() - t0) / n_iter
 
 
-def main(args) -> int:
-    bad = [m for m in (getattr(args, "mg_sizes", None) or ()) if not 3 <= m <= 16383]
-    if bad:     # refused before anything runs
-        from hpcsolve.errors import CaseError
+def _check_precisions(values) -> tuple:
+    """--precisions of the per-iteration table: fp64 and fp32 (a CaseError naming any other, and why)."""
+    from hpcsolve import precision as precision_mod
+    from hpcsolve.errors import CaseError
 
-        raise CaseError.invalid("--mg-sizes", bad[0], "unknowns per edge in [3, 16383] (2^k - 1 halves to the end)")
-    out = Path(args.out or os.environ.get("OUT") or Path("results") / "bench")
-    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for p in values:
+        name = str(p).lower()
+        if name not in PRECISIONS:
+            policy = precision_mod.POLICIES.get(name)
+            why = (None if policy is None else
+                   f"{name} is not a precision of the FEM solver" if not policy.supports("fem") else
+                   f"bench fem times CG iterations in fp64 and fp32 only; {name} is measured in the time-to-solution "
+                   "table, which always runs fp64, mixed and fp32")
+            raise CaseError.invalid("--precisions", p, ", ".join(PRECISIONS), why=why)
+        names.append(name)
+    return tuple(names)
+
+
+def main(args) -> int:
+    from hpcsolve.report.bench_lbm import check_backends, check_sizes, out_folder
+
+    # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
+    if getattr(args, "sizes", None):
+        check_sizes(args.sizes, "--sizes", MIN_SIZE, MAX_SIZE, f"unknowns per edge in [{MIN_SIZE}, {MAX_SIZE}]",
+                    why_low=f"a fixed count of CG iterations is timed; below {MIN_SIZE} unknowns per edge CG converges "
+                            "within it and breaks down")
+    check_sizes(getattr(args, "mg_sizes", None) or (), "--mg-sizes", 3, 16383,
+                "unknowns per edge in [3, 16383] (2^k - 1 halves to the end)")
+    precisions = _check_precisions(getattr(args, "precisions", None) or PRECISIONS)
+    wanted = check_backends(getattr(args, "backends", None) or ("cupy", "numba-cuda"))
+    out = out_folder(args)
     quick = bool(getattr(args, "quick", False))
-    precisions = tuple(getattr(args, "precisions", None) or ("fp64", "fp32"))
-    wanted = tuple(getattr(args, "backends", None) or ("cupy", "numba-cuda"))
     usable = [b for b in wanted if backends.probe(b).available and not backends.probe(b).simulator]
     on_gpu = "cupy" in usable
     default = (QUICK_SIZES if quick else SIZES) if on_gpu else (CPU_QUICK_SIZES if quick else CPU_SIZES)
@@ -267,9 +298,11 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None)
 def _write(result, out: Path) -> None:
     result["sizes"] = sorted({r["m"] for r in result["rows"]})      # the sizes actually run
     result["multigrid_sizes"] = sorted({r["m"] for r in result.get("multigrid", [])})
-    (out / "bench_fem.json").write_text(json.dumps(result, indent=2, default=float))
+    from hpcsolve.report.bench_lbm import write_output
+
+    write_output(out / "bench_fem.json", json.dumps(result, indent=2, default=float))
     md = _markdown(result)
-    (out / "bench_fem.md").write_text(md)
+    write_output(out / "bench_fem.md", md)
     print()
     print(md)
 

@@ -48,11 +48,77 @@ CHECK_SIZE = 64
 CHECK_STEPS = 50
 
 
-def _out_dir(args) -> Path:
-    out = getattr(args, "out", None) or os.environ.get("OUT") or Path("results") / "bench"
+#: smallest cavity edge: a wall, one fluid cell and the lid (n - 2 fluid cells across; at n = 2 the viscosity
+#: lid_velocity * (n - 2) / reynolds is 0, i.e. tau = 0.5, which no stepper accepts)
+MIN_SIZE = 3
+#: largest: 131072^2 = 1.7e10 cells, over 300 GB at the fewest bytes per cell (16-bit storage): beyond any one
+#: device, so a larger number is a typo rather than a benchmark
+MAX_SIZE = 131072
+
+
+def out_folder(args) -> Path:
+    """The folder bench writes into (``--out``, else ``$OUT``, else results/bench/), created and proven writable
+    before anything is timed: a file, an unusable path or a folder this user cannot write is a CaseError naming
+    --out (or $OUT) rather than a traceback after the benchmark. Files already there are kept (only the bench's own
+    JSON and markdown are replaced, atomically)."""
+    import tempfile
+
+    from hpcsolve.errors import OutputError
+    from hpcsolve.safe_io import path_problem
+
+    given = getattr(args, "out", None)
+    field, out = ("--out", given) if given not in (None, "") else (
+        ("$OUT", os.environ["OUT"]) if os.environ.get("OUT") else ("--out", Path("results") / "bench"))
+    allowed = "a folder this user can write (new or existing)"
+    problem = path_problem(out)
+    if problem:
+        raise OutputError.invalid(field, str(out), allowed, why=problem)
     path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists() and not path.is_dir():
+            raise OutputError.invalid(field, str(out), allowed, why="exists and is not a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".hpcsolve-probe-", suffix=".tmp", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = "a path in it exists and is not a folder" if isinstance(exc, (FileExistsError, NotADirectoryError)) \
+            else f"cannot create or write into it ({exc.strerror or exc})"
+        raise OutputError.invalid(field, str(out), allowed, why=why) from None
     return path
+
+
+def write_output(path: Path, text: str, field: str = "--out") -> None:
+    """``text`` into ``path`` atomically: a failed write (full disk) leaves an earlier file of that name whole."""
+    from hpcsolve.errors import OutputError
+    from hpcsolve.safe_io import write_atomic
+
+    try:
+        write_atomic(path, text.encode())
+    except OSError as exc:
+        raise OutputError.invalid(field, str(path.parent), "a folder this user can write, with free space",
+                                  why=f"cannot write {path.name} ({exc.strerror or exc})") from None
+
+
+def check_backends(values) -> tuple:
+    """--backends: names of hpcsolve.backends.BACKENDS (a CaseError naming the first other one)."""
+    from hpcsolve.errors import CaseError
+
+    for b in values:
+        if b not in backends.BACKENDS:
+            raise CaseError.invalid("--backends", b, ", ".join(backends.BACKENDS))
+    return tuple(values)
+
+
+def check_sizes(values, field: str, low: int, high: int, allowed: str, why_low: str | None = None) -> tuple:
+    """Integers in [low, high] (a CaseError naming ``field``, the first one outside and ``allowed``; ``why_low``
+    says why one below ``low`` cannot run)."""
+    from hpcsolve.errors import CaseError
+
+    for n in values:
+        if isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high:
+            raise CaseError.invalid(field, n, allowed, why=why_low if isinstance(n, int) and n < low else None)
+    return tuple(values)
 
 
 def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1,
@@ -238,12 +304,14 @@ def _markdown(data: dict) -> str:
 
 def main(args) -> int:
     quick = bool(getattr(args, "quick", False))
-    out = _out_dir(args)
-    sizes = tuple(getattr(args, "sizes", None) or (QUICK_SIZES if quick else DEFAULT_SIZES))
-    precisions = tuple(getattr(args, "precisions", None) or DEFAULT_PRECISIONS)
-    for p in precisions:
-        get_precision(p, "lbm", field="--precisions")
-    wanted = tuple(getattr(args, "backends", None) or GPU_BACKENDS)
+    # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
+    sizes = check_sizes(getattr(args, "sizes", None) or (QUICK_SIZES if quick else DEFAULT_SIZES), "--sizes",
+                        MIN_SIZE, MAX_SIZE, f"grid edges in [{MIN_SIZE}, {MAX_SIZE}] cells",
+                        why_low=f"the cavity needs a wall, a fluid cell and the lid across ({MIN_SIZE} cells at least)")
+    precisions = tuple(get_precision(p, "lbm", field="--precisions").name
+                       for p in (getattr(args, "precisions", None) or DEFAULT_PRECISIONS))
+    wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
+    out = out_folder(args)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
     streaming = "in-place" if getattr(args, "in_place", False) else getattr(args, "streaming", None) or "auto"
@@ -315,11 +383,11 @@ def main(args) -> int:
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
             "packages": backends.package_versions()}
     stem = {"auto": "bench_lbm", "in-place": "bench_lbm_in_place", "two-buffer": "bench_lbm_two_buffer"}[streaming]
-    (out / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str))
+    write_output(out / f"{stem}.json", json.dumps(data, indent=2, default=str))
     md = _markdown(data)
     if skipped:
         md += "\n" + "\n".join(f"- {b} not timed: {why}" for b, why in skipped.items()) + "\n"
-    (out / f"{stem}.md").write_text(md)
+    write_output(out / f"{stem}.md", md)
     print(md)
     failed = [k for k, c in checks.items() if not c.get("passed")]
     return 1 if failed or any("error" in r for r in rows) else 0

@@ -48,6 +48,7 @@ from hpcsolve.results import Result, _jsonable, atomic_path, write_json
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_REPEATS = 3          # timed runs per configuration, at least
 MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREAD
+REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the case, per configuration
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
 #                              between launch-bound GPU runs flipped the cavity's recommendation between runs
@@ -508,8 +509,11 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
         case = case.with_overrides(*overrides)
     if not (isinstance(tolerance, (int, float)) and tolerance >= 0 and math.isfinite(tolerance)):
         raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
-    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
-        raise CaseError.invalid("--repeats", repeats, "an integer >= 1")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)
+                                or not 1 <= repeats <= REPEATS_LIMIT):
+        raise CaseError.invalid("--repeats", repeats, f"an integer in [1, {REPEATS_LIMIT}]",
+                                why="each repeat is a whole timed run of the case, for every configuration"
+                                if isinstance(repeats, int) and repeats > REPEATS_LIMIT else None)
     family = case.solver
     pc_names = _check_preconditioners(case, preconditioners)
     skipped: dict = {}

@@ -1,0 +1,174 @@
+"""Bad input to ``hpcsolve bench`` and ``hpcsolve compare``: exit 2 with one line naming the option, the value and
+what is allowed, before anything is created or timed; nothing already in the output folder is lost."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpcsolve import cli
+
+CASES = Path(__file__).resolve().parents[1] / "cases"
+POISSON = CASES / "poisson_manufactured.toml"
+
+
+def _refused(capsys, argv, *names):
+    """cli.main(argv) exits 2 with one line on stderr naming every one of ``names``, no traceback."""
+    rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for name in names:
+        assert name in err, err
+    return err
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+# --- --out ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["lbm", "fem"])
+def test_bench_out_that_is_a_file_is_refused_and_kept(capsys, tmp_path, family):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    _refused(capsys, ["bench", family, "--quick", "--backends", "numpy", "--out", str(afile)],
+             "--out", "afile", "not a folder")
+    assert afile.read_text() == "keep me"
+    _refused(capsys, ["bench", family, "--quick", "--out", str(afile / "sub")], "--out", "afile")
+
+
+def test_bench_out_from_the_environment_that_is_a_file_names_it(capsys, tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("OUT", str(tmp_path / "afile"))
+    _refused(capsys, ["bench", "lbm", "--quick", "--backends", "numpy"], "$OUT", "afile")
+
+
+def test_bench_empty_out_is_refused_not_the_working_directory(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "lbm", "--quick", "--backends", "numpy", "--out", ""])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--out" in err and "empty" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_bench_unwritable_out_is_refused_and_its_files_kept(capsys, tmp_path, monkeypatch):
+    import tempfile
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (folder / "bench_lbm.json").write_text("earlier")
+
+    def denied(*a, **k):      # as in a folder this user cannot write (the tests may run as root)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    for family in ("lbm", "fem"):
+        _refused(capsys, ["bench", family, "--quick", "--backends", "numpy", "--out", str(folder)],
+                 "--out", str(folder), "Permission denied")
+    assert (folder / "bench_lbm.json").read_text() == "earlier"
+    assert [p.name for p in folder.iterdir()] == ["bench_lbm.json"]
+
+
+# --- --sizes, --mg-sizes ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", ["0", "-5", "1", "2", "131073"])
+def test_bench_lbm_sizes_out_of_range(capsys, tmp_path, size):
+    _refused(capsys, ["bench", "lbm", "--quick", "--backends", "numpy", "--out", str(tmp_path / "o"),
+                      "--sizes", "64", size], "--sizes", f"got {size}", "[3, 131072]")
+    assert not (tmp_path / "o").exists()          # refused before anything is created
+
+
+@pytest.mark.parametrize("size", ["0", "-5", "1", "2", "4", "63", "16385"])
+def test_bench_fem_sizes_out_of_range(capsys, tmp_path, size):
+    _refused(capsys, ["bench", "fem", "--quick", "--backends", "numpy", "--out", str(tmp_path / "o"),
+                      "--sizes", size], "--sizes", f"got {size}", "[64, 16384]")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("size", ["0", "-5", "2", "16384"])
+def test_bench_fem_mg_sizes_out_of_range(capsys, size):
+    _refused(capsys, ["bench", "fem", "--quick", "--mg-sizes", size], "--mg-sizes", f"got {size}", "[3, 16383]")
+
+
+# --- --backends, --precisions ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["lbm", "fem"])
+def test_bench_unknown_backend(capsys, family):
+    _refused(capsys, ["bench", family, "--quick", "--backends", "numpy", "bogus"],
+             "--backends", "'bogus'", "numpy, cupy, numba-cuda")
+
+
+@pytest.mark.parametrize("value, shown", [("bogus", "allowed: fp64, fp32, fp16s, fp16c"),
+                                          ("mixed", "does not apply to lbm")])
+def test_bench_lbm_precision_not_of_the_family(capsys, value, shown):
+    _refused(capsys, ["bench", "lbm", "--quick", "--backends", "numpy", "--precisions", value],
+             "--precisions", repr(value), shown)
+
+
+@pytest.mark.parametrize("value, shown", [("bogus", "allowed: fp64, fp32"), ("fp16s", "not a precision of the FEM"),
+                                          ("mixed", "time-to-solution table")])
+def test_bench_fem_precision_it_does_not_time(capsys, value, shown):
+    _refused(capsys, ["bench", "fem", "--quick", "--sizes", "64", "--precisions", "fp64", value],
+             "--precisions", repr(value), shown)
+
+
+# --- valid minimal invocations still run ---------------------------------------------------------------------------
+
+def test_bench_lbm_on_the_cpu_still_runs_and_keeps_other_files(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli.main(["bench", "lbm", "--quick", "--backends", "numpy", "--sizes", "3", "--precisions", "FP32",
+                     "--out", str(out)]) == 0
+    data = json.loads((out / "bench_lbm.json").read_text())
+    assert [r["precision"] for r in data["cpu_reference"]] == ["fp32"]      # the name, normalised
+    assert (out / "notes.txt").read_text() == "mine" and (out / "bench_lbm.md").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]         # no probe or temporary file left
+
+
+def test_bench_fem_honours_its_precisions(tmp_path):
+    out = tmp_path / "o"
+    assert cli.main(["bench", "fem", "--quick", "--backends", "numpy", "--sizes", "64", "--precisions", "FP32",
+                     "--no-multigrid", "--out", str(out)]) == 0
+    data = json.loads((out / "bench_fem.json").read_text())
+    assert data["sizes"] == [64] and {r["precision"] for r in data["rows"]} == {"fp32"}
+
+
+# --- compare ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["1000000000000", "1001", "0", "-3"])
+def test_compare_repeats_bounded(capsys, value):
+    _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--repeats", value],
+             "--repeats", f"got {value}", "[1, 1000]")
+
+
+def test_compare_repeats_at_the_bound_is_accepted(monkeypatch):
+    from hpcsolve import run as runmod
+    from hpcsolve.report.compare import REPEATS_LIMIT, compare
+
+    class Reached(BaseException):
+        pass
+
+    def plan(*a, **k):
+        raise Reached
+
+    monkeypatch.setattr(runmod, "plan", plan)
+    with pytest.raises(Reached):       # past validation, at the first configuration
+        compare(POISSON, ["numpy"], ["fp64"], repeats=REPEATS_LIMIT, overrides=["mesh.nx=12"])
+
+
+def test_compare_out_that_is_a_file_is_refused_before_any_run(capsys, tmp_path, monkeypatch):
+    from hpcsolve import run as runmod
+
+    def plan(*a, **k):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(runmod, "plan", plan)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--out", str(afile)], "--out", "afile")
+    assert afile.read_text() == "keep me"
