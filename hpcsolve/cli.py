@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 bad input (case, arguments, unavailable backend), 3 num
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -379,6 +380,15 @@ def _execute(handler, args) -> tuple[int, str | None]:
         return 130, "hpcsolve: interrupted"
     except MemoryError:
         return 2, "hpcsolve: error: out of host memory; reduce the problem size"
+    except BrokenPipeError:
+        # the reader of stdout went away (`hpcsolve validate CASE | head`): what was written stays, the rest of
+        # the output goes nowhere (also at interpreter exit), and the exit code is a shell's for SIGPIPE
+        import os
+
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141, None
 
 
 if __name__ == "__main__":

@@ -59,3 +59,19 @@ def test_a_dry_run_that_would_not_fit_is_not_probed(monkeypatch):
     monkeypatch.setattr(runmod.backends, "host_memory_available", lambda: 1000)   # the NumPy state lives there
     info = runmod.describe(CAVITY, "numpy", estimate=True)
     assert "estimated_seconds" not in info and info["estimate_basis"].startswith("not probed: ")
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_traceback():
+    """`hpcsolve validate CASE | head -1`: stdout's reader closes early. Here its read end is closed before the
+    command writes at all, so the write fails for certain: exit 141 (a shell's code for SIGPIPE), no traceback
+    (it was a BrokenPipeError traceback, at the print and again at interpreter exit)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "hpcsolve.cli", "validate", str(CAVITY)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "MPLBACKEND": "Agg"})
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
