@@ -18,6 +18,7 @@ from hpcsolve.errors import CaseError, RunInterrupted
 from hpcsolve.lbm import runner
 from hpcsolve.precision import get_precision
 from hpcsolve.results import read_result_folder
+from stopping import StopAfter
 
 ROOT = Path(__file__).parent.parent
 CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
@@ -26,18 +27,6 @@ TINY = ["lattice.resolution=8", "time.steps=40", "time.monitor_interval=10", "ti
         "time.output_interval=0.125", "steady.enabled=true", "steady.interval=10", "steady.tolerance=1e-12"]
 NEWEST, OLDER = "checkpoint_0000000020.h5", "checkpoint_0000000010.h5"
 DELETE = object()
-
-
-class StopAfter:
-    """A stop request that turns on at the n-th time the runner looks at it."""
-
-    def __init__(self, n):
-        self.n, self.seen = n, 0
-
-    @property
-    def requested(self):
-        self.seen += 1
-        return self.seen >= self.n
 
 
 @pytest.fixture(scope="module")

@@ -269,8 +269,8 @@ def _resume_state(tmp_path: Path) -> Path:
     return out
 
 
-def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
-    base = _resume_state(tmp_path)
+def _full_disk_at(monkeypatch) -> dict:
+    """Counts the checked writes (``safe_io.write_chunk``); the one numbered ``fail_at`` fails with ENOSPC."""
     writes = {"n": 0, "fail_at": None}
     real = safe_io.write_chunk
 
@@ -281,6 +281,12 @@ def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp
         return real(fd, piece, offset)
 
     monkeypatch.setattr(safe_io, "write_chunk", write_chunk)
+    return writes
+
+
+def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
+    base = _resume_state(tmp_path)
+    writes = _full_disk_at(monkeypatch)
     clean = tmp_path / "clean"
     shutil.copytree(base, clean)
     assert cli.main(["run", "--resume", str(clean), "--quiet", "--force"]) == 0
@@ -382,16 +388,7 @@ def test_an_overwrite_on_a_full_disk_keeps_the_previous_result_at_every_write(tm
     complete and unchanged afterwards (the message's "the earlier result ... kept" is true)."""
     base = tmp_path / "base"
     assert _run("--out", str(base), *SMALL, "--set", "time.checkpoint_interval=0") == 0
-    writes = {"n": 0, "fail_at": None}
-    real = safe_io.write_chunk
-
-    def write_chunk(fd, piece, offset):
-        writes["n"] += 1
-        if writes["n"] == writes["fail_at"]:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd, piece, offset)
-
-    monkeypatch.setattr(safe_io, "write_chunk", write_chunk)
+    writes = _full_disk_at(monkeypatch)
     args = ("--overwrite", *SMALL, "--set", "time.checkpoint_interval=0", "--set", "time.steps=200")
     clean = tmp_path / "clean"
     shutil.copytree(base, clean)

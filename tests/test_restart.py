@@ -19,23 +19,12 @@ from hpcsolve.errors import RunInterrupted
 from hpcsolve.lbm import runner
 from hpcsolve.precision import get_precision
 from hpcsolve.results import read_h5
+from stopping import StopAfter
 
 ROOT = Path(__file__).parent.parent
 CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
 SMALL = ["lattice.resolution=20", "time.steps=700", "time.monitor_interval=50", "time.checkpoint_interval=200",
          "time.output_interval=0.5", "steady.enabled=true", "steady.interval=100", "steady.tolerance=1e-9"]
-
-
-class StopAfter:
-    """A stop request that turns on at the n-th time the runner looks at it."""
-
-    def __init__(self, n):
-        self.n, self.seen = n, 0
-
-    @property
-    def requested(self):
-        self.seen += 1
-        return self.seen >= self.n
 
 
 def _same(a, b):
