@@ -62,6 +62,9 @@ def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
         raise _refuse(out, problem, "a folder this user can write")
     out = Path(out)
     try:
+        if out.is_symlink() and not out.exists():
+            raise _refuse(out, f"is a symbolic link to a missing target ({clip(os.readlink(out))})",
+                          "a folder, or a link to one")
         exists, is_dir = out.exists(), out.is_dir()
         holds_result = is_dir and has_result(out)
         holds_checkpoints = is_dir and has_checkpoints(out)

@@ -122,3 +122,13 @@ def test_a_case_file_with_a_byte_order_mark_reads_as_without(tmp_path):
 
     assert load_case(bom).model_dump() == load_case(POISSON).model_dump()
     assert _cli("validate", str(bom))[0] == 0
+
+
+def test_an_empty_mask_path_and_a_dangling_out_link_say_so(tmp_path):
+    code, err = _cli("validate", CAVITY, *NO_REFERENCE, "--set", 'obstacles=[{shape = "mask", file = ""}]')
+    assert code == 2 and "obstacles[0]: file: the path is empty" in err          # was: "it is a folder"
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "missing")
+    code, err = _cli("run", POISSON, "--backend", "numpy", "--quiet", "--set", "mesh.nx=4", "--out", str(link))
+    assert code == 2 and "--out: is a symbolic link to a missing target" in err   # was: "File exists"
+    assert not (tmp_path / "missing").exists()

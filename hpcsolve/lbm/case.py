@@ -140,6 +140,8 @@ class ObstacleSection(StrictModel):
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"a {self.shape} obstacle needs {', '.join(missing)}")
+        if self.file is not None and not self.file.strip():
+            raise ValueError("file: the path is empty (a mask needs file = '<mask.npy>', relative to the case file)")
         if self.shape == "rectangle" and not (self.lower[0] < self.upper[0] and self.lower[1] < self.upper[1]):
             raise ValueError("rectangle: lower must be below and left of upper")
         return self
