@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -131,7 +132,7 @@ def _check_run_options(args) -> None:
         raise CaseError.invalid("--dry-run", True, "not with --resume",
                                 why="--resume continues the run and writes into its folder; a dry run writes nothing "
                                     "(use --dry-run with the case file)")
-    if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
+    if args.out is not None and os.path.realpath(args.out) != os.path.realpath(args.resume):   # (no loop error)
         raise CaseError.invalid("--out", str(args.out), f"the --resume folder ({args.resume}) or nothing",
                                 why="a resumed run writes its results into the folder it resumes")
     if args.overwrite:
@@ -284,6 +285,22 @@ def _set_handlers(handler) -> dict:
     return previous
 
 
+SIGPIPE_EXIT = 141   # 128 + SIGPIPE: what a shell reports for a command whose output reader went away
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):   # no poll, or stdout is no file: nothing to say
+        return False
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -300,6 +317,10 @@ def main(argv=None) -> int:
             _end_ranks(1, unexpected=True)
         raise
     _set_handlers(signal.SIG_IGN)
+    if code == SIGPIPE_EXIT and argv is None:
+        # stdout's reader is gone: what is still buffered (and flushed at interpreter exit) goes nowhere
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if message:
         rank = _rank()
         print(message if rank == 0 else f"[rank {rank}] {message}", file=sys.stderr)
@@ -381,14 +402,11 @@ def _execute(handler, args) -> tuple[int, str | None]:
     except MemoryError:
         return 2, "hpcsolve: error: out of host memory; reduce the problem size"
     except BrokenPipeError:
-        # the reader of stdout went away (`hpcsolve validate CASE | head`): what was written stays, the rest of
-        # the output goes nowhere (also at interpreter exit), and the exit code is a shell's for SIGPIPE
-        import os
-
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        return 141, None
+        # the reader of stdout went away (`hpcsolve validate CASE | head`): the exit code is a shell's for SIGPIPE,
+        # and main() sends the rest of stdout nowhere; a broken pipe elsewhere is an error like any other
+        if _stdout_reader_gone():
+            return SIGPIPE_EXIT, None
+        raise
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@
   checkpoints of another run and neither --overwrite nor --resume was given).
 - ``claim``: creates the folder, proves it writable, takes its lock (one run per folder; a second
   one is refused naming the holder), removes temporary files and staging folders that a killed run
-  left, and with --overwrite sets the previous run's files aside (renamed into a hidden folder, marker
-  first, so the folder never looks complete meanwhile): they are deleted once the new run has left a
-  result or checkpoints of its own, and put back when it stops without either (bad input found during
-  the run, a full disk, an interrupt before the first checkpoint), so a failed --overwrite loses
-  nothing. Only files hpcsolve wrote move: those the previous marker names, the result files and
-  ``checkpoints/checkpoint_*.h5``; anything else in the folder, ``plots/`` included, stays. The lock is
-  held until the result is written.
+  left, and with --overwrite sets the previous run's files aside (each renamed to a hidden name in its
+  own folder, marker first, so the folder never looks complete meanwhile; a journal records the renames):
+  they are deleted once the new run has left a result or checkpoints of its own, and put back when it
+  stops without either (bad input found during the run, a full disk, an interrupt that left nothing to
+  resume, a kill: the next claim settles the journal), so a failed --overwrite loses nothing. Only files
+  hpcsolve writes move: the result files, the plots the previous marker names and
+  ``checkpoints/checkpoint_*.h5``; anything else in the folder stays. The lock is held until the result
+  is written.
 
 A result folder is complete when its marker ``manifest.json`` exists: it is written last and names
 the files of the result and the run id that ``result.h5`` and ``summary.json`` carry too.
@@ -38,6 +39,7 @@ CHECKPOINT_DIR = "checkpoints"
 PLOT_DIR = "plots"
 STAGING_PREFIX = ".staging-"
 PREVIOUS_PREFIX = ".previous-"
+JOURNAL_SUFFIX = ".journal"       # a hidden file is PREVIOUS_PREFIX<id>-<name>, never ending so
 
 
 def _refuse(out: Path, why: str, allowed: str) -> OutputError:
@@ -101,9 +103,8 @@ def holder(out: Path) -> str:
 
 def remove_stale(out: Path) -> list[str]:
     """Temporary files and staging folders in ``out`` (and its checkpoints/ and plots/) that a killed
-    run left, and a previous result a killed --overwrite run set aside (put back when that run left
-    nothing of its own, else deleted); only called with the folder's lock held, so none of them belongs
-    to a live run."""
+    run left, and settles what a killed --overwrite run set aside (:func:`settle_previous`); only called
+    with the folder's lock held, so none of them belongs to a live run."""
     removed = []
     for folder in (out, out / CHECKPOINT_DIR, out / PLOT_DIR):
         if not folder.is_dir():
@@ -116,28 +117,35 @@ def remove_stale(out: Path) -> list[str]:
             elif folder == out and name.startswith(STAGING_PREFIX) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(name)
-            elif folder == out and name.startswith(PREVIOUS_PREFIX) and p.is_dir():
-                put_back(out, p)
-                removed.append(name)
-    return removed
+    return removed + settle_previous(out)
+
+
+def _own_name(n: str) -> bool:
+    """A name hpcsolve writes in a result folder: the result files, ``plots/<name>.png``,
+    ``checkpoints/checkpoint_*.h5`` (one level, no way out of the folder)."""
+    parts = n.split("/")
+    if len(parts) == 1:
+        return n in RESULT_FILES
+    return (len(parts) == 2 and not parts[1].startswith(".") and
+            ((parts[0] == PLOT_DIR and parts[1].endswith(".png")) or
+             (parts[0] == CHECKPOINT_DIR and parts[1].startswith("checkpoint_") and parts[1].endswith(".h5"))))
 
 
 def manifest_files(out: Path) -> list[str]:
-    """The files the marker of ``out`` names (relative paths; [] without a readable marker)."""
+    """The files the marker of ``out`` names that hpcsolve writes (:func:`_own_name`; [] without a readable
+    marker). A marker is data: an entry naming anything else is ignored."""
     from hpcsolve.safe_io import read_text
 
     try:
         files = json.loads(read_text(out / MARKER, "--out", "a result marker", max_bytes=1 << 20)).get("files", {})
     except (ValueError, AttributeError, OSError):   # CaseError is a ValueError: no readable marker
         return []
-    names = [n for n in files if isinstance(n, str)] if isinstance(files, dict) else []
-    # only plain relative names inside the folder (a marker is data: never follow it outside)
-    return [n for n in names if n and not Path(n).is_absolute() and ".." not in Path(n).parts]
+    return [n for n in files if isinstance(n, str) and _own_name(n)] if isinstance(files, dict) else []
 
 
 def previous_files(out: Path) -> list[str]:
     """What hpcsolve wrote for the run whose files are in ``out``: the files its marker names, the result
-    files and the checkpoints (relative paths of existing files; the marker itself not included)."""
+    files and the checkpoints (relative paths of existing regular files; the marker itself not included)."""
     names = dict.fromkeys(manifest_files(out) + list(RESULT_FILES))
     d = out / CHECKPOINT_DIR
     if d.is_dir():
@@ -145,55 +153,133 @@ def previous_files(out: Path) -> list[str]:
     return [n for n in names if (out / n).is_file() and not (out / n).is_symlink()]
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT / SIGTERM wait (are blocked, then delivered) while files are renamed as one group."""
+    import signal
+
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (AttributeError, OSError, ValueError):   # no pthread_sigmask here: renames run unguarded
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _journal_write(journal: Path, state: str, pairs: list) -> None:
+    from hpcsolve.safe_io import write_atomic
+
+    write_atomic(journal, json.dumps({"state": state, "files": pairs}).encode())
+
+
+def _interrupted_placeholder(out: Path) -> bool:
+    """``out`` holds only the result an interrupted run writes when it left nothing to resume (status
+    'interrupted', no checkpoint): not worth a previous complete result."""
+    if has_checkpoints(out):
+        return False
+    try:
+        return json.loads((out / "summary.json").read_text(encoding="utf-8")).get("status") == "interrupted"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def holds_own_state(out: Path) -> bool:
-    """``out`` holds a result or checkpoints (of the run now writing into it)."""
-    return has_result(out) or has_checkpoints(out)
+    """``out`` holds a result or checkpoints of the run now writing into it (once its previous files are set
+    aside); an interrupted run's placeholder result without checkpoints does not count."""
+    return (has_result(out) and not _interrupted_placeholder(out)) or has_checkpoints(out)
 
 
 def set_aside(out: Path) -> Path | None:
-    """--overwrite: rename the previous run's files (:func:`previous_files`, marker first) into a hidden
-    folder of ``out``; returns it (None when there was nothing). Folders left empty are removed."""
+    """--overwrite: hide the previous run's files (the marker first, then :func:`previous_files`) by renaming
+    each within its own folder to ``.previous-<id>-<name>`` (no rename crosses a file system, even where
+    ``checkpoints/`` is a link elsewhere). A journal ``.previous-<id>.journal`` lists them and says how far the
+    renames got ("moving", then "complete"), so that a run killed midway is undone by the next claim
+    (:func:`settle_previous`); an error midway is undone at once. Returns the journal (None: nothing there)."""
     names = previous_files(out)
     if not names and not (out / MARKER).exists():
         return None
     import uuid
 
-    aside = out / f"{PREVIOUS_PREFIX}{uuid.uuid4().hex}"
-    aside.mkdir()
-    if (out / MARKER).exists():
-        os.replace(out / MARKER, aside / MARKER)      # first: the folder no longer reads as complete
-    for n in names:
-        (aside / n).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(out / n, aside / n)
-    for d in (CHECKPOINT_DIR, PLOT_DIR):
-        with contextlib.suppress(OSError):
-            (out / d).rmdir()                         # only when empty: other files there stay
-    return aside
+    tag = f"{PREVIOUS_PREFIX}{uuid.uuid4().hex[:12]}"
+    pairs = []
+    for n in ([MARKER] if (out / MARKER).exists() else []) + names:
+        head, _, base = n.rpartition("/")
+        pairs.append([n, f"{head}/{tag}-{base}" if head else f"{tag}-{base}"])
+    journal = out / f"{tag}{JOURNAL_SUFFIX}"
+    with _signals_held():
+        _journal_write(journal, "moving", pairs)
+        try:
+            for n, hidden in pairs:
+                os.replace(out / n, out / hidden)
+            _journal_write(journal, "complete", pairs)
+        except BaseException:
+            put_back(out, journal, restore=True)
+            raise
+    return journal
 
 
-def put_back(out: Path, aside: Path) -> bool:
-    """After a run with --overwrite stopped: the set-aside files go back when the run left neither a result
-    nor checkpoints (marker last, so the folder reads as complete only when all of it is back); else they
-    are deleted. Returns whether they went back."""
-    restore = not holds_own_state(out)
-    if restore:
-        files = sorted(p for p in aside.rglob("*") if p.is_file() and p.name != MARKER)
-        for p in files:
-            dest = out / p.relative_to(aside)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(p, dest)
-        if (aside / MARKER).exists():
-            os.replace(aside / MARKER, out / MARKER)
-    shutil.rmtree(aside, ignore_errors=True)
+def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
+    """Settle the files a journal of :func:`set_aside` lists: put back (marker last) when ``restore`` is True,
+    or when None and either the renames never completed or the run that set them aside left no state of its
+    own (:func:`holds_own_state`; its interrupted placeholder is removed first); else delete them. Returns
+    whether they went back. An unreadable journal leaves everything where it is."""
+    try:
+        info = json.loads(journal.read_text(encoding="utf-8"))
+        pairs, state = [tuple(p) for p in info["files"]], info["state"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    with _signals_held():
+        if restore is None:
+            restore = state != "complete" or not holds_own_state(out)
+            if restore and state == "complete" and has_result(out):
+                clear_result(out)                       # the interrupted placeholder: the old result is worth more
+        if restore:
+            if state != "restoring":
+                with contextlib.suppress(OSError):      # best effort (a full disk): the renames need no space
+                    _journal_write(journal, "restoring", [list(p) for p in pairs])
+            for n, hidden in reversed(pairs):           # the marker was hidden first: it comes back last
+                if (out / hidden).exists() and not (out / n).exists():
+                    (out / n).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(out / hidden, out / n)
+        else:
+            for _, hidden in pairs:
+                (out / hidden).unlink(missing_ok=True)
+        for d in (CHECKPOINT_DIR, PLOT_DIR):
+            with contextlib.suppress(OSError):
+                if not restore:
+                    (out / d).rmdir()                   # only when empty: other files there stay
+        journal.unlink(missing_ok=True)
     return restore
+
+
+def settle_previous(out: Path) -> list[str]:
+    """Journals of :func:`set_aside` that a killed run left in ``out``, settled by :func:`put_back`."""
+    done = []
+    for journal in sorted(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
+        put_back(out, journal)
+        done.append(journal.name)
+    return done
+
+
+def clear_result(out: Path) -> None:
+    """Remove the result in ``out`` (marker first, then the files it names and the result files)."""
+    names = manifest_files(out)
+    (out / MARKER).unlink(missing_ok=True)
+    for n in dict.fromkeys(names + list(RESULT_FILES)):
+        if _own_name(n) and not (out / n).is_symlink():
+            (out / n).unlink(missing_ok=True)
 
 
 def clear_previous(out: Path) -> None:
     """Remove what hpcsolve wrote for the previous run in ``out`` (marker first; :func:`previous_files`);
     other files stay."""
-    aside = set_aside(out)
-    if aside is not None:
-        shutil.rmtree(aside)
+    journal = set_aside(out)
+    if journal is not None:
+        put_back(out, journal, restore=False)
 
 
 def _probe_writable(out: Path) -> None:
@@ -222,7 +308,7 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
                       "a folder no other run is using: wait for that run, or choose another --out") from None
     except OSError as exc:
         raise _refuse(out, f"cannot create or lock it ({exc.strerror})", allowed) from None
-    aside = None
+    journal = None
     try:
         try:
             from hpcsolve.safe_io import write_atomic
@@ -232,15 +318,15 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
             remove_stale(out)
             check(out, overwrite=overwrite, resume=resume)   # again, now that no other run can write
             if overwrite and not resume:
-                aside = set_aside(out)
+                journal = set_aside(out)
         except OSError as exc:
             raise _refuse(out, f"cannot write into it ({exc.strerror})", allowed) from None
         try:
             yield out
         finally:
-            if aside is not None:
-                with contextlib.suppress(OSError):    # what cannot move back stays aside for the next run
-                    put_back(out, aside)
+            if journal is not None:
+                with contextlib.suppress(OSError):    # what cannot be settled now, the next claim settles
+                    put_back(out, journal)
     finally:
         with contextlib.suppress(OSError):
             (out / OWNER_NAME).unlink(missing_ok=True)

@@ -75,3 +75,13 @@ def test_a_reader_that_goes_away_ends_the_command_without_a_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_error(monkeypatch):
+    """Only stdout's reader going away is the quiet exit 141; a broken pipe anywhere else is not hidden."""
+    def info(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_info", info)
+    with pytest.raises(BrokenPipeError):
+        cli.main(["info"])

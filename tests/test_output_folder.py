@@ -364,7 +364,8 @@ def _poisson(out: Path, *args) -> int:
 
 
 def _set_aside_folders(out: Path) -> list[Path]:
-    return list(out.glob(outdir.PREVIOUS_PREFIX + "*"))
+    """Journals and hidden files of outdir.set_aside left in ``out``."""
+    return list(out.rglob(outdir.PREVIOUS_PREFIX + "*"))
 
 
 def test_an_overwrite_refused_during_the_run_keeps_the_previous_result(tmp_path, capsys):
@@ -410,20 +411,82 @@ def test_an_overwrite_on_a_full_disk_keeps_the_previous_result_at_every_write(tm
 
 def test_a_set_aside_result_of_a_killed_overwrite_run_is_put_back_or_dropped_by_the_next_run(tmp_path):
     """A run killed between setting the previous result aside and writing anything of its own: the next claim
-    puts it back; killed after its first checkpoint: the previous result goes (the new run's state stays)."""
+    puts it back; killed after its first checkpoint: the previous result goes (the new run's state stays); killed
+    in the middle of the renames (journal "moving"): put back whatever the new run did."""
     out = tmp_path / "run"
     assert _run("--out", str(out), *SMALL) == 0
     before, ckpts = _files(out), [p.name for p in list_checkpoints(out)]
-    aside = outdir.set_aside(out)
-    assert aside is not None and not outdir.holds_own_state(out) and not (out / "plots").exists()
-    assert outdir.remove_stale(out) == [aside.name]
+    journal = outdir.set_aside(out)
+    assert journal is not None and not outdir.holds_own_state(out) and not list_checkpoints(out)
+    assert not (out / "plots" / "velocity.png").exists()
+    assert outdir.remove_stale(out) == [journal.name]
     assert _files(out) == before and read_result_folder(out)["status"] == "completed"
-    aside = outdir.set_aside(out)
-    (out / "checkpoints").mkdir()
-    shutil.copy(aside / "checkpoints" / ckpts[0], out / "checkpoints" / ckpts[0])   # the new run's checkpoint
+    assert _set_aside_folders(out) == []
+    # killed after its first checkpoint: that checkpoint stays, the previous run's files go
+    journal = outdir.set_aside(out)
+    shutil.copy(out / "checkpoints" / f"{journal.name[:-len(outdir.JOURNAL_SUFFIX)]}-{ckpts[0]}",
+                out / "checkpoints" / ckpts[0])
     outdir.remove_stale(out)
     assert not (out / outdir.MARKER).exists() and not (out / "result.h5").exists()
     assert [p.name for p in list_checkpoints(out)] == ckpts[:1] and _set_aside_folders(out) == []
+    # killed midway through the renames: the journal says "moving", so everything goes back, even beside the
+    # new run's checkpoint
+    assert _run("--out", str(out), "--overwrite", *SMALL) == 0
+    before = _files(out)
+    journal = outdir.set_aside(out)
+    info = json.loads(journal.read_text())
+    journal.write_text(json.dumps({**info, "state": "moving"}))
+    os.replace(out / info["files"][-1][1], out / info["files"][-1][0])      # the last rename had not happened
+    outdir.remove_stale(out)
+    assert _files(out) == before and _set_aside_folders(out) == []
+
+
+def test_an_error_or_interrupt_during_the_renames_puts_everything_back_at_once(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL) == 0
+    before = _files(out)
+    real, calls = os.replace, {"n": 0}
+
+    def replace(a, b):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("signal 2")
+        return real(a, b)
+
+    monkeypatch.setattr(outdir.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        outdir.set_aside(out)
+    monkeypatch.setattr(outdir.os, "replace", real)
+    assert _files(out) == before and _set_aside_folders(out) == []
+
+
+def test_an_interrupted_overwrite_that_left_nothing_to_resume_gets_the_previous_result_back(tmp_path):
+    """The placeholder result an interrupted run writes when it has no checkpoint (FEM) is not worth the
+    previous complete result: it is removed and the previous result put back."""
+    out = tmp_path / "run"
+    assert _poisson(out) == 0
+    before = _files(out)
+    journal = outdir.set_aside(out)
+    (out / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    (out / "result.h5").write_bytes(b"placeholder")
+    (out / outdir.MARKER).write_text(json.dumps({"files": {"result.h5": 11, "summary.json": 25}}))
+    assert outdir.put_back(out, journal) is True
+    assert _files(out) == before and _set_aside_folders(out) == []
+
+
+def test_a_marker_entry_outside_what_hpcsolve_writes_is_never_touched(tmp_path):
+    out = tmp_path / "run"
+    assert _poisson(out) == 0
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "data.csv").write_text("mine")
+    (out / "data").symlink_to(tmp_path / "ext")
+    manifest = json.loads((out / outdir.MARKER).read_text())
+    manifest["files"]["data/data.csv"] = 4
+    manifest["files"]["../ext/data.csv"] = 4
+    (out / outdir.MARKER).write_text(json.dumps(manifest))
+    assert "data/data.csv" not in outdir.manifest_files(out)
+    assert _poisson(out, "--overwrite") == 0
+    assert (tmp_path / "ext" / "data.csv").read_text() == "mine"
 
 
 def test_files_hpcsolve_did_not_write_stay_through_runs_and_overwrites(tmp_path):
@@ -464,3 +527,12 @@ def test_resume_refuses_options_it_would_ignore(tmp_path, capsys, extra, field):
 def test_force_without_resume_is_refused(tmp_path, capsys):
     assert _run("--out", str(tmp_path / "run"), "--force", *SMALL) == 2
     assert "--force: " in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_resume_with_an_out_that_is_a_symlink_loop_is_one_error(tmp_path, capsys):
+    out = _resume_state(tmp_path)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--out", str(loop)]) == 2
+    assert capsys.readouterr().err.startswith("hpcsolve: error: --out: ")
