@@ -16,7 +16,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from hpcsolve import cli, outdir, safe_io
