@@ -172,3 +172,20 @@ def test_compare_out_that_is_a_file_is_refused_before_any_run(capsys, tmp_path, 
     afile.write_text("keep me")
     _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--out", str(afile)], "--out", "afile")
     assert afile.read_text() == "keep me"
+
+
+def test_compare_with_only_unusable_backends_is_refused(monkeypatch, capsys):
+    """--backends naming only backends that cannot run here would compare the reference with itself: exit 2
+    naming them and why; one usable among them is enough to run (the others are listed as skipped)."""
+    from types import SimpleNamespace
+
+    from hpcsolve import backends as backends_mod
+
+    real = backends_mod.probe
+    monkeypatch.setattr(backends_mod, "probe", lambda b: SimpleNamespace(available=False, simulator=False,
+                                                                          reason="no device here")
+                        if str(b) in ("cupy", "numba-cuda") else real(b))
+    case = str(Path(__file__).parent.parent / "cases" / "poisson_manufactured.toml")
+    assert cli.main(["compare", case, "--backends", "cupy", "numba-cuda", "--set", "mesh.nx=4", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--backends: none of them can run here (cupy: no device here; numba-cuda: no device here)" in err

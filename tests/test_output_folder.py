@@ -535,3 +535,27 @@ def test_resume_with_an_out_that_is_a_symlink_loop_is_one_error(tmp_path, capsys
     capsys.readouterr()
     assert cli.main(["run", "--resume", str(out), "--quiet", "--out", str(loop)]) == 2
     assert capsys.readouterr().err.startswith("hpcsolve: error: --out: ")
+
+
+def test_two_runs_of_one_setup_within_a_second_get_two_default_folders(tmp_path, monkeypatch):
+    """Without --out a run writes to results/<case>-<backend>-<precision>-<time to the second>; a second run in
+    the same second (a script's loop) used to find the first's result there and was refused."""
+    import datetime as dt
+
+    from hpcsolve import run as runmod
+    from hpcsolve.precision import get_precision
+
+    monkeypatch.chdir(tmp_path)
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 12, 3, 8, 0, 0)
+
+    monkeypatch.setattr(runmod._dt, "datetime", Frozen)
+    case = runmod.load_case(str(CAVITY))
+    first = runmod.default_out_dir(case, "numpy", get_precision("fp64", "lbm"))
+    assert first == Path("results/lid_driven_cavity-numpy-fp64-20261203-080000")
+    first.mkdir(parents=True)
+    second = runmod.default_out_dir(case, "numpy", get_precision("fp64", "lbm"))
+    assert second == first.with_name(first.name + "-2") and not second.exists()

@@ -517,6 +517,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     family = case.solver
     pc_names = _check_preconditioners(case, preconditioners)
     skipped: dict = {}
+    explicit = backends is not None
     if backends is None:
         backends = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available
                     and not backends_mod.probe(b).simulator]
@@ -524,6 +525,15 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
         if str(b) not in backends_mod.BACKENDS:
             raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))
     backends = [str(b) for b in backends]   # Backend objects or names: compared and labelled by name
+    if explicit:
+        # asked for by name: when none of them can run here, the comparison would hold the reference alone
+        named = backends
+        why = {b: backends_mod.probe(b).reason for b in named if not backends_mod.probe(b).available}
+        if named and len(why) == len(named):
+            usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available]
+            raise CaseError.invalid("--backends", " ".join(named), "backends usable here: " + ", ".join(usable),
+                                    why="none of them can run here (" + "; ".join(f"{b}: {r}" for b, r in why.items())
+                                        + ")")
     if precisions is None:
         precisions = precision_mod.names(family)
     for p in precisions:
