@@ -64,11 +64,14 @@ class Checkpoint:
         """The error for a missing (no ``value``) or malformed field of this checkpoint."""
         return CheckpointError(self.path, field, value, allowed, why)
 
+    def _value(self, field: str, default=MISSING):
+        """``state.<name>`` or ``meta.<name>`` (``default`` where absent)."""
+        section, _, name = field.partition(".")
+        return (self.state if section == "state" else self.meta).get(name, default)
+
     def number(self, field: str, *, default=MISSING, minimum: float | None = None, finite: bool = True) -> float:
         """``state.<name>`` or ``meta.<name>`` as a float, checked: >= ``minimum``, finite unless not ``finite``."""
-        section, _, name = field.partition(".")
-        source = self.state if section == "state" else self.meta
-        value = source.get(name, default)
+        value = self._value(field, default)
         if value is MISSING:
             raise self.error(field, allowed=_number_allowed(minimum, finite))
         x = as_number(value)
@@ -78,8 +81,7 @@ class Checkpoint:
 
     def whole(self, field: str, *, minimum: int = 0, maximum: int | None = None) -> int:
         """``state.<name>`` or ``meta.<name>`` as an int in [minimum, maximum], checked."""
-        section, _, name = field.partition(".")
-        value = (self.state if section == "state" else self.meta).get(name, MISSING)
+        value = self._value(field)
         allowed = f"a whole number >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
         if value is MISSING:
             raise self.error(field, allowed=allowed)

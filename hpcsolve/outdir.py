@@ -248,9 +248,8 @@ def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
         else:
             for _, hidden in pairs:
                 (out / hidden).unlink(missing_ok=True)
-        for d in (CHECKPOINT_DIR, PLOT_DIR):
-            with contextlib.suppress(OSError):
-                if not restore:
+            for d in (CHECKPOINT_DIR, PLOT_DIR):
+                with contextlib.suppress(OSError):
                     (out / d).rmdir()                   # only when empty: other files there stay
         journal.unlink(missing_ok=True)
     return restore
@@ -274,15 +273,8 @@ def clear_result(out: Path) -> None:
             (out / n).unlink(missing_ok=True)
 
 
-def clear_previous(out: Path) -> None:
-    """Remove what hpcsolve wrote for the previous run in ``out`` (marker first; :func:`previous_files`);
-    other files stay."""
-    journal = set_aside(out)
-    if journal is not None:
-        put_back(out, journal, restore=False)
-
-
-def _probe_writable(out: Path) -> None:
+def probe_writable(out: Path) -> None:
+    """Create and remove a file in ``out`` (OSError where this user cannot write there)."""
     fd, probe = tempfile.mkstemp(prefix=".hpcsolve-probe-", suffix=".tmp", dir=out)
     try:
         os.write(fd, b"w")
@@ -313,7 +305,7 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
         try:
             from hpcsolve.safe_io import write_atomic
 
-            _probe_writable(out)
+            probe_writable(out)
             write_atomic(out / OWNER_NAME, _owner_text().encode())
             remove_stale(out)
             check(out, overwrite=overwrite, resume=resume)   # again, now that no other run can write

@@ -283,21 +283,30 @@ def _full_disk_at(monkeypatch) -> dict:
     return writes
 
 
-def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
-    base = _resume_state(tmp_path)
-    writes = _full_disk_at(monkeypatch)
+def _each_failing_write(tmp_path: Path, base: Path, writes: dict, run, at_least: int):
+    """``run(folder)`` on a copy of ``base`` counts the checked writes (at least ``at_least``); then per write
+    number a fresh copy whose run will fail there: yields (number, copy, its files before)."""
     clean = tmp_path / "clean"
     shutil.copytree(base, clean)
-    assert cli.main(["run", "--resume", str(clean), "--quiet", "--force"]) == 0
+    assert run(clean) == 0
     total = writes["n"]
-    assert total >= 8        # owner file, checkpoints, result.h5, xdmf, summary, marker
+    assert total >= at_least
     for fail_at in range(1, total + 1):
         out = tmp_path / f"full{fail_at}"
         shutil.copytree(base, out)
         before = _files(out)
         writes.update(n=0, fail_at=fail_at)
+        yield fail_at, out, before
+
+
+def test_a_full_disk_at_every_write_gives_one_error_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
+    base = _resume_state(tmp_path)
+    writes = _full_disk_at(monkeypatch)
+    resume = lambda out: cli.main(["run", "--resume", str(out), "--quiet", "--force"])   # noqa: E731
+    # at least 8 writes: owner file, checkpoints, result.h5, xdmf, summary, marker
+    for fail_at, out, before in _each_failing_write(tmp_path, base, writes, resume, 8):
         capsys.readouterr()
-        code = cli.main(["run", "--resume", str(out), "--quiet", "--force"])
+        code = resume(out)
         err = capsys.readouterr().err
         assert code == 2, (fail_at, err)
         assert err.startswith("hpcsolve: error: --out: ") and "(No space left on device)" in err, err
@@ -390,18 +399,10 @@ def test_an_overwrite_on_a_full_disk_keeps_the_previous_result_at_every_write(tm
     assert _run("--out", str(base), *SMALL, "--set", "time.checkpoint_interval=0") == 0
     writes = _full_disk_at(monkeypatch)
     args = ("--overwrite", *SMALL, "--set", "time.checkpoint_interval=0", "--set", "time.steps=200")
-    clean = tmp_path / "clean"
-    shutil.copytree(base, clean)
-    assert _run("--out", str(clean), *args) == 0
-    total = writes["n"]
-    assert total >= 5
-    for fail_at in range(1, total + 1):
-        out = tmp_path / f"full{fail_at}"
-        shutil.copytree(base, out)
-        before = _files(out)
-        writes.update(n=0, fail_at=fail_at)
+    overwrite = lambda out: _run("--out", str(out), *args)   # noqa: E731
+    for fail_at, out, before in _each_failing_write(tmp_path, base, writes, overwrite, 5):
         capsys.readouterr()
-        assert _run("--out", str(out), *args) == 2, fail_at
+        assert overwrite(out) == 2, fail_at
         assert "(No space left on device)" in capsys.readouterr().err
         assert _files(out) == before, fail_at
         assert read_result_folder(out)["status"] == "completed"

@@ -147,7 +147,7 @@ def _check_precisions(values) -> tuple:
 
 
 def main(args) -> int:
-    from hpcsolve.report.bench_lbm import check_backends, check_sizes, out_folder
+    from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder
 
     # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
     if getattr(args, "sizes", None):
@@ -298,7 +298,7 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None)
 def _write(result, out: Path) -> None:
     result["sizes"] = sorted({r["m"] for r in result["rows"]})      # the sizes actually run
     result["multigrid_sizes"] = sorted({r["m"] for r in result.get("multigrid", [])})
-    from hpcsolve.report.bench_lbm import write_output
+    from hpcsolve.report.bench_inputs import write_output
 
     write_output(out / "bench_fem.json", json.dumps(result, indent=2, default=float))
     md = _markdown(result)

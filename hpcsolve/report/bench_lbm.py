@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +36,7 @@ from hpcsolve.lbm.gpu_common import bytes_per_cell
 from hpcsolve.lbm.stepper import STREAMING
 from hpcsolve.precision import get_precision
 from hpcsolve.report.bandwidth import copy_bandwidth
+from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder, write_output
 
 DEFAULT_SIZES = (4096, 8192)
 QUICK_SIZES = (512,)
@@ -54,71 +53,6 @@ MIN_SIZE = 3
 #: largest: 131072^2 = 1.7e10 cells, over 300 GB at the fewest bytes per cell (16-bit storage): beyond any one
 #: device, so a larger number is a typo rather than a benchmark
 MAX_SIZE = 131072
-
-
-def out_folder(args) -> Path:
-    """The folder bench writes into (``--out``, else ``$OUT``, else results/bench/), created and proven writable
-    before anything is timed: a file, an unusable path or a folder this user cannot write is a CaseError naming
-    --out (or $OUT) rather than a traceback after the benchmark. Files already there are kept (only the bench's own
-    JSON and markdown are replaced, atomically)."""
-    import tempfile
-
-    from hpcsolve.errors import OutputError
-    from hpcsolve.safe_io import path_problem
-
-    given = getattr(args, "out", None)
-    field, out = ("--out", given) if given not in (None, "") else (
-        ("$OUT", os.environ["OUT"]) if os.environ.get("OUT") else ("--out", Path("results") / "bench"))
-    allowed = "a folder this user can write (new or existing)"
-    problem = path_problem(out)
-    if problem:
-        raise OutputError.invalid(field, str(out), allowed, why=problem)
-    path = Path(out)
-    try:
-        if path.exists() and not path.is_dir():
-            raise OutputError.invalid(field, str(out), allowed, why="exists and is not a folder")
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".hpcsolve-probe-", suffix=".tmp", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        why = "a path in it exists and is not a folder" if isinstance(exc, (FileExistsError, NotADirectoryError)) \
-            else f"cannot create or write into it ({exc.strerror or exc})"
-        raise OutputError.invalid(field, str(out), allowed, why=why) from None
-    return path
-
-
-def write_output(path: Path, text: str, field: str = "--out") -> None:
-    """``text`` into ``path`` atomically: a failed write (full disk) leaves an earlier file of that name whole."""
-    from hpcsolve.errors import OutputError
-    from hpcsolve.safe_io import write_atomic
-
-    try:
-        write_atomic(path, text.encode())
-    except OSError as exc:
-        raise OutputError.invalid(field, str(path.parent), "a folder this user can write, with free space",
-                                  why=f"cannot write {path.name} ({exc.strerror or exc})") from None
-
-
-def check_backends(values) -> tuple:
-    """--backends: names of hpcsolve.backends.BACKENDS (a CaseError naming the first other one)."""
-    from hpcsolve.errors import CaseError
-
-    for b in values:
-        if b not in backends.BACKENDS:
-            raise CaseError.invalid("--backends", b, ", ".join(backends.BACKENDS))
-    return tuple(values)
-
-
-def check_sizes(values, field: str, low: int, high: int, allowed: str, why_low: str | None = None) -> tuple:
-    """Integers in [low, high] (a CaseError naming ``field``, the first one outside and ``allowed``; ``why_low``
-    says why one below ``low`` cannot run)."""
-    from hpcsolve.errors import CaseError
-
-    for n in values:
-        if isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high:
-            raise CaseError.invalid(field, n, allowed, why=why_low if isinstance(n, int) and n < low else None)
-    return tuple(values)
 
 
 def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.0, lid_velocity: float = 0.1,

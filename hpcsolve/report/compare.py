@@ -527,11 +527,10 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     backends = [str(b) for b in backends]   # Backend objects or names: compared and labelled by name
     if explicit:
         # asked for by name: when none of them can run here, the comparison would hold the reference alone
-        named = backends
-        why = {b: backends_mod.probe(b).reason for b in named if not backends_mod.probe(b).available}
-        if named and len(why) == len(named):
+        why = {b: backends_mod.probe(b).reason for b in backends if not backends_mod.probe(b).available}
+        if backends and len(why) == len(backends):
             usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available]
-            raise CaseError.invalid("--backends", " ".join(named), "backends usable here: " + ", ".join(usable),
+            raise CaseError.invalid("--backends", " ".join(backends), "backends usable here: " + ", ".join(usable),
                                     why="none of them can run here (" + "; ".join(f"{b}: {r}" for b, r in why.items())
                                         + ")")
     if precisions is None:
