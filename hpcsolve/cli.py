@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a comparison already in --out (its comparison files and run folders)")
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--repeats", type=int, default=None,
@@ -166,7 +168,9 @@ def cmd_run(args) -> int:
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     comm = parallel.world()
-    out = comm.bcast(args.out or runmod.default_out_dir(case, backend, policy), root=0)   # rank 0's name
+    if args.out is None and comm.Get_rank() == 0:     # rank 0 creates (reserves) the default folder
+        args.out = runmod.default_out_dir(case, backend, policy)
+    out = comm.bcast(args.out, root=0)   # rank 0's name
     runmod.check_out_dir(out, args.overwrite)
     if not args.quiet:
         print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
@@ -205,19 +209,28 @@ def cmd_compare(args) -> int:
     import datetime as _dt
 
     from hpcsolve.cases import load_case
-    from hpcsolve.report.compare import DEFAULT_TOLERANCE, compare
+    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare
 
     if args.backend or args.precision:
         print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
     case = load_case(args.case, args.overrides)
-    if args.out is not None:   # a file or an unusable path: exit 2 naming --out before the first (warm-up) run
+    if args.out is not None:   # unusable, or holding a comparison without --overwrite: exit 2 before any run
+        check_out(args.out, args.overwrite)
+        out = args.out
+    else:
         from hpcsolve import outdir
 
-        outdir.check(args.out, overwrite=True)   # overwrite: compare replaces its runs' results in their folders
-    out = args.out or Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+        out = outdir.new_folder(Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}")
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
-                   warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners)
+    try:
+        comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
+                       warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners,
+                       overwrite=args.overwrite)
+    except BaseException:
+        if args.out is None:              # the default folder reserved above: removed again while still empty
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     return 0

@@ -283,6 +283,27 @@ def probe_writable(out: Path) -> None:
         os.unlink(probe)
 
 
+def new_folder(base: str | Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ...: the first of them that does not exist yet, created now. The
+    creation is the reservation (``mkdir`` fails for all but one process), so two runs started in the same
+    second get different default folders instead of one refusing the other at the lock. A folder that cannot
+    be created is returned uncreated: :func:`check` / :func:`claim` then say why, naming ``--out``."""
+    base = Path(base)
+    out, k = base, 1
+    while True:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.mkdir()
+            return out
+        except FileExistsError:
+            pass
+        except OSError:
+            if not (out.exists() or out.is_symlink()):
+                return out
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+
+
 @contextlib.contextmanager
 def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
     """Create, check and lock ``out`` for one run; yields the folder. See the module docstring."""

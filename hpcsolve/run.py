@@ -107,15 +107,11 @@ def _gpu_error(exc: Exception, backend) -> BackendError | None:
 
 
 def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
-    """results/<case>-<backend>-<precision>-<time>; a second run of the same setup within the same second (a
-    script's loop of small cases) gets -2, -3, ... rather than the first run's folder."""
+    """results/<case>-<backend>-<precision>-<time>, created now (:func:`outdir.new_folder`): a second run of the
+    same setup within the same second (a script's loop of small cases, or two started at once) gets -2, -3, ...
+    rather than the first run's folder."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path("results") / f"{case.name}-{backend}-{policy.name}-{stamp}"
-    out, k = base, 1
-    while out.exists() or out.is_symlink():
-        k += 1
-        out = base.with_name(f"{base.name}-{k}")
-    return out
+    return outdir.new_folder(Path("results") / f"{case.name}-{backend}-{policy.name}-{stamp}")
 
 
 def check_out_dir(out: Path, overwrite: bool, resume: bool = False) -> None:

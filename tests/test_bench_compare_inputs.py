@@ -189,3 +189,36 @@ def test_compare_with_only_unusable_backends_is_refused(monkeypatch, capsys):
     assert cli.main(["compare", case, "--backends", "cupy", "numba-cuda", "--set", "mesh.nx=4", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--backends: none of them can run here (cupy: no device here; numba-cuda: no device here)" in err
+
+
+def test_compare_into_a_folder_holding_a_comparison_needs_overwrite(capsys, tmp_path):
+    """A second comparison into the same --out replaced the first one's files without being asked: now exit 2
+    naming --out before any run, the first comparison intact; --overwrite replaces it."""
+    out = tmp_path / "cmp"
+    args = ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp64", "fp32", "--set", "mesh.nx=4",
+            "--quiet", "--no-warmup", "--repeats", "1", "--out", str(out)]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    first = (out / "comparison.json").read_bytes()
+    runs = json.loads(first)["runs"]
+    assert {(r["backend"], r["precision"]) for r in runs} == {("numpy", "fp64"), ("numpy", "fp32")}
+    run_result = out / "numpy-fp32" / "result.h5"
+    stamp = run_result.stat().st_mtime_ns
+    err = _refused(capsys, args, "--out", "already holds a comparison", "comparison.json", "--overwrite")
+    assert "numpy-fp32/" in err
+    assert (out / "comparison.json").read_bytes() == first and run_result.stat().st_mtime_ns == stamp
+    # only a run folder left (the comparison files removed by hand): still a comparison's, still refused
+    (out / "comparison.json").unlink()
+    (out / "comparison.md").unlink()
+    _refused(capsys, args, "--out", "numpy-fp32/")
+    assert cli.main(args + ["--overwrite"]) == 0
+    assert json.loads((out / "comparison.json").read_text())["runs"][0]["backend"] == "numpy"
+    assert run_result.stat().st_mtime_ns != stamp
+
+
+def test_compare_refused_input_leaves_no_default_folder(capsys, tmp_path):
+    """Without --out the default folder is created when chosen (two comparisons started in the same second get
+    two); input refused afterwards removes it again, so a refused command leaves nothing behind."""
+    _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp16s"], "--precisions",
+             "fp16s")
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

@@ -556,7 +556,37 @@ def test_two_runs_of_one_setup_within_a_second_get_two_default_folders(tmp_path,
     monkeypatch.setattr(runmod._dt, "datetime", Frozen)
     case = runmod.load_case(str(CAVITY))
     first = runmod.default_out_dir(case, "numpy", get_precision("fp64", "lbm"))
-    assert first == Path("results/lid_driven_cavity-numpy-fp64-20261203-080000")
-    first.mkdir(parents=True)
+    assert first == Path("results/lid_driven_cavity-numpy-fp64-20261203-080000") and first.is_dir()
     second = runmod.default_out_dir(case, "numpy", get_precision("fp64", "lbm"))
-    assert second == first.with_name(first.name + "-2") and not second.exists()
+    assert second == first.with_name(first.name + "-2") and second.is_dir()
+
+
+def test_runs_started_in_the_same_second_reserve_different_default_folders(tmp_path, monkeypatch):
+    """Two runs started at once both used to pick the free name and then race for its lock (the second was
+    refused). The default folder is now created when it is chosen, so each caller gets its own."""
+    import threading
+
+    from hpcsolve import outdir
+
+    base = tmp_path / "results" / "case-numpy-fp64-20261203-080000"
+    gate, got = threading.Barrier(8), []
+
+    def pick():
+        gate.wait()
+        got.append(outdir.new_folder(base))
+
+    threads = [threading.Thread(target=pick) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(p.name for p in got) == sorted([base.name] + [f"{base.name}-{k}" for k in range(2, 9)])
+    assert all(p.is_dir() for p in got)
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    try:   # a folder that cannot be created comes back uncreated (check / claim then name --out and why)
+        if not os.access(tmp_path / "ro", os.W_OK):
+            assert outdir.new_folder(tmp_path / "ro" / "x") == tmp_path / "ro" / "x"
+            assert not (tmp_path / "ro" / "x").exists()
+    finally:
+        (tmp_path / "ro").chmod(0o700)

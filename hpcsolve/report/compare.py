@@ -42,7 +42,7 @@ from hpcsolve import backends as backends_mod
 from hpcsolve.family import SOLVER_SECONDS
 from hpcsolve import precision as precision_mod
 from hpcsolve.cases import CaseBase, load_case
-from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.errors import CaseError, HpcsolveError, OutputError
 from hpcsolve.results import Result, _jsonable, atomic_path, write_json
 
 DEFAULT_TOLERANCE = 1e-3
@@ -432,6 +432,31 @@ def _drift(res: Result, ref: Result) -> dict:
     return {"time": times, "rel_l2": errs} if times else {}
 
 
+COMPARISON_FILES = ("comparison.json", "comparison.md")
+
+
+def check_out(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse, naming ``--out``, a comparison folder that is not a usable folder, or that already holds a
+    comparison (its files, or a run folder with a result) unless ``overwrite``: a second comparison into the
+    same folder used to replace the first one's files without being asked."""
+    from hpcsolve import outdir
+
+    outdir.check(out, overwrite=True)       # a file, a dangling link, no permission: one error naming --out
+    out = Path(out)
+    if overwrite or not out.is_dir():
+        return
+    try:
+        held = [n for n in COMPARISON_FILES if (out / n).exists()]
+        held += sorted(p.name + "/" for p in out.iterdir() if p.is_dir() and outdir.has_result(p))
+    except OSError as exc:
+        raise OutputError.invalid("--out", str(out), "a folder this user can read",
+                                  why=f"cannot look at it ({exc.strerror})") from None
+    if held:
+        names = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise OutputError.invalid("--out", str(out), "a new folder, or --overwrite to replace the comparison there",
+                                  why=f"already holds a comparison ({names})")
+
+
 PRECONDITIONERS_FIELD = "--preconditioners"
 
 
@@ -487,7 +512,8 @@ def _with_preconditioner(case: CaseBase, name: str) -> CaseBase:
 def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
             tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
             progress: bool = False, warmup: bool = True, repeats: int | None = None,
-            time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None) -> Comparison:
+            time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None,
+            overwrite: bool = False) -> Comparison:
     """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare.
 
     With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
@@ -500,7 +526,10 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     "amg", "auto"); every backend x precision runs once per name. A name the case model does not
     accept, or the option on an LBM case, is refused (CaseError) before anything runs; a configuration
     whose run refuses its preconditioner (e.g. "mg" on a mesh that is not a structured generator mesh)
-    is recorded as failed with the reason, and the others still run."""
+    is recorded as failed with the reason, and the others still run.
+
+    ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
+    holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
     from hpcsolve.run import plan, run_case
 
     if not isinstance(case, CaseBase):
@@ -549,6 +578,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     configs = [(*REFERENCE, pc) for pc in ref_pcs]
     configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != REFERENCE]
     out_path = Path(out) if out is not None else None
+    if out_path is not None:
+        check_out(out_path, overwrite)
     runs: list[Run] = []
     ref_result = None
     ref_run: Run | None = None
