@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from hpcsolve import __version__, backends, precision
@@ -314,6 +315,10 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"hpcsolve: warning: {message}\n"
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -321,6 +326,8 @@ def main(argv=None) -> int:
     # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.interrupts);
     # once the outcome is decided, late signals are ignored so they cannot turn it into a kill mid-exit
     previous = _set_handlers(_interrupt)
+    if argv is None:   # the command line: a warning is one line in the form of the errors, not a source line
+        warnings.formatwarning = _format_warning
     try:
         code, message = _execute(handler, args)
     except BaseException:

@@ -11,7 +11,7 @@
   resume, a kill: the next claim settles the journal), so a failed --overwrite loses nothing. Only files
   hpcsolve writes move: the result files, the plots the previous marker names and
   ``checkpoints/checkpoint_*.h5``; anything else in the folder stays. The lock is held until the result
-  is written.
+  is written. A --resume settles such a journal before it chooses a checkpoint (:func:`settle_idle`).
 
 A result folder is complete when its marker ``manifest.json`` exists: it is written last and names
 the files of the result and the run id that ``result.h5`` and ``summary.json`` carry too.
@@ -262,6 +262,28 @@ def settle_previous(out: Path) -> list[str]:
         put_back(out, journal)
         done.append(journal.name)
     return done
+
+
+def settle_idle(out: str | Path) -> list[str]:
+    """Settle now (:func:`settle_previous`) the journals that a killed --overwrite run left in ``out``, when no run
+    holds the folder: a --resume must see the checkpoints they hid before it chooses one (the claim that would
+    settle them comes after). A folder in use, or one without journals, is left as it is."""
+    from filelock import FileLock, Timeout
+
+    out = Path(out)
+    try:
+        if not out.is_dir() or not any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
+            return []
+        lock = FileLock(str(out / LOCK_NAME), timeout=0)
+        lock.acquire()
+    except (Timeout, OSError):     # in use (its claim refuses the resume, naming the holder), or not writable
+        return []
+    try:
+        return settle_previous(out)
+    except OSError:
+        return []
+    finally:
+        lock.release()
 
 
 def clear_result(out: Path) -> None:

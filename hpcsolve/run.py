@@ -6,12 +6,13 @@ import contextlib
 import datetime as _dt
 import platform
 import socket
+import warnings
 from pathlib import Path
 
 from hpcsolve import __version__, backends, interrupts, outdir, parallel
 from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.checkpoint import MISSING, check_compatible, latest_checkpoint, list_checkpoints
+from hpcsolve.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
 from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.family import Description
 from hpcsolve.precision import Precision, get_precision
@@ -153,6 +154,7 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
     Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``).
     A checkpoint whose recorded case is missing or does not load counts as damaged, with a case given too (the
     same checkpoint is chosen either way: ``run_case`` calls this again with the case): the previous one is used."""
+    outdir.settle_idle(resume_dir)   # checkpoints a killed --overwrite run hid come back (or go) first
     ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)))
     if case is None:
         case = recorded.with_overrides(*overrides) if overrides else recorded
@@ -229,8 +231,33 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         kwargs = {"description": desc, "progress": progress,
                   "stop": stop if "graceful_stop" in caps else None,
                   "checkpoint_dir": out_path if "checkpoint" in caps else None, "resume": ckpt}
-        result = _run_and_write(family, case, backend, policy, kwargs, out_path, plots)
-    return result
+        failed: dict = {}
+        while True:
+            try:
+                return _run_and_write(family, case, backend, policy, kwargs, out_path, plots)
+            except CheckpointError as exc:
+                # damage in the chosen checkpoint's state, found as the run restored it (before its first step):
+                # the next older checkpoint, as for damage that reading it shows; none left: an error naming each
+                chosen = kwargs["resume"]
+                if chosen is None or exc.path != chosen.path:
+                    raise
+                failed[chosen.path] = exc
+                kwargs["resume"] = _older_checkpoint(resume, case, backend, policy, failed, force)
+                warnings.warn(f"{exc}; resuming from the older {kwargs['resume'].path.name} (step "
+                              f"{kwargs['resume'].step}) instead", stacklevel=2)
+
+
+def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bool):
+    """The newest checkpoint in ``resume_dir`` that is not in ``failed`` (path: the CheckpointError its restore
+    raised) and that ``prepare_resume`` would accept for this run."""
+    def usable(c):
+        if c.path in failed:
+            raise failed[c.path]
+        _checkpoint_case(c)
+        check_compatible(c, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
+        return c
+
+    return latest_checkpoint(resume_dir, use=usable)
 
 
 def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Result:

@@ -1,7 +1,8 @@
 """Damaged checkpoints: every missing or malformed field of a checkpoint's metadata, loop state or arrays gives one
 clear error (exit 2) naming the checkpoint file and the field, never a traceback, and leaves the files as they were.
-Damage that ``read_checkpoint`` or the recorded case shows makes a resume fall back to the previous checkpoint
-(as a truncated file does); damage found while restoring the state of the chosen one is an error."""
+Any such damage makes a resume fall back to the previous checkpoint (as a truncated file does): damage that
+``read_checkpoint`` or the recorded case shows while the checkpoint is chosen, and damage in the loop state or arrays
+that the runner finds as it restores them (with a warning naming the damaged checkpoint and the field)."""
 
 import json
 import shutil
@@ -155,8 +156,8 @@ DAMAGE = {
     "populations-dtype": (array("populations", lambda a: a.astype(np.float32)), "arrays/populations"),
     "steady_last_u-shape": (array("steady_last_u", lambda a: a[:, :-1]), "arrays/steady_last_u"),
 }
-#: damage found by read_checkpoint or in the recorded case: a resume falls back to an older checkpoint
-FALLS_BACK = {k for k, (_, field) in DAMAGE.items() if not field.startswith(("state.", "arrays/"))}
+#: damage the runner finds as it restores the chosen checkpoint (the rest: found while choosing it)
+RESTORED = {k for k, (_, field) in DAMAGE.items() if field.startswith(("state.", "arrays/"))}
 
 
 def damage_files(out: Path, damage, names=(OLDER, NEWEST)) -> None:
@@ -186,16 +187,24 @@ def test_a_damaged_field_is_one_clear_error_naming_the_checkpoint_and_the_field(
     assert code == 2, err
     assert err.startswith("hpcsolve: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert f"{field}: " in err, err
-    assert str(folder / "checkpoints" / NEWEST) in err, err
-    if kind in FALLS_BACK:           # both were tried: the error names both
-        assert str(folder / "checkpoints" / OLDER) in err, err
+    # both were tried (the newest first), the error names both
+    assert str(folder / "checkpoints" / OLDER) in err, err
+    assert err.index(str(folder / "checkpoints" / NEWEST)) < err.index(str(folder / "checkpoints" / OLDER)), err
     assert files(folder) == before   # nothing written, nothing removed
 
 
-@pytest.mark.parametrize("kind", sorted(FALLS_BACK))
+@pytest.mark.parametrize("kind", list(DAMAGE))
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(folder, capsys, kind):
-    damage_files(folder, DAMAGE[kind][0], names=(NEWEST,))
-    code, err = resume(folder, capsys)
+    damage, field = DAMAGE[kind]
+    damage_files(folder, damage, names=(NEWEST,))
+    if kind in RESTORED:     # found as the run restored it: a warning names the checkpoint, the field and the older
+        with pytest.warns(UserWarning) as caught:
+            code, err = resume(folder, capsys)
+        said = " ".join(str(w.message) for w in caught)
+        assert f"checkpoint {folder / 'checkpoints' / NEWEST}: {field}: " in said, said
+        assert f"resuming from the older {OLDER} (step 10) instead" in said, said
+    else:
+        code, err = resume(folder, capsys)
     assert code == 0, err
     assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
     # the resumed run wrote its own checkpoints at steps 20 and 30, the damaged one replaced by a good one
@@ -203,18 +212,23 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(folder, capsys, 
     assert all(read_checkpoint(p).step in (20, 30) for p in list_checkpoints(folder))
 
 
-def test_damaged_state_of_the_newest_is_an_error_not_a_fallback(folder, capsys):
-    """The loop state is checked when the run restores it, after the checkpoint was chosen: the error names the
-    newest, and the older checkpoint is still there to resume from once the newest is removed."""
-    damage_files(folder, DAMAGE["series-missing"][0], names=(NEWEST,))
-    before = files(folder)
-    code, err = resume(folder, capsys)
-    assert code == 2 and f"checkpoint {folder / 'checkpoints' / NEWEST}: state.series: missing" in err, err
-    assert files(folder) == before
-    (folder / "checkpoints" / NEWEST).unlink()
-    code, err = resume(folder, capsys)
-    assert code == 0, err
-    assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
+def test_damaged_state_falls_back_to_the_same_result_as_an_undamaged_older_checkpoint(folder, tmp_path, capsys):
+    """Resuming past a newest checkpoint whose state is damaged gives bit for bit the result of resuming from the
+    older one with the newest removed: nothing of the damaged checkpoint is used."""
+    twin = tmp_path / "twin"
+    shutil.copytree(folder, twin)
+    (twin / "checkpoints" / NEWEST).unlink()
+    damage_files(folder, DAMAGE["populations-shape"][0], names=(NEWEST,))
+    with pytest.warns(UserWarning, match="arrays/populations"):
+        assert resume(folder, capsys)[0] == 0
+    assert resume(twin, capsys)[0] == 0
+    a, b = read_result_folder(folder), read_result_folder(twin)
+    assert a["metrics"]["resumed_from_step"] == b["metrics"]["resumed_from_step"] == 10
+    with h5py.File(folder / "result.h5") as fa, h5py.File(twin / "result.h5") as fb:
+        names = [k for k in fa["fields"]] if "fields" in fa else []
+        assert names, list(fa)
+        for k in names:
+            assert np.array_equal(fa["fields"][k][()], fb["fields"][k][()]), k
 
 
 def test_a_case_given_with_resume_falls_back_from_a_damaged_recorded_case_too(folder, capsys):
@@ -234,3 +248,20 @@ def test_the_errors_are_typed(folder):
     assert info.value.field == "meta" and info.value.path == folder / "checkpoints" / NEWEST
     assert isinstance(info.value, CaseError) and info.value.exit_code == 2
     assert latest_checkpoint(folder).step == 10
+
+
+def test_the_command_line_shows_the_fallback_as_one_warning_line(folder):
+    """From a shell the fallback is one line in the form of the errors (no source line of hpcsolve's)."""
+    import os
+    import subprocess
+    import sys
+
+    damage_files(folder, DAMAGE["series-missing"][0], names=(NEWEST,))
+    proc = subprocess.run([sys.executable, "-m", "hpcsolve.cli", "run", "--resume", str(folder), "--quiet",
+                           "--no-plots"], capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"},
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"hpcsolve: warning: checkpoint {folder / 'checkpoints' / NEWEST}: state.series: missing; "
+                     f"allowed: an object with a list of numbers for each of step, time, kinetic_energy, max_speed, "
+                     f"steady_change; resuming from the older {OLDER} (step 10) instead"], proc.stderr

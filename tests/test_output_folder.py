@@ -441,6 +441,34 @@ def test_a_set_aside_result_of_a_killed_overwrite_run_is_put_back_or_dropped_by_
     assert _files(out) == before and _set_aside_folders(out) == []
 
 
+def test_resume_into_a_folder_of_a_killed_overwrite_run_sees_its_checkpoints(tmp_path, capsys):
+    """An --overwrite run killed after hiding the previous files (journal complete, nothing of its own): a --resume
+    used to find no checkpoint (they were hidden until the next claim); it settles the journal first, so the
+    previous run's files are back and it resumes from their newest checkpoint. A folder in use is left alone."""
+    from filelock import FileLock
+
+    out = tmp_path / "run"
+    assert _run("--out", str(out), *SMALL) == 0
+    before, newest = _files(out), list_checkpoints(out)[-1]
+    outdir.set_aside(out)
+    assert not list_checkpoints(out) and _set_aside_folders(out)
+    held = FileLock(str(out / outdir.LOCK_NAME), timeout=0)
+    held.acquire()
+    try:   # another run holds the folder: nothing is settled, and the claim refuses the resume
+        assert outdir.settle_idle(out) == [] and _set_aside_folders(out)
+    finally:
+        held.release()
+    capsys.readouterr()
+    # the previous run had finished: its summary is back, so the resume wants --force (nothing is written)
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--no-plots"]) == 2
+    assert "already finished" in capsys.readouterr().err
+    assert _files(out) == before and _set_aside_folders(out) == []
+    outdir.set_aside(out)
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--no-plots", "--force"]) == 0
+    assert read_result_folder(out)["metrics"]["resumed_from_step"] == read_checkpoint(newest).step == 300
+    assert _set_aside_folders(out) == []
+
+
 def test_an_error_or_interrupt_during_the_renames_puts_everything_back_at_once(tmp_path, monkeypatch):
     out = tmp_path / "run"
     assert _run("--out", str(out), *SMALL) == 0
