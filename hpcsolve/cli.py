@@ -198,7 +198,7 @@ def _report(args, case, result, out) -> int:
 def cmd_validate(args) -> int:
     from hpcsolve import run as runmod
 
-    info = runmod.describe(args.case, args.backend, args.precision, args.overrides)
+    info = runmod.describe(args.case, args.backend, args.precision, args.overrides, check=True)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
     else:

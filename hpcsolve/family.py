@@ -6,6 +6,8 @@ A family (``lbm``, ``fem``) is an object registered in :data:`REGISTRY` that pro
 - ``describe(case, backend, policy) -> Description``: derived parameters, memory estimates and the
   setup it had to build to know them (LBM geometry, FEM mesh), which ``run`` reuses;
 - ``estimate_runtime(case, backend, policy, description) -> dict``: a short timed probe;
+- ``check_inputs(case, backend, policy, description) -> dict``: what ``hpcsolve validate`` checks beyond
+  ``describe`` without running (a CaseError naming the field; the dict says what was checked);
 - ``run(case, backend, policy, *, description, progress, stop, checkpoint_dir, resume) -> Result``,
   whose ``timings`` always hold :data:`SOLVER_SECONDS` (the timed solver part: time stepping, or the
   Krylov solve) and ``total_s``;
@@ -60,6 +62,8 @@ class Family(Protocol):
     def describe(self, case, backend, policy) -> Description: ...
 
     def estimate_runtime(self, case, backend, policy, description: Description) -> dict: ...
+
+    def check_inputs(self, case, backend, policy, description: Description) -> dict: ...
 
     def run(self, case, backend, policy, *, description: Description | None = None, progress: bool = True,
             stop=None, checkpoint_dir=None, resume=None): ...

@@ -34,8 +34,12 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
     return case, backend, policy
 
 
-def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool = False) -> dict:
+def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool = False,
+             check: bool = False) -> dict:
     """Derived parameters and memory estimate of a case, without running it.
+
+    With ``check`` (``hpcsolve validate``), also the family's ``check_inputs`` (FEM: the assembled system's
+    number range, which the run would otherwise find only after assembly).
 
     With ``estimate``, also the memory available on the chosen device and a run-time estimate from
     a timed probe on the chosen backend (nothing is written): a few seconds of steps or iterations, a
@@ -45,6 +49,8 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     desc = family.describe(case, backend, policy)
     info = {"case": case.name, "solver": case.solver, "backend": backend.name, "precision": policy.name}
     info.update(desc.as_dict())
+    if check:
+        info.update(family.check_inputs(case, backend, policy, desc))
     if estimate:
         free = available_memory(backend)
         if free is not None:

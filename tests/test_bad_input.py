@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import time
 from pathlib import Path
 
@@ -132,3 +133,28 @@ def test_an_empty_mask_path_and_a_dangling_out_link_say_so(tmp_path):
     code, err = _cli("run", POISSON, "--backend", "numpy", "--quiet", "--set", "mesh.nx=4", "--out", str(link))
     assert code == 2 and "--out: is a symbolic link to a missing target" in err   # was: "File exists"
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("precision, conductivity, why", [
+    ("fp64", "1e308", "overflows float64"),
+    ("mixed", "1e20", "outside what 32-bit floats can solve with"),
+])
+def test_validate_finds_the_overflow_that_assembly_finds(precision, conductivity, why):
+    """The range of the assembled system was only checked by the run (exit 2 after assembly, validate said
+    "valid"): validate assembles small systems too and gives the run's error."""
+    args = (POISSON, "--precision", precision, "--set", f"problem.conductivity={conductivity}")
+    code, err = _cli("validate", *args)
+    assert code == 2 and err.startswith("hpcsolve: error: problem.conductivity: ") and why in err, err
+    assert _cli("run", *args, "--dry-run") == (code, err)
+
+
+def test_validate_says_whether_it_checked_the_system_range(monkeypatch, capsys):
+    from hpcsolve.fem import runner as fem_runner
+
+    assert cli.main(["validate", POISSON, "--json", "--precision", "mixed"]) == 0
+    assert json.loads(capsys.readouterr().out)["system_range"] == ("checked: matrix, loads and solution bound "
+                                                                   "within 32-bit floats")
+    monkeypatch.setattr(fem_runner, "VALIDATE_ASSEMBLY_UNKNOWNS", 100)
+    assert cli.main(["validate", POISSON, "--json", "--set", "problem.conductivity=1e308"]) == 0
+    assert json.loads(capsys.readouterr().out)["system_range"] == ("not checked: 4,225 unknowns > 100 (the run "
+                                                                   "checks it after assembly)")

@@ -374,8 +374,8 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(tmp_path):
                         summary = read_result_folder(outdir)
                         assert summary["status"] in ("completed", "converged", "not_steady"), summary["status"]
                         assert summary["case"] == json.loads(out)["case"]
-                    elif rcode == 2:            # refused by a check that needs the assembled system
-                        assert rerr.startswith("hpcsolve: error:") and names_a_field(rerr), rerr
+                    elif rcode == 2:            # validate passed it: a check validate misses
+                        failures.append((kind, i, "validate passed, run refused", rerr[-500:]))
                     elif rcode == 3:            # a blow-up or a solve that did not converge, said plainly
                         assert re.search(r"^hpcsolve: error: .*(not converged|blew up|step \d+)", rerr, re.M), rerr
                     else:

@@ -105,6 +105,20 @@ class FEMFamily:
                     h_max=mesh.h_max(), boundary_tags=mesh.tag_names)
         return Description(info, estimate=estimate, setup=mesh)
 
+    def check_inputs(self, case, backend, policy: Precision, description: Description) -> dict:
+        """What ``validate`` checks beyond ``describe``: the assembled system's number range
+        (:func:`problem.check_scales`, as the run does after assembly: an overflowing coefficient or load is a
+        CaseError naming its field), on meshes of up to VALIDATE_ASSEMBLY_UNKNOWNS unknowns."""
+        n = description.parameters.get("unknowns")
+        if description.setup is None:
+            return {"system_range": "not checked: the mesh was not built (the run checks it after assembly)"}
+        if n is not None and n > VALIDATE_ASSEMBLY_UNKNOWNS:
+            return {"system_range": f"not checked: {n:,} unknowns > {VALIDATE_ASSEMBLY_UNKNOWNS:,} (the run checks "
+                                    "it after assembly)"}
+        prob.check_scales(prob.build(case, mesh=description.setup), policy.storage_bytes)
+        return {"system_range": f"checked: matrix, loads and solution bound within {8 * policy.storage_bytes}-bit "
+                                "floats"}
+
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
         for up to PROBE_SECONDS (after a warm-up); if it has not converged by then, the remaining
@@ -187,6 +201,7 @@ class FEMFamily:
 PROBE_SECONDS = 0.3            # the run-time probe solves this long at most (after a cold first call)
 PROBE_ITERATIONS = 64          # iterations of the cold first probe call
 FULL_PROBE_UNKNOWNS = 50_000   # up to this size the probe is the run itself (under a second or so)
+VALIDATE_ASSEMBLY_UNKNOWNS = 4_000_000   # validate assembles systems up to this size to check their number range
 REFERENCE_PROBE_DOFS = 50_000  # the reference spsolve is timed on at most this many unknowns
 
 

@@ -89,6 +89,10 @@ class LBMFamily:
         info.update(_bounce_back_summary(geo))
         return Description(info, estimate=estimate, setup=(derived, geo))
 
+    def check_inputs(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
+        """Nothing beyond ``describe``: it derives and checks every parameter and builds the geometry."""
+        return {}
+
     def estimate_runtime(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own stepper: the setup, warm steps timed until the
         probe has run ``PROBE_SECONDS`` (ramp steps, which go one launch at a time, timed apart), and
