@@ -160,7 +160,10 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
     Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``).
     A checkpoint whose recorded case is missing or does not load counts as damaged, with a case given too (the
     same checkpoint is chosen either way: ``run_case`` calls this again with the case): the previous one is used."""
-    outdir.settle_idle(resume_dir)   # checkpoints a killed --overwrite run hid come back (or go) first
+    comm = parallel.world()
+    if comm.Get_rank() == 0:         # checkpoints a killed --overwrite run hid come back (or go) first
+        outdir.settle_idle(resume_dir)
+    comm.Barrier()                   # every rank chooses among the settled files
     ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)))
     if case is None:
         case = recorded.with_overrides(*overrides) if overrides else recorded
