@@ -212,10 +212,11 @@ def _check_meta(ckpt: Checkpoint) -> None:
             raise ckpt.error("meta.case_json", meta["case_json"], "JSON text of the validated case (an object)")
 
 
-def latest_checkpoint(out_dir: str | Path, use=None):
+def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None):
     """The newest readable checkpoint in ``out_dir`` (an unreadable or damaged newest one falls back to the
     previous). With ``use``, ``use(checkpoint)`` of the first one it accepts: a CheckpointError it raises
-    counts as damage too (any other error is raised as it is). None readable: a CaseError naming each file."""
+    counts as damage too (any other error is raised as it is). None readable: a CaseError naming each file.
+    ``skipped``: a list that receives the reason for each checkpoint passed over."""
     from hpcsolve.safe_io import path_problem
 
     problem = path_problem(out_dir)
@@ -240,13 +241,18 @@ def latest_checkpoint(out_dir: str | Path, use=None):
             errors.append(f"checkpoint {path}: {exc}")
             continue
         if use is None:
-            return ckpt
+            break
         try:
-            return use(ckpt)
+            ckpt = use(ckpt)
+            break
         except CheckpointError as exc:
             errors.append(str(exc))
-    raise CaseError(f"no checkpoint in {clip(str(out_dir))} can be resumed from: " + "; ".join(errors),
-                    field="--resume", value=str(out_dir), allowed="a folder with a readable checkpoint")
+    else:
+        raise CaseError(f"no checkpoint in {clip(str(out_dir))} can be resumed from: " + "; ".join(errors),
+                        field="--resume", value=str(out_dir), allowed="a folder with a readable checkpoint")
+    if skipped is not None:
+        skipped.extend(errors)
+    return ckpt
 
 
 #: case keys that change how a run is computed but not its results (checkpoints hold the populations in the

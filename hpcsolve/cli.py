@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from hpcsolve import __version__, backends, precision
+from hpcsolve import __version__, backends, outdir, precision
 from hpcsolve.errors import CaseError, HpcsolveError
 
 
@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace a comparison already in --out (its comparison files and run folders)")
+                   help="replace a comparison already in --out (its comparison files and the run folders it "
+                        "writes again; folders of configurations it does not run stay)")
     p.add_argument("--no-warmup", action="store_true",
                    help="time each configuration's first run (by default one untimed run comes first)")
     p.add_argument("--repeats", type=int, default=None,
@@ -169,14 +170,21 @@ def cmd_run(args) -> int:
         return 0
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     comm = parallel.world()
-    if args.out is None and comm.Get_rank() == 0:     # rank 0 creates (reserves) the default folder
+    reserved = args.out is None and comm.Get_rank() == 0
+    if reserved:                      # rank 0 creates (reserves) the default folder
         args.out = runmod.default_out_dir(case, backend, policy)
     out = comm.bcast(args.out, root=0)   # rank 0's name
-    runmod.check_out_dir(out, args.overwrite)
-    if not args.quiet:
-        print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}", file=sys.stderr)
-    result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
-                             plots=not args.no_plots)
+    try:
+        runmod.check_out_dir(out, args.overwrite)
+        if not args.quiet:
+            print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}",
+                  file=sys.stderr)
+        result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
+                                 plots=not args.no_plots)
+    except BaseException:
+        if reserved:                  # refused before it wrote anything: the reserved folder goes again
+            outdir.remove_unused(out)
+        raise
     return _report(args, case, result, out)
 
 
@@ -219,8 +227,6 @@ def cmd_compare(args) -> int:
         check_out(args.out, args.overwrite)
         out = args.out
     else:
-        from hpcsolve import outdir
-
         out = outdir.new_folder(Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}")
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     try:
@@ -228,9 +234,8 @@ def cmd_compare(args) -> int:
                        warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners,
                        overwrite=args.overwrite)
     except BaseException:
-        if args.out is None:              # the default folder reserved above: removed again while still empty
-            with contextlib.suppress(OSError):
-                out.rmdir()
+        if args.out is None:              # the default folder reserved above: removed again while still unused
+            outdir.remove_unused(out)
         raise
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
@@ -315,8 +320,14 @@ def _stdout_reader_gone() -> bool:
         return False
 
 
+_python_formatwarning = warnings.formatwarning
+
+
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return f"hpcsolve: warning: {message}\n"
+    """hpcsolve's own warnings as one line in the form of its errors; other packages' as Python shows them."""
+    if category is UserWarning and Path(__file__).parent in Path(filename).resolve().parents:
+        return f"hpcsolve: warning: {message}\n"
+    return _python_formatwarning(message, category, filename, lineno, line)
 
 
 def main(argv=None) -> int:

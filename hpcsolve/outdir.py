@@ -276,7 +276,10 @@ def settle_idle(out: str | Path) -> list[str]:
             return []
         lock = FileLock(str(out / LOCK_NAME), timeout=0)
         lock.acquire()
-    except (Timeout, OSError):     # in use (its claim refuses the resume, naming the holder), or not writable
+    except Timeout:                # in use: the checkpoints may be hidden by that run's --overwrite
+        raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
+                                  why=f"another hpcsolve run is writing into it ({holder(out)})") from None
+    except OSError:                # not writable: the claim says so
         return []
     try:
         return settle_previous(out)
@@ -305,25 +308,41 @@ def probe_writable(out: Path) -> None:
         os.unlink(probe)
 
 
-def new_folder(base: str | Path) -> Path:
+def new_folder(base: str | Path, attempts: int = 1000) -> Path:
     """``base``, or ``base-2``, ``base-3``, ...: the first of them that does not exist yet, created now. The
     creation is the reservation (``mkdir`` fails for all but one process), so two runs started in the same
     second get different default folders instead of one refusing the other at the lock. A folder that cannot
-    be created is returned uncreated: :func:`check` / :func:`claim` then say why, naming ``--out``."""
+    be created (its parent is a file, a broken link, not writable) is returned uncreated: :func:`check` /
+    :func:`claim` then say why, naming ``--out``."""
     base = Path(base)
-    out, k = base, 1
-    while True:
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return base
+    out = base
+    for k in range(2, attempts + 2):
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
             out.mkdir()
             return out
         except FileExistsError:
-            pass
+            out = base.with_name(f"{base.name}-{k}")
         except OSError:
-            if not (out.exists() or out.is_symlink()):
-                return out
-        k += 1
-        out = base.with_name(f"{base.name}-{k}")
+            return out
+    return out
+
+
+def remove_unused(out: str | Path) -> bool:
+    """Remove ``out`` if it holds nothing but the lock file a claim leaves (a default folder reserved by
+    :func:`new_folder` for a run or comparison that was then refused). Returns whether it was removed."""
+    out = Path(out)
+    try:
+        if {p.name for p in out.iterdir()} - {LOCK_NAME}:
+            return False
+        (out / LOCK_NAME).unlink(missing_ok=True)
+        out.rmdir()
+        return True
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

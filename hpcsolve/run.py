@@ -164,7 +164,10 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
     if comm.Get_rank() == 0:         # checkpoints a killed --overwrite run hid come back (or go) first
         outdir.settle_idle(resume_dir)
     comm.Barrier()                   # every rank chooses among the settled files
-    ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)))
+    skipped: list = []
+    ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)), skipped=skipped)
+    for why in skipped:              # damaged or unreadable newer checkpoints: said, not passed over silently
+        warnings.warn(f"{why}; resuming from the older {ckpt.path.name} (step {ckpt.step}) instead", stacklevel=1)
     if case is None:
         case = recorded.with_overrides(*overrides) if overrides else recorded
     finished = _finished_status(resume_dir)
@@ -253,7 +256,7 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
                 failed[chosen.path] = exc
                 kwargs["resume"] = _older_checkpoint(resume, case, backend, policy, failed, force)
                 warnings.warn(f"{exc}; resuming from the older {kwargs['resume'].path.name} (step "
-                              f"{kwargs['resume'].step}) instead", stacklevel=2)
+                              f"{kwargs['resume'].step}) instead", stacklevel=1)
 
 
 def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bool):

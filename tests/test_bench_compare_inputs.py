@@ -222,3 +222,13 @@ def test_compare_refused_input_leaves_no_default_folder(capsys, tmp_path):
     _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp16s"], "--precisions",
              "fp16s")
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def test_compare_into_a_folder_of_plain_runs_is_not_refused(capsys, tmp_path):
+    """Only a comparison's own files count: a folder holding ordinary run folders (results/) takes a comparison."""
+    runs = tmp_path / "results"
+    assert cli.main(["run", str(POISSON), "--backend", "numpy", "--quiet", "--no-plots", "--set", "mesh.nx=4",
+                     "--out", str(runs / "poisson-numpy-fp64-x")]) == 0
+    assert cli.main(["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp64", "--set", "mesh.nx=4",
+                     "--quiet", "--no-warmup", "--repeats", "1", "--out", str(runs)]) == 0
+    assert (runs / "comparison.json").exists() and (runs / "poisson-numpy-fp64-x" / "result.h5").exists()

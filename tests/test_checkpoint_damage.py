@@ -1,8 +1,8 @@
 """Damaged checkpoints: every missing or malformed field of a checkpoint's metadata, loop state or arrays gives one
 clear error (exit 2) naming the checkpoint file and the field, never a traceback, and leaves the files as they were.
-Any such damage makes a resume fall back to the previous checkpoint (as a truncated file does): damage that
-``read_checkpoint`` or the recorded case shows while the checkpoint is chosen, and damage in the loop state or arrays
-that the runner finds as it restores them (with a warning naming the damaged checkpoint and the field)."""
+Any such damage makes a resume fall back to the previous checkpoint (as a truncated file does), with a warning
+naming the damaged checkpoint and the field: damage that ``read_checkpoint`` or the recorded case shows while the
+checkpoint is chosen, and damage in the loop state or arrays that the runner finds as it restores them."""
 
 import json
 import shutil
@@ -197,14 +197,13 @@ def test_a_damaged_field_is_one_clear_error_naming_the_checkpoint_and_the_field(
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(folder, capsys, kind):
     damage, field = DAMAGE[kind]
     damage_files(folder, damage, names=(NEWEST,))
-    if kind in RESTORED:     # found as the run restored it: a warning names the checkpoint, the field and the older
-        with pytest.warns(UserWarning) as caught:
-            code, err = resume(folder, capsys)
-        said = " ".join(str(w.message) for w in caught)
-        assert f"checkpoint {folder / 'checkpoints' / NEWEST}: {field}: " in said, said
-        assert f"resuming from the older {OLDER} (step 10) instead" in said, said
-    else:
+    # a warning names the checkpoint, the field and the older one, whether the damage showed while the checkpoint
+    # was chosen or as the run restored it (RESTORED)
+    with pytest.warns(UserWarning) as caught:
         code, err = resume(folder, capsys)
+    said = " ".join(str(w.message) for w in caught)
+    assert f"checkpoint {folder / 'checkpoints' / NEWEST}: {field}" in said, said
+    assert f"resuming from the older {OLDER} (step 10) instead" in said, said
     assert code == 0, err
     assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
     # the resumed run wrote its own checkpoints at steps 20 and 30, the damaged one replaced by a good one
@@ -265,3 +264,12 @@ def test_the_command_line_shows_the_fallback_as_one_warning_line(folder):
     assert lines == [f"hpcsolve: warning: checkpoint {folder / 'checkpoints' / NEWEST}: state.series: missing; "
                      f"allowed: an object with a list of numbers for each of step, time, kinetic_energy, max_speed, "
                      f"steady_change; resuming from the older {OLDER} (step 10) instead"], proc.stderr
+
+
+def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(folder, capsys):
+    path = folder / "checkpoints" / NEWEST
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.warns(UserWarning, match=f"checkpoint {path}: .*resuming from the older {OLDER}"):
+        code, err = resume(folder, capsys)
+    assert code == 0, err
+    assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10

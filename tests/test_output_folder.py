@@ -454,8 +454,13 @@ def test_resume_into_a_folder_of_a_killed_overwrite_run_sees_its_checkpoints(tmp
     assert not list_checkpoints(out) and _set_aside_folders(out)
     held = FileLock(str(out / outdir.LOCK_NAME), timeout=0)
     held.acquire()
-    try:   # another run holds the folder: nothing is settled, and the claim refuses the resume
-        assert outdir.settle_idle(out) == [] and _set_aside_folders(out)
+    try:   # another run holds the folder (its --overwrite hid the checkpoints): the resume names that run
+        with pytest.raises(OutputError, match="--resume: another hpcsolve run is writing into it"):
+            outdir.settle_idle(out)
+        assert _set_aside_folders(out)
+        capsys.readouterr()
+        assert cli.main(["run", "--resume", str(out), "--quiet", "--no-plots", "--force"]) == 2
+        assert "another hpcsolve run is writing into it" in capsys.readouterr().err
     finally:
         held.release()
     capsys.readouterr()
@@ -587,6 +592,34 @@ def test_two_runs_of_one_setup_within_a_second_get_two_default_folders(tmp_path,
     assert first == Path("results/lid_driven_cavity-numpy-fp64-20261203-080000") and first.is_dir()
     second = runmod.default_out_dir(case, "numpy", get_precision("fp64", "lbm"))
     assert second == first.with_name(first.name + "-2") and second.is_dir()
+
+
+def test_a_default_folder_under_a_results_file_is_one_error_not_a_loop(tmp_path, monkeypatch, capsys):
+    """``results`` a file (or a broken link): the default folder cannot be made; one error naming --out, at once
+    (new_folder took that for a taken name and tried -2, -3, ... forever)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").write_text("not a folder")
+    assert outdir.new_folder(tmp_path / "results" / "x") == tmp_path / "results" / "x"
+    t0 = time.perf_counter()
+    assert _run(*SMALL) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "results" in err and time.perf_counter() - t0 < 60, err
+    (tmp_path / "results").unlink()
+    (tmp_path / "results").symlink_to(tmp_path / "missing")
+    assert _run(*SMALL) == 2 and "--out" in capsys.readouterr().err
+
+
+def test_a_run_refused_after_its_default_folder_was_made_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """Refused while it is set up (relaxation time, memory) or after the claim (FEM overflow at assembly): the
+    default folder it reserved is removed again, as before it was reserved early."""
+    monkeypatch.chdir(tmp_path)
+    assert _run("--set", "lattice.resolution=8", "--set", "physics.reynolds=100000", "--set", "time.steps=40") == 2
+    assert cli.main(["run", str(POISSON), "--backend", "numpy", "--quiet", "--set", "mesh.nx=4", "--set",
+                     "problem.conductivity=1e308"]) == 2
+    assert "problem.conductivity" in capsys.readouterr().err
+    assert not any((tmp_path / "results").iterdir())
+    assert _run(*SMALL, "--no-plots") == 0                      # a run that writes keeps its folder
+    assert len(list((tmp_path / "results").iterdir())) == 1
 
 
 def test_runs_started_in_the_same_second_reserve_different_default_folders(tmp_path, monkeypatch):

@@ -201,7 +201,7 @@ class FEMFamily:
 PROBE_SECONDS = 0.3            # the run-time probe solves this long at most (after a cold first call)
 PROBE_ITERATIONS = 64          # iterations of the cold first probe call
 FULL_PROBE_UNKNOWNS = 50_000   # up to this size the probe is the run itself (under a second or so)
-VALIDATE_ASSEMBLY_UNKNOWNS = 4_000_000   # validate assembles systems up to this size to check their number range
+VALIDATE_ASSEMBLY_UNKNOWNS = 1_000_000   # validate assembles systems up to this size to check their number range
 REFERENCE_PROBE_DOFS = 50_000  # the reference spsolve is timed on at most this many unknowns
 
 

@@ -186,6 +186,34 @@ def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
             "bytes_per_cell_step": getattr(stepper, "bytes_per_cell_step", None)}
 
 
+def _device_fit(gpu, precisions, sizes, in_place) -> dict:
+    """{(backend, precision, n): why} for the grids whose populations do not fit the device's free memory (no
+    host or device memory is touched for them); a size that fits none of the requested kernels is a CaseError
+    naming --sizes and the largest that fits, before anything is timed."""
+    from hpcsolve.errors import CaseError
+
+    too_big, largest = {}, {}
+    for backend in gpu:
+        mem = backends.get(backend).memory()
+        if not mem:
+            continue
+        for precision in precisions:
+            # auto streaming is in place only where the lattice fits the L2 cache: a large grid has two buffers
+            resident = bytes_per_cell(get_precision(precision, "lbm"), bool(in_place))[1]
+            largest[(backend, precision)] = _largest_square(mem[0], resident)
+            for n in sizes:
+                if n > largest[(backend, precision)]:
+                    too_big[(backend, precision, n)] = (f"needs {n * n * resident / 2**30:,.1f} GiB of device "
+                                                        f"memory, {mem[0] / 2**30:,.1f} GiB free (largest square "
+                                                        f"that fits: {largest[(backend, precision)]:,})")
+    for n in sizes:
+        if largest and all((b, p, n) in too_big for b, p in largest):
+            raise CaseError.invalid("--sizes", n, f"grid edges up to {max(largest.values()):,} on this device",
+                                    why=f"no requested backend and precision fits {n:,}^2 cells in the device's "
+                                        f"free memory")
+    return too_big
+
+
 def _largest_square(free_bytes: int, bytes_per_cell: float) -> int:
     n = int(math.sqrt(free_bytes * 0.95 / bytes_per_cell))
     return n - n % 32
@@ -210,10 +238,10 @@ def _markdown(data: dict) -> str:
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     cpu = {r["precision"]: r for r in data["cpu_reference"]}
     for r in data["rows"]:
-        if "error" in r:
+        if "error" in r or "skipped" in r:
             label = r["backend"] + (" (in place)" if r.get("in_place") else "")
-            lines.append(f"| {label} | {r['precision']} | {r.get('size', '')}^2 | failed: {r['error'][:80]} |"
-                         " | | | | |")
+            what = f"failed: {r['error'][:80]}" if "error" in r else f"not timed: {r['skipped'][:100]}"
+            lines.append(f"| {label} | {r['precision']} | {r.get('size', '')}^2 | {what} | | | | | |")
             continue
         ref = cpu.get(r["precision"]) or cpu.get("fp32")
         speed = f"{r['mlups'] / ref['mlups']:,.0f}x" if ref else ""
@@ -254,6 +282,8 @@ def main(args) -> int:
     repeats = 3 if quick else 7
     warmup = 5 if quick else 20
 
+    fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
+
     bw_backend = gpu[0] if gpu else "numpy"
     bw = copy_bandwidth(bw_backend, nbytes=(256 if quick else 2048) * 1024**2, repeats=5 if quick else 10)
     device = backends.get(bw_backend).device_name if gpu else platform.processor() or "CPU"
@@ -286,6 +316,11 @@ def main(args) -> int:
                              "error": "not timed: check against the reference failed " + chk.get("error", "")})
                 continue
             for n in sizes:
+                if fits.get((backend, precision, n)):     # does not fit this device: said, not tried
+                    rows.append({"backend": backend, "precision": precision, "size": n, "in_place": in_place,
+                                 "skipped": fits[(backend, precision, n)]})
+                    print(f"time {key} {n}^2: not timed, {fits[(backend, precision, n)]}", file=sys.stderr)
+                    continue
                 try:
                     row = time_backend(backend, precision, n, steps=steps, repeats=repeats, warmup=warmup,
                                        in_place=in_place)

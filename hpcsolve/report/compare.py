@@ -447,14 +447,24 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
         return
     try:
         held = [n for n in COMPARISON_FILES if (out / n).exists()]
-        held += sorted(p.name + "/" for p in out.iterdir() if p.is_dir() and outdir.has_result(p))
+        held += sorted(p.name + "/" for p in out.iterdir()
+                       if p.is_dir() and _run_folder_name(p.name) and outdir.has_result(p))
     except OSError as exc:
         raise OutputError.invalid("--out", str(out), "a folder this user can read",
                                   why=f"cannot look at it ({exc.strerror})") from None
     if held:
         names = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
-        raise OutputError.invalid("--out", str(out), "a new folder, or --overwrite to replace the comparison there",
-                                  why=f"already holds a comparison ({names})")
+        raise OutputError.invalid("--out", str(out), "a new folder, or --overwrite (overwrite=True) to replace the "
+                                  "comparison there", why=f"already holds a comparison's files ({names})")
+
+
+def _run_folder_name(name: str) -> bool:
+    """``name`` is one compare gives a run's folder: <backend>-<precision>[-<preconditioner>]."""
+    for b in backends_mod.BACKENDS:
+        for p in precision_mod.POLICIES:
+            if name == f"{b}-{p}" or (name.startswith(f"{b}-{p}-") and name[len(b) + len(p) + 2:].isalpha()):
+                return True
+    return False
 
 
 PRECONDITIONERS_FIELD = "--preconditioners"

@@ -253,3 +253,54 @@ def test_bench_checks_both_16_bit_kernels_and_each_row_shows_its_own(monkeypatch
     md = (tmp_path / "bench_lbm.md").read_text().splitlines()
     assert "u 1.0e-03" in next(line for line in md if line.startswith("| cupy | fp16c | 256^2"))
     assert "u 2.0e-03" in next(line for line in md if line.startswith("| cupy | fp16c | 1024^2"))
+
+
+def test_bench_sizes_beyond_the_device_are_said_not_tried(monkeypatch, tmp_path, capsys):
+    """A size whose populations do not fit the device's free memory is not set up (the host arrays of a 99,999^2
+    cavity took minutes on the H200 machine before the device refused them): rows of the kernels it does not fit
+    say so with the memory figures; a size that fits none of them is exit 2 naming --sizes before anything runs."""
+    from types import SimpleNamespace
+
+    from hpcsolve import cli
+    from hpcsolve.report import bench_lbm
+
+    timed = []
+
+    def time_backend(backend, precision, n, **kw):
+        timed.append((precision, n))
+        return {"backend": backend, "precision": precision, "size": n, "cells": n * n, "seconds_per_step": 1e-5,
+                "seconds_spread": [1e-5, 1e-5], "mlups": n * n / 1e-5 / 1e6, "bytes_per_cell_step": 37,
+                "effective_bandwidth_GBps": 1.0, "bytes_per_cell_resident": 37, "in_place": False}
+
+    free = 8 * 1024**3
+    fake = SimpleNamespace(device_name="stand-in GPU", memory=lambda: (free, 16 * 1024**3), free_pool=lambda: None)
+    monkeypatch.setattr(bench_lbm.backends, "probe", lambda b: SimpleNamespace(available=True, simulator=False, reason=""))
+    monkeypatch.setattr(bench_lbm.backends, "get", lambda b: fake)
+    monkeypatch.setattr(bench_lbm, "copy_bandwidth", lambda *a, **k: {"bandwidth_GBps": 4000.0})
+    monkeypatch.setattr(bench_lbm, "check_against_reference", lambda *a, **k: {
+        "size": 64, "steps": 50, "against": "numpy-fp64", "u_rel_l2": 1e-12, "rho_minus_1_rel_l2": 0.0, "finite": True})
+    monkeypatch.setattr(bench_lbm, "time_backend", time_backend)
+    monkeypatch.setattr(bench_lbm, "time_numpy", lambda p, n, steps: {"precision": p, "size": n, "cells": n * n,
+                                                                      "seconds_per_step": 1.0, "mlups": 1.0,
+                                                                      "seconds_spread": [1.0, 1.0]})
+    fp64_edge = bench_lbm._largest_square(free, bytes_per_cell(FP64, False)[1])
+    fp16_edge = bench_lbm._largest_square(free, bytes_per_cell(FP16S, False)[1])
+    assert fp64_edge < 12_000 < fp16_edge
+    args = SimpleNamespace(quick=False, out=tmp_path, sizes=[64, 12_000], precisions=["fp64", "fp16s"],
+                           backends=["cupy"], in_place=False, streaming=None)
+    assert bench_lbm.main(args) == 0
+    assert timed == [("fp64", 64), ("fp16s", 64), ("fp16s", 12_000)]
+    md = (tmp_path / "bench_lbm.md").read_text()
+    need = 12_000**2 * bytes_per_cell(FP64, False)[1] / 2**30
+    assert (f"| cupy | fp64 | 12000^2 | not timed: needs {need:,.1f} GiB of device memory, 8.0 GiB free (largest "
+            f"square that fits: {fp64_edge:,})") in md
+    # fits none of the requested kernels: one error naming --sizes, nothing written or timed
+    timed.clear()
+    (tmp_path / "again").mkdir()
+    capsys.readouterr()
+    assert cli.main(["bench", "lbm", "--sizes", "64", "99999", "--backends", "cupy", "--precisions", "fp64", "fp16s",
+                     "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hpcsolve: error: --sizes: no requested backend and precision fits 99,999^2 cells") and \
+        f"grid edges up to {fp16_edge:,} on this device" in err, err
+    assert timed == [] and not list((tmp_path / "again").iterdir())
