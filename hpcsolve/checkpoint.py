@@ -216,7 +216,7 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
     """The newest readable checkpoint in ``out_dir`` (an unreadable or damaged newest one falls back to the
     previous). With ``use``, ``use(checkpoint)`` of the first one it accepts: a CheckpointError it raises
     counts as damage too (any other error is raised as it is). None readable: a CaseError naming each file.
-    ``skipped``: a list that receives the reason for each checkpoint passed over."""
+    ``skipped``: a list that receives (path, why) for each checkpoint passed over, newest first."""
     from hpcsolve.safe_io import path_problem
 
     problem = path_problem(out_dir)
@@ -230,15 +230,15 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
     if not files:
         raise CaseError.invalid("--resume", str(out_dir), f"a run folder with {SUBDIR}/checkpoint_*.h5",
                                 why="no checkpoint found")
-    errors = []
+    passed = []                              # (path, why) of each checkpoint passed over
     for path in reversed(files):
         try:
             ckpt = read_checkpoint(path)
         except CheckpointError as exc:       # names the file and the field
-            errors.append(str(exc))
+            passed.append((path, str(exc)))
             continue
         except (OSError, KeyError, ValueError) as exc:   # not an HDF5 file, truncated, unreadable
-            errors.append(f"checkpoint {path}: {exc}")
+            passed.append((path, f"checkpoint {path}: {exc}"))
             continue
         if use is None:
             break
@@ -246,12 +246,13 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
             ckpt = use(ckpt)
             break
         except CheckpointError as exc:
-            errors.append(str(exc))
+            passed.append((path, str(exc)))
     else:
+        errors = [why for _, why in passed]
         raise CaseError(f"no checkpoint in {clip(str(out_dir))} can be resumed from: " + "; ".join(errors),
                         field="--resume", value=str(out_dir), allowed="a folder with a readable checkpoint")
     if skipped is not None:
-        skipped.extend(errors)
+        skipped.extend(passed)
     return ckpt
 
 

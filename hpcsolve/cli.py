@@ -218,7 +218,7 @@ def cmd_compare(args) -> int:
     import datetime as _dt
 
     from hpcsolve.cases import load_case
-    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare
+    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare, run_folder_name
 
     if args.backend or args.precision:
         print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
@@ -235,6 +235,10 @@ def cmd_compare(args) -> int:
                        overwrite=args.overwrite)
     except BaseException:
         if args.out is None:              # the default folder reserved above: removed again while still unused
+            with contextlib.suppress(OSError):
+                for run_dir in out.iterdir():    # run folders a refused configuration claimed but did not write
+                    if run_dir.is_dir() and run_folder_name(run_dir.name):
+                        outdir.remove_unused(run_dir)
             outdir.remove_unused(out)
         raise
     print(comp.table())
@@ -325,7 +329,7 @@ _python_formatwarning = warnings.formatwarning
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     """hpcsolve's own warnings as one line in the form of its errors; other packages' as Python shows them."""
-    if category is UserWarning and Path(__file__).parent in Path(filename).resolve().parents:
+    if category is UserWarning and Path(__file__).resolve().parent in Path(filename).resolve().parents:
         return f"hpcsolve: warning: {message}\n"
     return _python_formatwarning(message, category, filename, lineno, line)
 
@@ -339,6 +343,8 @@ def main(argv=None) -> int:
     previous = _set_handlers(_interrupt)
     if argv is None:   # the command line: a warning is one line in the form of the errors, not a source line
         warnings.formatwarning = _format_warning
+    if _rank() != 0:   # under mpiexec every rank meets the same warnings: rank 0 says them once
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"hpcsolve(\.|$)")
     try:
         code, message = _execute(handler, args)
     except BaseException:

@@ -358,6 +358,9 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
         lock = FileLock(str(out / LOCK_NAME), timeout=0)
         lock.acquire()
     except Timeout:
+        if resume:
+            raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
+                                      why=f"another hpcsolve run is writing into it ({holder(out)})") from None
         raise _refuse(out, f"another hpcsolve run is writing into it ({holder(out)})",
                       "a folder no other run is using: wait for that run, or choose another --out") from None
     except OSError as exc:

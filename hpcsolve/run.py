@@ -13,7 +13,7 @@ from hpcsolve import __version__, backends, interrupts, outdir, parallel
 from hpcsolve import family as families
 from hpcsolve.cases import CaseBase, load_case, parse_case_text
 from hpcsolve.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
-from hpcsolve.errors import BackendError, CaseError, HpcsolveError, RunInterrupted
+from hpcsolve.errors import BackendError, CaseError, HpcsolveError, OutputError, RunInterrupted
 from hpcsolve.family import Description
 from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result
@@ -161,13 +161,18 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
     A checkpoint whose recorded case is missing or does not load counts as damaged, with a case given too (the
     same checkpoint is chosen either way: ``run_case`` calls this again with the case): the previous one is used."""
     comm = parallel.world()
+    refused = None
     if comm.Get_rank() == 0:         # checkpoints a killed --overwrite run hid come back (or go) first
-        outdir.settle_idle(resume_dir)
-    comm.Barrier()                   # every rank chooses among the settled files
+        try:
+            outdir.settle_idle(resume_dir)
+        except OutputError as exc:   # another run holds the folder: every rank stops with rank 0's error
+            refused = str(exc)
+    refused = comm.bcast(refused, root=0)   # (also the barrier: every rank chooses among the settled files)
+    if refused is not None:
+        raise OutputError(refused, field="--resume")
     skipped: list = []
     ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)), skipped=skipped)
-    for why in skipped:              # damaged or unreadable newer checkpoints: said, not passed over silently
-        warnings.warn(f"{why}; resuming from the older {ckpt.path.name} (step {ckpt.step}) instead", stacklevel=1)
+    _warn_skipped(skipped, ckpt)
     if case is None:
         case = recorded.with_overrides(*overrides) if overrides else recorded
     finished = _finished_status(resume_dir)
@@ -180,6 +185,18 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
                                     overrides if not isinstance(case, CaseBase) else ())
     check_compatible(ckpt, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
     return case, backend, policy, ckpt
+
+
+def _warn_skipped(skipped: list, chosen, said: set | None = None) -> None:
+    """One warning per checkpoint passed over (``skipped``: (path, why) from ``latest_checkpoint``) for
+    ``chosen``; ``said``: the paths already warned about (updated)."""
+    for path, why in skipped:
+        if said is not None:
+            if path in said:
+                continue
+            said.add(path)
+        warnings.warn(f"{why}; resuming from the older {chosen.path.name} (step {chosen.step}) instead",
+                      stacklevel=1)
 
 
 def _checkpoint_case(ckpt) -> CaseBase:
@@ -244,6 +261,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
                   "stop": stop if "graceful_stop" in caps else None,
                   "checkpoint_dir": out_path if "checkpoint" in caps else None, "resume": ckpt}
         failed: dict = {}
+        # the checkpoints prepare_resume passed over (newer than its choice) were warned about there
+        said = {p for p in list_checkpoints(resume) if p.name > ckpt.path.name} if ckpt is not None else set()
         while True:
             try:
                 return _run_and_write(family, case, backend, policy, kwargs, out_path, plots)
@@ -254,14 +273,15 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
                 if chosen is None or exc.path != chosen.path:
                     raise
                 failed[chosen.path] = exc
-                kwargs["resume"] = _older_checkpoint(resume, case, backend, policy, failed, force)
-                warnings.warn(f"{exc}; resuming from the older {kwargs['resume'].path.name} (step "
-                              f"{kwargs['resume'].step}) instead", stacklevel=1)
+                skipped: list = []
+                kwargs["resume"] = _older_checkpoint(resume, case, backend, policy, failed, force, skipped)
+                _warn_skipped(skipped, kwargs["resume"], said)
 
 
-def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bool):
+def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bool, skipped: list | None = None):
     """The newest checkpoint in ``resume_dir`` that is not in ``failed`` (path: the CheckpointError its restore
-    raised) and that ``prepare_resume`` would accept for this run."""
+    raised) and that ``prepare_resume`` would accept for this run; ``skipped`` receives (path, why) for each
+    checkpoint passed over (:func:`checkpoint.latest_checkpoint`)."""
     def usable(c):
         if c.path in failed:
             raise failed[c.path]
@@ -269,7 +289,7 @@ def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bo
         check_compatible(c, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
         return c
 
-    return latest_checkpoint(resume_dir, use=usable)
+    return latest_checkpoint(resume_dir, use=usable, skipped=skipped)
 
 
 def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Result:

@@ -232,3 +232,27 @@ def test_compare_into_a_folder_of_plain_runs_is_not_refused(capsys, tmp_path):
     assert cli.main(["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp64", "--set", "mesh.nx=4",
                      "--quiet", "--no-warmup", "--repeats", "1", "--out", str(runs)]) == 0
     assert (runs / "comparison.json").exists() and (runs / "poisson-numpy-fp64-x" / "result.h5").exists()
+
+
+def test_compare_does_not_replace_a_run_folder_holding_checkpoints(capsys, tmp_path):
+    """A run folder of a comparison's name with the checkpoints of an unfinished run counts as a comparison's: the
+    comparison (which replaces its run folders) is refused without --overwrite and the checkpoints stay."""
+    cavity = CASES / "lid_driven_cavity.toml"
+    out = tmp_path / "cmp"
+    tiny = ["--set", "lattice.resolution=8", "--set", "time.steps=40", "--set", "time.checkpoint_interval=10",
+            "--set", "steady.enabled=false"]
+    assert cli.main(["run", str(cavity), "--backend", "numpy", "--precision", "fp32", "--quiet", "--no-plots",
+                     "--out", str(out / "numpy-fp32"), *tiny]) == 0
+    for name in ("manifest.json", "summary.json", "result.h5", "result.xdmf"):
+        (out / "numpy-fp32" / name).unlink()          # as an interrupted run leaves it: checkpoints only
+    before = sorted(p.name for p in (out / "numpy-fp32" / "checkpoints").iterdir())
+    _refused(capsys, ["compare", str(cavity), "--backends", "numpy", "--precisions", "fp32", "--quiet", "--no-warmup",
+                      "--repeats", "1", "--out", str(out), *tiny], "--out", "numpy-fp32/")
+    assert sorted(p.name for p in (out / "numpy-fp32" / "checkpoints").iterdir()) == before
+
+
+def test_a_refused_comparison_leaves_no_run_folder_behind(capsys, tmp_path):
+    """Refused in its first run (after that run claimed its folder): the default folder and the run folder go."""
+    _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp32", "--no-warmup",
+                      "--quiet", "--set", "mesh.nx=4", "--set", "problem.conductivity=1e308"], "problem.conductivity")
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

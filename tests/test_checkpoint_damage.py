@@ -273,3 +273,48 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(folder, cap
         code, err = resume(folder, capsys)
     assert code == 0, err
     assert read_result_folder(folder)["metrics"]["resumed_from_step"] == 10
+
+
+def test_each_checkpoint_passed_over_is_warned_once_whichever_check_found_it(tmp_path, monkeypatch, capsys):
+    """Checkpoints 30 (state damaged: found as the run restores it), 20 (truncated: found as the fallback reads it)
+    and 10 (good): one warning for each of the two passed over, and the run resumes from 10."""
+    from hpcsolve import checkpoint
+
+    monkeypatch.setattr(checkpoint.write_checkpoint, "__defaults__", (10,))   # keep every checkpoint
+    out = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        runner.run(load_case(CAVITY, TINY), "numpy", get_precision("fp64"), progress=False, stop=StopAfter(3),
+                   checkpoint_dir=out)
+    names = [p.name for p in list_checkpoints(out)]
+    assert names == [OLDER, NEWEST, "checkpoint_0000000030.h5"]
+    damage_files(out, DAMAGE["mass0-zero"][0], names=(names[2],))
+    truncated = out / "checkpoints" / NEWEST
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    with pytest.warns(UserWarning) as caught:
+        code, err = resume(out, capsys)
+    assert code == 0, err
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2, said
+    assert said[0].startswith(f"checkpoint {out / 'checkpoints' / names[2]}: state.mass0: "), said
+    assert said[1].startswith(f"checkpoint {truncated}: "), said
+    assert all(m.endswith(f"resuming from the older {OLDER} (step 10) instead") for m in said), said
+    assert read_result_folder(out)["metrics"]["resumed_from_step"] == 10
+
+
+def test_other_ranks_keep_quiet_and_a_linked_install_keeps_the_one_line_form(folder, capsys, monkeypatch, tmp_path):
+    """Under mpiexec every rank meets the same warnings: only rank 0 says them. And hpcsolve reached through a
+    symbolic link still prints its warnings as one line."""
+    import warnings
+
+    from hpcsolve import cli as cli_mod
+
+    damage_files(folder, DAMAGE["meta-missing"][0], names=(NEWEST,))
+    monkeypatch.setattr(cli_mod, "_rank", lambda: 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, err = resume(folder, capsys)
+    assert code == 0 and not [w for w in caught if issubclass(w.category, UserWarning)], [str(w.message) for w in caught]
+    link = tmp_path / "linked"
+    link.symlink_to(Path(cli_mod.__file__).resolve().parent)
+    assert cli_mod._format_warning("a message", UserWarning, str(link / "run.py"), 1) == "hpcsolve: warning: a message\n"
+    assert cli_mod._format_warning("x", UserWarning, "/elsewhere/numpy/core.py", 3).startswith("/elsewhere/numpy")

@@ -273,16 +273,15 @@ def main(args) -> int:
     precisions = tuple(get_precision(p, "lbm", field="--precisions").name
                        for p in (getattr(args, "precisions", None) or DEFAULT_PRECISIONS))
     wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
-    out = out_folder(args)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
     streaming = "in-place" if getattr(args, "in_place", False) else getattr(args, "streaming", None) or "auto"
     in_place = STREAMING[streaming]   # None: each stepper chooses
+    fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
+    out = out_folder(args)
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
     warmup = 5 if quick else 20
-
-    fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
 
     bw_backend = gpu[0] if gpu else "numpy"
     bw = copy_bandwidth(bw_backend, nbytes=(256 if quick else 2048) * 1024**2, repeats=5 if quick else 10)

@@ -437,7 +437,7 @@ COMPARISON_FILES = ("comparison.json", "comparison.md")
 
 def check_out(out: str | Path, overwrite: bool = False) -> None:
     """Refuse, naming ``--out``, a comparison folder that is not a usable folder, or that already holds a
-    comparison (its files, or a run folder with a result) unless ``overwrite``: a second comparison into the
+    comparison (its files, or a run folder with a result or checkpoints) unless ``overwrite``: a second comparison into the
     same folder used to replace the first one's files without being asked."""
     from hpcsolve import outdir
 
@@ -448,7 +448,8 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
     try:
         held = [n for n in COMPARISON_FILES if (out / n).exists()]
         held += sorted(p.name + "/" for p in out.iterdir()
-                       if p.is_dir() and _run_folder_name(p.name) and outdir.has_result(p))
+                       if p.is_dir() and run_folder_name(p.name)
+                       and (outdir.has_result(p) or outdir.has_checkpoints(p)))
     except OSError as exc:
         raise OutputError.invalid("--out", str(out), "a folder this user can read",
                                   why=f"cannot look at it ({exc.strerror})") from None
@@ -458,7 +459,7 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
                                   "comparison there", why=f"already holds a comparison's files ({names})")
 
 
-def _run_folder_name(name: str) -> bool:
+def run_folder_name(name: str) -> bool:
     """``name`` is one compare gives a run's folder: <backend>-<precision>[-<preconditioner>]."""
     for b in backends_mod.BACKENDS:
         for p in precision_mod.POLICIES:
