@@ -308,6 +308,11 @@ def probe_writable(out: Path) -> None:
         os.unlink(probe)
 
 
+#: parent folders (``results/``) that :func:`new_folder` created in this process: :func:`remove_unused` takes them
+#: back too while they are empty
+_made_parents: set = set()
+
+
 def new_folder(base: str | Path, attempts: int = 1000) -> Path:
     """``base``, or ``base-2``, ``base-3``, ...: the first of them that does not exist yet, created now. The
     creation is the reservation (``mkdir`` fails for all but one process), so two runs started in the same
@@ -316,7 +321,13 @@ def new_folder(base: str | Path, attempts: int = 1000) -> Path:
     :func:`claim` then say why, naming ``--out``."""
     base = Path(base)
     try:
-        base.parent.mkdir(parents=True, exist_ok=True)
+        if not base.parent.is_dir():
+            try:
+                base.parent.mkdir(parents=True)
+                _made_parents.add(base.parent)
+            except FileExistsError:          # made meanwhile by another run (fine), or a file there (not)
+                if not base.parent.is_dir():
+                    return base
     except OSError:
         return base
     out = base
@@ -333,16 +344,21 @@ def new_folder(base: str | Path, attempts: int = 1000) -> Path:
 
 def remove_unused(out: str | Path) -> bool:
     """Remove ``out`` if it holds nothing but the lock file a claim leaves (a default folder reserved by
-    :func:`new_folder` for a run or comparison that was then refused). Returns whether it was removed."""
+    :func:`new_folder` for a run or comparison that was then refused), and the parent new_folder made for it
+    while that is empty. Returns whether ``out`` was removed."""
     out = Path(out)
     try:
         if {p.name for p in out.iterdir()} - {LOCK_NAME}:
             return False
         (out / LOCK_NAME).unlink(missing_ok=True)
         out.rmdir()
-        return True
     except OSError:
         return False
+    if out.parent in _made_parents:      # the results/ folder it made for it, while nothing else is in it
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()
+            _made_parents.discard(out.parent)
+    return True
 
 
 @contextlib.contextmanager

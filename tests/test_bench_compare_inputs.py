@@ -221,7 +221,7 @@ def test_compare_refused_input_leaves_no_default_folder(capsys, tmp_path):
     two); input refused afterwards removes it again, so a refused command leaves nothing behind."""
     _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp16s"], "--precisions",
              "fp16s")
-    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    assert not (tmp_path / "results").exists()
 
 
 def test_compare_into_a_folder_of_plain_runs_is_not_refused(capsys, tmp_path):
@@ -255,4 +255,4 @@ def test_a_refused_comparison_leaves_no_run_folder_behind(capsys, tmp_path):
     """Refused in its first run (after that run claimed its folder): the default folder and the run folder go."""
     _refused(capsys, ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp32", "--no-warmup",
                       "--quiet", "--set", "mesh.nx=4", "--set", "problem.conductivity=1e308"], "problem.conductivity")
-    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    assert not (tmp_path / "results").exists()
