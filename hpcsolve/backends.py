@@ -62,7 +62,7 @@ class Backend:
 
     name: str = ""
     gpu: bool = False                 #: state lives in device memory (GPU backends)
-    lbm_module: str = ""              #: module with ``make_stepper(setup)``
+    lbm_module: str = ""              #: module with ``make_stepper(setup, **options)``
     fem_module: str = ""              #: module with ``low_ops()`` (the fused CG's kernels)
 
     def __str__(self) -> str:
@@ -159,11 +159,12 @@ class Backend:
         return _bandwidth(self.name, n * 4, times)
 
     # ---- what the solver families run on it
-    def lbm_stepper(self, setup):
-        """The LBM Stepper of this backend for ``setup`` (hpcsolve.lbm.stepper.LBMSetup)."""
+    def lbm_stepper(self, setup, **options):
+        """The LBM Stepper of this backend for ``setup`` (hpcsolve.lbm.stepper.LBMSetup); ``options``: the
+        stepper's own keywords (GPU: ``pairs``, ``block_x``, ...)."""
         self.require()
         module = _import_kernels(self, self.lbm_module, "LBM kernels")
-        return module.make_stepper(setup)
+        return module.make_stepper(setup, **options)
 
     def bouzidi_prepass(self, links, policy, stream=None):
         """The interpolated bounce-back pre-pass: a callable run on the state before every step."""

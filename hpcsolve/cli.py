@@ -218,7 +218,7 @@ def cmd_compare(args) -> int:
     import datetime as _dt
 
     from hpcsolve.cases import load_case
-    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare, run_folder_name
+    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare
 
     if args.backend or args.precision:
         print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
@@ -235,10 +235,6 @@ def cmd_compare(args) -> int:
                        overwrite=args.overwrite)
     except BaseException:
         if args.out is None:              # the default folder reserved above: removed again while still unused
-            with contextlib.suppress(OSError):
-                for run_dir in out.iterdir():    # run folders a refused configuration claimed but did not write
-                    if run_dir.is_dir() and run_folder_name(run_dir.name):
-                        outdir.remove_unused(run_dir)
             outdir.remove_unused(out)
         raise
     print(comp.table())

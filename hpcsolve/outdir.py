@@ -343,9 +343,9 @@ def new_folder(base: str | Path, attempts: int = 1000) -> Path:
 
 
 def remove_unused(out: str | Path) -> bool:
-    """Remove ``out`` if it holds nothing but the lock file a claim leaves (a default folder reserved by
-    :func:`new_folder` for a run or comparison that was then refused), and the parent new_folder made for it
-    while that is empty. Returns whether ``out`` was removed."""
+    """Remove ``out`` if it holds nothing but the lock file a claim leaves (a folder that was new or empty when
+    :func:`claim` took it, or that :func:`new_folder` reserved, for a run that was then refused), and the parent
+    new_folder made for it while that is empty. Returns whether ``out`` was removed."""
     out = Path(out)
     try:
         if {p.name for p in out.iterdir()} - {LOCK_NAME}:
@@ -370,6 +370,7 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
     check(out, overwrite=overwrite, resume=resume)
     allowed = "a folder this user can write, on a file system with free space"
     try:
+        fresh = not out.exists() or not any(out.iterdir())   # made for this run: removed again if it stays unused
         out.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(out / LOCK_NAME), timeout=0)
         lock.acquire()
@@ -404,3 +405,5 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
         with contextlib.suppress(OSError):
             (out / OWNER_NAME).unlink(missing_ok=True)
         lock.release()
+        if fresh:                     # a run refused before it wrote anything leaves no folder behind
+            remove_unused(out)

@@ -262,5 +262,5 @@ class CupyStepper(PlanSteps, Stepper):
         self._perturbed()
 
 
-def make_stepper(setup: LBMSetup) -> CupyStepper:
-    return CupyStepper(setup)
+def make_stepper(setup: LBMSetup, **options) -> CupyStepper:
+    return CupyStepper(setup, **options)

@@ -462,6 +462,6 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         return int(out.copy_to_host(stream=self.stream)[0]) == 0
 
 
-def make_stepper(setup: LBMSetup) -> NumbaCudaStepper:
+def make_stepper(setup: LBMSetup, **options) -> NumbaCudaStepper:
     """The stepper for ``setup``; ``Backend.lbm_stepper`` has checked that numba.cuda answers."""
-    return NumbaCudaStepper(setup)
+    return NumbaCudaStepper(setup, **options)

@@ -274,10 +274,11 @@ def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) ->
     return fx, fy
 
 
-def get_stepper(backend, setup: LBMSetup) -> Stepper:
-    """The Stepper of ``backend`` (a Backend or its name) for ``setup``; kernels import lazily."""
+def get_stepper(backend, setup: LBMSetup, **options) -> Stepper:
+    """The Stepper of ``backend`` (a Backend or its name) for ``setup``; kernels import lazily. ``options``: the
+    backend stepper's own keywords (GPU: ``pairs``, ``block_x``, ...)."""
     backend = backends.get(backend)
-    stepper = backend.lbm_stepper(setup)
+    stepper = backend.lbm_stepper(setup, **options)
     if setup.links is not None and len(setup.links) and getattr(stepper, "bouzidi", None) is None:
         raise BackendError(f"backend {backend.name!r} does not implement interpolated (Bouzidi) bounce-back yet; "
                            f"use lattice.bounce_back = 'simple' or the numpy backend")

@@ -81,21 +81,6 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / (den if den > 0 else 1.0))
 
 
-def _gpu_stepper(backend: str, setup, pairs: bool | None = None):
-    """The ``backend`` stepper of ``setup``; ``pairs`` True / False forces the 16-bit pair kernel or one cell per
-    thread (None: the stepper's own choice, as a case runs)."""
-    from hpcsolve.lbm.stepper import get_stepper
-
-    if pairs is None:
-        return get_stepper(backend, setup)
-    backends.get(backend).require()
-    if backend == "cupy":
-        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
-    else:
-        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
-    return S(setup, pairs=pairs)
-
-
 def check_kernels(precision: str, in_place: bool | None) -> list[tuple[bool, bool]]:
     """The step kernels a benchmark of ``precision`` may time, as (in place, pairs): both layouts under auto
     streaming (``in_place`` None), and with 16-bit storage on two buffers both the pair kernel (large grids) and
@@ -108,15 +93,16 @@ def check_kernels(precision: str, in_place: bool | None) -> list[tuple[bool, boo
 def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, steps: int = CHECK_STEPS,
                             in_place: bool | None = False, pairs: bool | None = None) -> dict:
     """Velocity and density after ``steps`` steps of the cavity on ``backend`` vs the NumPy reference
-    (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences. ``pairs``: as
-    :func:`_gpu_stepper` (the check grid is small, so 16-bit storage runs one cell per thread unless True)."""
+    (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences. ``pairs``: True / False forces
+    the 16-bit pair kernel or one cell per thread, None the stepper's own choice (the check grid is small, so
+    16-bit storage runs one cell per thread unless True)."""
     from hpcsolve.lbm.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
     # a policy that stores in its compute dtype has a NumPy twin; 16-bit storage is compared with fp64
     ref_policy = policy if policy.storage == policy.compute else get_precision("fp64", "lbm")
     ref = get_stepper("numpy", cavity_setup(n, ref_policy))
-    dev = _gpu_stepper(backend, cavity_setup(n, policy, in_place=in_place), pairs)
+    dev = get_stepper(backend, cavity_setup(n, policy, in_place=in_place), pairs=pairs)
     ref.step(steps)
     dev.step(steps)
     rho_r, ux_r, uy_r = ref.macroscopic()

@@ -448,7 +448,7 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
     try:
         held = [n for n in COMPARISON_FILES if (out / n).exists()]
         held += sorted(p.name + "/" for p in out.iterdir()
-                       if p.is_dir() and run_folder_name(p.name)
+                       if p.is_dir() and _run_folder_name(p.name)
                        and (outdir.has_result(p) or outdir.has_checkpoints(p)))
     except OSError as exc:
         raise OutputError.invalid("--out", str(out), "a folder this user can read",
@@ -459,7 +459,7 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
                                   "comparison there", why=f"already holds a comparison's files ({names})")
 
 
-def run_folder_name(name: str) -> bool:
+def _run_folder_name(name: str) -> bool:
     """``name`` is one compare gives a run's folder: <backend>-<precision>[-<preconditioner>]."""
     for b in backends_mod.BACKENDS:
         for p in precision_mod.POLICIES:

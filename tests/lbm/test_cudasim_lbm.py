@@ -25,10 +25,8 @@ BOUND = {"fp64": 1e-14, "fp32": 1e-6, "fp16s": 1e-3, "fp16c": 1e-3}
 def _reference_and_numba(setup, steps=STEPS, **options):
     """The NumPy reference and the Numba-CUDA stepper on ``setup`` (with the stepper's ``options``, else as
     ``get_stepper`` makes it), both advanced ``steps`` steps."""
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
-
     ref = get_stepper("numpy", setup)
-    dev = NumbaCudaStepper(setup, **options) if options else get_stepper("numba-cuda", setup)
+    dev = get_stepper("numba-cuda", setup, **options)
     ref.step(steps)
     dev.step(steps)
     return ref, dev
@@ -301,3 +299,15 @@ def test_numba_absorbing_layer_matches_reference(collision, precision, in_place,
     plain = get_stepper("numpy", base)
     plain.step(STEPS)
     assert rel_diff(shifted(ref), shifted(plain)) > 100 * BOUND[precision.name]
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_bench_check_runs_the_kernel_it_names(pairs):
+    """``hpcsolve bench lbm`` checks each 16-bit kernel against the reference through ``get_stepper(...,
+    pairs=...)``: the check runs the kernel it names, and its velocity error is the kernel's, within the bench's
+    bound."""
+    from hpcsolve.report import bench_lbm
+
+    chk = bench_lbm.check_against_reference("numba-cuda", "fp16s", n=8, steps=STEPS, pairs=pairs)
+    assert chk["pairs"] is pairs and chk["in_place"] is False and chk["finite"]
+    assert 0 < chk["u_rel_l2"] <= bench_lbm._bound("fp16s")
