@@ -260,8 +260,15 @@ def _layer_c(layer: bool) -> tuple[str, str, str]:
             ", layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")")
 
 
+def _bounds(block_x: int, max_registers: int | None) -> str:
+    """The step kernels' launch qualifier: ``__launch_bounds__(block_x)``, or with a register cap
+    ``__maxnreg__(max_registers)``. ptxas ignores ``--maxrregcount`` for a kernel with launch bounds (and the two
+    qualifiers cannot be combined), so the cap is the kernel's own qualifier."""
+    return f"__launch_bounds__({block_x})" if max_registers is None else f"__maxnreg__({int(max_registers)})"
+
+
 def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False,
-                   code=None) -> str:
+                   code=None, max_registers: int | None = None) -> str:
     """The fused step kernel of one step layout: each thread updates ``cpt`` cells of one row, ``block_x``
     apart (every load instruction of a warp stays contiguous); all their loads are issued before the first
     collision, to keep enough bytes in flight for 16-bit storage. In place, the outlet cells also rewrite
@@ -296,7 +303,7 @@ def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mo
     return f"""
 // One fused LBM step, {layout.name} (pull + boundaries + {collision.upper()} + store); see the module docstring.
 // Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag).
-extern "C" __global__ void __launch_bounds__({block_x})
+extern "C" __global__ void {_bounds(block_x, max_registers)}
 {layout.kernel}({src_const}store_t* __restrict__ A, {dst}const unsigned char* __restrict__ flags,
     const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
     {extra}const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{
@@ -381,14 +388,14 @@ extern "C" __global__ void {kernel.name}({args}, const long long n) {{
 
 @functools.lru_cache(maxsize=None)
 def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
-                  characteristic: bool = False, layer: bool = False) -> str:
+                  characteristic: bool = False, layer: bool = False, max_registers: int | None = None) -> str:
     """CUDA C of the step, moments and force kernels for one policy and collision model;
     ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: the AA-pattern
     step kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/inplace.py) instead of
     ``lbm_step``; ``characteristic``: outlet links look up their reference outflow
     (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0; ``layer``: the
     collision adds the absorbing layer's bulk relaxation (``boundaries.layer``; the kernels take its four
-    arguments after omega_minus). Emitted from the
+    arguments after omega_minus); ``max_registers``: the step kernels' register cap (``__maxnreg__``). Emitted from the
     plan (``kernel_plan.step_layouts``, ``boundaries.link_rules``)."""
     code = cuda_code(policy)
     real_t, suffix = code.real_t, code.suffix
@@ -468,9 +475,9 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
     for layout in layouts:
         parts.append(_pull_cell_c(layout, P, code, rules))
         parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out,
-                                    layer, code))
+                                    layer, code, max_registers))
     if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
-        parts.append(_pair_kernel_c(block_x, code, layer))
+        parts.append(_pair_kernel_c(block_x, code, layer, max_registers))
     for state in dict.fromkeys(layout.reads for layout in layouts):     # the state layouts a step starts from
         parts.append(_moments_c(state, state.moments_kernel, mom_lines, mom_out))
     parts.append(list_kernel_c(kernel_plan.FORCE_KERNEL, P, code))
@@ -498,7 +505,7 @@ __device__ __forceinline__ unsigned int fp16c_pack_sr(const float a, const float
 }
 
 
-def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
+def _pair_kernel_c(block_x: int, code, layer: bool = False, max_registers: int | None = None) -> str:
     """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
     cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
     source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
@@ -546,7 +553,7 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False) -> str:
     return f"""{w['prelude']}
 // 16-bit storage, nx even: two adjacent cells per thread with {w['word']} loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
-extern "C" __global__ void __launch_bounds__({block_x})
+extern "C" __global__ void {_bounds(block_x, max_registers)}
 lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, const unsigned char* __restrict__ flags,
               const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
               const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{

@@ -156,10 +156,10 @@ class CupyStepper(PlanSteps, Stepper):
             setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cupy), LAUNCH_SHORT,
             PER_CELL_CELLS)
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
-                            self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None)
+                            self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None,
+                            max_registers)
         self.source = src
-        opts = ("--std=c++17",) + ((f"--maxrregcount={int(max_registers)}",) if max_registers else ())
-        module = cupy.RawModule(code=src, options=opts)
+        module = cupy.RawModule(code=src, options=("--std=c++17",))
         # one kernel per step layout (kernel_plan.step_layouts) and per state layout it starts from
         layouts = kernel_plan.step_layouts(self.in_place)
         self._k_steps = {layout: module.get_function("lbm_step_pair" if self.pairs else layout.kernel)

@@ -400,6 +400,41 @@ def test_16bit_pair_kernel_matches_per_cell_kernel(backend, options, geometry, c
     assert rel_diff(shifted(pair), shifted(ref)) <= BOUND[policy.name]
 
 
+def _step_registers(stepper) -> list[int]:
+    """Registers per thread of each compiled step kernel of a GPU stepper, as the driver reports them."""
+    kernels = stepper._k_steps if stepper.backend == "cupy" else stepper._k_step
+    out = []
+    for k in kernels.values():
+        regs = k.num_regs if stepper.backend == "cupy" else k.get_regs_per_thread()
+        out += list(regs.values()) if isinstance(regs, dict) else [int(regs)]
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["two-buffer fp32", "in-place fp32", "fp16s pairs", "fp16c per cell"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_register_cap_reaches_the_step_kernels(backend, variant):
+    """``max_registers`` caps every step kernel (CuPy: the kernels' ``__maxnreg__``; ptxas ignored the
+    ``--maxrregcount`` option CuPy used to pass, because the kernels have launch bounds) and changes nothing
+    but the register allocation: the capped steps equal the uncapped ones."""
+    CAP = 24      # sm_90's smallest: ptxas raises a lower cap to 24 (seen with nvcc 13)
+    precision = {"fp32": FP32, "fp16s": FP16S, "fp16c": FP16C}[next(w for w in variant.split() if w.startswith("fp"))]
+    setup = _setup("channel", "trt", precision)
+    setup.in_place = variant.startswith("in-place")
+    options = {"pairs": variant.endswith("pairs")} if precision.storage_bytes == 2 else {}
+    free = _stepper_or_skip(backend, setup, **options)
+    capped = _stepper_or_skip(backend, setup, max_registers=CAP, **options)
+    assert capped.in_place == setup.in_place and capped.pairs == free.pairs
+    for s in (free, capped):
+        s.step(STEPS + 1)
+    regs_free, regs_capped = _step_registers(free), _step_registers(capped)
+    print(f"\nREGS {backend} {variant}: {regs_free} -> {regs_capped}")
+    assert regs_capped and max(regs_capped) <= CAP, regs_capped
+    assert min(regs_free) > CAP, regs_free      # else the cap would test nothing
+    a, b = free.populations(), capped.populations()
+    assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), rel_diff(a, b)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_fp16s_odd_nx_uses_per_cell_kernel(backend):

@@ -118,6 +118,21 @@ def test_generated_kernels_are_unchanged():
     assert source_hashes() == SOURCE_HASHES
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("policy", [FP32, FP16S, FP16C], ids=lambda p: p.name)
+def test_cuda_register_cap_replaces_the_step_kernels_launch_bounds(policy, in_place):
+    """A register cap is each step kernel's own ``__maxnreg__`` (ptxas ignores ``--maxrregcount`` for a kernel
+    with launch bounds, and the two qualifiers cannot be combined): the capped source is the default one with
+    every ``__launch_bounds__`` replaced, and nothing else changed. The cap's effect on the compiled kernels is
+    a GPU test (``test_gpu_lbm.py::test_register_cap_reaches_the_step_kernels``)."""
+    free = emit_cuda.kernel_source(policy, "trt", 1, 128, in_place)
+    capped = emit_cuda.kernel_source(policy, "trt", 1, 128, in_place, max_registers=40)
+    steps = 2 if in_place else (2 if policy.storage_bytes == 2 else 1)     # AA even + odd; lbm_step (+ pair)
+    assert free.count("__launch_bounds__(128)") == steps and "__maxnreg__" not in free
+    assert capped.count("__maxnreg__(40)") == steps and "__launch_bounds__" not in capped
+    assert capped.replace("__maxnreg__(40)", "__launch_bounds__(128)") == free
+
+
 def test_cuda_load_store_text():
     expected = {"fp64": ("(double)v", "(double)(v)", "double", "double"),
                 "fp32": ("(float)v", "(float)(v)", "float", "float"),
