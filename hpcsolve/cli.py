@@ -54,9 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
     _add_case_args(p, optional=True)
     p.add_argument("--resume", type=_folder_arg, metavar="DIR",
-                   help="continue the run in DIR from its newest checkpoint (results are written there)")
+                   help="continue the run in DIR from its newest checkpoint (results are written there; "
+                        "give --no-plots again if wanted: run options are not kept in the checkpoint)")
     p.add_argument("--force", action="store_true",
-                   help="with --resume: continue even if the case, backend, precision or version differ")
+                   help="with --resume: continue even if the case, backend, precision or version differ "
+                        "(another precision continues from the checkpoint's state, rounded to the new storage)")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
@@ -96,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks (GPU kernels vs copy bandwidth, CPU references)")
     p.add_argument("family", choices=("lbm", "fem"))
     p.add_argument("--out", type=_folder_arg, default=None,
-                   help="folder for bench JSON and markdown (default: $OUT or results/bench/)")
-    p.add_argument("--sizes", type=int, nargs="+", help="problem sizes (grid edge / unknowns per edge)")
+                   help="folder for bench JSON and markdown (default: $OUT or results/bench/); an earlier "
+                   "bench_<family>.json / .md there is replaced, other files are kept")
+    p.add_argument("--sizes", type=int, nargs="+", help="problem sizes (grid edge / unknowns per edge); lbm: the NumPy "
+                   "reference runs at 256 (the speedup baseline) unless no GPU backend is timed")
     p.add_argument("--backends", nargs="+", help="backends to time (default: every GPU backend usable here)")
     p.add_argument("--precisions", nargs="+", help="precisions to time")
     p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (smoke test)")
@@ -196,7 +200,8 @@ def _report(args, case, result, out) -> int:
         derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
-    print(f"results in {out}/ (result.h5, result.xdmf, summary.json, plots/)")
+    plots = ", plots/" if (Path(out) / "plots").is_dir() else ""
+    print(f"results in {out}/ (result.h5, result.xdmf, summary.json{plots})")
     if failed:
         print(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}", file=sys.stderr)
         return 3

@@ -71,6 +71,21 @@ GPU_HOST_BYTES_PER_CELL = 200
 GPU_DEVICE_EXTRA_PER_CELL = 2
 
 
+def lbm_numpy_step_bytes(policy, cells: int) -> int:
+    """Host bytes of the NumPy stepper on ``cells`` cells while stepping: two population arrays, the gather index,
+    the step's temporaries and the setup (and the FP16C codec's chunked temporaries)."""
+    import numpy as np
+
+    q = lattice.Q
+    step = (2 * q * policy.storage_bytes + q * GATHER_BYTES + STEP_TEMPORARIES * q * np.dtype(policy.compute).itemsize
+            + SETUP_BYTES_PER_CELL) * cells
+    if policy.codec:
+        from hpcsolve import fp16c
+
+        step += min(q * cells, fp16c.CHUNK) * CODEC_TEMPORARY_BYTES
+    return int(step)
+
+
 def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
     """Peak memory of an LBM run of ``case`` (``derived`` from hpcsolve.lbm.case.derive)."""
     import numpy as np
@@ -87,11 +102,7 @@ def lbm(case, derived, backend: str, policy) -> MemoryEstimate:
         reduce = "time.output_interval (fewer snapshots) or lattice.resolution"
     if not backends.get(backend).gpu:
         # the peak is while stepping, or while the result is written and plotted (the steps' memory is free then)
-        step = 2 * q * storage + q * GATHER_BYTES + STEP_TEMPORARIES * q * compute + SETUP_BYTES_PER_CELL
-        if policy.codec:
-            from hpcsolve import fp16c
-
-            step += min(q * cells, fp16c.CHUNK) * CODEC_TEMPORARY_BYTES / cells
+        step = lbm_numpy_step_bytes(policy, cells) / cells
         host = LBM_BASE_BYTES + kept + max(step * cells, RESULT_BYTES_PER_CELL * cells + plots)
         return MemoryEstimate(int(host), None, reduce,
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "

@@ -254,6 +254,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     caps = family.capabilities
     if ckpt is not None and "resume" not in caps:
         raise CaseError.invalid("--resume", str(resume), "a run of a solver family that checkpoints (lbm)")
+    if ckpt is not None:
+        _check_not_past_end(ckpt, case, desc)
     claim = (outdir.claim(out_path, overwrite=overwrite, resume=resume is not None) if out_path is not None
              else contextlib.nullcontext())
     with claim, interrupts.stop_on_signals(graceful="graceful_stop" in caps) as stop, backend.run_context():
@@ -276,6 +278,19 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
                 skipped: list = []
                 kwargs["resume"] = _older_checkpoint(resume, case, backend, policy, failed, force, skipped)
                 _warn_skipped(skipped, kwargs["resume"], said)
+
+
+def _check_not_past_end(ckpt, case, desc) -> None:
+    """A resume whose checkpoint lies beyond the run's last step (an end time shortened with --force) is refused:
+    it would run nothing and report the checkpoint's steps as a completed run of fewer."""
+    steps, dt = desc.parameters.get("steps"), desc.parameters.get("dt_s")
+    if isinstance(steps, int) and ckpt.step > steps:
+        at = f" (t = {ckpt.step * dt:.6g} s)" if isinstance(dt, float) else ""
+        field, value, allowed = (("time.steps", case.time.steps, f"at least {ckpt.step}") if case.time.steps
+                                 else ("time.end_time", case.time.end_time, f"at least the checkpoint's time{at}"))
+        raise CaseError.invalid(field, value, allowed,
+                                why=f"the checkpoint {ckpt.path.name} is at step {ckpt.step}, past this run's "
+                                    f"{steps} steps; resuming would run nothing")
 
 
 def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bool, skipped: list | None = None):

@@ -48,6 +48,13 @@ def _cli(*argv) -> tuple[int, str]:
     (POISSON, "problem.conductivity=inf", "problem.conductivity"),
     (POISSON, "mesh.x=[0.0, inf]", "mesh.x"),
     (CAVITY, "physics.density=inf", "physics.density"),
+    # 7: a manufactured solution compared with another problem's solution (found by a fuzzing pass, session 13)
+    (POISSON, "problem.source=1.0", "problem.source = 1: not used with problem.manufactured"),
+    (POISSON, "mesh.kind='cook_membrane'", "mesh.kind = 'cook_membrane'"),
+    (POISSON, "mesh.x=[0.0, 0.5]", "mesh.x = [0.0, 0.5]"),
+    (POISSON, "boundary.dirichlet=[{where = {all = true}, value = 5.0}]", "boundary.dirichlet[0].value = 5.0"),
+    (POISSON, "boundary.neumann=[{where = {x = 0.0}, flux = 1.0}]", "boundary.neumann: "),
+    (POISSON, "problem.regions=[{where = {all = true}, conductivity = 2.0}]", "problem.regions: "),
 ])
 def test_issue_reproducers_are_one_error_naming_the_field(case, assignment, field):
     code, err = _cli("validate", case, "--set", assignment)
@@ -133,6 +140,51 @@ def test_an_empty_mask_path_and_a_dangling_out_link_say_so(tmp_path):
     code, err = _cli("run", POISSON, "--backend", "numpy", "--quiet", "--set", "mesh.nx=4", "--out", str(link))
     assert code == 2 and "--out: is a symbolic link to a missing target" in err   # was: "File exists"
     assert not (tmp_path / "missing").exists()
+
+
+def test_manufactured_solution_on_a_mesh_file_must_be_the_unit_square_fixed_all_round(tmp_path):
+    """A mesh file is checked when it is read: the manufactured solution's errors mean nothing on another domain,
+    or with part of the boundary free."""
+    import meshio
+
+    def square(path, w):
+        n = 4
+        xs, ys = np.meshgrid(np.linspace(0, w, n + 1), np.linspace(0, 1, n + 1))
+        pts = np.column_stack([xs.ravel(), ys.ravel()])
+        tri = []
+        for j in range(n):
+            for i in range(n):
+                a = j * (n + 1) + i
+                tri += [[a, a + 1, a + n + 2], [a, a + n + 2, a + n + 1]]
+        meshio.write(path, meshio.Mesh(pts, [("triangle", np.array(tri))]), file_format="gmsh22", binary=False)
+        return path
+
+    wide = square(tmp_path / "wide.msh", 2.0)
+    code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{wide}'")
+    assert code == 2 and err.startswith("hpcsolve: error: mesh.path: ") and "[0, 2] x [0, 1]" in err, err
+    unit = square(tmp_path / "unit.msh", 1.0)
+    code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{unit}'")
+    assert code == 0, err
+    code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{unit}'",
+                     "--set", "boundary.dirichlet=[{where = {x = 0.0}, value = 0.0}]")
+    assert code == 2 and err.startswith("hpcsolve: error: boundary.dirichlet: ") and "boundary nodes are not fixed" \
+        in err, err
+
+
+def test_manufactured_solution_takes_the_conductivity_into_its_source():
+    """-div(k grad u) = 2 pi^2 k sin(pi x) sin(pi y): the same discrete solution for any uniform k (the
+    conductivity used to scale the solution away from the one the errors were measured against)."""
+    from hpcsolve.cases import load_case
+    from hpcsolve.fem import problem
+
+    def solve(k):
+        d = problem.build(load_case(POISSON, ["mesh.nx=8", f"problem.conductivity={k}"]))
+        import scipy.sparse.linalg as spla
+        return d.full_solution(spla.spsolve(d.A.tocsc(), d.b))
+
+    one, hundred = solve(1.0), solve(100.0)
+    assert np.max(np.abs(one - hundred)) <= 1e-12 * np.max(np.abs(one))
+    assert abs(one.max() - 1.0) < 0.05        # u(1/2, 1/2) = 1 on this coarse mesh
 
 
 @pytest.mark.parametrize("precision, conductivity, why", [

@@ -19,6 +19,24 @@ def test_bench_lbm_on_the_cpu_reports_spread_and_the_sizes_it_ran(tmp_path, monk
     assert "MLUPS (min-max)" in md and "numpy (CPU, 1 thread)" in md
 
 
+def test_bench_lbm_without_a_gpu_times_the_numpy_reference_at_the_sizes_asked(tmp_path, monkeypatch):
+    """--sizes without a GPU backend to time used to be ignored (the reference ran at its baseline size)."""
+    monkeypatch.delenv("OUT", raising=False)
+    assert cli.main(["bench", "lbm", "--quick", "--backends", "numpy", "--sizes", "16", "24",
+                     "--precisions", "fp32", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench_lbm.json").read_text())
+    assert data["sizes"] == [16, 24] and [r["size"] for r in data["cpu_reference"]] == [16, 24]
+    assert all(r["cells"] == r["size"] ** 2 and r["mlups"] > 0 for r in data["cpu_reference"])
+
+
+def test_bench_lbm_size_beyond_host_memory_is_refused_before_timing(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert cli.main(["bench", "lbm", "--backends", "numpy", "--sizes", "60000", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hpcsolve: error: --sizes: ") and "for the NumPy reference here" in err, err
+    assert not out.exists()
+
+
 def test_bench_fem_runs_on_the_cpu_with_the_numpy_backend(tmp_path, monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -216,6 +216,36 @@ def test_compare_into_a_folder_holding_a_comparison_needs_overwrite(capsys, tmp_
     assert run_result.stat().st_mtime_ns != stamp
 
 
+def test_compare_overwrite_stopped_part_way_leaves_no_stale_comparison(capsys, tmp_path, monkeypatch):
+    """An --overwrite comparison that stops after replacing one run folder must not leave the earlier
+    comparison.json / .md describing runs that are no longer there (a killed one used to): they go before the
+    first run, and the new ones are written when every run is done."""
+    from hpcsolve import run as cmp      # compare imports run_case from here when it runs
+
+    out = tmp_path / "cmp"
+    args = ["compare", str(POISSON), "--backends", "numpy", "--precisions", "fp64", "fp32", "--set", "mesh.nx=4",
+            "--quiet", "--no-warmup", "--repeats", "1", "--out", str(out)]
+    assert cli.main(args) == 0
+    first_ids = {r: json.loads((out / r / "summary.json").read_text())["run_id"] for r in ("numpy-fp64", "numpy-fp32")}
+    real, calls = cmp.run_case, []
+
+    def stop_at_second_written_run(*a, **kw):
+        if kw.get("out") is not None:
+            calls.append(kw["out"])
+            if len(calls) == 2:
+                raise KeyboardInterrupt("stopped")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cmp, "run_case", stop_at_second_written_run)
+    assert cli.main(args + ["--overwrite"]) == 130      # as after Ctrl-C
+    assert not (out / "comparison.json").exists() and not (out / "comparison.md").exists()
+    assert json.loads((out / "numpy-fp64" / "summary.json").read_text())["run_id"] != first_ids["numpy-fp64"]
+    monkeypatch.setattr(cmp, "run_case", real)
+    assert cli.main(args + ["--overwrite"]) == 0
+    assert {(r["backend"], r["precision"]) for r in json.loads((out / "comparison.json").read_text())["runs"]} \
+        == {("numpy", "fp64"), ("numpy", "fp32")}
+
+
 def test_compare_refused_input_leaves_no_default_folder(capsys, tmp_path):
     """Without --out the default folder is created when chosen (two comparisons started in the same second get
     two); input refused afterwards removes it again, so a refused command leaves nothing behind."""

@@ -154,6 +154,10 @@ DAMAGE = {
     "populations-missing": (array("populations", lambda a: None), "arrays/populations"),
     "populations-shape": (array("populations", lambda a: a[:, :-1]), "arrays/populations"),
     "populations-dtype": (array("populations", lambda a: a.astype(np.float32)), "arrays/populations"),
+    "populations-nan": (array("populations", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 17, np.nan, a)),
+                        "arrays/populations"),
+    "populations-inf": (array("populations", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 3, -np.inf, a)),
+                        "arrays/populations"),
     "steady_last_u-shape": (array("steady_last_u", lambda a: a[:, :-1]), "arrays/steady_last_u"),
 }
 #: damage the runner finds as it restores the chosen checkpoint (the rest: found while choosing it)

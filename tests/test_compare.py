@@ -111,6 +111,18 @@ def _synthetic(times_by_run: dict, errors: dict, status: dict | None = None):
     return Comparison("synthetic", "lbm", 1e-3, runs)
 
 
+def test_single_timings_are_never_measurably_faster():
+    """With one timing per run (--repeats 1) there is no spread: a 10x faster single sample used to be called
+    measurably faster."""
+    ref, f32 = ("numpy", "fp64"), ("cupy", "fp32")
+    comp = _synthetic({ref: [1.0], f32: [0.1]}, {ref: 0.0, f32: 1e-6})
+    rec = comp.recommendation()
+    assert (rec["backend"], rec["precision"]) == ref and "fewer than 3 timings" in rec["why"], rec
+    assert comp.verdicts()["cupy/fp32"].startswith("not compared for speed with numpy/fp64")
+    comp = _synthetic({ref: [1.0, 1.1, 1.2], f32: [0.1, 0.11, 0.12]}, {ref: 0.0, f32: 1e-6})
+    assert comp.recommendation()["precision"] == "fp32"      # three each: the spread is there
+
+
 def test_recommendation_needs_a_speedup_beyond_the_spread():
     ref, f32, f16 = ("numpy", "fp64"), ("cupy", "fp32"), ("cupy", "fp16s")
     # fp32 overlaps the reference's spread: not measurably faster -> the reference (most accurate)

@@ -73,6 +73,54 @@ def test_resume_refuses_another_precision_unless_forced(tmp_path, capsys):
     assert "case differs in" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("saved, now", [("fp32", "fp64"), ("fp64", "fp16c"), ("fp16s", "fp32")])
+def test_forced_resume_in_another_precision_continues_from_the_converted_state(tmp_path, capsys, saved, now):
+    """--force with another precision: the checkpoint's state decoded with its policy and stored in the run's
+    (round to nearest), then stepped on in the new precision. The resumed run equals a run of the new precision
+    started from that converted state at the checkpoint's step, bit for bit."""
+    from hpcsolve.lbm.runner import build_setup
+    from hpcsolve.lbm.stepper import get_stepper
+
+    out = tmp_path / "run"
+    case = load_case(CAVITY, SMALL)
+    with pytest.raises(RunInterrupted):
+        runner.run(case, "numpy", get_precision(saved), progress=False, stop=StopAfter(5), checkpoint_dir=out)
+    ckpt = latest_checkpoint(out)
+    old, new = get_precision(saved), get_precision(now)
+    assert cli.main(["run", "--resume", str(out), "--precision", now, "--force", "--quiet", "--no-plots"]) == 0, \
+        capsys.readouterr().err
+    resumed = read_h5(out / "result.h5")
+    assert resumed["attrs"]["precision"] == now and resumed["metrics"]["resumed_from_step"] == ckpt.step == 250
+    # the same steps by hand: the converted state in a new-precision stepper, to the resumed run's last checkpoint
+    last = latest_checkpoint(out)
+    assert last.step > ckpt.step and last.arrays["populations"].dtype == np.dtype(new.storage)
+    _, _, setup = build_setup(case, new)
+    stepper = get_stepper("numpy", setup)
+    stepper.load_populations(new.encode(old.decode(ckpt.arrays["populations"]).astype(new.compute)), ckpt.step)
+    stepper.step(last.step - ckpt.step)
+    assert np.array_equal(stepper.populations().view(np.uint8), last.arrays["populations"].view(np.uint8))
+
+
+def test_resume_past_the_end_is_refused_naming_the_end(tmp_path, capsys):
+    """A checkpoint beyond the run's last step (an end shortened with --force) is exit 2 naming time.steps /
+    time.end_time, and the folder is as it was: it used to run nothing and report a completed run of more steps
+    than planned."""
+    out = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        runner.run(load_case(CAVITY, SMALL), "numpy", get_precision("fp64"), progress=False, stop=StopAfter(5),
+                   checkpoint_dir=out)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and not p.name.startswith(".hpcsolve")}
+    capsys.readouterr()
+    code = cli.main(["run", "--resume", str(out), "--force", "--set", "time.steps=200", "--quiet", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("hpcsolve: error: time.steps: ") and "step 250" in err, err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and not p.name.startswith(".hpcsolve")} \
+        == before
+    code = cli.main(["run", "--resume", str(out), "--force", "--set", "time.steps=250", "--quiet", "--no-plots"])
+    assert code == 0, capsys.readouterr().err      # at the end exactly: nothing left to run, not past it
+    assert read_h5(out / "result.h5")["metrics"]["steps"] == 250
+
+
 @pytest.mark.slow
 def test_killed_run_keeps_readable_files_and_resumes_bitwise(tmp_path):
     out = tmp_path / "run"

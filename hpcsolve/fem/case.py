@@ -92,13 +92,41 @@ class Region(StrictModel):
     young: float | None = Field(None, gt=0)
 
 
+def _check_manufactured(case) -> None:
+    """The manufactured solution sin(pi x) sin(pi y) solves -laplace u = 2 pi^2 u on the unit square with u = 0 on
+    its boundary, and nothing else: a case that changes any of that would get errors against a solution of
+    another problem. (A mesh file is checked against the unit square when it is read: ``problem.build``.)"""
+    p, m = case.problem, case.mesh
+    why = "problem.manufactured = 'sin_sin' is the solution of -laplace u = f on the unit square with u = 0 on its "
+    why += "boundary"
+    if p.source != 0.0:
+        raise ValueError(f"problem.source = {p.source:g}: not used with problem.manufactured, whose source is "
+                         "f = 2 pi^2 k sin(pi x) sin(pi y) (k: problem.conductivity); allowed: leave problem.source out")
+    if p.regions:
+        raise ValueError(f"problem.regions: {why}, for one conductivity everywhere (its source is scaled by it); "
+                         "allowed: no regions")
+    if m.kind == "cook_membrane":
+        raise ValueError(f"mesh.kind = 'cook_membrane': {why}; allowed: 'rectangle' with x = y = [0, 1], or a mesh "
+                         "file of the unit square")
+    if m.kind == "rectangle":
+        for name in ("x", "y"):
+            if tuple(getattr(m, name)) != (0.0, 1.0):
+                raise ValueError(f"mesh.{name} = {list(getattr(m, name))}: {why}; allowed: [0.0, 1.0]")
+    if case.boundary.neumann:
+        raise ValueError(f"boundary.neumann: {why} (Dirichlet everywhere); allowed: no Neumann conditions")
+    for i, bc in enumerate(case.boundary.dirichlet):
+        if bc.value != 0.0:
+            raise ValueError(f"boundary.dirichlet[{i}].value = {bc.value}: {why}; allowed: 0.0")
+
+
 class ProblemSection(StrictModel):
     kind: Literal["poisson", "elasticity"] = Field("poisson", description="-div(k grad u) = f, or linear elasticity")
     # poisson
     conductivity: float = Field(1.0, gt=0, description="k (default value; regions override it per triangle)")
     source: float = Field(0.0, description="f, constant (poisson)")
     manufactured: Literal["sin_sin"] | None = Field(
-        None, description="sin_sin: u = sin(pi x) sin(pi y), f = 2 pi^2 u on the unit square (errors are reported)")
+        None, description="sin_sin: u = sin(pi x) sin(pi y), f = 2 pi^2 k u on the unit square, u = 0 on its boundary "
+                          "(errors are reported)")
     # elasticity
     model: Literal["plane_strain", "plane_stress"] = "plane_strain"
     young: float = Field(1.0, gt=0, description="Young's modulus E")
@@ -240,4 +268,6 @@ class FEMCase(CaseBase):
                 raise ValueError(f"problem.regions[{i}]: a {p.kind} region sets {want} = <number>")
         if p.manufactured and p.kind != "poisson":
             raise ValueError("problem.manufactured applies to kind = 'poisson' only")
+        if p.manufactured:
+            _check_manufactured(self)
         return self

@@ -222,7 +222,7 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
         if p.manufactured:
             u_ex, grad_ex, f = MANUFACTURED[p.manufactured]
             exact = (u_ex, grad_ex)
-            b = assembly.load(mesh, f)
+            b = assembly.load(mesh, f) * p.conductivity   # -div(k grad u) = k f for the uniform k (no regions)
         else:
             b = assembly.load(mesh, p.source) if p.source != 0.0 else np.zeros(mesh.n_points)
     else:
@@ -277,6 +277,8 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
     order = np.arange(len(fixed_arr))[::-1]
     fixed, first = np.unique(fixed_arr[order], return_index=True)
     values = vals_arr[order][first]
+    if exact is not None:
+        _check_manufactured_mesh(case, mesh, fixed)
     A, rhs, free = assembly.condense(K, b, fixed, values)
     if free.size == 0:
         raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
@@ -286,6 +288,25 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
     return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
                     timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
                     scales=scales)
+
+
+def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
+    """A manufactured solution's mesh (a file: the case validation checked the built-in kinds) spans the unit
+    square and its whole boundary is fixed (u = 0 there): else the errors would be against another problem's
+    solution."""
+    lo, hi = mesh.points.min(axis=0), mesh.points.max(axis=0)
+    if not (np.allclose(lo, 0.0, atol=1e-9) and np.allclose(hi, 1.0, atol=1e-9)):
+        field = "mesh.path" if case.mesh.kind == "file" else "mesh.kind"
+        raise CaseError.invalid(field, case.mesh.path if case.mesh.kind == "file" else case.mesh.kind,
+                                "a mesh of the unit square [0, 1] x [0, 1]",
+                                why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
+                                    f"square; this mesh spans [{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
+    loose = np.setdiff1d(np.unique(mesh.boundary_edges), fixed)
+    if loose.size:
+        raise CaseError.invalid("boundary.dirichlet", _dirichlet_values(case),
+                                "conditions that fix u = 0 on the whole boundary",
+                                why=f"problem.manufactured is zero on the unit square's boundary; {loose.size} "
+                                    "boundary nodes are not fixed")
 
 
 # ----------------------------------------------------------------------------------------------

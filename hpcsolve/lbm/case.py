@@ -366,6 +366,16 @@ def _check_reference(case: LBMCase) -> None:
         if sides != ("wall", "wall", "wall", "moving_wall") or case.obstacles:
             raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
                                     why="ghia needs walls left/right/bottom, a moving top wall, no obstacles")
+        # Ghia et al.'s flow: a square cavity of side physics.length, the lid moving at +U (their Re is U L / nu)
+        d, p = case.domain, case.physics
+        for name, value, want in (("domain.height", d.height, d.length), ("physics.length", p.length, d.length),
+                                   ("boundaries.moving_wall_velocity", b.moving_wall_velocity, 1.0)):
+            if not math.isclose(value, want, rel_tol=1e-9):
+                raise CaseError.invalid(
+                    name, value, f"{want:g} with validation.reference = 'ghia'",
+                    why="Ghia et al.'s data are for a square cavity (domain.height = domain.length) of side "
+                        "physics.length with the lid moving at +physics.velocity (moving_wall_velocity = 1); "
+                        "another flow needs validation.reference = 'none'")
     if ref.startswith("schafer_turek") and not any(o.shape == "circle" for o in case.obstacles):
         raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
                                 why="schafer_turek needs a circle obstacle (the cylinder)")

@@ -27,7 +27,7 @@ from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, physics, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
 from hpcsolve.lbm.stepper import FLUID, OUTLET, STREAMING, VELOCITY, LBMSetup, get_stepper
-from hpcsolve.precision import Precision
+from hpcsolve.precision import Precision, get_precision
 from hpcsolve.results import Result, Snapshot, StructuredGrid
 
 
@@ -649,9 +649,7 @@ def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, fl
     step_seconds = ckpt.number("state.step_seconds", minimum=0)
     total_seconds = ckpt.number("state.total_seconds", default=step_seconds, minimum=0)
     snapshots = _restored_snapshots(ckpt, tuple(monitor.geo.shape))
-    populations = ckpt.arrays.get("populations")
-    if populations is None:
-        raise ckpt.error("arrays/populations", allowed="the run's populations, shape (9, ny, nx)")
+    populations = _restored_populations(ckpt, stepper.policy)
     try:
         stepper.load_populations(populations, ckpt.step)
     except CheckpointError:
@@ -664,6 +662,29 @@ def _restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, fl
     monitor.steady_change = steady_change
     result.snapshots.extend(snapshots)
     return ckpt.step, mass0, step_seconds, total_seconds
+
+
+def _restored_populations(ckpt: Checkpoint, policy: Precision) -> np.ndarray:
+    """``arrays/populations`` in this run's storage: finite (a checkpoint is written only after the state check,
+    so NaN or Inf there is damage), and where the checkpoint's precision differs (``--force``) decoded with its
+    policy and encoded with the run's (round to nearest)."""
+    populations = ckpt.arrays.get("populations")
+    if populations is None:
+        raise ckpt.error("arrays/populations", allowed="the run's populations, shape (9, ny, nx)")
+    saved = ckpt.meta.get("precision", policy.name)
+    try:
+        old = get_precision(saved, "lbm", field="meta.precision") if saved != policy.name else policy
+    except CaseError as exc:
+        raise ckpt.error("meta.precision", saved, exc.allowed) from None
+    if populations.dtype != np.dtype(old.storage):
+        raise ckpt.error("arrays/populations", f"{populations.dtype} {populations.shape}",
+                         f"{np.dtype(old.storage)} (the storage of meta.precision {old.name!r})")
+    if not old.all_finite(populations):
+        raise ckpt.error("arrays/populations", "values that are NaN or infinite", "finite populations",
+                         why="a checkpoint is written only after the run's state check passed")
+    if old is not policy:
+        populations = policy.encode(old.decode(populations).astype(policy.compute))
+    return populations
 
 
 def _restored_series(ckpt: Checkpoint, keys: list[str]) -> dict[str, list[float]]:

@@ -3,7 +3,8 @@
 What one run does, in order:
 
 1. measures the device copy bandwidth (bytes read + written) in the same process: the ceiling;
-2. times the NumPy CPU reference at a small size (the speedup column's denominator);
+2. times the NumPy CPU reference at a small size (the speedup column's denominator; with no GPU backend to time, at
+   the ``--sizes`` given);
 3. for each GPU backend x precision: checks every step kernel the timed sizes may run (``check_kernels``: both
    layouts under auto streaming; for 16-bit storage the pair kernel and one cell per thread) against the NumPy
    reference on a small cavity (relative L2 difference of the velocity after a few steps; fp16s and fp16c
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-from hpcsolve import backends
+from hpcsolve import backends, memory
 from hpcsolve.lbm.gpu_common import bytes_per_cell
 from hpcsolve.lbm.stepper import STREAMING
 from hpcsolve.precision import get_precision
@@ -172,6 +173,22 @@ def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
             "bytes_per_cell_step": getattr(stepper, "bytes_per_cell_step", None)}
 
 
+def _host_fit(precisions, sizes) -> None:
+    """A NumPy size whose stepper would not fit in this machine's free memory is a CaseError naming --sizes and
+    the largest edge that fits, before anything is timed."""
+    from hpcsolve.errors import CaseError
+
+    free = backends.host_memory_available()
+    if free is None or not precisions:
+        return
+    per_cell = max(memory.lbm_numpy_step_bytes(get_precision(p, "lbm"), 1 << 20) / (1 << 20) for p in precisions)
+    too_big = [n for n in sizes if n * n * per_cell > free]
+    if too_big:
+        largest = int(math.isqrt(int(free / per_cell)))
+        raise CaseError.invalid("--sizes", too_big[0], f"grid edges up to {largest:,} for the NumPy reference here",
+                                why=f"{per_cell:.0f} B per cell; {free / 1e9:.1f} GB of host memory free")
+
+
 def _device_fit(gpu, precisions, sizes, in_place) -> dict:
     """{(backend, precision, n): why} for the grids whose populations do not fit the device's free memory (no
     host or device memory is touched for them); a size that fits none of the requested kernels is a CaseError
@@ -264,6 +281,11 @@ def main(args) -> int:
     streaming = "in-place" if getattr(args, "in_place", False) else getattr(args, "streaming", None) or "auto"
     in_place = STREAMING[streaming]   # None: each stepper chooses
     fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
+    # the NumPy reference: the speedup column's baseline size; without a GPU backend to time, the sizes asked for
+    cpu_sizes = list(sizes) if not gpu and getattr(args, "sizes", None) else [64 if quick else CPU_SIZE]
+    cpu_precisions = [p for p in precisions   # NumPy runs these natively
+                      if get_precision(p, "lbm").storage == get_precision(p, "lbm").compute]
+    _host_fit(cpu_precisions, cpu_sizes)
     out = out_folder(args)
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
@@ -274,9 +296,7 @@ def main(args) -> int:
     device = backends.get(bw_backend).device_name if gpu else platform.processor() or "CPU"
     print(f"copy bandwidth ({bw_backend}): {bw['bandwidth_GBps']:,.0f} GB/s", file=sys.stderr)
 
-    cpu_size = 64 if quick else CPU_SIZE
-    cpu_rows = [time_numpy(p, cpu_size, steps=5 if quick else 20) for p in precisions
-                if get_precision(p, "lbm").storage == get_precision(p, "lbm").compute]   # NumPy runs these natively
+    cpu_rows = [time_numpy(p, n, steps=5 if quick else 20) for n in cpu_sizes for p in cpu_precisions]
 
     checks, rows, memory = {}, [], []
     for backend in gpu:

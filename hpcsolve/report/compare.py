@@ -22,8 +22,8 @@ backend x precision), and the label has no preconditioner part.
 Recommendation: the FP64 reference is a candidate like every other run. A run is *acceptable* when it
 finished (completed or converged) and its field error (the largest relative L2 error over the fields)
 is within the tolerance. A run is recommended over a more accurate one only when it is faster beyond
-the measured spread (its slowest timed run is faster than the other's fastest) and by at least 10%
-of the other's median time; otherwise the more
+the measured spread (its slowest timed run is faster than the other's fastest; both timed at least 3 times)
+and by at least 10% of the other's median time; otherwise the more
 accurate one is recommended. So the answer is never a run slower than the reference, and when no
 configuration is measurably faster than the reference it says so and recommends the reference.
 Every run gets a verdict saying why it is or is not recommended.
@@ -52,6 +52,7 @@ REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the cas
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
 #                              between launch-bound GPU runs flipped the cavity's recommendation between runs
+MIN_TIMED = 3                # timings each run needs before one can be called faster than another (a spread)
 DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
 OK_STATUS = ("completed", "converged", "not_steady")   # not_steady: ran its full time (fields valid)
 REFERENCE = ("numpy", "fp64")
@@ -107,7 +108,10 @@ class Run:
 
     def faster_than(self, other: "Run") -> bool:
         """Faster beyond the measured spread (the slowest timed run beats the other's fastest) and by at
-        least MIN_GAIN of the other's median."""
+        least MIN_GAIN of the other's median; with fewer than MIN_TIMED timings on either side there is no spread
+        to go beyond, and nothing counts as faster."""
+        if min(len(self.times), len(other.times)) < MIN_TIMED:
+            return False
         return self.wall_max < other.wall_min and self.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
 
     @property
@@ -214,6 +218,9 @@ class Comparison:
         if best is by_accuracy[0]:
             why = (f"no configuration is measurably faster than {best.label} "
                    f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), the most accurate run")
+            if any(len(r.times) < MIN_TIMED for r in ok):
+                why += (f"; fewer than {MIN_TIMED} timings per run give no spread to compare speeds with "
+                        f"(--repeats {MIN_TIMED} or more)")
         else:
             why = (f"measurably faster than {beaten.label} "
                    f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {beaten.wall_min:.3g}-"
@@ -242,6 +249,9 @@ class Comparison:
             elif chosen is not None and chosen.faster_than(r):
                 out[key] = (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
                             f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s) within the tolerance")
+            elif chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
+                out[key] = (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
+                            f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
             elif chosen is not None and not r.faster_than(chosen):
                 more = "more accurate, but " if _error(r) < _error(chosen) else ""
                 out[key] = (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
@@ -459,6 +469,20 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
                                   "comparison there", why=f"already holds a comparison's files ({names})")
 
 
+def _retire_comparison(out: Path) -> None:
+    """An earlier comparison's own files go before the first run replaces one of its run folders: a comparison
+    stopped part way must not leave comparison.json / .md describing runs that are no longer there (the new
+    files are written when every run is done)."""
+    for name in COMPARISON_FILES:
+        try:
+            (out / name).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise OutputError.invalid("--out", str(out), "a folder whose comparison files can be replaced",
+                                      why=f"cannot remove {name} ({exc.strerror})") from None
+
+
 def _run_folder_name(name: str) -> bool:
     """``name`` is one compare gives a run's folder: <backend>-<precision>[-<preconditioner>]."""
     for b in backends_mod.BACKENDS:
@@ -591,6 +615,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         check_out(out_path, overwrite)
+        if overwrite:
+            _retire_comparison(out_path)
     runs: list[Run] = []
     ref_result = None
     ref_run: Run | None = None

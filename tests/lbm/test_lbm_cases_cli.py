@@ -100,6 +100,14 @@ BAD = {
     "bad streaming": ("[lattice]\nresolution = 32\nvelocity = 0.1\nstreaming = \"aa\"\n", "lattice.streaming"),
     "reference mismatch": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[validation]\nreference = \"poiseuille\"\n",
                            "validation.reference"),
+    # Ghia et al.'s cavity only: square, of side physics.length, lid at +U (their data were compared with others)
+    "ghia, cavity not square": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[domain]\nlength = 2.0\n"
+                                "[validation]\nreference = \"ghia\"\n", "error: domain.height: Ghia"),
+    "ghia, side not physics.length": ("[lattice]\nresolution = 16\nvelocity = 0.1\n[domain]\nlength = 2.0\n"
+                                      "height = 2.0\n[validation]\nreference = \"ghia\"\n", "error: physics.length: Ghia"),
+    "ghia, lid reversed": ("[lattice]\nresolution = 32\nvelocity = 0.1\n[boundaries]\nmoving_wall_velocity = -1.0\n"
+                           "[validation]\nreference = \"ghia\"\n",
+                           "error: boundaries.moving_wall_velocity: Ghia"),
 }
 HEAD = 'solver = "lbm"\nname = "bad"\n[physics]\nreynolds = 100.0\n[time]\nsteps = 10\n'
 
