@@ -680,8 +680,8 @@ def _restored_populations(ckpt: Checkpoint, policy: Precision) -> np.ndarray:
         raise ckpt.error("arrays/populations", f"{populations.dtype} {populations.shape}",
                          f"{np.dtype(old.storage)} (the storage of meta.precision {old.name!r})")
     if not old.all_finite(populations):
-        raise ckpt.error("arrays/populations", "values that are NaN or infinite", "finite populations",
-                         why="a checkpoint is written only after the run's state check passed")
+        raise ckpt.error("arrays/populations", "NaN or Inf values", "finite populations",
+                         why="the file is damaged (a run writes a checkpoint only after its state check passed)")
     if old is not policy:
         populations = policy.encode(old.decode(populations).astype(policy.compute))
     return populations
