@@ -211,9 +211,10 @@ def read_result_folder(out_dir: str | Path) -> dict:
         manifest = json.loads((out / MARKER).read_text(encoding="utf-8"))
     except FileNotFoundError:
         if any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
-            raise bad(f"no {MARKER}: an --overwrite run into it stopped before it finished; the earlier result is "
-                      "set aside there (.previous-*) and is put back by the next hpcsolve run or compare into this "
-                      "folder (or hpcsolve run --resume on it)") from None
+            raise bad(f"no {MARKER}: an --overwrite run into it stopped before it finished, and the earlier result "
+                      "is set aside there (.previous-*); the next hpcsolve run or compare into this folder (or "
+                      "hpcsolve run --resume on it) puts it back, unless the stopped run left checkpoints of its own "
+                      "(then --resume continues that run)") from None
         raise bad(f"no {MARKER}: the run that wrote it did not finish writing") from None
     for name, size in manifest["files"].items():
         p = out / name

@@ -147,13 +147,15 @@ def test_manufactured_solution_on_a_mesh_file_must_be_the_unit_square_fixed_all_
     or with part of the boundary free."""
     import meshio
 
-    def square(path, w):
+    def square(path, w, hole=False):
         n = 4
         xs, ys = np.meshgrid(np.linspace(0, w, n + 1), np.linspace(0, 1, n + 1))
         pts = np.column_stack([xs.ravel(), ys.ravel()])
         tri = []
         for j in range(n):
             for i in range(n):
+                if hole and 1 <= i <= 2 and 1 <= j <= 2:
+                    continue                     # the middle 2 x 2 cells left out: a hole in the unit square
                 a = j * (n + 1) + i
                 tri += [[a, a + 1, a + n + 2], [a, a + n + 2, a + n + 1]]
         meshio.write(path, meshio.Mesh(pts, [("triangle", np.array(tri))]), file_format="gmsh22", binary=False)
@@ -162,6 +164,9 @@ def test_manufactured_solution_on_a_mesh_file_must_be_the_unit_square_fixed_all_
     wide = square(tmp_path / "wide.msh", 2.0)
     code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{wide}'")
     assert code == 2 and err.startswith("hpcsolve: error: mesh.path: ") and "[0, 2] x [0, 1]" in err, err
+    holed = square(tmp_path / "holed.msh", 1.0, hole=True)    # the unit square's bounding box, u = 0 on the hole
+    code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{holed}'")
+    assert code == 2 and err.startswith("hpcsolve: error: mesh.path: ") and "8 boundary nodes" in err, err
     unit = square(tmp_path / "unit.msh", 1.0)
     code, err = _cli("validate", POISSON, "--set", "mesh.kind='file'", "--set", f"mesh.path='{unit}'")
     assert code == 0, err

@@ -227,6 +227,10 @@ def test_compare_overwrite_stopped_part_way_leaves_no_stale_comparison(capsys, t
             "--quiet", "--no-warmup", "--repeats", "1", "--out", str(out)]
     assert cli.main(args) == 0
     first_ids = {r: json.loads((out / r / "summary.json").read_text())["run_id"] for r in ("numpy-fp64", "numpy-fp32")}
+    first = (out / "comparison.json").read_bytes()
+    # refused before its first run (a mesh beyond this machine): the earlier comparison stays whole
+    assert cli.main([a if a != "mesh.nx=4" else "mesh.nx=20000" for a in args] + ["--overwrite"]) == 2
+    assert (out / "comparison.json").read_bytes() == first and (out / "plots" / "pareto.png").is_file()
     real, calls = cmp.run_case, []
 
     def stop_at_second_written_run(*a, **kw):
@@ -239,6 +243,7 @@ def test_compare_overwrite_stopped_part_way_leaves_no_stale_comparison(capsys, t
     monkeypatch.setattr(cmp, "run_case", stop_at_second_written_run)
     assert cli.main(args + ["--overwrite"]) == 130      # as after Ctrl-C
     assert not (out / "comparison.json").exists() and not (out / "comparison.md").exists()
+    assert not (out / "plots" / "pareto.png").exists()
     assert json.loads((out / "numpy-fp64" / "summary.json").read_text())["run_id"] != first_ids["numpy-fp64"]
     monkeypatch.setattr(cmp, "run_case", real)
     assert cli.main(args + ["--overwrite"]) == 0

@@ -64,6 +64,28 @@ def test_a_result_folder_is_complete_with_its_marker_and_its_files_agree(tmp_pat
         read_result_folder(out)
 
 
+def test_a_result_set_aside_by_a_stopped_overwrite_is_named_and_comes_back(tmp_path, capsys):
+    """Reading a folder whose --overwrite run was killed after setting the earlier result aside says so (not "did
+    not finish writing"), and the next run into the folder puts the earlier result back before it checks the folder."""
+    out = tmp_path / "run"
+    assert _run("--out", str(out), "--no-plots", *SMALL[:6]) == 0
+    first = read_result_folder(out)["run_id"]
+    assert outdir.set_aside(out) is not None            # what a killed --overwrite run leaves
+    with pytest.raises(OutputError, match=r"no manifest.json: an --overwrite run into it stopped before it finished, "
+                                          r"and the earlier result is set aside there \(.previous-\*\)"):
+        read_result_folder(out)
+    assert _run("--out", str(out), *SMALL[:6]) == 2      # the next run: the result is back, and it is not replaced
+    assert read_result_folder(out)["run_id"] == first
+
+
+def test_the_results_line_names_plots_only_when_they_were_written(tmp_path, capsys):
+    assert cli.main(["run", str(CAVITY), "--backend", "numpy", "--no-plots", "--out", str(tmp_path / "a"),
+                     *SMALL[:6]]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("(result.h5, result.xdmf, summary.json)")
+    assert cli.main(["run", str(CAVITY), "--backend", "numpy", "--quiet", "--out", str(tmp_path / "b"), *SMALL[:6]]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("(result.h5, result.xdmf, summary.json, plots/)")
+
+
 KILLER = textwrap.dedent("""
     import os, signal, sys
     kill_at = int(sys.argv[1])

@@ -87,6 +87,17 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
         runner.run(case, "numpy", get_precision(saved), progress=False, stop=StopAfter(5), checkpoint_dir=out)
     ckpt = latest_checkpoint(out)
     old, new = get_precision(saved), get_precision(now)
+    # the conversion itself, against what each storage means (not the encode / decode it is written with)
+    g = ckpt.arrays["populations"]
+    converted = runner._restored_populations(ckpt, new)
+    if (saved, now) == ("fp32", "fp64"):
+        assert converted.dtype == np.float64 and np.array_equal(converted, g.astype(np.float64))
+    elif (saved, now) == ("fp16s", "fp32"):       # fp16s stores 256 h in float16: exact in float32
+        assert converted.dtype == np.float32 and np.array_equal(converted, g.astype(np.float32) / 256)
+    else:                                          # fp64 -> FP16C: within half a unit of its 11-bit mantissa
+        from hpcsolve import fp16c
+        back = fp16c.decode(converted).astype(np.float64)
+        assert converted.dtype == np.uint16 and np.all(np.abs(back - g) <= np.abs(g) * 2.0 ** -12 + 2.0 ** -26)
     assert cli.main(["run", "--resume", str(out), "--precision", now, "--force", "--quiet", "--no-plots"]) == 0, \
         capsys.readouterr().err
     resumed = read_h5(out / "result.h5")
@@ -99,6 +110,26 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
     stepper.load_populations(new.encode(old.decode(ckpt.arrays["populations"]).astype(new.compute)), ckpt.step)
     stepper.step(last.step - ckpt.step)
     assert np.array_equal(stepper.populations().view(np.uint8), last.arrays["populations"].view(np.uint8))
+
+
+def test_forced_resume_of_checkpoints_without_their_precision_names_the_field(tmp_path, capsys):
+    """--force and a checkpoint whose meta.precision is gone: the storage of its populations is unknown, so the
+    checkpoint is damaged (the run's precision used to be assumed, with a message about the wrong one)."""
+    import h5py
+
+    out = tmp_path / "run"
+    with pytest.raises(RunInterrupted):
+        runner.run(load_case(CAVITY, SMALL), "numpy", get_precision("fp32"), progress=False, stop=StopAfter(5),
+                   checkpoint_dir=out)
+    for p in list_checkpoints(out):
+        with h5py.File(p, "r+") as f:
+            meta = json.loads(f.attrs["meta"])
+            del meta["precision"]
+            f.attrs["meta"] = json.dumps(meta)
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(out), "--force", "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "meta.precision: " in err and "the precision the checkpoint's populations are stored in" in err, err
 
 
 def test_resume_past_the_end_is_refused_naming_the_end(tmp_path, capsys):

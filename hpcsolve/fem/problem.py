@@ -301,7 +301,18 @@ def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
                                 "a mesh of the unit square [0, 1] x [0, 1]",
                                 why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
                                     f"square; this mesh spans [{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
-    loose = np.setdiff1d(np.unique(mesh.boundary_edges), fixed)
+    edge = np.unique(mesh.boundary_edges)
+    x, y = mesh.points[edge, 0], mesh.points[edge, 1]
+    tol = 1e-9
+    inside = ~((np.abs(x) <= tol) | (np.abs(x - 1.0) <= tol) | (np.abs(y) <= tol) | (np.abs(y - 1.0) <= tol))
+    if inside.any():
+        field = "mesh.path" if case.mesh.kind == "file" else "mesh.kind"
+        raise CaseError.invalid(field, case.mesh.path if case.mesh.kind == "file" else case.mesh.kind,
+                                "a mesh of the whole unit square [0, 1] x [0, 1]",
+                                why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
+                                    f"square; {int(inside.sum())} boundary nodes of this mesh lie inside it (a hole "
+                                    "or a notch), where the solution is not 0")
+    loose = np.setdiff1d(edge, fixed)
     if loose.size:
         raise CaseError.invalid("boundary.dirichlet", _dirichlet_values(case),
                                 "conditions that fix u = 0 on the whole boundary",

@@ -263,8 +263,8 @@ def _layer_c(layer: bool) -> tuple[str, str, str]:
 def _bounds(block_x: int, max_registers: int | None) -> str:
     """The step kernels' launch qualifier: ``__launch_bounds__(block_x)``, or with a register cap
     ``__maxnreg__(max_registers)``. ptxas ignores ``--maxrregcount`` for a kernel with launch bounds (and the two
-    qualifiers cannot be combined), so the cap is the kernel's own qualifier."""
-    return f"__launch_bounds__({block_x})" if max_registers is None else f"__maxnreg__({int(max_registers)})"
+    qualifiers cannot be combined), so the cap is the kernel's own qualifier (CUDA 12.4 or newer). None or 0: no cap."""
+    return f"__maxnreg__({int(max_registers)})" if max_registers else f"__launch_bounds__({block_x})"
 
 
 def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False,

@@ -671,7 +671,9 @@ def _restored_populations(ckpt: Checkpoint, policy: Precision) -> np.ndarray:
     populations = ckpt.arrays.get("populations")
     if populations is None:
         raise ckpt.error("arrays/populations", allowed="the run's populations, shape (9, ny, nx)")
-    saved = ckpt.meta.get("precision", policy.name)
+    saved = ckpt.meta.get("precision", MISSING)
+    if saved is MISSING:
+        raise ckpt.error("meta.precision", allowed="the precision the checkpoint's populations are stored in")
     try:
         old = get_precision(saved, "lbm", field="meta.precision") if saved != policy.name else policy
     except CaseError as exc:

@@ -282,7 +282,7 @@ def main(args) -> int:
     in_place = STREAMING[streaming]   # None: each stepper chooses
     fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
     # the NumPy reference: the speedup column's baseline size; without a GPU backend to time, the sizes asked for
-    cpu_sizes = list(sizes) if not gpu and getattr(args, "sizes", None) else [64 if quick else CPU_SIZE]
+    cpu_sizes = list(dict.fromkeys(sizes)) if not gpu and getattr(args, "sizes", None) else [64 if quick else CPU_SIZE]
     cpu_precisions = [p for p in precisions   # NumPy runs these natively
                       if get_precision(p, "lbm").storage == get_precision(p, "lbm").compute]
     _host_fit(cpu_precisions, cpu_sizes)

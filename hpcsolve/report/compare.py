@@ -443,6 +443,7 @@ def _drift(res: Result, ref: Result) -> dict:
 
 
 COMPARISON_FILES = ("comparison.json", "comparison.md")
+COMPARISON_PLOTS = ("pareto", "drift", "residuals")       # plots/<name>.png of Comparison.write
 
 
 def check_out(out: str | Path, overwrite: bool = False) -> None:
@@ -471,9 +472,9 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
 
 def _retire_comparison(out: Path) -> None:
     """An earlier comparison's own files go before the first run replaces one of its run folders: a comparison
-    stopped part way must not leave comparison.json / .md describing runs that are no longer there (the new
-    files are written when every run is done)."""
-    for name in COMPARISON_FILES:
+    stopped part way must not leave comparison.json / .md (and its plots) describing runs that are no longer there
+    (the new files are written when every run is done). A comparison refused before its first run keeps them."""
+    for name in COMPARISON_FILES + tuple(f"plots/{p}.png" for p in COMPARISON_PLOTS):
         try:
             (out / name).unlink()
         except FileNotFoundError:
@@ -565,7 +566,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
 
     ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
     holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
-    from hpcsolve.run import plan, run_case
+    from hpcsolve.run import check_memory, plan, run_case
 
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
@@ -615,8 +616,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         check_out(out_path, overwrite)
-        if overwrite:
-            _retire_comparison(out_path)
+    retire = out_path is not None and overwrite      # the earlier comparison's files: before the first run writes
     runs: list[Run] = []
     ref_result = None
     ref_run: Run | None = None
@@ -633,6 +633,10 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             cfg_case, backend_obj, policy, desc = plan(pc_cases[pc], backend, prec)
             if warmup:
                 run_case(cfg_case, backend_obj, policy, progress=False, description=desc)
+            if retire:                 # the first run that will write: unless it is refused before it starts
+                check_memory(desc, backend_obj)
+                _retire_comparison(out_path)
+                retire = False
             res = run_case(cfg_case, backend_obj, policy, out=run_dir, progress=progress, overwrite=True,
                            description=desc)
             times, extra = [_solver_seconds(res)], 0.0
