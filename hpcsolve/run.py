@@ -26,7 +26,7 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
     """The validated case, the usable Backend and the Precision policy of a run (each chosen once)."""
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
-    elif overrides:
+    else:       # validated again as a whole: edits to a loaded case's fields skip the rules across fields
         case = case.with_overrides(*overrides)
     backend = backends.resolve(backend or case.run.backend, field="backend" if backend else "run.backend")
     policy = get_precision(precision or case.run.precision, family=case.solver,
@@ -239,6 +239,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         out, overwrite = Path(resume), True
     else:
         case, backend, policy = prepare(case, backend, precision, overrides)
+    if out is not None and str(out).strip() == "":   # Path("") is the working directory: never meant
+        raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
     out_path = Path(out) if out is not None else None
     comm = parallel.world()
     if parallel.ranks(comm) > 1:       # mpiexec -n N: every rank runs the same case, rank 0 writes

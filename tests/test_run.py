@@ -268,3 +268,21 @@ def test_dry_run_counts_the_steady_checks():
                            overrides=["lattice.resolution=8", "time.monitor_interval=100", "steady.interval=500"])
     steps = info["estimated_steps"]
     assert f"{steps // 500} steady checks at" in info["estimate_basis"]
+
+
+def test_a_loaded_case_edited_in_python_is_validated_again_as_a_whole(tmp_path):
+    """Field edits are checked one by one (pydantic), but the rules across fields only ran when the case was
+    loaded: a manufactured Poisson case turned into elasticity ran and reported a zero displacement as converged."""
+    import hpcsolve
+    from hpcsolve.errors import CaseError, OutputError
+
+    case = hpcsolve.load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=4"])
+    case.problem.kind = "elasticity"
+    with pytest.raises(CaseError, match=r"boundary.dirichlet\[0\]: an elasticity problem takes displacement"):
+        hpcsolve.run_case(case, "numpy", progress=False)
+    ok = hpcsolve.load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=4"])
+    with pytest.raises(OutputError, match="out: it is empty"):
+        hpcsolve.run_case(ok, "numpy", progress=False, out="")
+    with pytest.raises(OutputError, match="out: it is empty"):
+        hpcsolve.compare(ok, backends=["numpy"], precisions=["fp32"], out="", warmup=False, repeats=1)
+    assert hpcsolve.run_case(ok, "numpy", progress=False).status == "converged"

@@ -195,7 +195,7 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
     names = {}
     for name, (tag, dim) in (mm.field_data or {}).items():
         names[(int(dim), int(tag))] = name
-    tri_blocks, line_blocks = [], []
+    tri_blocks, line_blocks, other = [], [], []
     phys = mm.cell_data.get("gmsh:physical")
     for i, block in enumerate(mm.cells):
         tags = np.asarray(phys[i]) if phys is not None else None
@@ -203,8 +203,15 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             tri_blocks.append((block.data, tags))
         elif block.type == "line":
             line_blocks.append((block.data, tags))
+        elif block.type != "vertex" and len(block.data):
+            other.append(block.type)
     if not tri_blocks:
         raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
+    if other:     # solving on the triangles alone would leave out part of the domain, silently
+        kinds = ", ".join(dict.fromkeys(other))
+        raise CaseError.invalid(field_name, str(path), "a mesh of 3-node triangles (and boundary lines) only",
+                                why=f"it also has {kinds} cells, which this P1 solver cannot use (convert them to "
+                                    "triangles, e.g. gmsh -2 with Mesh.RecombineAll = 0)")
     tris = np.concatenate([b for b, _ in tri_blocks])
     if not np.issubdtype(tris.dtype, np.integer) or tris.size == 0 or tris.min() < 0 or tris.max() >= len(pts):
         bad = tris[(tris < 0) | (tris >= len(pts))] if np.issubdtype(tris.dtype, np.integer) else tris.ravel()
@@ -222,6 +229,7 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
     pts = pts[used]
     tris = remap[tris].astype(np.int32)
     check_triangles(pts, tris, field_name, str(path))
+    check_conforming(pts, tris, field_name, str(path))
     p = pts[tris]
     inverted = int(np.count_nonzero((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1])
                                     - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]) < 0))
@@ -244,6 +252,45 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             tags[k] = ekey.get(int(c), "boundary")
     return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path),
                 info={"reoriented_triangles": inverted} if inverted else {})
+
+
+def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:
+    """Refuse a mesh file that does not tile its domain once: coincident nodes (a crack: the two sides are not
+    connected), a triangle listed twice, or an edge shared by more than two triangles (overlapping triangles).
+    Each would be assembled as given and solved to a wrong answer without a sign of it."""
+    from scipy.spatial import cKDTree
+
+    span = float(np.ptp(points, axis=0).max()) if len(points) else 0.0
+    pairs = cKDTree(points).query_pairs(r=1e-12 * span, output_type="ndarray") if span > 0 else np.zeros((0, 2))
+    if len(pairs):
+        a, b = (int(v) for v in pairs[0])
+        raise CaseError.invalid(field_name, where, "a conforming mesh: one node per position",
+                                why=f"{len(pairs)} pair(s) of coincident nodes (unmerged duplicates leave a crack in "
+                                    f"the mesh), first: nodes at ({points[a, 0]:g}, {points[a, 1]:g}); merge them "
+                                    "(e.g. gmsh Coherence)")
+    same = np.unique(np.sort(tris, axis=1), axis=0, return_counts=True)[1]
+    if (same > 1).any():
+        raise CaseError.invalid(field_name, where, "a conforming mesh: each triangle once",
+                                why=f"{int((same > 1).sum())} triangle(s) listed more than once")
+    e = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
+    shared = np.unique(e, axis=0, return_counts=True)[1]
+    if (shared > 2).any():
+        raise CaseError.invalid(field_name, where, "a conforming mesh: every edge in one or two triangles",
+                                why=f"{int((shared > 2).sum())} edge(s) shared by three or more triangles "
+                                    "(overlapping triangles)")
+    # the triangles around a node fill at most a full turn: more means some of them overlap
+    p = points[tris]
+    turn = np.zeros(len(points))
+    for k in range(3):
+        u, v = p[:, (k + 1) % 3] - p[:, k], p[:, (k + 2) % 3] - p[:, k]
+        cross = np.abs(u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0])
+        np.add.at(turn, tris[:, k], np.arctan2(cross, (u * v).sum(axis=1)))
+    over = np.flatnonzero(turn > 2 * np.pi * (1 + 1e-9))
+    if over.size:
+        a = int(over[0])
+        raise CaseError.invalid(field_name, where, "a conforming mesh: triangles that do not overlap",
+                                why=f"at {over.size} node(s) the triangles around it cover more than a full turn "
+                                    f"(overlapping triangles), first: the node at ({points[a, 0]:g}, {points[a, 1]:g})")
 
 
 def check_triangles(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:

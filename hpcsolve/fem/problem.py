@@ -279,6 +279,8 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
     values = vals_arr[order][first]
     if exact is not None:
         _check_manufactured_mesh(case, mesh, fixed)
+    if case.mesh.kind == "file":       # the generated meshes are one piece by construction
+        _check_every_part_fixed(case, mesh, fixed // ncomp)
     A, rhs, free = assembly.condense(K, b, fixed, values)
     if free.size == 0:
         raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
@@ -288,6 +290,29 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
     return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
                     timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
                     scales=scales)
+
+
+def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> None:
+    """Each connected part of the mesh needs a Dirichlet condition of its own: a part without one has no unique
+    solution (its matrix block is singular), and a solver would return one of many answers as converged."""
+    from scipy.sparse.csgraph import connected_components
+
+    t = mesh.triangles
+    rows = np.concatenate([t[:, 0], t[:, 1], t[:, 2]])
+    cols = np.concatenate([t[:, 1], t[:, 2], t[:, 0]])
+    graph = sp.coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(mesh.n_points,) * 2)
+    parts, label = connected_components(graph, directed=False)
+    if parts == 1:
+        return
+    loose = np.setdiff1d(np.arange(parts), np.unique(label[fixed_nodes]))
+    if loose.size:
+        nodes = np.flatnonzero(label == loose[0])
+        lo, hi = mesh.points[nodes].min(axis=0), mesh.points[nodes].max(axis=0)
+        raise CaseError.invalid("boundary.dirichlet", _dirichlet_values(case),
+                                "a condition on every connected part of the mesh",
+                                why=f"the mesh has {parts} separate parts and {loose.size} of them have no Dirichlet "
+                                    f"node (their solution is not unique), first: {nodes.size} nodes in "
+                                    f"[{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
 
 
 def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:

@@ -613,6 +613,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     # the CPU FP64 configurations first (the reference: the first of them that runs), then the rest
     configs = [(*REFERENCE, pc) for pc in ref_pcs]
     configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != REFERENCE]
+    if out is not None and str(out).strip() == "":   # Path("") is the working directory: never meant
+        raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
     out_path = Path(out) if out is not None else None
     if out_path is not None:
         check_out(out_path, overwrite)
