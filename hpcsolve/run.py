@@ -21,9 +21,25 @@ from hpcsolve.results import Result
 RESULT_FILES = outdir.RESULT_FILES
 
 
+def as_names(value, name: str) -> list:
+    """A list argument of the Python API (overrides, backends, precisions): one string is a list of one (it used
+    to be split into its characters), None an empty list; anything else but a list or tuple is a CaseError."""
+    if value is None:
+        return []
+    if isinstance(value, (str, Path)):
+        return [str(value)]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise CaseError.invalid(name, repr(value)[:80], "a list of texts (or one text)")
+
+
 def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: str | Precision | None = None,
             overrides=()) -> tuple[CaseBase, backends.Backend, Precision]:
     """The validated case, the usable Backend and the Precision policy of a run (each chosen once)."""
+    overrides = as_names(overrides, "overrides")
+    for name, value in (("backend", backend), ("precision", precision)):
+        if isinstance(value, str) and not value.strip():      # "" used to mean the case's own, silently
+            raise CaseError.invalid(name, value, "a name, or None for the case's run." + name)
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
     else:       # validated again as a whole: edits to a loaded case's fields skip the rules across fields
@@ -160,6 +176,7 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
     Without ``case`` the case recorded in the checkpoint is used; with one, it must match (or ``force``).
     A checkpoint whose recorded case is missing or does not load counts as damaged, with a case given too (the
     same checkpoint is chosen either way: ``run_case`` calls this again with the case): the previous one is used."""
+    overrides = as_names(overrides, "overrides")
     comm = parallel.world()
     refused = None
     if comm.Get_rank() == 0:         # checkpoints a killed --overwrite run hid come back (or go) first

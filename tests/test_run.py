@@ -286,3 +286,26 @@ def test_a_loaded_case_edited_in_python_is_validated_again_as_a_whole(tmp_path):
     with pytest.raises(OutputError, match="out: it is empty"):
         hpcsolve.compare(ok, backends=["numpy"], precisions=["fp32"], out="", warmup=False, repeats=1)
     assert hpcsolve.run_case(ok, "numpy", progress=False).status == "converged"
+
+
+def test_python_api_list_arguments_and_empty_names():
+    """One string where a list is expected is a list of one (it was split into characters: "--set: no '=' in it
+    (got 'l')"); "" as a backend or precision, an empty list of them, or True as a tolerance are errors naming
+    the argument (they silently meant the case's own, the reference alone, or 1)."""
+    import hpcsolve
+    from hpcsolve.errors import CaseError
+
+    res = hpcsolve.run_case(CASES / "poisson_manufactured.toml", "numpy", progress=False, overrides="mesh.nx=4")
+    assert res.status == "converged" and res.derived["points"] == 25
+    for kwargs, name in (({"backend": ""}, "backend"), ({"precision": " "}, "precision"),
+                         ({"overrides": 5}, "overrides")):
+        with pytest.raises(CaseError, match=f"^{name}: "):
+            hpcsolve.run_case(CASES / "poisson_manufactured.toml", progress=False, **{"backend": "numpy", **kwargs})
+    comp = hpcsolve.compare(CASES / "poisson_manufactured.toml", backends="numpy", precisions="fp32",
+                            overrides="mesh.nx=4", warmup=False, repeats=1)
+    assert {(r.backend, r.precision) for r in comp.runs} == {("numpy", "fp64"), ("numpy", "fp32")}
+    for kwargs, name in (({"precisions": []}, "precisions"), ({"backends": []}, "backends"),
+                         ({"tolerance": True}, "--tolerance")):
+        with pytest.raises(CaseError, match=f"^{name}: "):
+            hpcsolve.compare(CASES / "poisson_manufactured.toml", overrides=["mesh.nx=4"], warmup=False, repeats=1,
+                             **{"backends": ["numpy"], "precisions": ["fp32"], **kwargs})

@@ -566,13 +566,20 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
 
     ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
     holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
-    from hpcsolve.run import check_memory, plan, run_case
+    from hpcsolve.run import as_names, check_memory, plan, run_case
 
+    overrides = as_names(overrides, "overrides")
+    backends = None if backends is None else as_names(backends, "backends")
+    precisions = None if precisions is None else as_names(precisions, "precisions")
+    for name, value in (("backends", backends), ("precisions", precisions)):
+        if value == []:           # used to run the reference alone, as if nothing had been asked
+            raise CaseError.invalid(name, value, f"at least one name (None: every {name[:-1]} usable here)")
     if not isinstance(case, CaseBase):
         case = load_case(case, overrides)
-    elif overrides:
+    else:       # validated again as a whole (edits in Python skip the rules across fields)
         case = case.with_overrides(*overrides)
-    if not (isinstance(tolerance, (int, float)) and tolerance >= 0 and math.isfinite(tolerance)):
+    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and tolerance >= 0
+                                           and math.isfinite(tolerance)):
         raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)
                                 or not 1 <= repeats <= REPEATS_LIMIT):
