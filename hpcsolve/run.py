@@ -33,6 +33,16 @@ def as_names(value, name: str) -> list:
     raise CaseError.invalid(name, repr(value)[:80], "a list of texts (or one text)")
 
 
+def out_folder_arg(out) -> Path | None:
+    """The ``out`` argument of the Python API as a Path (None: none); an empty one is refused, since Path("") is
+    the working directory (the CLI refuses ``--out ''`` the same way)."""
+    if out is None:
+        return None
+    if str(out).strip() == "":
+        raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
+    return Path(out)
+
+
 def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: str | Precision | None = None,
             overrides=()) -> tuple[CaseBase, backends.Backend, Precision]:
     """The validated case, the usable Backend and the Precision policy of a run (each chosen once)."""
@@ -256,9 +266,7 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         out, overwrite = Path(resume), True
     else:
         case, backend, policy = prepare(case, backend, precision, overrides)
-    if out is not None and str(out).strip() == "":   # Path("") is the working directory: never meant
-        raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
-    out_path = Path(out) if out is not None else None
+    out_path = out_folder_arg(out)
     comm = parallel.world()
     if parallel.ranks(comm) > 1:       # mpiexec -n N: every rank runs the same case, rank 0 writes
         parallel.check_same(comm, "case", "\n".join([case.effective_json(), str(backend), policy.name,

@@ -68,10 +68,15 @@ def _orient(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
     return tris
 
 
+def triangle_edges(triangles: np.ndarray) -> np.ndarray:
+    """The three edges of every triangle as sorted node pairs (3 m, 2), int64; shared edges appear once per triangle."""
+    e = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
+    return np.sort(e, axis=1).astype(np.int64)
+
+
 def boundary_edges_of(triangles: np.ndarray) -> np.ndarray:
     """Edges that belong to exactly one triangle (sorted node pairs), vectorized."""
-    e = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
-    key = np.sort(e, axis=1).astype(np.int64)
+    key = triangle_edges(triangles)
     n = int(triangles.max()) + 1 if len(triangles) else 0
     code = key[:, 0] * n + key[:, 1]
     uniq, counts = np.unique(code, return_counts=True)
@@ -272,8 +277,7 @@ def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, wher
     if (same > 1).any():
         raise CaseError.invalid(field_name, where, "a conforming mesh: each triangle once",
                                 why=f"{int((same > 1).sum())} triangle(s) listed more than once")
-    e = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
-    shared = np.unique(e, axis=0, return_counts=True)[1]
+    shared = np.unique(triangle_edges(tris), axis=0, return_counts=True)[1]
     if (shared > 2).any():
         raise CaseError.invalid(field_name, where, "a conforming mesh: every edge in one or two triangles",
                                 why=f"{int((shared > 2).sum())} edge(s) shared by three or more triangles "

@@ -319,10 +319,10 @@ def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
     """A manufactured solution's mesh (a file: the case validation checked the built-in kinds) spans the unit
     square and its whole boundary is fixed (u = 0 there): else the errors would be against another problem's
     solution."""
+    field, value = ("mesh.path", case.mesh.path) if case.mesh.kind == "file" else ("mesh.kind", case.mesh.kind)
     lo, hi = mesh.points.min(axis=0), mesh.points.max(axis=0)
     if not (np.allclose(lo, 0.0, atol=1e-9) and np.allclose(hi, 1.0, atol=1e-9)):
-        field = "mesh.path" if case.mesh.kind == "file" else "mesh.kind"
-        raise CaseError.invalid(field, case.mesh.path if case.mesh.kind == "file" else case.mesh.kind,
+        raise CaseError.invalid(field, value,
                                 "a mesh of the unit square [0, 1] x [0, 1]",
                                 why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
                                     f"square; this mesh spans [{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
@@ -331,8 +331,7 @@ def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
     tol = 1e-9
     inside = ~((np.abs(x) <= tol) | (np.abs(x - 1.0) <= tol) | (np.abs(y) <= tol) | (np.abs(y - 1.0) <= tol))
     if inside.any():
-        field = "mesh.path" if case.mesh.kind == "file" else "mesh.kind"
-        raise CaseError.invalid(field, case.mesh.path if case.mesh.kind == "file" else case.mesh.kind,
+        raise CaseError.invalid(field, value,
                                 "a mesh of the whole unit square [0, 1] x [0, 1]",
                                 why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
                                     f"square; {int(inside.sum())} boundary nodes of this mesh lie inside it (a hole "

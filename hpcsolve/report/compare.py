@@ -566,7 +566,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
 
     ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
     holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
-    from hpcsolve.run import as_names, check_memory, plan, run_case
+    from hpcsolve.run import as_names, check_memory, out_folder_arg, plan, run_case
 
     overrides = as_names(overrides, "overrides")
     backends = None if backends is None else as_names(backends, "backends")
@@ -620,9 +620,7 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     # the CPU FP64 configurations first (the reference: the first of them that runs), then the rest
     configs = [(*REFERENCE, pc) for pc in ref_pcs]
     configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != REFERENCE]
-    if out is not None and str(out).strip() == "":   # Path("") is the working directory: never meant
-        raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
-    out_path = Path(out) if out is not None else None
+    out_path = out_folder_arg(out)
     if out_path is not None:
         check_out(out_path, overwrite)
     retire = out_path is not None and overwrite      # the earlier comparison's files: before the first run writes
