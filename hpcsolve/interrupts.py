@@ -38,6 +38,22 @@ def deferred():
         _write_depth -= 1
 
 
+class exit_deferred:
+    """``cm`` entered as usual, its exit run as a write (inside :func:`deferred`): a run's teardown (releasing its
+    folder, restoring thread pools) happens after its outcome is decided, and a late signal must not replace that
+    outcome (an interrupted result and its resume hint) with a bare interruption."""
+
+    def __init__(self, cm):
+        self.cm = cm
+
+    def __enter__(self):
+        return self.cm.__enter__()
+
+    def __exit__(self, *exc_info):
+        with deferred():
+            return self.cm.__exit__(*exc_info)
+
+
 def _handler(signum, frame):
     stop = _active
     if stop is None:
@@ -67,6 +83,6 @@ def stop_on_signals(graceful: bool):
     try:
         yield stop
     finally:
-        _active = outer
-        for sig, h in previous.items():
+        for sig, h in previous.items():     # the handlers first: no signal may find them with _active reset
             signal.signal(sig, h)
+        _active = outer

@@ -285,7 +285,10 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         _check_not_past_end(ckpt, case, desc)
     claim = (outdir.claim(out_path, overwrite=overwrite, resume=resume is not None) if out_path is not None
              else contextlib.nullcontext())
-    with claim, interrupts.stop_on_signals(graceful="graceful_stop" in caps) as stop, backend.run_context():
+    # the signal handlers outermost, the folder's release and the thread pools' reset held like writes (a late
+    # signal cannot turn an interrupted result into a bare interruption while they run)
+    with interrupts.stop_on_signals(graceful="graceful_stop" in caps) as stop, interrupts.exit_deferred(claim), \
+            interrupts.exit_deferred(backend.run_context()):
         kwargs = {"description": desc, "progress": progress,
                   "stop": stop if "graceful_stop" in caps else None,
                   "checkpoint_dir": out_path if "checkpoint" in caps else None, "resume": ckpt}

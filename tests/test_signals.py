@@ -42,8 +42,82 @@ def test_a_signal_during_a_write_only_requests_a_stop():
             time.sleep(0.01)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("delay", [0.05, 0.2, 0.5])
+SECOND_AT = ["stop checkpoint", "after the stop checkpoint", "result write", "run teardown", "folder release"]
+
+
+@pytest.mark.parametrize("where", SECOND_AT)
+def test_a_second_sigterm_at_each_stage_of_the_stop_gives_an_interrupted_result_that_resumes(tmp_path, monkeypatch,
+                                                                                           capsys, where):
+    """The same as the subprocess test below, with the second signal sent at a chosen point of the stop instead of
+    after a delay (a delay hits a stage only by chance: under load, 0.2 s once landed in the folder's release and
+    the message lost its resume hint). The first SIGTERM arrives as the first checkpoint is written."""
+    from hpcsolve import backends, results
+    from hpcsolve import run as runmod
+    from hpcsolve.lbm import runner as lbm_runner
+
+    out, sent = tmp_path / "run", []
+
+    def term(stage):
+        if stage == where and where not in sent:
+            sent.append(where)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    real_write = lbm_runner.write_checkpoint
+
+    def write_checkpoint(folder, state):
+        if not sent:                           # the first signal, once the first checkpoint is on disk
+            real_write(folder, state)
+            sent.append("first")
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        term("stop checkpoint")
+        real_write(folder, state)
+        term("after the stop checkpoint")
+
+    real_result_write, real_claim = results.Result.write, outdir.claim
+    real_context = type(backends.get("numpy")).run_context
+
+    def result_write(self, *args, **kwargs):
+        term("result write")
+        return real_result_write(self, *args, **kwargs)
+
+    class Teardown:
+        def __init__(self, cm, stage):
+            self.cm, self.stage = cm, stage
+
+        def __enter__(self):
+            return self.cm.__enter__()
+
+        def __exit__(self, *exc):
+            term(self.stage)
+            return self.cm.__exit__(*exc)
+
+    monkeypatch.setattr(lbm_runner, "write_checkpoint", write_checkpoint)
+    monkeypatch.setattr(results.Result, "write", result_write)
+    monkeypatch.setattr(runmod.outdir, "claim", lambda *a, **k: Teardown(real_claim(*a, **k), "folder release"))
+    monkeypatch.setattr(type(backends.get("numpy")), "run_context",
+                        lambda self: Teardown(real_context(self), "run teardown"))
+    code = cli.main(["run", str(CAVITY), "--backend", "numpy", "--out", str(out), "--quiet", "--no-plots",
+                     "--set", "lattice.resolution=16", "--set", "time.steps=2000", "--set", "time.monitor_interval=50",
+                     "--set", "time.checkpoint_interval=100", "--set", "steady.enabled=false"])
+    err = capsys.readouterr().err
+    assert sent == ["first", where]            # both signals were sent, the second at the chosen stage
+    assert code == 130 and err.startswith("hpcsolve: interrupted:") and f"--resume {out}" in err, err
+    summary = read_result_folder(out)
+    assert summary["status"] == "interrupted" and f"--resume {out}" in summary["message"]
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(outdir.STAGING_PREFIX)]
+    monkeypatch.undo()
+    newest = latest_checkpoint(out).step
+    assert newest == 100
+    assert cli.main(["run", "--resume", str(out), "--quiet", "--no-plots", "--force",
+                     "--set", "time.steps=300"]) == 0
+    done = read_result_folder(out)
+    assert done["status"] == "completed" and done["metrics"]["resumed_from_step"] == 100
+    assert done["metrics"]["steps"] == 300
+
+
+@pytest.mark.parametrize("delay", [0.05, pytest.param(0.2, marks=pytest.mark.slow),
+                                   pytest.param(0.5, marks=pytest.mark.slow)])
 def test_a_second_sigterm_leaves_a_complete_interrupted_result_that_resumes(tmp_path, delay):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "hpcsolve.cli", "run", str(CAVITY), "--backend", "numpy",
