@@ -12,7 +12,7 @@ from hpcsolve import cli
 from hpcsolve.report.compare import compare
 
 CASES = Path(__file__).parent.parent / "cases"
-SMALL_CAVITY = ["lattice.resolution=24", "time.end_time=4", "time.output_interval=1", "steady.enabled=false"]
+SMALL_CAVITY = ["lattice.resolution=16", "time.end_time=2", "time.output_interval=0.5", "steady.enabled=false"]
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +183,21 @@ def test_compare_repeats_and_the_pareto_plot_with_spread(tmp_path):
     summary = json.loads((tmp_path / "numpy-fp32" / "summary.json").read_text())
     assert summary["provenance"]["cpu_threads"] == 1
     assert all(p["threads"] == 1 for p in summary["provenance"]["thread_pools"])
+
+
+def test_more_repeats_while_the_spread_is_wide_and_the_budget_allows(monkeypatch):
+    """The adaptive count (the suite fixes it at MIN_TIMED, see conftest; undone here): 3 timings at least; a
+    fourth while the spread (max - min) / median is above 5 %, up to MAX_REPEATS (10) and within the budget;
+    --repeats N exactly N."""
+    from hpcsolve.report import compare as cmp
+
+    monkeypatch.undo()
+    assert (cmp.DEFAULT_REPEATS, cmp.MAX_REPEATS, cmp.TARGET_SPREAD) == (3, 10, 0.05)
+    more = cmp._more_repeats
+    assert more([1.0, 1.0], None, 60.0)                                     # fewer than 3
+    assert not more([1.0, 1.01, 1.02], None, 60.0)                          # spread 2 %: enough
+    assert more([1.0, 1.1, 1.2], None, 60.0)                                # spread 18 %: another
+    assert more([1.0, 2.0] * 4 + [1.0], None, 1e9)                          # 9 timings, still wide
+    assert not more([1.0, 2.0] * 5, None, 1e9)                              # 10: the most
+    assert not more([1.0, 1.1, 1.2, 1.0], None, 5.0, extra_s=5.0)           # the budget is spent
+    assert more([1.0, 1.0, 1.0], 4, 0.0) and not more([1.0] * 4, 4, 1e9)   # --repeats 4: exactly 4
