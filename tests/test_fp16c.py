@@ -207,8 +207,12 @@ def test_stochastic_rounding_is_unbiased_between_the_two_neighbouring_codes():
     assert fp16c.seed(np.float32(0.1), 5) != fp16c.seed(np.float32(0.1), 6) != fp16c.seed(np.float32(0.2), 5)
 
 
+@pytest.mark.slow
 def test_fp16c_stochastic_rounding_keeps_a_slow_cavity_near_fp64():
-    """Cavity at Re 250, 64 cells, lattice velocity 0.1 (tau 0.577), 16,000 steps, NumPy: with round to nearest the
+    """Slow (~85-250 s NumPy: three 16,000-step runs): ``python -m pytest -m slow``; the fast counterpart is
+    test_fp16c_stochastic_rounding_keeps_couette_flow_on_its_analytic_profile.
+
+    Cavity at Re 250, 64 cells, lattice velocity 0.1 (tau 0.577), 16,000 steps, NumPy: with round to nearest the
     fp16c field's distance to fp64 jumped from 4e-4 to 7.5e-3 after 10,000 steps (the rounding's systematic part
     adding up); with the stochastic rounding of the step's stores it stays at ~4e-4."""
     from hpcsolve.cases import load_case
@@ -233,6 +237,40 @@ def test_fp16c_stochastic_rounding_keeps_a_slow_cavity_near_fp64():
     dist = {k: float(np.linalg.norm(u[k] - u["fp64"]) / np.linalg.norm(u["fp64"])) for k in ("fp16c", "nearest")}
     print(dist)
     assert dist["fp16c"] < 1e-3 and dist["nearest"] > 5 * dist["fp16c"]
+
+
+def test_fp16c_stochastic_rounding_keeps_couette_flow_on_its_analytic_profile():
+    """The fast counterpart of the slow cavity test above, on a flow with an analytic steady state: plane Couette flow
+    between a resting wall and a wall moving at 0.05 (16 fluid rows, periodic along x, TRT tau 0.8), 3,000 steps
+    (about 4 diffusion times H^2 / nu), NumPy. The LBM reproduces the linear profile exactly (fp64: 7e-6 off after 3,000
+    steps, 3e-14 at steady state). fp16c with the step's stores rounded to nearest freezes once the per-step changes
+    fall below half a code step: its error stops at 1.14e-2 from step ~2,000 on (the same systematic rounding that
+    takes the 64-cell cavity from 4e-4 to 7.5e-3); with stochastic rounding it stays at rounding-noise level, seen
+    3.9e-4 .. 1.2e-3 between 2,000 and 10,000 steps. Bounds: stochastic < 2.5e-3 (twice the largest seen), nearest
+    > 5e-3 and > 4x stochastic."""
+    from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup, get_stepper
+    from hpcsolve.precision import Precision
+
+    class Nearest(Precision):          # fp16c with the step's stores rounded to nearest, for the comparison
+        def encode_step(self, post, h0, cells):
+            return self.encode(post)
+
+    nearest = Nearest(**{f: getattr(FP16C, f) for f in FP16C.__dataclass_fields__})
+    n, lid = 16, 0.05
+    flags = np.zeros((n + 2, 4), np.uint8)
+    flags[0], flags[-1] = WALL, VELOCITY
+    bv = np.zeros((2, n + 2, 4))
+    bv[0, -1] = lid
+    exact = lid * (np.arange(n) + 0.5) / n                       # walls half-way between the rows
+    err = {}
+    for name, pol in (("fp16c", FP16C), ("nearest", nearest)):
+        st = get_stepper("numpy", LBMSetup(flags, 0.8, collision="trt", policy=pol, boundary_velocity=bv))
+        st.step(3000)
+        ux = st.macroscopic()[1][1:-1]
+        err[name] = float(np.linalg.norm(ux - exact[:, None]) / np.linalg.norm(np.broadcast_to(exact[:, None], ux.shape)))
+    print(err)
+    assert err["fp16c"] < 2.5e-3
+    assert err["nearest"] > 5e-3 and err["nearest"] > 4 * err["fp16c"]
 
 
 def _float32_samples() -> np.ndarray:

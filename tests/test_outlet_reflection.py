@@ -37,8 +37,13 @@ def test_envelope_decay_of_a_steady_or_growing_signal():
     assert math.isnan(mod.envelope_decay(t, np.full_like(t, 0.5))[0])
 
 
+@pytest.mark.slow
 def test_small_run_rings_and_the_characteristic_outlet_lets_the_sound_out(capsys):
-    """2D-1 at 10 cells across the cylinder (a loose steady check), NumPy, both outlet rules: after a 5 % inlet
+    """Slow (~60-110 s NumPy on the shared 2-core machine): ``python -m pytest -m slow``. Its fast counterpart,
+    tests/lbm/test_validation_lbm.py::test_outlet_rules_reflect_a_sound_pulse_as_linear_acoustics_says, checks both
+    outlet rules' reflection of a sound pulse against linear acoustics in under a second.
+
+    2D-1 at 10 cells across the cylinder (a loose steady check), NumPy, both outlet rules: after a 5 % inlet
     step the lift rings and its envelope decays within the recorded periods (finite, positive e-folding time,
     shorter than the record); in the second period the along-channel (low-pass) ringing with the characteristic
     outlet is well below the fixed-pressure one's (seen at 8 periods: 7.4e-5 against 5.9e-4 over periods 1-3)."""

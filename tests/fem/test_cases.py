@@ -49,9 +49,22 @@ def test_case_runs_from_the_cli_and_writes_its_files(tmp_path, case, field, ncom
         assert m["error_l2"] < 4e-4 and m["probe_rel_error"] < 1e-3     # 64 x 64 mesh: L2 3.4e-4
         assert (out / "plots/error.png").exists()
     if case == "heat_plate_with_hole.toml":
-        assert 0.0 <= m["u_min"] and m["probe_value"] == pytest.approx(0.6927, abs=2e-3)
+        # the probe (0.7, 0.1) reads the nearest node, (0.69102, 0.09784) at mesh.refine = 1. Reference there: the
+        # mesh-converged T = 0.692782 (scikit-fem P3 on the file refined twice; P2 agrees to 5e-6), recomputed by
+        # tests/fem/test_validation_fem.py. P1 at this resolution is 5.1e-5 low (its discretisation error, measured
+        # by refining: 1.4e-5 at refine 2, 3.9e-6 at 3); the bound 1e-4 is twice that. (The temperature at exactly
+        # (0.7, 0.1) is 0.684008: the probe's 0.009 offset is the nearest-node choice, not an error.)
+        assert m["probe_point"] == pytest.approx([0.69101554, 0.09784155], abs=1e-8)
+        assert 0.0 <= m["u_min"] and abs(m["probe_value"] - 0.692782) < 1e-4, m["probe_value"]
     if case == "cook_membrane.toml":
-        assert m["probe_uy"] == pytest.approx(24.114, abs=0.01)   # nx = 32 (see test_assembly for the trend)
+        # mid-edge deflection at nx = 32 against the published 23.96 (Cook et al. 2002; cases/cook_membrane.toml).
+        # P1 is stiff: 21.59 / 23.28 / 23.77 / 23.91 at nx = 16 / 32 / 64 / 128 (Richardson limit 23.966,
+        # test_assembly), so at nx = 32 the measured discretisation error is 2.9 % below the reference. The band
+        # 2.0 .. 3.5 % holds that error with +-0.15 of margin and excludes nx = 16 (9.9 %), nx = 64 (0.8 %) and the
+        # old corner probe (24.11 at nx = 32, above the reference). The exact nx = 32 value is pinned against an
+        # independent assembly (scikit-fem) in tests/fem/test_validation_fem.py.
+        assert m["probe_point"] == [48.0, 52.0]
+        assert m["probe_uy"] < 23.96 and 0.020 < m["probe_rel_error"] < 0.035, (m["probe_uy"], m["probe_rel_error"])
 
 
 def test_mixed_precision_from_the_cli(tmp_path):
@@ -131,5 +144,5 @@ def test_missing_mesh_file(tmp_path):
 
 def test_method_that_does_not_fit_the_precision():
     case = load_case(CASES / "poisson_manufactured.toml", ["solve.method=cg-reliable"])
-    with pytest.raises(CaseError, match="^method"):
+    with pytest.raises(CaseError, match=r"^solve\.method"):   # names the case field (fem.runner.check_method)
         run_case(case, "numpy", "fp64")

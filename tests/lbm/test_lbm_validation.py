@@ -1,5 +1,7 @@
 """Validation of the NumPy reference against analytic and published references (CPU, CI sizes)."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -24,20 +26,34 @@ def test_taylor_green_second_order_convergence():
     assert np.all(np.abs(orders - 2.0) < 0.15), orders
 
 
+@functools.lru_cache(maxsize=None)
+def _poiseuille(collision: str, resolution: int):
+    r = run_case("cases/poiseuille.toml", "numpy", overrides=[f"lattice.collision={collision}",
+                                                               f"lattice.resolution={resolution}"], progress=False)
+    assert r.status == "converged", r.message
+    return r.metrics["profile_rel_l2_error"]
+
+
 @pytest.mark.parametrize("collision", ["bgk", "trt"])
 def test_poiseuille_profile_error_bound(collision):
-    r = run_case("cases/poiseuille.toml", "numpy", overrides=[f"lattice.collision={collision}"], progress=False)
-    assert r.status == "converged", r.message
+    error = _poiseuille(collision, 16)
     # seen: 0.0035 (BGK), 0.0040 (TRT) at 16 cells across the channel; the remainder is the
     # inlet's second-order flux defect next to the walls (see runner.reference_metrics)
-    assert r.metrics["profile_rel_l2_error"] < 0.006, r.metrics
+    assert error < 0.006, error
 
 
 def test_poiseuille_error_decreases_with_resolution():
-    coarse = run_case("cases/poiseuille.toml", "numpy", overrides=["lattice.collision=bgk"], progress=False)
-    fine = run_case("cases/poiseuille.toml", "numpy", overrides=["lattice.collision=bgk", "lattice.resolution=32"],
-                    progress=False)
-    ratio = coarse.metrics["profile_rel_l2_error"] / fine.metrics["profile_rel_l2_error"]
+    """8 -> 16 cells across the channel (BGK, each run to its steady state): 0.0136 -> 0.0035, order 1.96. The bound,
+    ratio > 3 (order > 1.58), fails a first-order wall or inlet (ratio ~2); the 16 -> 32 step is the slow test below."""
+    ratio = _poiseuille("bgk", 8) / _poiseuille("bgk", 16)
+    assert ratio > 3.0, ratio
+
+
+@pytest.mark.slow
+def test_poiseuille_error_decreases_with_resolution_fine():
+    """16 -> 32 cells (~15-40 s NumPy): the error falls by 2.6-3 (seen); the inlet's second-order flux defect next to
+    the walls keeps it from the full factor 4 there."""
+    ratio = _poiseuille("bgk", 16) / _poiseuille("bgk", 32)
     assert ratio > 2.0, ratio  # seen ~2.6-3 (H 16 -> 32)
 
 
