@@ -14,6 +14,7 @@ docs/validation_ci.md lists every check, its resolution, reference and tolerance
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,12 +238,12 @@ def test_strouhal_of_a_standing_sound_wave():
     assert _periodic_metrics(series, type("Case", (), {"physics": _Physics})())["strouhal"] == st_crossings
 
 
-@pytest.mark.slow
 def test_cylinder_2d2_sheds_at_the_published_strouhal_number():
     """Schafer-Turek 2D-2 (Re 100) at D = 20 cells, lattice velocity 0.15 (tau 0.59; D = 10 blows up at Re 100 for
     lattice velocities 0.05 .. 0.15), the channel cut to 0.6 m (4 D behind the cylinder) with the characteristic outlet,
     simple bounce-back, started from the inflow parabola plus a vortex behind the cylinder (amplitude 0.5 U) so the
-    shedding starts at once: 4,000 steps (3.0 s; 33 to 65 s NumPy on the shared 2-core machine).
+    shedding starts at once: 4,000 steps (3.0 s; about 8 s NumPy on a quiet 2-core machine, 33 to 65 s under load: in
+    the default suite, the issue's CI check of the Strouhal number).
 
     The run's St (``_periodic_metrics``: upward mean crossings of c_L over the second half, what ``hpcsolve run``
     reports) against the FFT peak of the same c_L series (``fft_peak_frequency``): seen 0.2964 and 0.2964; bound 2 %
@@ -255,7 +256,7 @@ def test_cylinder_2d2_sheds_at_the_published_strouhal_number():
     from hpcsolve.lbm.runner import _periodic_metrics, build_setup
 
     D, u = 20, 0.15
-    case = load_case("cases/cylinder_2d2.toml", [f"lattice.resolution={D}", f"lattice.velocity={u}", "domain.length=0.6",
+    case = load_case(Path(__file__).resolve().parents[2] / "cases" / "cylinder_2d2.toml", [f"lattice.resolution={D}", f"lattice.velocity={u}", "domain.length=0.6",
                                                  "boundaries.outlet=characteristic", "lattice.bounce_back=simple"])
     derived, geo, setup = build_setup(case, FP64)
     x, y = geo.cell_centres()
