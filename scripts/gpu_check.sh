@@ -3,7 +3,7 @@
 # the benchmarks (optionally the validation runs and the comparisons), write markdown/JSON under
 # $OUT (when set; else gpu_out/) and logs under $LOG, and print the short tables last.
 #   device run:  bash scripts/gpu_check.sh [pytest-args...]     (carry: .whl)
-# Environment: SKIP_TESTS=1, SKIP_BENCH=1, BENCH_FAMILIES (default "lbm fem"), BENCH_ARGS (extra args
+# Environment: GPU_WORKERS (pytest-xdist workers for the GPU tests, default 4), SKIP_TESTS=1, SKIP_BENCH=1, BENCH_FAMILIES (default "lbm fem"), BENCH_ARGS (extra args
 # for `hpcsolve bench`), VALIDATE=1 (scripts/validate_lbm_gpu.py), COMPARE=1 (hpcsolve compare on the
 # cavity and the manufactured Poisson case with every backend), PC_COMPARE=1 (hpcsolve compare of the
 # shipped FEM cases on CuPy with every preconditioner), LOG (default /tmp/hpcsolve_gpu_logs).
@@ -24,7 +24,10 @@ status=0
 python3 -m hpcsolve.cli info 2>&1 | tee "$LOG/info.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG/info.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfE "$@" 2>&1 | tee "$OUT/pytest_gpu.txt"
+  # 4 workers (pytest-xdist): the GPU suite in about 2 minutes on the H200 (docs/testing.md keeps the figure);
+  # GPU_WORKERS=0 runs it in one process
+  python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfE -n "${GPU_WORKERS:-4}" --durations=15 "$@" \
+      2>&1 | tee "$OUT/pytest_gpu.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
