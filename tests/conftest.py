@@ -59,3 +59,21 @@ def _compare_takes_its_least_timings(monkeypatch):
     from hpcsolve.report import compare
 
     monkeypatch.setattr(compare, "MAX_REPEATS", compare.MIN_TIMED)
+
+
+def _plain(value):
+    """NumPy scalars and arrays as Python numbers and lists (the pytest-xdist workers send recorded properties
+    to the controller, whose serializer knows only Python's own types)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@pytest.fixture
+def record_property(record_property):
+    """pytest's ``record_property`` with the value made plain (see :func:`_plain`)."""
+    return lambda name, value: record_property(name, _plain(value))
