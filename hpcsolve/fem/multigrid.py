@@ -2,7 +2,10 @@
 
 A hierarchy is a list of levels ``A_0 = A, A_1 = R_0 A_0 P_0, ...`` (Galerkin coarse operators, R = P^T)
 and a coarsest level solved directly (its dense inverse, applied as one matrix-vector product on the
-device). The two kinds differ only in where the prolongations P come from:
+device). A coarsest level that is singular or only semidefinite (a Neumann problem's constants, an
+aggregate whose candidates vanish) gets a generalized inverse instead (:func:`coarse_inverse`, a
+pivoted Cholesky factorization that stops at the level's rank): the correction is exact on the
+level's range. The two kinds differ only in where the prolongations P come from:
 
 - ``mg``: nested structured meshes (the rectangle and Cook's-membrane generators number their nodes
   on an (nx+1) x (ny+1) grid). P is P1 interpolation from the grid with half the cells: a fine node
@@ -14,7 +17,10 @@ device). The two kinds differ only in where the prolongations P come from:
   level is still above ``coarse_size``, the remaining levels are aggregation (pyamg).
 - ``amg``: smoothed aggregation (``amg = "sa"``, with a near-null space such as the rigid-body modes)
   or classical Ruge-Stueben (``"rs"``) from pyamg, for any SPD matrix (file meshes, the
-  ``hpcsolve.fem.solve`` API).
+  ``hpcsolve.fem.solve`` API). A level on which the strength threshold (``strength``) leaves no
+  connection to aggregate or coarsen along cannot be coarsened: it becomes the coarsest level
+  (solved directly), and where it is too large for that, the set-up raises a CaseError naming
+  ``strength``.
 
 The V-cycle (``Multigrid.apply``) is written once over the backend's low ops (``csr_apply``,
 ``mg_smooth``): on each level ``degree`` Chebyshev (or damped-Jacobi) smoothing steps with the Jacobi
@@ -53,6 +59,8 @@ HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # n
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
+COARSE_NULL_RTOL = 100 * np.finfo(np.float64).eps   # x rows x max diagonal: a pivot of the coarsest level's
+                            # Cholesky factorization below this is round-off of zero (a singular level)
 LEVEL_FORMATS = ("auto", "dia", "csr")
 HOST_BUILD_ROWS = 1 << 12   # a level this small is built on the host: on a GPU its set-up is launches, not work
 HOST_PRODUCTS_ROWS = 1 << 17  # a hierarchy built on the host (Numba) runs its probe products on the host below this
@@ -311,7 +319,8 @@ def _canonical(M, sparse):
 
 def _pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30):
     """[(A_l, P_l), ...] and the coarsest A of an aggregation hierarchy (host, SciPy): smoothed aggregation
-    (:func:`_sa_levels`, pyamg's pieces) or pyamg's Ruge-Stueben."""
+    (:func:`_sa_levels`, pyamg's pieces) or pyamg's Ruge-Stueben. Either stops early (the coarsest level still
+    above ``coarse_size`` with levels to spare) where the strength threshold leaves nothing to coarsen along."""
     try:
         import pyamg
     except ImportError as exc:      # pragma: no cover - pyamg is a dependency
@@ -349,7 +358,12 @@ def _sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
     pairs = []
     while len(pairs) < max_levels - 1 and A.shape[0] > opts.coarse_size:
         C = symmetric_strength_of_connection(A, theta=opts.strength)
-        agg, _ = standard_aggregation(C)
+        agg, roots = standard_aggregation(C)
+        if len(roots) == 0:
+            # no connection is as strong as the threshold (every node isolated): pyamg then returns one empty
+            # aggregate, whose coarse level would be a singular zero. This level cannot be coarsened: it is the
+            # coarsest (``Multigrid._build`` names the strength where it is too large to solve directly)
+            break
         if not pairs:                 # pyamg's default improve_candidates (finest level only)
             zero = np.zeros((A.shape[0], 1))
             B = relaxation_as_linear_operator(("block_gauss_seidel", {"sweep": "symmetric", "iterations": 4}),
@@ -413,17 +427,19 @@ class Level:
 class Multigrid(Preconditioner):
     """A V-cycle preconditioner (see the module docstring). ``kind`` "mg" needs ``grid`` (a
     :class:`StructuredGrid`); ``near_nullspace`` (n x k, host) is smoothed aggregation's B (e.g. rigid-body
-    modes of elasticity)."""
+    modes of elasticity). ``field``: the name of the options in the set-up's errors ("multigrid", the
+    argument of ``hpcsolve.fem.solve``; "solve.multigrid", a case's section)."""
 
     identity = False
     block = 8              # CG iterations per block at most (each costs a V-cycle; the host checks between)
 
     def __init__(self, kind: str = "amg", options: "MGOptions | dict | None" = None, *, grid: StructuredGrid | None = None,
-                 near_nullspace=None):
+                 near_nullspace=None, field: str = "multigrid"):
         if not isinstance(kind, str) or kind.lower() not in KINDS:
             raise CaseError.invalid("preconditioner", kind, ", ".join(KINDS))
         self.kind = self.name = kind.lower()
-        self.options = options if isinstance(options, MGOptions) else MGOptions.from_dict(options)
+        self.field = field
+        self.options = options if isinstance(options, MGOptions) else MGOptions.from_dict(options, field)
         self.grid = grid
         self.near_nullspace = near_nullspace
         if self.kind == "mg" and grid is None:
@@ -443,6 +459,8 @@ class Multigrid(Preconditioner):
         self.level_time_s: list[float] = []
         self._A = None
         self._scale = 1.0
+        self._coarse_rank = 0
+        self.coarsening = ""
 
     # ---- set-up
     def setup(self, A) -> None:
@@ -470,7 +488,8 @@ class Multigrid(Preconditioner):
         A.cache[key] = {k: self.__dict__[k] for k in ("levels", "coarse", "setup_time_s", "setup_phases_s",
                                                       "symmetry_defect", "_A",
                                                       "level_time_s", "symmetry_check_s", "_scale",
-                                                      "_coarse_rows", "_coarse_nnz", "_coarse_b", "_coarse_x")}
+                                                      "_coarse_rows", "_coarse_nnz", "_coarse_rank", "_coarse_b",
+                                                      "_coarse_x", "coarsening")}
         A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
 
     def _check_grid(self, A) -> None:
@@ -559,14 +578,24 @@ class Multigrid(Preconditioner):
             lvl.R = self._upload(low, Rl if Rl is not None else _canonical(Pl.T.tocsr(), sparse), compute, compute)
             self.levels.append(lvl)
             ph.done("transfers")
-        # coarsest: dense inverse (float64 on the host, stored in the compute dtype)
+        # the coarsening stopped above coarse_size with levels to spare: aggregation found nothing to coarsen the
+        # last level along. That level is the coarsest, solved directly (the report says why it is so large), or,
+        # beyond a dense solve, a CaseError naming the strength threshold
+        stalled = cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1
+        self.coarsening = self._stall_note(cur.shape[0], len(mats)) if stalled else ""
         if cur.shape[0] > DENSE_COARSE_MAX:
-            raise CaseError.invalid("multigrid.max_levels", opts.max_levels, "more levels (or a larger mesh coarsening)",
-                                    why=f"the coarsest level has {cur.shape[0]:,} unknowns, more than the "
-                                        f"{DENSE_COARSE_MAX:,} a dense direct solve takes")
+            why = f"the coarsest level has {cur.shape[0]:,} unknowns, more than the {DENSE_COARSE_MAX:,} a dense " \
+                  "direct solve takes"
+            if stalled:
+                raise CaseError.invalid(f"{self.field}.strength", opts.strength,
+                                        "a lower strength threshold (0: pyamg's default), or the jacobi preconditioner "
+                                        "for a matrix with (nearly) no off-diagonal coupling",
+                                        why=f"{self.coarsening}; {why}")
+            raise CaseError.invalid(f"{self.field}.max_levels", opts.max_levels,
+                                    "more levels (or a larger mesh coarsening)", why=why)
+        # coarsest: dense (generalized) inverse (float64 on the host, stored in the compute dtype)
         Ac = _host_csr(cur)
-        inv = np.linalg.inv(Ac.toarray()) if Ac.shape[0] else np.zeros((0, 0))
-        inv = 0.5 * (inv + inv.T)
+        inv, self._coarse_rank = coarse_inverse(Ac.toarray())
         self.coarse = self._dense(low, inv, compute)
         self._coarse_rows, self._coarse_nnz = Ac.shape[0], Ac.nnz
         ph.done("coarse inverse")
@@ -580,6 +609,15 @@ class Multigrid(Preconditioner):
             lvl.coefs = self._smoother_coefficients(lvl.lam)
         ph.done("lambda_max")
         self.setup_phases_s = ph.seconds
+
+    def _stall_note(self, rows: int, level: int) -> str:
+        """Why aggregation left level ``level`` (``rows`` unknowns) uncoarsened: no connection as strong as the
+        strength threshold (every node isolated, or too few aggregates to shrink the level)."""
+        opts = self.options
+        theta = opts.strength if opts.amg == "sa" else (opts.strength or 0.25)     # rs: 0 means pyamg's 0.25
+        rule = "smoothed aggregation" if opts.amg == "sa" else "Ruge-Stueben coarsening"
+        return (f"{rule} could not coarsen level {level} ({rows:,} unknowns) with strength threshold {theta:g} "
+                f"({self.field}.strength): too few connections that strong; it is the coarsest level, solved directly")
 
     @staticmethod
     def _dense(low, M: np.ndarray, compute) -> LevelCSR:
@@ -814,6 +852,9 @@ class Multigrid(Preconditioner):
                 lvl.kind == "aggregation" for lvl in self.levels)) else "",
             "levels": len(rows), "rows": rows, "nnz": nnz,
             "level_kinds": [lvl.kind for lvl in self.levels] + ["direct"],
+            # the coarsest level's numerical rank: below its rows where it is singular (coarse_inverse)
+            "coarse_rank": self._coarse_rank,
+            "coarsening": self.coarsening,     # why the coarsest level is above coarse_size ("": it is not)
             "level_formats": [lvl.A.format for lvl in self.levels] + ["dense"],
             "operator_complexity": float(sum(nnz) / nnz[0]) if nnz and nnz[0] else float("nan"),
             "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
@@ -823,6 +864,35 @@ class Multigrid(Preconditioner):
             "symmetry_check_s": self.symmetry_check_s,
             "level_time_s": list(self.level_time_s),
         }
+
+
+def coarse_inverse(M: np.ndarray) -> tuple[np.ndarray, int]:
+    """(X, rank): the inverse of the coarsest level M (dense, symmetric) and its numerical rank; where M is singular
+    or only semidefinite (a Neumann problem's constants, a level aggregation could not coarsen well), X is a
+    symmetric generalized inverse instead of the LinAlgError (or 1e16-sized entries) of inverting it.
+
+    One Cholesky factorization with pivoting (LAPACK dpstrf, as cheap as an unpivoted one) stops where every pivot
+    left is round-off of zero (<= COARSE_NULL_RTOL x rows x max m_ii): P^T M P = [L11; L21] [L11^T L21^T] with
+    L11 of the rank r. X = P diag((L11 L11^T)^-1, 0) P^T: M X r = r for every r in M's range (the coarse problem of
+    a consistent system is solved exactly) and X is semidefinite (an indefinite M, which the outer CG reports,
+    contributes only its definite part). A definite M has r = rows and X = M^-1."""
+    import scipy.linalg.lapack as lapack
+
+    n = M.shape[0]
+    M = 0.5 * (M + M.T)
+    scale = float(np.max(np.diag(M))) if n else 0.0
+    X = np.zeros((n, n))
+    if not scale > 0 or not math.isfinite(scale):
+        return X, 0                                     # nothing positive to invert: no correction
+    c, piv, rank, _ = lapack.dpstrf(M, tol=COARSE_NULL_RTOL * n * scale, lower=1)
+    if rank == 0:
+        return X, 0
+    order = piv[:rank] - 1                              # LAPACK's pivots count from 1
+    # (L11 L11^T)^-1, its lower triangle (L11's pivots are all above the tolerance: it is invertible)
+    inv, _ = lapack.dpotri(np.tril(c[:rank, :rank]), lower=1)
+    inv = np.tril(inv) + np.tril(inv, -1).T
+    X[np.ix_(order, order)] = inv
+    return X, int(rank)
 
 
 def _cupy():

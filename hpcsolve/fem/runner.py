@@ -54,6 +54,23 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
     return "mg" if structured else "amg"
 
 
+def check_method(case, policy: Precision) -> None:
+    """solve.method against the precision and solve.preconditioner: a CaseError naming the case's field (the solver's
+    own check, ``hpcsolve.fem.api._method_for``, names its argument ``method``)."""
+    from hpcsolve.fem.api import _method_for
+
+    method = _method(case, policy)
+    try:
+        _method_for(policy, method)
+    except CaseError as exc:
+        raise CaseError(str(exc).removeprefix(f"{exc.field}: "), field="solve.method", value=exc.value,
+                        allowed=exc.allowed) from None
+    if method == "pcg-jacobi" and case.solve.preconditioner in ("mg", "amg"):
+        raise CaseError.invalid("solve.preconditioner", case.solve.preconditioner,
+                                "auto, jacobi or none with solve.method = 'pcg-jacobi' (or solve.method = 'cg' with "
+                                "mg or amg)", why="solve.method 'pcg-jacobi' is CG with the Jacobi preconditioner")
+
+
 def make_preconditioner(case, disc, policy: Precision):
     """The preconditioner object (or name) for ``solve``: a Multigrid with the mesh's grid or the rigid-body
     modes where it needs them."""
@@ -73,8 +90,8 @@ def make_preconditioner(case, disc, policy: Precision):
     nns = mg.rigid_body_modes(disc.mesh.points, disc.free) if disc.kind == "elasticity" else None
     if name == "mg":      # the rigid-body modes serve the aggregation levels below the last halvable grid
         return mg.Multigrid("mg", opts, grid=mg.StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp),
-                            near_nullspace=nns)
-    return mg.Multigrid("amg", opts, near_nullspace=nns)
+                            near_nullspace=nns, field="solve.multigrid")
+    return mg.Multigrid("amg", opts, near_nullspace=nns, field="solve.multigrid")
 
 
 class FEMFamily:
@@ -86,9 +103,7 @@ class FEMFamily:
     def describe(self, case, backend, policy: Precision) -> Description:
         """Mesh size, unknowns and the peak memory (hpcsolve.memory), without solving; the mesh it builds
         is reused by ``run``. A mesh that would not fit in host memory is not built (``run`` refuses it)."""
-        from hpcsolve.fem.api import _method_for
-
-        _method_for(policy, _method(case, policy))   # raises a CaseError for a method that does not fit
+        check_method(case, policy)
         estimate = memory.fem(case, backend, policy)
         info = {"problem": case.problem.kind, "method": _method(case, policy), "rtol": case.solve.rtol,
                 "memory": memory.describe(estimate)}
