@@ -77,3 +77,15 @@ def _plain(value):
 def record_property(record_property):
     """pytest's ``record_property`` with the value made plain (see :func:`_plain`)."""
     return lambda name, value: record_property(name, _plain(value))
+
+
+@pytest.fixture(autouse=True)
+def _simulated_fp64_blocks_cut_to_the_row(monkeypatch):
+    """Under the CUDA simulator (which runs every thread of a block in Python) the fp64 LBM kernels take the short-row
+    launch shape the other storages already take on rows of at most 256 cells: one block per row cut to whole warps
+    (32 threads on the tests' 8-16-cell rows, instead of 256 mostly idle ones). The kernel code is the same for any
+    block size; the shape rule itself is tested outside the simulator (tests/lbm/test_streaming_choice.py)."""
+    if SIM:
+        from hpcsolve.lbm import kernels_numba
+
+        monkeypatch.setitem(kernels_numba.LAUNCH_SHORT, 8, kernels_numba.LAUNCH_SHORT[4])
