@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # 4 workers (pytest-xdist): the GPU suite in about 2 minutes on the H200 (docs/testing.md keeps the figure);
   # GPU_WORKERS=0 runs it in one process
-  python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfE -n "${GPU_WORKERS:-4}" --durations=15 "$@" \
+  python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfEs -n "${GPU_WORKERS:-4}" --durations=15 "$@" \
       2>&1 | tee "$OUT/pytest_gpu.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -175,9 +175,9 @@ def test_compare_repeats_and_the_pareto_plot_with_spread(tmp_path):
                    overrides=SMALL_CAVITY, out=tmp_path)
     assert [len(r.times) for r in comp.runs] == [4, 4]
     for r in comp.runs:
-        assert r.wall_min <= r.wall_s <= r.wall_max and r.wall_s == float(np.median(r.times))
+        assert r.wall_min <= r.wall_s <= r.wall_max and r.wall_s == float(np.median(r.times))   # timing-ok: the median lies within its own min-max (no limit on time)
     data = json.loads((tmp_path / "comparison.json").read_text())
-    assert data["runs"][1]["wall_min_s"] <= data["runs"][1]["wall_s"] <= data["runs"][1]["wall_max_s"]
+    assert data["runs"][1]["wall_min_s"] <= data["runs"][1]["wall_s"] <= data["runs"][1]["wall_max_s"]   # timing-ok
     assert set(data["verdicts"]) == {"numpy/fp64", "numpy/fp32"}
     assert (tmp_path / "plots" / "pareto.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "numpy-fp32" / "summary.json").read_text())
