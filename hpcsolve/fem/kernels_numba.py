@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from hpcsolve.backends import cuda_simulator_enabled
+from hpcsolve.cudasim import serialise_shared_arrays
 from hpcsolve.fem import lowops
 
 THREADS = 256          # the shared-memory size of the block reduction (power of two)
@@ -64,6 +65,8 @@ def _core():
     from numba import cuda as numba_cuda, float64
 
     cuda = numba_cuda
+    if cuda_simulator_enabled():
+        serialise_shared_arrays()             # the simulator's cuda.shared.array is not thread-safe (hpcsolve.cudasim)
     kernel = _kernel_decorator()
 
     @cuda.jit(device=True, inline=True)

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from hpcsolve import backends, fp16c
+from hpcsolve import backends, cudasim, fp16c
 from hpcsolve.lbm import kernel_plan, lattice, physics
 from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.cell_table import HASH_MULT
@@ -214,6 +214,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     P = physics.physics_for(ct, jit=device)
     if backends.cuda_simulator_enabled():
         exchange = "smem"      # the simulator has no warp shuffles
+        cudasim.serialise_shared_arrays()     # its cuda.shared.array is not thread-safe (hpcsolve.cudasim)
     rules = link_rules(characteristic)
     ns = {"cuda": cuda, "float64": float64, "int32": int32, "int64": int64, "uint64": uint64,
           "HASH_MULT": np.uint64(HASH_MULT), "SHIFT32": np.uint64(32), **numba_code(policy).namespace(),
