@@ -1,20 +1,19 @@
 """hpcsolve: GPU scientific solvers that measure accuracy against speed across precisions."""
 
-__version__ = "0.1.0"
-
-from hpcsolve.errors import (  # noqa: E402
+from hpcsolve.core.version import __version__  # noqa: E402
+from hpcsolve.core.errors import (  # noqa: E402
     BackendError,
     BlowUpError,
     CaseError,
     HpcsolveError,
 )
-from hpcsolve.precision import Precision, get_precision  # noqa: E402
+from hpcsolve.core.precision import Precision, get_precision  # noqa: E402
 
 
 # The entry points live in modules that import numpy, scipy and the solver families; they load on first
 # use (PEP 562), and ``hpcsolve.run_case`` *is* ``hpcsolve.run.run_case``: help() shows its real signature.
 _LAZY = {"run_case": ("hpcsolve.run", "run_case"), "compare": ("hpcsolve.report.compare", "compare"),
-         "load_case": ("hpcsolve.cases", "load_case")}
+         "load_case": ("hpcsolve.core.cases", "load_case")}
 
 
 def __getattr__(name: str):

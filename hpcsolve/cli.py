@@ -16,8 +16,9 @@ import time
 import warnings
 from pathlib import Path
 
-from hpcsolve import __version__, backends, outdir, precision
-from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.core.version import __version__
+from hpcsolve.core import backends, outdir, precision
+from hpcsolve.core.errors import CaseError, HpcsolveError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,7 +150,7 @@ def _check_run_options(args) -> None:
 
 
 def cmd_run(args) -> int:
-    from hpcsolve import parallel
+    from hpcsolve.core import parallel
     from hpcsolve import run as runmod
 
     if args.case is None and args.resume is None:
@@ -222,7 +223,7 @@ def cmd_validate(args) -> int:
 def cmd_compare(args) -> int:
     import datetime as _dt
 
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare
 
     if args.backend or args.precision:
@@ -339,7 +340,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
-    # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.interrupts);
+    # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.core.interrupts);
     # once the outcome is decided, late signals are ignored so they cannot turn it into a kill mid-exit
     previous = _set_handlers(_interrupt)
     if argv is None:   # the command line: a warning is one line in the form of the errors, not a source line
@@ -376,7 +377,7 @@ RANKS_WAIT_S = 10.0     # how long a failed rank waits for the others before it 
 
 
 def _rank() -> int:
-    from hpcsolve import parallel
+    from hpcsolve.core import parallel
 
     try:
         return parallel.world().Get_rank()
@@ -390,7 +391,7 @@ def _end_ranks(code: int, unexpected: bool = False) -> None:
     in a halo exchange), it ends the whole job with its exit code after RANKS_WAIT_S (MPI Abort) instead of
     leaving them waiting for ever. A rank whose code is the run's shared outcome waits as long as it takes,
     so that rank 0 finishes writing. An unexpected exception ends the job at once (its traceback first)."""
-    from hpcsolve import parallel
+    from hpcsolve.core import parallel
 
     try:
         comm = parallel.world()
@@ -418,7 +419,7 @@ def _end_ranks(code: int, unexpected: bool = False) -> None:
 def _one_process_only(args) -> None:
     """Under ``mpiexec -n N`` (N > 1) only ``hpcsolve run`` (not ``--dry-run``) works on the ranks; the other
     commands would run N times side by side (and their collectives would not match)."""
-    from hpcsolve import parallel
+    from hpcsolve.core import parallel
 
     n = parallel.ranks(parallel.world())
     if n > 1 and (args.command != "run" or getattr(args, "dry_run", False)):

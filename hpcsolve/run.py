@@ -9,14 +9,15 @@ import socket
 import warnings
 from pathlib import Path
 
-from hpcsolve import __version__, backends, interrupts, outdir, parallel
-from hpcsolve import family as families
-from hpcsolve.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
-from hpcsolve.errors import BackendError, CaseError, HpcsolveError, OutputError, RunInterrupted
-from hpcsolve.family import Description
-from hpcsolve.precision import Precision, get_precision
-from hpcsolve.results import Result
+from hpcsolve.core.version import __version__
+from hpcsolve.core import backends, interrupts, outdir, parallel
+from hpcsolve.core import family as families
+from hpcsolve.core.cases import CaseBase, load_case, parse_case_text
+from hpcsolve.core.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
+from hpcsolve.core.errors import BackendError, CaseError, HpcsolveError, OutputError, RunInterrupted
+from hpcsolve.core.family import Description
+from hpcsolve.core.precision import Precision, get_precision
+from hpcsolve.core.results import Result
 
 RESULT_FILES = outdir.RESULT_FILES
 
@@ -116,7 +117,7 @@ def available_memory(backend) -> int | None:
 
 
 def check_memory(desc: "Description | dict", backend) -> None:
-    """Refuse a run whose estimated peak memory (hpcsolve.memory) does not fit, before anything is
+    """Refuse a run whose estimated peak memory (hpcsolve.core.memory) does not fit, before anything is
     allocated: the device memory of a GPU backend, and the host memory of the process."""
     backend = backends.get(backend)
     info = desc.as_dict() if isinstance(desc, Description) else desc
@@ -148,7 +149,7 @@ def default_out_dir(case: CaseBase, backend: str, policy: Precision) -> Path:
 
 
 def check_out_dir(out: Path, overwrite: bool, resume: bool = False) -> None:
-    """Refuse an output folder that cannot take the run, before anything runs (hpcsolve.outdir)."""
+    """Refuse an output folder that cannot take the run, before anything runs (hpcsolve.core.outdir)."""
     outdir.check(out, overwrite=overwrite, resume=resume)
 
 

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from hpcsolve.fem import assembly
-from hpcsolve.fem import mesh as meshmod
+from hpcsolve.fem.discrete import assembly
+from hpcsolve.fem.discrete import mesh as meshmod
 
 
 def main():

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import parallel
-from hpcsolve.precision import get_precision
+from hpcsolve.core import parallel
+from hpcsolve.core.precision import get_precision
 from hpcsolve.report.bench_lbm import cavity_setup
 
 
@@ -53,8 +53,8 @@ def bench_lbm(comm, n: int, weak: bool, steps: int, repeats: int, precision: str
 
 def bench_fem(comm, m: int, weak: bool, iterations: int, repeats: int) -> dict:
     from hpcsolve.fem import solve
-    from hpcsolve.fem import testproblems as tp
-    from hpcsolve.fem.distributed import prepare_distributed
+    from hpcsolve.fem.discrete import testproblems as tp
+    from hpcsolve.fem.linalg.distributed import prepare_distributed
 
     ranks = parallel.ranks(comm)
     rows = m * ranks if weak else m
@@ -82,7 +82,7 @@ def _poisson_rect(mx: int, my: int):
     """The 5-point Poisson matrix on an mx x my interior grid (Dirichlet all round), random b."""
     import scipy.sparse as sp
 
-    from hpcsolve.fem.testproblems import Problem
+    from hpcsolve.fem.discrete.testproblems import Problem
 
     def lap(k):
         return sp.diags([-np.ones(k - 1), 2 * np.ones(k), -np.ones(k - 1)], [-1, 0, 1])

@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcsolve import backends  # noqa: E402
-from hpcsolve.cases import load_case  # noqa: E402
+from hpcsolve.core import backends  # noqa: E402
+from hpcsolve.core.cases import load_case  # noqa: E402
 from hpcsolve.lbm.runner import build_setup  # noqa: E402
-from hpcsolve.lbm.stepper import get_stepper  # noqa: E402
-from hpcsolve.precision import get_precision  # noqa: E402
+from hpcsolve.lbm.steppers.stepper import get_stepper  # noqa: E402
+from hpcsolve.core.precision import get_precision  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
                     help="CGOptions for the mixed solve, e.g. check_every=128 or kappa_limit=inf")
     args = ap.parse_args(argv)
-    from hpcsolve.fem import CGOptions, kernels_cupy, solve
+    from hpcsolve.fem import CGOptions, solve
+    from hpcsolve.fem.linalg import kernels_cupy
 
     opts = {}
     for item in args.options:

@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    from hpcsolve import backends
+    from hpcsolve.core import backends
     from hpcsolve.report.bench_fem import _host_poisson
 
     for be in args.backends:

@@ -1,6 +1,6 @@
 """How the scale of the stored shifted populations changes the 16-bit storage error (NumPy reference).
 
-For fp16s (IEEE float16) and fp16c (hpcsolve/fp16c.py), each with several population scales S (stored value
+For fp16s (IEEE float16) and fp16c (hpcsolve/core/fp16c.py), each with several population scales S (stored value
 (f - w) * S), runs a case on the NumPy backend for a fixed number of steps and prints the relative L2 distance of
 the velocity field to the fp64 run, and the case's own error metric where it has one.
 
@@ -22,9 +22,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcsolve.cases import load_case  # noqa: E402
+from hpcsolve.core.cases import load_case  # noqa: E402
 from hpcsolve.lbm import runner  # noqa: E402
-from hpcsolve.precision import FP16C, FP16S, FP64  # noqa: E402
+from hpcsolve.core.precision import FP16C, FP16S, FP64  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -25,10 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcsolve.cases import load_case  # noqa: E402
+from hpcsolve.core.cases import load_case  # noqa: E402
 from hpcsolve.lbm import runner  # noqa: E402
-from hpcsolve.lbm.kernels_numpy import make_stepper  # noqa: E402
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64  # noqa: E402
+from hpcsolve.lbm.steppers.kernels_numpy import make_stepper  # noqa: E402
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-"""Memory estimates (hpcsolve.memory) against the measured peak, over several sizes.
+"""Memory estimates (hpcsolve.core.memory) against the measured peak, over several sizes.
 
 Each configuration runs as `hpcsolve run` in a subprocess of its own; its peak resident memory is
 the child's own high-water mark VmHWM from /proc/self/status, read as it exits (ru_maxrss of a

@@ -5,9 +5,10 @@ import sys
 
 import numpy as np
 
-from hpcsolve.fem import kernels_cupy, solve
-from hpcsolve.fem import multigrid as mgm
-from hpcsolve.fem import testproblems as tp
+from hpcsolve.fem.linalg import kernels_cupy
+from hpcsolve.fem import solve
+from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem.discrete import testproblems as tp
 from hpcsolve.report.bench_fem import _numba_view
 
 for m in [int(a) for a in sys.argv[1:]] or [1023, 2047]:

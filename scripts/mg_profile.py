@@ -9,10 +9,11 @@ import argparse
 
 import numpy as np
 
-from hpcsolve.fem import kernels_cupy, solve
-from hpcsolve.fem.cg import CGEngine
-from hpcsolve.fem import multigrid as mgm
-from hpcsolve.fem import testproblems as tp
+from hpcsolve.fem.linalg import kernels_cupy
+from hpcsolve.fem import solve
+from hpcsolve.fem.linalg.cg import CGEngine
+from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem.discrete import testproblems as tp
 from hpcsolve.report.bench_fem import _numba_view, time_iterations
 from hpcsolve.report.bench_mg import _setup_time
 

@@ -5,9 +5,9 @@ import pstats
 import sys
 import time
 
-from hpcsolve.fem import kernels_cupy
-from hpcsolve.fem import multigrid as mgm
-from hpcsolve.fem import testproblems as tp
+from hpcsolve.fem.linalg import kernels_cupy
+from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem.discrete import testproblems as tp
 
 m = int(sys.argv[1]) if len(sys.argv) > 1 else 4095
 A = kernels_cupy.poisson_5point_device(m)

@@ -35,11 +35,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcsolve.cases import load_case  # noqa: E402
+from hpcsolve.core.cases import load_case  # noqa: E402
 from hpcsolve.lbm import lattice, observables as obs  # noqa: E402
 from hpcsolve.lbm.runner import build_setup  # noqa: E402
-from hpcsolve.lbm.stepper import VELOCITY, get_stepper  # noqa: E402
-from hpcsolve.precision import get_precision  # noqa: E402
+from hpcsolve.lbm.steppers.stepper import VELOCITY, get_stepper  # noqa: E402
+from hpcsolve.core.precision import get_precision  # noqa: E402
 
 
 def envelope_decay(t: np.ndarray, y: np.ndarray, mean: float | None = None) -> tuple[float, int]:

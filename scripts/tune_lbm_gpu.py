@@ -39,12 +39,12 @@ def main(argv=None) -> int:
 
     from lbm_gpu_cases import channel, rel_diff, shifted
 
-    from hpcsolve.lbm.kernels_cupy import CupyStepper
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
-    from hpcsolve.lbm.stepper import get_stepper
-    from hpcsolve.precision import get_precision
+    from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.stepper import get_stepper
+    from hpcsolve.core.precision import get_precision
     from hpcsolve.report.bandwidth import copy_bandwidth
-    from hpcsolve import backends
+    from hpcsolve.core import backends
     from hpcsolve.report.bench_lbm import cavity_setup
 
     cls = {"cupy": CupyStepper, "numba-cuda": NumbaCudaStepper}

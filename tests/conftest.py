@@ -25,7 +25,7 @@ SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
 def gpu_backends() -> list[str]:
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     if SIM:
         return []
@@ -33,7 +33,7 @@ def gpu_backends() -> list[str]:
 
 
 def pytest_collection_modifyitems(config, items):
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     usable = gpu_backends()
     reasons = "; ".join(f"{n}: {backends.probe(n).reason}" for n in ("cupy", "numba-cuda"))
@@ -86,6 +86,6 @@ def _simulated_fp64_blocks_cut_to_the_row(monkeypatch):
     (32 threads on the tests' 8-16-cell rows, instead of 256 mostly idle ones). The kernel code is the same for any
     block size; the shape rule itself is tested outside the simulator (tests/lbm/test_streaming_choice.py)."""
     if SIM:
-        from hpcsolve.lbm import kernels_numba
+        from hpcsolve.lbm.steppers import kernels_numba
 
         monkeypatch.setitem(kernels_numba.LAUNCH_SHORT, 8, kernels_numba.LAUNCH_SHORT[4])

@@ -320,8 +320,8 @@ H200_L2 = 60 * 2**20
 
 def _cached_cupy_objects():
     """The package's caches that hold CuPy objects (filled with stand-ins inside ``recorded_modules``)."""
-    from hpcsolve.fem import kernels_cupy as fem_cupy
-    from hpcsolve.lbm import kernels_cupy as lbm_cupy
+    from hpcsolve.fem.linalg import kernels_cupy as fem_cupy
+    from hpcsolve.lbm.steppers import kernels_cupy as lbm_cupy
 
     return fem_cupy._module, fem_cupy.low_ops, lbm_cupy._scale_kernel
 
@@ -351,7 +351,7 @@ def _calls(rec: Recorder) -> list[ModuleCall]:
 
 def lbm_modules(setup, **stepper_options) -> list[ModuleCall]:
     """The RawModules ``kernels_cupy.CupyStepper(setup, **stepper_options)`` makes (step kernels, Bouzidi pre-pass)."""
-    from hpcsolve.lbm import kernels_cupy
+    from hpcsolve.lbm.steppers import kernels_cupy
 
     with recorded_modules() as rec:
         kernels_cupy.CupyStepper(setup, graphs=False, **stepper_options)
@@ -361,7 +361,7 @@ def lbm_modules(setup, **stepper_options) -> list[ModuleCall]:
 def fem_modules() -> list[ModuleCall]:
     """The RawModule of the FEM's fused CG and multigrid kernels (``fem.kernels_cupy._module``), with every
     kernel the CuPy ops can ask for (``_names()``, the module's name expressions) requested."""
-    from hpcsolve.fem import kernels_cupy
+    from hpcsolve.fem.linalg import kernels_cupy
 
     with recorded_modules() as rec:
         module = kernels_cupy._module.__wrapped__()       # past its lru_cache: a real cupy may have filled it
@@ -375,7 +375,7 @@ def fem_modules() -> list[ModuleCall]:
 
 def lbm_policies():
     """Every precision policy the LBM runs with (``precision.POLICIES``)."""
-    from hpcsolve.precision import POLICIES
+    from hpcsolve.core.precision import POLICIES
 
     return [p for p in POLICIES.values() if p.supports("lbm")]
 
@@ -399,8 +399,8 @@ def small_overrides(path: Path) -> tuple[str, ...]:
     """The case overrides that make the case at ``path`` small (see SMALL_RESOLUTION)."""
     import tomllib
 
-    from hpcsolve.cases import load_case
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core.cases import load_case
+    from hpcsolve.core.errors import CaseError
     from hpcsolve.lbm.case import derive
 
     u = tomllib.loads(path.read_text()).get("lattice", {}).get("velocity", 0.05)
@@ -418,7 +418,7 @@ def small_overrides(path: Path) -> tuple[str, ...]:
 
 def case_setup(path: Path, policy, overrides=()):
     """The LBMSetup ``runner.build_setup`` makes of the case file at a small resolution, with ``overrides``."""
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.lbm.runner import build_setup
 
     case = load_case(path, small_overrides(path) + tuple(overrides))
@@ -453,7 +453,7 @@ class Config:
     cubin: tuple[str, ...] = ()
 
     def modules(self) -> list[ModuleCall]:
-        from hpcsolve.precision import POLICIES
+        from hpcsolve.core.precision import POLICIES
 
         setup = case_setup(CASES / self.case, POLICIES[self.policy_name], self.overrides)
         return lbm_modules(setup, **dict(self.options))

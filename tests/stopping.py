@@ -1,4 +1,4 @@
-"""A stand-in for a run's stop request (hpcsolve.interrupts) that tests hand to the runner."""
+"""A stand-in for a run's stop request (hpcsolve.core.interrupts) that tests hand to the runner."""
 
 
 class StopAfter:

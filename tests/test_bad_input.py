@@ -125,7 +125,7 @@ def test_a_case_file_with_a_byte_order_mark_reads_as_without(tmp_path):
     plain = Path(POISSON).read_text(encoding="utf-8")
     bom = tmp_path / "bom.toml"
     bom.write_bytes(b"\xef\xbb\xbf" + plain.encode("utf-8"))
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
 
     assert load_case(bom).model_dump() == load_case(POISSON).model_dump()
     assert _cli("validate", str(bom))[0] == 0
@@ -178,8 +178,8 @@ def test_manufactured_solution_on_a_mesh_file_must_be_the_unit_square_fixed_all_
 def test_manufactured_solution_takes_the_conductivity_into_its_source():
     """-div(k grad u) = 2 pi^2 k sin(pi x) sin(pi y): the same discrete solution for any uniform k (the
     conductivity used to scale the solution away from the one the errors were measured against)."""
-    from hpcsolve.cases import load_case
-    from hpcsolve.fem import problem
+    from hpcsolve.core.cases import load_case
+    from hpcsolve.fem.discrete import problem
 
     def solve(k):
         d = problem.build(load_case(POISSON, ["mesh.nx=8", f"problem.conductivity={k}"]))

@@ -179,7 +179,7 @@ def test_compare_with_only_unusable_backends_is_refused(monkeypatch, capsys):
     naming them and why; one usable among them is enough to run (the others are listed as skipped)."""
     from types import SimpleNamespace
 
-    from hpcsolve import backends as backends_mod
+    from hpcsolve.core import backends as backends_mod
 
     real = backends_mod.probe
     monkeypatch.setattr(backends_mod, "probe", lambda b: SimpleNamespace(available=False, simulator=False,

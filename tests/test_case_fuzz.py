@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcsolve import run as runmod
-from hpcsolve.cases import parse_case_text
-from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.core.cases import parse_case_text
+from hpcsolve.core.errors import CaseError, HpcsolveError
 from tomlgen import to_toml
 
 CASES = sorted((Path(__file__).parent.parent / "cases").glob("*.toml"))

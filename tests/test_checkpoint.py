@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from hpcsolve.checkpoint import (Checkpoint, check_compatible, latest_checkpoint, list_checkpoints,
+from hpcsolve.core.checkpoint import (Checkpoint, check_compatible, latest_checkpoint, list_checkpoints,
                                  write_checkpoint)
-from hpcsolve.errors import CaseError
+from hpcsolve.core.errors import CaseError
 
 CASE = json.dumps({"name": "c", "physics": {"reynolds": 100}})
 

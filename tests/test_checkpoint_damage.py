@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from hpcsolve import cli
-from hpcsolve.cases import load_case
-from hpcsolve.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_checkpoint
-from hpcsolve.errors import CaseError, RunInterrupted
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_checkpoint
+from hpcsolve.core.errors import CaseError, RunInterrupted
 from hpcsolve.lbm import runner
-from hpcsolve.precision import get_precision
-from hpcsolve.results import read_result_folder
+from hpcsolve.core.precision import get_precision
+from hpcsolve.core.results import read_result_folder
 from stopping import StopAfter
 
 ROOT = Path(__file__).parent.parent
@@ -282,7 +282,7 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(folder, cap
 def test_each_checkpoint_passed_over_is_warned_once_whichever_check_found_it(tmp_path, monkeypatch, capsys):
     """Checkpoints 30 (state damaged: found as the run restores it), 20 (truncated: found as the fallback reads it)
     and 10 (good): one warning for each of the two passed over, and the run resumes from 10."""
-    from hpcsolve import checkpoint
+    from hpcsolve.core import checkpoint
 
     monkeypatch.setattr(checkpoint.write_checkpoint, "__defaults__", (10,))   # keep every checkpoint
     out = tmp_path / "run"

@@ -8,8 +8,8 @@ import pytest
 
 import hpcsolve
 from hpcsolve import cli
-from hpcsolve.cases import load_case
-from hpcsolve.errors import CaseError
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.errors import CaseError
 
 CAVITY = Path(__file__).parent.parent / "cases" / "lid_driven_cavity.toml"
 

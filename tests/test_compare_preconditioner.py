@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpcsolve import cli
-from hpcsolve.errors import CaseError
+from hpcsolve.core.errors import CaseError
 from hpcsolve.report.compare import compare, preconditioner_names
 
 CASES = Path(__file__).parent.parent / "cases"

@@ -181,9 +181,9 @@ def test_cupy_stepper_launches_match_the_compiled_kernels(config):
     three runs of two steps (the first launched directly, the second recorded as a CUDA graph and replayed, the third
     replayed), the moments and the force. Every launch passes what its compiled kernel takes; the graph holds the
     launches of a direct run, with the same arrays; the step kernels alternate as the layout says."""
-    from hpcsolve.lbm import kernels_cupy
+    from hpcsolve.lbm.steppers import kernels_cupy
     from hpcsolve.lbm.flags import FLUID
-    from hpcsolve.precision import POLICIES
+    from hpcsolve.core.precision import POLICIES
 
     setup = case_setup(CASES / config.case, POLICIES[config.policy_name], config.overrides)
     setup.ramp_steps = 2
@@ -234,7 +234,7 @@ def test_cupy_fem_ops_launch_every_compiled_kernel_with_its_signature():
     replays the launches it recorded."""
     from types import SimpleNamespace
 
-    from hpcsolve.fem import kernels_cupy
+    from hpcsolve.fem.linalg import kernels_cupy
 
     f16, f32, f64 = np.float16, np.float32, np.float64
     n = 8
@@ -295,7 +295,7 @@ def test_the_matrix_holds_every_configuration():
     """The configurations reach every precision x streaming x boundary set x collision function, every shipped LBM
     case, both kernels of the Bouzidi pre-pass, the pair kernel and the register cap; every source is compiled at
     least to the front end for every target, and each code class that the configurations want a CUBIN for gets one."""
-    from hpcsolve import fp16c
+    from hpcsolve.core import fp16c
     from hpcsolve.lbm.boundaries.layer import C_SOURCE as LAYER_C
 
     assert len(SOURCES) == DISTINCT_SOURCES
@@ -337,7 +337,7 @@ def test_the_matrix_holds_every_configuration():
 #: every CuPy kernel constructor in the package; those without a recorded RawModule are listed with the reason
 _CONSTRUCTOR = re.compile(r"cupy\.(RawModule|RawKernel|ElementwiseKernel|ReductionKernel)\(")
 NOT_COMPILED_HERE = {
-    ("hpcsolve/lbm/kernels_cupy.py", "ElementwiseKernel"):
+    ("hpcsolve/lbm/steppers/kernels_cupy.py", "ElementwiseKernel"):
         "CuPy writes this kernel's C from its own templates (out = (T)(u * s)); without CuPy there is no source",
 }
 

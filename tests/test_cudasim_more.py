@@ -1,7 +1,7 @@
 """Numba-CUDA paths under the CUDA simulator that the other simulator tests do not run (issue 36).
 
 - FEM ops that no simulator test launched: ``axpy`` (every pair of vector types) and ``precondition``, against
-  the NumPy reference ops (hpcsolve.fem.kernels_numpy_low) on the same inputs; the matrix check's out-of-range
+  the NumPy reference ops (hpcsolve.fem.linalg.kernels_numpy_low) on the same inputs; the matrix check's out-of-range
   column index, counted as the NumPy check counts it.
 - The 16-bit pair kernel's warp-shuffle exchange (``exchange="shfl"``): the simulator has no warp shuffles, so the
   stepper takes the shared-memory exchange there. Here ``cuda.shfl_up_sync`` / ``shfl_down_sync`` get a stand-in
@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.stepper import get_stepper
-from hpcsolve.precision import FP16C, FP16S
+from hpcsolve.lbm.steppers.stepper import get_stepper
+from hpcsolve.core.precision import FP16C, FP16S
 
 sys.path.insert(0, str(Path(__file__).parent / "lbm"))       # the LBM test geometries (tests/lbm/lbm_gpu_cases.py)
 from lbm_gpu_cases import channel, rel_diff, shifted, with_layer  # noqa: E402
@@ -74,8 +74,8 @@ def _shuffle_stepper(setup, monkeypatch, **options):
     ``compiled_kernels`` forces the shared-memory exchange under the simulator, so it is told it is not in one
     while the stepper is built. The device helpers it also asks that question (the float16 / FP16C word functions,
     raw array access) are taken first, so that their simulator versions are the ones cached and used."""
-    from hpcsolve import backends, fp16c
-    from hpcsolve.lbm import kernels_numba
+    from hpcsolve.core import backends, fp16c
+    from hpcsolve.lbm.steppers import kernels_numba
 
     kernels_numba._half_bits()
     kernels_numba._raw_access()
@@ -102,8 +102,8 @@ def test_pair_kernel_warp_shuffle_exchange_matches_shared_memory_and_reference(s
     fluid cells without a non-fluid neighbour take the exchanged words (the others the per-cell path): rows 2 and 3
     of the 6 are such pairs, on both sides of the warp edge and of the block edge."""
     from hpcsolve.lbm.flags import FLUID
-    from hpcsolve.lbm.gpu_common import device_flags
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.gpu_common import device_flags
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
 
     base = channel(nx=136, ny=6, collision=collision, policy=policy)
     setup = with_layer(base) if layer else base
@@ -154,7 +154,7 @@ def test_the_shuffle_stand_in_is_a_warp_shuffle(shuffles):
 
 @pytest.fixture(scope="module")
 def fem_ops():
-    from hpcsolve.fem import kernels_numba, kernels_numpy_low
+    from hpcsolve.fem.linalg import kernels_numba, kernels_numpy_low
 
     return kernels_numba.low_ops(), kernels_numpy_low.low_ops()
 
@@ -212,7 +212,7 @@ def test_numba_check_kernel_counts_column_indices_out_of_range(fem_ops):
     non-finite value (nothing else is decided on a matrix with bad indices: NumPy's check stops there)."""
     import scipy.sparse as sp
 
-    from hpcsolve.fem import lowops
+    from hpcsolve.fem.linalg import lowops
 
     n = 12
     A = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")

@@ -1,4 +1,4 @@
-"""The CUDA simulator's ``cuda.shared.array`` made thread-safe (hpcsolve.cudasim): without the repair, a thread
+"""The CUDA simulator's ``cuda.shared.array`` made thread-safe (hpcsolve.core.cudasim): without the repair, a thread
 switch between the simulator's look-up and store gave two threads of one block two different arrays, and the
 FEM block sums added uninitialized memory (a refinement took 44 iterations instead of 32 on a loaded CI machine).
 The tests force thread switches every microsecond, where the unrepaired simulator goes wrong in most launches."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import cuda, float64, int32     # module globals: the simulator swaps in its own cuda inside kernels
 
-from hpcsolve import cudasim
+from hpcsolve.core import cudasim
 
 pytestmark = pytest.mark.cudasim
 
@@ -24,7 +24,7 @@ def frequent_switches():
 
 def test_block_sums_exact_under_frequent_thread_switches(frequent_switches):
     """The FEM dot kernel's block tree (8 threads x 2 blocks under the simulator) on integers: every launch exact."""
-    from hpcsolve.fem.kernels_numba import NumbaOps
+    from hpcsolve.fem.linalg.kernels_numba import NumbaOps
 
     ops = NumbaOps()
     x = ops.to_device(np.arange(1, 41, dtype=np.float64))

@@ -1,14 +1,14 @@
-"""The solver-family protocol (hpcsolve.family): describe once, run with the description, fixed
+"""The solver-family protocol (hpcsolve.core.family): describe once, run with the description, fixed
 result keys, capabilities instead of signature probing."""
 
 from pathlib import Path
 
 import pytest
 
-from hpcsolve import family as families
+from hpcsolve.core import family as families
 from hpcsolve import run as runmod
-from hpcsolve.errors import CaseError
-from hpcsolve.family import CAPABILITIES, SOLVER_SECONDS
+from hpcsolve.core.errors import CaseError
+from hpcsolve.core.family import CAPABILITIES, SOLVER_SECONDS
 from hpcsolve.lbm import geometry
 
 CASES = Path(__file__).parent.parent / "cases"
@@ -53,7 +53,7 @@ def test_a_description_is_reused_by_the_run(monkeypatch):
 
 
 def test_resume_is_refused_for_a_family_without_checkpoints(tmp_path):
-    from hpcsolve.checkpoint import Checkpoint, write_checkpoint
+    from hpcsolve.core.checkpoint import Checkpoint, write_checkpoint
 
     case = runmod.load_case(CASES / "poisson_manufactured.toml")
     write_checkpoint(tmp_path, Checkpoint(step=1, arrays={}, state={},

@@ -1,5 +1,5 @@
 """The multigrid level kernels (``csr_apply``, ``mg_smooth``) and the coefficient form of ``update_xp`` on the
-GPU backends against the NumPy reference ops (hpcsolve.fem.kernels_numpy_low), which compute the same
+GPU backends against the NumPy reference ops (hpcsolve.fem.linalg.kernels_numpy_low), which compute the same
 thing in the same precisions.
 
 - ``cudasim``: NumbaOps under the CUDA simulator (tiny sizes, n <= 50; scripts/test.sh runs them in a
@@ -16,7 +16,7 @@ is a few units of T's rounding times the size of the terms, rtol 1e-12 (float64)
 import numpy as np
 import pytest
 
-from hpcsolve.fem import kernels_numpy_low, lowops
+from hpcsolve.fem.linalg import kernels_numpy_low, lowops
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 #: (storage, compute) pairs: those the multigrid uses, and the widening ones it may use
@@ -185,7 +185,7 @@ def test_numpy_dia_levels_match_csr(storage, T, rowscale):
 # ------------------------------------------------------------------------------- the CUDA simulator
 @pytest.fixture(scope="module")
 def sim_ops():
-    from hpcsolve.fem import kernels_numba
+    from hpcsolve.fem.linalg import kernels_numba
 
     return kernels_numba.low_ops()
 
@@ -231,9 +231,9 @@ def test_sim_numba_has_no_graphs(sim_ops):
 
 # ------------------------------------------------------------------------------------- a real GPU
 def _gpu_ops(gpu_backend_names):
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
-    return [(name, backends.get(name).fem_low_ops()) for name in gpu_backend_names]
+    return [(name, backends.get(name).piece("fem.low_ops")()) for name in gpu_backend_names]
 
 
 @pytest.mark.gpu
@@ -319,7 +319,7 @@ def test_gpu_numba_failed_capture_falls_back(gpu_backend_names):
     with the reason in ``graph_error``; the ops then work as before, launched directly."""
     if "numba-cuda" not in gpu_backend_names:
         pytest.skip("numba-cuda not usable here")
-    from hpcsolve.fem import kernels_numba
+    from hpcsolve.fem.linalg import kernels_numba
 
     low = kernels_numba.low_ops()
     if not low.graphs:

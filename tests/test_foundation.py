@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from hpcsolve import backends, cli
-from hpcsolve.cases import StrictModel, apply_override, parse_override, validation_error_to_case_error
-from hpcsolve.errors import BackendError, CaseError
-from hpcsolve.precision import FP16S, FP32, FP64, MIXED, get_precision
-from hpcsolve.results import Result, Snapshot, StructuredGrid, TriangleMesh, read_h5, write_json
+from hpcsolve.core import backends
+from hpcsolve import cli
+from hpcsolve.core.cases import StrictModel, apply_override, parse_override, validation_error_to_case_error
+from hpcsolve.core.errors import BackendError, CaseError
+from hpcsolve.core.precision import FP16S, FP32, FP64, MIXED, get_precision
+from hpcsolve.core.results import Result, Snapshot, StructuredGrid, TriangleMesh, read_h5, write_json
 
 
 def test_precision_policies_know_their_dtypes_and_families():
@@ -164,7 +165,7 @@ def test_cli_info_and_usage_errors(capsys):
 
 
 def test_policies_encode_and_decode_populations():
-    from hpcsolve.precision import FP32, FP64, MIXED
+    from hpcsolve.core.precision import FP32, FP64, MIXED
 
     h = np.linspace(-0.02, 0.02, 101)
     assert np.array_equal(FP64.decode(FP64.encode(h)), h)            # float64: the identity, bit for bit

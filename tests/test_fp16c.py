@@ -1,4 +1,4 @@
-"""FP16C (hpcsolve/fp16c.py): the NumPy codec against an independent nearest-value rounding, its CUDA C twin
+"""FP16C (hpcsolve/core/fp16c.py): the NumPy codec against an independent nearest-value rounding, its CUDA C twin
 compiled for the host, the LBM storage policy and the accuracy it buys over fp16s."""
 
 import shutil
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcsolve import fp16c
-from hpcsolve.precision import FP16C, get_precision
+from hpcsolve.core import fp16c
+from hpcsolve.core.precision import FP16C, get_precision
 
 CODES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
@@ -215,10 +215,10 @@ def test_fp16c_stochastic_rounding_keeps_a_slow_cavity_near_fp64():
     Cavity at Re 250, 64 cells, lattice velocity 0.1 (tau 0.577), 16,000 steps, NumPy: with round to nearest the
     fp16c field's distance to fp64 jumped from 4e-4 to 7.5e-3 after 10,000 steps (the rounding's systematic part
     adding up); with the stochastic rounding of the step's stores it stays at ~4e-4."""
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.lbm import runner
-    from hpcsolve.lbm.kernels_numpy import make_stepper
-    from hpcsolve.precision import FP64, Precision
+    from hpcsolve.lbm.steppers.kernels_numpy import make_stepper
+    from hpcsolve.core.precision import FP64, Precision
 
     case = load_case("cases/lid_driven_cavity_re1000.toml", ["lattice.resolution=64", "steady.enabled=false",
                                                               "physics.reynolds=250.0"])
@@ -248,8 +248,8 @@ def test_fp16c_stochastic_rounding_keeps_couette_flow_on_its_analytic_profile():
     takes the 64-cell cavity from 4e-4 to 7.5e-3); with stochastic rounding it stays at rounding-noise level, seen
     3.9e-4 .. 1.2e-3 between 2,000 and 10,000 steps. Bounds: stochastic < 2.5e-3 (twice the largest seen), nearest
     > 5e-3 and > 4x stochastic."""
-    from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup, get_stepper
-    from hpcsolve.precision import Precision
+    from hpcsolve.lbm.steppers.stepper import VELOCITY, WALL, LBMSetup, get_stepper
+    from hpcsolve.core.precision import Precision
 
     class Nearest(Precision):          # fp16c with the step's stores rounded to nearest, for the comparison
         def encode_step(self, post, h0, cells):

@@ -43,7 +43,7 @@ import pytest
 from pydantic import BaseModel
 
 from hpcsolve import cli
-from hpcsolve.results import read_result_folder
+from hpcsolve.core.results import read_result_folder
 from hpcsolve.run import run_case
 from tomlgen import to_toml
 
@@ -769,7 +769,7 @@ def test_generated_solver_options_run_to_a_result_or_an_error_naming_the_field(c
 
 @pytest.mark.parametrize("precision,sets,field", [
     # found by the solver-options inputs: these named the solver's argument ('method', 'preconditioner'), not the
-    # case's field, the last with "got <hpcsolve.fem.multigrid.Multigrid object at 0x...>" as its value
+    # case's field, the last with "got <hpcsolve.fem.linalg.precond.multigrid.Multigrid object at 0x...>" as its value
     ("fp32", ["solve.method='spsolve'"], "solve.method"),
     ("fp64", ["solve.method='cg-reliable'"], "solve.method"),
     ("mixed", ["solve.method='cg'"], "solve.method"),

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hpcsolve import cli
-from hpcsolve.errors import CaseError
-from hpcsolve.fem.mesh import read_mesh
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.discrete.mesh import read_mesh
 
 CASE = Path(__file__).parent.parent / "cases" / "heat_plate_with_hole.toml"
 PTS = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [2, 2]], dtype=float)

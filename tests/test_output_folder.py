@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcsolve import cli, outdir, safe_io
-from hpcsolve.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
-from hpcsolve.errors import OutputError
-from hpcsolve.results import read_h5, read_result_folder
+from hpcsolve import cli
+from hpcsolve.core import outdir, safe_io
+from hpcsolve.core.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
+from hpcsolve.core.errors import OutputError
+from hpcsolve.core.results import read_h5, read_result_folder
 
 ROOT = Path(__file__).parent.parent
 CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
@@ -618,7 +619,7 @@ def test_two_runs_of_one_setup_within_a_second_get_two_default_folders(tmp_path,
     import datetime as dt
 
     from hpcsolve import run as runmod
-    from hpcsolve.precision import get_precision
+    from hpcsolve.core.precision import get_precision
 
     monkeypatch.chdir(tmp_path)
 
@@ -680,7 +681,7 @@ def test_runs_started_in_the_same_second_reserve_different_default_folders(tmp_p
     refused). The default folder is now created when it is chosen, so each caller gets its own."""
     import threading
 
-    from hpcsolve import outdir
+    from hpcsolve.core import outdir
 
     base = tmp_path / "results" / "case-numpy-fp64-20261203-080000"
     gate, got = threading.Barrier(8), []

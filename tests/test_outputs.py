@@ -69,7 +69,7 @@ def test_a_steady_run_that_does_not_reach_steady_state_says_so(tmp_path, capsys)
                      "--set", "lattice.resolution=16", "--set", "time.end_time=1"])
     assert code == 0
     captured = capsys.readouterr().out
-    from hpcsolve.results import read_h5
+    from hpcsolve.core.results import read_h5
 
     res = read_h5(out / "result.h5")
     assert res["attrs"]["status"] == "not_steady" and "steady state not reached" in res["attrs"]["message"]

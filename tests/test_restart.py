@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from hpcsolve import cli
-from hpcsolve.cases import load_case
-from hpcsolve.checkpoint import latest_checkpoint, list_checkpoints
-from hpcsolve.errors import RunInterrupted
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.checkpoint import latest_checkpoint, list_checkpoints
+from hpcsolve.core.errors import RunInterrupted
 from hpcsolve.lbm import runner
-from hpcsolve.precision import get_precision
-from hpcsolve.results import read_h5
+from hpcsolve.core.precision import get_precision
+from hpcsolve.core.results import read_h5
 from stopping import StopAfter
 
 ROOT = Path(__file__).parent.parent
@@ -79,7 +79,7 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
     (round to nearest), then stepped on in the new precision. The resumed run equals a run of the new precision
     started from that converted state at the checkpoint's step, bit for bit."""
     from hpcsolve.lbm.runner import build_setup
-    from hpcsolve.lbm.stepper import get_stepper
+    from hpcsolve.lbm.steppers.stepper import get_stepper
 
     out = tmp_path / "run"
     case = load_case(CAVITY, SMALL)
@@ -95,7 +95,7 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
     elif (saved, now) == ("fp16s", "fp32"):       # fp16s stores 256 h in float16: exact in float32
         assert converted.dtype == np.float32 and np.array_equal(converted, g.astype(np.float32) / 256)
     else:                                          # fp64 -> FP16C: within half a unit of its 11-bit mantissa
-        from hpcsolve import fp16c
+        from hpcsolve.core import fp16c
         back = fp16c.decode(converted).astype(np.float64)
         assert converted.dtype == np.uint16 and np.all(np.abs(back - g) <= np.abs(g) * 2.0 ** -12 + 2.0 ** -26)
     assert cli.main(["run", "--resume", str(out), "--precision", now, "--force", "--quiet", "--no-plots"]) == 0, \

@@ -7,7 +7,7 @@ import pytest
 
 from hpcsolve import cli
 from hpcsolve import run as runmod
-from hpcsolve.errors import BackendError, CaseError
+from hpcsolve.core.errors import BackendError, CaseError
 
 CASES = Path(__file__).parent.parent / "cases"
 
@@ -100,7 +100,7 @@ def test_gpu_out_of_memory_is_refused_or_reported_clearly(gpu_backend_names, cap
 def test_an_interrupted_fem_run_leaves_a_summary_marked_interrupted(tmp_path, monkeypatch):
     import json
 
-    from hpcsolve.errors import RunInterrupted
+    from hpcsolve.core.errors import RunInterrupted
     from hpcsolve.fem import runner as fem_runner
 
     def interrupted(*args, **kwargs):
@@ -279,7 +279,7 @@ def test_a_loaded_case_edited_in_python_is_validated_again_as_a_whole(tmp_path):
     """Field edits are checked one by one (pydantic), but the rules across fields only ran when the case was
     loaded: a manufactured Poisson case turned into elasticity ran and reported a zero displacement as converged."""
     import hpcsolve
-    from hpcsolve.errors import CaseError, OutputError
+    from hpcsolve.core.errors import CaseError, OutputError
 
     case = hpcsolve.load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=4"])
     case.problem.kind = "elasticity"
@@ -298,7 +298,7 @@ def test_python_api_list_arguments_and_empty_names():
     (got 'l')"); "" as a backend or precision, an empty list of them, or True as a tolerance are errors naming
     the argument (they silently meant the case's own, the reference alone, or 1)."""
     import hpcsolve
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core.errors import CaseError
 
     res = hpcsolve.run_case(CASES / "poisson_manufactured.toml", "numpy", progress=False, overrides="mesh.nx=4")
     assert res.status == "converged" and res.derived["points"] == 25

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcsolve import cli, interrupts, outdir
-from hpcsolve.checkpoint import latest_checkpoint, list_checkpoints
-from hpcsolve.results import read_result_folder
+from hpcsolve import cli
+from hpcsolve.core import interrupts, outdir
+from hpcsolve.core.checkpoint import latest_checkpoint, list_checkpoints
+from hpcsolve.core.results import read_result_folder
 
 ROOT = Path(__file__).parent.parent
 CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
@@ -51,7 +52,7 @@ def test_a_second_sigterm_at_each_stage_of_the_stop_gives_an_interrupted_result_
     """The same as the subprocess test below, with the second signal sent at a chosen point of the stop instead of
     after a delay (a delay hits a stage only by chance: under load, 0.2 s once landed in the folder's release and
     the message lost its resume hint). The first SIGTERM arrives as the first checkpoint is written."""
-    from hpcsolve import backends, results
+    from hpcsolve.core import backends, results
     from hpcsolve import run as runmod
     from hpcsolve.lbm import runner as lbm_runner
 

@@ -19,12 +19,12 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from hpcsolve import backends
-from hpcsolve.errors import CaseError
-from hpcsolve.fem import cg, matrix, precond
-from hpcsolve.fem.matrix import DeviceCSR
-from hpcsolve.fem.report import SolveReport
-from hpcsolve.precision import POLICIES, Precision, get_precision
+from hpcsolve.core import backends
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg import cg, matrix, precond
+from hpcsolve.fem.linalg.matrix import DeviceCSR
+from hpcsolve.fem.linalg.report import SolveReport
+from hpcsolve.core.precision import POLICIES, Precision, get_precision
 
 METHODS = ("cg", "pcg-jacobi", "ir-restarted", "cg-reliable", "spsolve")
 DEFAULT_METHOD = {p.name: p.fem_method for p in POLICIES.values() if p.supports("fem")}
@@ -48,7 +48,7 @@ def prepare_matrix(A, backend: "str | backends.Backend" = "numpy") -> DeviceCSR:
     if isinstance(A, DeviceCSR):
         return A
     be = backends.resolve(backend, field="backend")
-    return matrix.prepare(A, be.fem_low_ops())
+    return matrix.prepare(A, be.piece("fem.low_ops")())
 
 
 def _vector(v, field: str, n: int) -> tuple[np.ndarray, float]:
@@ -99,14 +99,14 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     'spsolve' (fp64 direct) for fp64/fp32; 'ir-restarted' or 'cg-reliable' (default) for mixed.
     preconditioner: 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic
     multigrid V-cycle, any SPD matrix), 'mg' (geometric: needs the structured grid, so pass
-    ``hpcsolve.fem.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free))``) or a
-    :class:`hpcsolve.fem.precond.Preconditioner`; ``multigrid``: options of 'mg'/'amg'
-    (:class:`hpcsolve.fem.multigrid.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
+    ``hpcsolve.fem.linalg.precond.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free))``) or a
+    :class:`hpcsolve.fem.linalg.precond.Preconditioner`; ``multigrid``: options of 'mg'/'amg'
+    (:class:`hpcsolve.fem.linalg.precond.multigrid.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
     coarse_size, amg 'sa'|'rs', flexible, ...); report.preconditioner shows the hierarchy. backend: 'numpy' (default; for a prepared matrix, its
     backend), 'cupy', 'numba-cuda' or 'auto'. rtol: target on the float64 true relative residual.
     maxiter: total Krylov iterations (default 10 n). check_every: iterations per block between host
     decisions (default 64; one CUDA graph per block on CuPy). true_every: also record the true residual
-    every N iterations. Other keywords are :class:`hpcsolve.fem.cg.CGOptions` (inner_rtol, max_outer,
+    every N iterations. Other keywords are :class:`hpcsolve.fem.linalg.cg.CGOptions` (inner_rtol, max_outer,
     stagnation, reliable_criterion, reliable_delta, reliable_patience, reliable_p, accumulate,
     kappa_limit, kappa_min_iterations, stall_checks).
     """
@@ -139,7 +139,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     else:
         csr = matrix.as_csr(A)
         b64, bnorm = _vector(b, "b", csr.shape[0])
-        dA = matrix.prepare(csr, be.fem_low_ops())
+        dA = matrix.prepare(csr, be.piece("fem.low_ops")())
     n = dA.global_n
     if x0 is not None:
         x0, _ = _vector(x0, "x0", n)
@@ -187,7 +187,7 @@ def _solution_vector(dA: DeviceCSR, pc, x0):
 def _options(rtol, maxiter, check_every, true_every, options: dict) -> cg.CGOptions:
     if "device_path" in options:
         raise CaseError.invalid("device_path", options["device_path"], "nothing (the option was retired)",
-                                why="every backend now runs the one fused CG of hpcsolve.fem.cg")
+                                why="every backend now runs the one fused CG of hpcsolve.fem.linalg.cg")
     known = set(cg.CGOptions.names()) - {"rtol", "maxiter", "check_every", "true_every"}
     for k in options:
         if k not in known:

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from hpcsolve.cases import CaseBase, StrictModel
+from hpcsolve.core.cases import CaseBase, StrictModel
 
 #: smallest solve.rtol (float64 round-off); most iterations, outer steps or unknowns a setting may name
 MIN_RTOL = 1e-16
@@ -157,7 +157,7 @@ class BoundarySection(StrictModel):
 
 
 class MultigridSection(StrictModel):
-    """[solve.multigrid]: options of preconditioner = "mg" / "amg" (hpcsolve.fem.multigrid.MGOptions)."""
+    """[solve.multigrid]: options of preconditioner = "mg" / "amg" (hpcsolve.fem.linalg.precond.multigrid.MGOptions)."""
 
     hierarchy: Literal["fp64", "fp32", "fp16"] = Field(
         "fp32", description="precision of the multigrid hierarchy (fp16: 16-bit storage, float32 arithmetic); "

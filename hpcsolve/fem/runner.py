@@ -1,4 +1,4 @@
-"""The FEM family of ``hpcsolve.family`` (``FAMILY``): describe, estimate_runtime, run -> Result."""
+"""The FEM family of ``hpcsolve.core.family`` (``FAMILY``): describe, estimate_runtime, run -> Result."""
 
 from __future__ import annotations
 
@@ -8,50 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import backends, memory, parallel
-from hpcsolve.errors import BackendError, CaseError
-from hpcsolve.fem import problem as prob
-from hpcsolve.family import SOLVER_SECONDS, Description
+from hpcsolve.core import backends, memory, parallel
+from hpcsolve.fem import memory as fem_memory
+from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name
+from hpcsolve.core.errors import BackendError, CaseError
+from hpcsolve.fem.discrete import problem as prob
+from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.fem.api import prepare_matrix, solve
-from hpcsolve.precision import Precision
-from hpcsolve.results import Result, TriangleMesh
-
-
-def _method(case, policy: Precision) -> str:
-    return case.solve.method or policy.fem_method
-
-
-#: "auto" picks multigrid from this many unknowns on: below it the V-cycle's set-up and launch latency
-#: cost more than the Krylov iterations it saves (H200, docs/fem_multigrid.md: shipped cases of 2-4k
-#: unknowns 3-10 ms with jacobi against 20-25 ms with mg/amg; Poisson 255^2 10.8 ms plain CG against
-#: 32 ms for mg's set-up and solve; 1023^2 163 ms against 14 ms + set-up)
-AUTO_MULTIGRID_UNKNOWNS = 200_000
-
-
-def preconditioner_name(case, mesh, policy: Precision) -> str:
-    """The preconditioner a run uses: solve.preconditioner, with "auto" resolved: jacobi below
-    AUTO_MULTIGRID_UNKNOWNS unknowns (and for method pcg-jacobi), above it mg on a structured generator
-    mesh and amg otherwise; none for spsolve."""
-    s = case.solve
-    method = _method(case, policy)
-    if s.preconditioner != "auto":
-        return s.preconditioner
-    if method == "pcg-jacobi":
-        return "jacobi"
-    if method == "spsolve" or s.method == "cg":      # plain CG asked for by name: no preconditioner
-        return "none"
-    if parallel.ranks(parallel.world()) > 1:
-        return "jacobi"                               # the multigrid hierarchy is not distributed over ranks
-    from hpcsolve.memory import fem_mesh_size
-
-    points = mesh.n_points if mesh is not None else fem_mesh_size(case)[0]
-    if points * (1 if case.problem.kind == "poisson" else 2) < AUTO_MULTIGRID_UNKNOWNS:
-        return "jacobi"
-    if mesh is None:     # from the case alone: the generators number their nodes on a grid, refinement does not
-        structured = case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
-    else:
-        structured = bool(mesh.info.get("grid"))
-    return "mg" if structured else "amg"
+from hpcsolve.core.precision import Precision
+from hpcsolve.core.results import Result, TriangleMesh
 
 
 def check_method(case, policy: Precision) -> None:
@@ -59,7 +24,7 @@ def check_method(case, policy: Precision) -> None:
     own check, ``hpcsolve.fem.api._method_for``, names its argument ``method``)."""
     from hpcsolve.fem.api import _method_for
 
-    method = _method(case, policy)
+    method = method_of(case, policy)
     try:
         _method_for(policy, method)
     except CaseError as exc:
@@ -74,8 +39,8 @@ def check_method(case, policy: Precision) -> None:
 def make_preconditioner(case, disc, policy: Precision):
     """The preconditioner object (or name) for ``solve``: a Multigrid with the mesh's grid or the rigid-body
     modes where it needs them."""
-    from hpcsolve.errors import CaseError
-    from hpcsolve.fem import multigrid as mg
+    from hpcsolve.core.errors import CaseError
+    from hpcsolve.fem.linalg.precond import multigrid as mg
 
     name = preconditioner_name(case, disc.mesh, policy)
     if name not in ("mg", "amg"):
@@ -95,22 +60,22 @@ def make_preconditioner(case, disc, policy: Precision):
 
 
 class FEMFamily:
-    """The finite-element family (``hpcsolve.family.Family``): one linear solve, no checkpoints."""
+    """The finite-element family (``hpcsolve.core.family.Family``): one linear solve, no checkpoints."""
 
     name = "fem"
     capabilities = frozenset()
 
     def describe(self, case, backend, policy: Precision) -> Description:
-        """Mesh size, unknowns and the peak memory (hpcsolve.memory), without solving; the mesh it builds
+        """Mesh size, unknowns and the peak memory (hpcsolve.core.memory), without solving; the mesh it builds
         is reused by ``run``. A mesh that would not fit in host memory is not built (``run`` refuses it)."""
         check_method(case, policy)
-        estimate = memory.fem(case, backend, policy)
-        info = {"problem": case.problem.kind, "method": _method(case, policy), "rtol": case.solve.rtol,
+        estimate = fem_memory.estimate(case, backend, policy)
+        info = {"problem": case.problem.kind, "method": method_of(case, policy), "rtol": case.solve.rtol,
                 "memory": memory.describe(estimate)}
         ncomp = 1 if case.problem.kind == "poisson" else 2
         free = backends.host_memory_available()
         if free is not None and estimate.host_bytes > free:
-            points, triangles = memory.fem_mesh_size(case)
+            points, triangles = fem_mesh_size(case)
             info.update(points=points, triangles=triangles, unknowns=points * ncomp)
             return Description(info, estimate=estimate,
                                note="mesh not built (the run does not fit in host memory); sizes are from the case")
@@ -156,7 +121,7 @@ class FEMFamily:
         disc = prob.build(case, mesh=description.setup)
         prob.check_scales(disc, policy.storage_bytes)   # what run refuses, the probe does not try
         setup_s = time.perf_counter() - t0
-        kwargs = dict(precision=policy, backend=backend, method=_method(case, policy),
+        kwargs = dict(precision=policy, backend=backend, method=method_of(case, policy),
                       preconditioner=make_preconditioner(case, disc, policy), check_every=s.check_every,
                       true_every=s.true_every, **s.options())     # what the run passes: true_every costs time
         maxiter = s.maxiter or max(10 * disc.A.shape[0], 100)     # solve()'s default
@@ -233,14 +198,14 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     s = case.solve
     A, pc = disc.A, make_preconditioner(case, disc, policy)
     comm = parallel.world()
-    if parallel.ranks(comm) > 1:     # mpiexec -n N: a block of rows per rank (hpcsolve/fem/distributed.py)
-        from hpcsolve.fem.distributed import prepare_distributed
+    if parallel.ranks(comm) > 1:     # mpiexec -n N: a block of rows per rank (hpcsolve/fem/linalg/distributed.py)
+        from hpcsolve.fem.linalg.distributed import prepare_distributed
 
         name = pc if isinstance(pc, str) else pc.name
         if name not in ("none", "jacobi"):
             raise CaseError.invalid("solve.preconditioner", name, "none or jacobi on several MPI ranks (auto picks "
                                     "jacobi there)", why="the multigrid hierarchy is not distributed yet")
-        if _method(case, policy) == "spsolve":
+        if method_of(case, policy) == "spsolve":
             raise CaseError.invalid("solve.method", "spsolve", "a CG method on several MPI ranks",
                                     why="a matrix distributed over ranks has no single copy to factorize")
         if backends.get(backend).gpu:
@@ -248,7 +213,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
                                "CPU backend (--backend numpy), or one rank")
         A = prepare_distributed(disc.A, comm)
     x, report = solve(A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
-                      method=_method(case, policy), preconditioner=pc, check_every=s.check_every,
+                      method=method_of(case, policy), preconditioner=pc, check_every=s.check_every,
                       true_every=s.true_every, **s.options())
     u = disc.full_solution(x)
     metrics: dict = {
@@ -376,8 +341,8 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import matplotlib.tri as mtri
 
-    from hpcsolve.report.plotstyle import colorbar
-    from hpcsolve.results import atomic_path
+    from hpcsolve.core.plotstyle import colorbar
+    from hpcsolve.core.results import atomic_path
 
     files = []
     g = result.grid

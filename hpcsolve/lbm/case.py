@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from hpcsolve.cases import CaseBase, StrictModel
-from hpcsolve.errors import CaseError
+from hpcsolve.core.cases import CaseBase, StrictModel
+from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm.units import Units
 
 #: refuse tau <= 0.5 + TAU_MARGIN (viscosity too close to zero: BGK and TRT go unstable)

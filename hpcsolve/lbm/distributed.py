@@ -25,11 +25,11 @@ import time
 
 import numpy as np
 
-from hpcsolve import backends, parallel
-from hpcsolve.errors import BackendError
+from hpcsolve.core import backends, parallel
+from hpcsolve.core.errors import BackendError
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.bouzidi import BouzidiLinks
-from hpcsolve.lbm.stepper import LBMSetup, Stepper, get_stepper
+from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
+from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper, get_stepper
 
 HALO = 1       # rows of each neighbour a rank keeps (the pull stencil's reach)
 

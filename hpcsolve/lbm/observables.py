@@ -13,7 +13,7 @@ from importlib import resources
 
 import numpy as np
 
-from hpcsolve.backends import get_array_module
+from hpcsolve.core.backends import get_array_module
 
 # ------------------------------------------------------------------------------------------------
 # fields

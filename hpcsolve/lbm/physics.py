@@ -182,7 +182,7 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         """Interpolated bounce-back on a curved resting wall (Bouzidi, Firdaouss & Lallemand 2001,
         linear): f_i(x, t+1) = a f*_ib(x) + b f*_j(y) with a + b = 1, so the same weights apply to
         the shifted values (w_i = w_ib). a, b and the far population (j, y) depend on the wall
-        fraction q of the link (hpcsolve/lbm/bouzidi.py)."""
+        fraction q of the link (hpcsolve/lbm/boundaries/bouzidi.py)."""
         return a * h_near + b * h_far
 
     return SimpleNamespace(

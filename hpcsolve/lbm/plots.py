@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve.report.plotstyle import colorbar
+from hpcsolve.core.plotstyle import colorbar
 
 
 #: most cells per side drawn in a field plot (a 7-inch figure at 110 dpi has ~770 pixels)
@@ -126,7 +126,7 @@ SERIES_LABELS = {"kinetic_energy": "kinetic energy\n(J per m depth)", "max_speed
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    from hpcsolve.results import atomic_path
+    from hpcsolve.core.results import atomic_path
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")

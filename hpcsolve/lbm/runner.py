@@ -1,6 +1,6 @@
 """Run an LBM case: case -> lattice setup -> Stepper -> monitored time loop -> Result.
 
-``FAMILY`` is the LBM family of ``hpcsolve.family`` (describe, estimate_runtime, run) for
+``FAMILY`` is the LBM family of ``hpcsolve.core.family`` (describe, estimate_runtime, run) for
 ``hpcsolve.run``. The state stays on the backend's device; it comes to the
 host only at monitor points (every ``time.monitor_interval`` steps: NaN/Inf check, series,
 forces, steady-state check) and at output times.
@@ -17,18 +17,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hpcsolve import backends, memory, parallel
-from hpcsolve.backends import get_array_module, to_host
-from hpcsolve.checkpoint import MISSING, Checkpoint, CheckpointError, as_number, write_checkpoint
-from hpcsolve.errors import BlowUpError, CaseError, HpcsolveError, RunInterrupted
-from hpcsolve.family import SOLVER_SECONDS, Description
+from hpcsolve.core import backends, memory, parallel
+from hpcsolve.lbm import memory as lbm_memory
+from hpcsolve.core.backends import get_array_module, to_host
+from hpcsolve.core.checkpoint import MISSING, Checkpoint, CheckpointError, as_number, write_checkpoint
+from hpcsolve.core.errors import BlowUpError, CaseError, HpcsolveError, RunInterrupted
+from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.lbm.boundaries import layer
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, physics, observables as obs
 from hpcsolve.lbm.case import Derived, LBMCase, derive
-from hpcsolve.lbm.stepper import FLUID, OUTLET, STREAMING, VELOCITY, LBMSetup, get_stepper
-from hpcsolve.precision import Precision, get_precision
-from hpcsolve.results import Result, Snapshot, StructuredGrid
+from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET, STREAMING, VELOCITY, LBMSetup, get_stepper
+from hpcsolve.core.precision import Precision, get_precision
+from hpcsolve.core.results import Result, Snapshot, StructuredGrid
 
 
 def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geometry] | None = None
@@ -63,20 +64,20 @@ def build_setup(case: LBMCase, policy: Precision, built: tuple[Derived, geom.Geo
 
 
 class LBMFamily:
-    """The lattice-Boltzmann family (``hpcsolve.family.Family``)."""
+    """The lattice-Boltzmann family (``hpcsolve.core.family.Family``)."""
 
     name = "lbm"
     capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
 
     def describe(self, case: LBMCase, backend, policy: Precision) -> Description:
-        """Derived lattice parameters and the peak memory (hpcsolve.memory); builds the geometry (reused
+        """Derived lattice parameters and the peak memory (hpcsolve.core.memory); builds the geometry (reused
         by ``run``) unless the run would not fit in host memory (then ``run`` refuses it)."""
         backend = backends.get(backend)
         derived = derive(case)
         info = derived.summary()
         cells = derived.nx * derived.ny
         info["collision"] = case.lattice.collision
-        estimate = memory.lbm(case, derived, backend, policy)
+        estimate = lbm_memory.estimate(case, derived, backend, policy)
         info["memory"] = memory.describe(estimate)
         free = backends.host_memory_available()
         if free is not None and estimate.host_bytes > free:   # refused by run; validate still reports it

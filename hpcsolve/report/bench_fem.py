@@ -4,7 +4,7 @@ For 2D Poisson (5-point stencil = P1 stiffness of a uniform right-triangle mesh,
 unknowns, random right-hand side with a fixed seed):
 
 1. time per CG iteration at a fixed iteration count, for each backend x precision: the fused
-   device CG of ``hpcsolve.fem.cg`` (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA),
+   device CG of ``hpcsolve.fem.linalg.cg`` (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA),
    ``cupyx.scipy.sparse.linalg.cg`` (cuSPARSE), and SciPy on the CPU at the sizes the CPU can do;
 2. % of the copy bandwidth from the bytes per iteration of ``cg.bytes_per_iteration``;
 3. time to a float64 true relative residual of 1e-10: fp64 CG, mixed (cg-reliable, ir-restarted)
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import backends
-from hpcsolve.fem import cg, precond
+from hpcsolve.core import backends
+from hpcsolve.fem.linalg import cg, kernels_numba, precond
 from hpcsolve.report.bandwidth import copy_bandwidth
 
 SIZES = (1024, 2048, 4096)
@@ -54,14 +54,6 @@ def _host_poisson(m: int):
     A.indices = A.indices.astype(np.int32)
     A.indptr = A.indptr.astype(np.int32)
     return A
-
-
-def _numba_view(dA):
-    """The CuPy-built matrix seen by Numba (zero-copy through the CUDA array interface)."""
-    from hpcsolve.fem import kernels_numba
-
-    ops = kernels_numba.low_ops()
-    return dA.on(ops, ops.cuda.as_cuda_array)
 
 
 def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, jacobi=False, seed: int = 0) -> dict:
@@ -129,8 +121,8 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
 
 def _check_precisions(values) -> tuple:
     """--precisions of the per-iteration table: fp64 and fp32 (a CaseError naming any other, and why)."""
-    from hpcsolve import precision as precision_mod
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core import precision as precision_mod
+    from hpcsolve.core.errors import CaseError
 
     names = []
     for p in values:
@@ -170,7 +162,7 @@ def main(args) -> int:
               "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")},
               "device": "GPU (CuPy)" if on_gpu else f"CPU (NumPy backend, {backends.cpu_threads()} thread)"}
     if on_gpu:
-        from hpcsolve.fem import kernels_cupy
+        from hpcsolve.fem.linalg import kernels_cupy
     else:
         print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
               flush=True)
@@ -200,7 +192,7 @@ def main(args) -> int:
             row(m, "cupy", "fused, no graphs", prec, t, nb)
             if "numba-cuda" in usable:
                 try:
-                    nA = _numba_view(dA)
+                    nA = kernels_numba.view_of(dA)
                     t = time_iterations(nA, dt, n_iter=n_iter, k=50, repeats=repeats)
                     row(m, "numba-cuda", "fused+graphs" if nA.low.graphs else "fused, no graphs", prec, t, nb,
                         note=getattr(nA.low, "graph_error", None) or "")

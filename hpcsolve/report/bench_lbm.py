@@ -32,10 +32,11 @@ import time
 
 import numpy as np
 
-from hpcsolve import backends, memory
-from hpcsolve.lbm.gpu_common import bytes_per_cell
-from hpcsolve.lbm.stepper import STREAMING
-from hpcsolve.precision import get_precision
+from hpcsolve.core import backends
+from hpcsolve.lbm import memory as lbm_memory
+from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
+from hpcsolve.lbm.steppers.stepper import STREAMING
+from hpcsolve.core.precision import get_precision
 from hpcsolve.report.bandwidth import copy_bandwidth
 from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder, write_output
 
@@ -62,7 +63,7 @@ def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.
     the lid (a VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells
     across. ``in_place``: the GPU steppers stream in place (one population array); None: they choose."""
     from hpcsolve.lbm import physics
-    from hpcsolve.lbm.stepper import VELOCITY, WALL, LBMSetup
+    from hpcsolve.lbm.steppers.stepper import VELOCITY, WALL, LBMSetup
 
     flags = np.zeros((ny or n, n), dtype=np.uint8)
     flags[0, :] = WALL
@@ -97,7 +98,7 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
     (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences. ``pairs``: True / False forces
     the 16-bit pair kernel or one cell per thread, None the stepper's own choice (the check grid is small, so
     16-bit storage runs one cell per thread unless True)."""
-    from hpcsolve.lbm.stepper import get_stepper
+    from hpcsolve.lbm.steppers.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
     # a policy that stores in its compute dtype has a NumPy twin; 16-bit storage is compared with fp64
@@ -123,7 +124,7 @@ def _bound(precision: str) -> float:
 
 def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,
                  in_place: bool | None = False) -> dict:
-    from hpcsolve.lbm.stepper import get_stepper
+    from hpcsolve.lbm.steppers.stepper import get_stepper
 
     policy = get_precision(precision, "lbm")
     stepper = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
@@ -154,7 +155,7 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
 
 def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
     """The NumPy reference's MLUPS (host BLAS/OpenMP threads pinned as for every run)."""
-    from hpcsolve.lbm.stepper import get_stepper
+    from hpcsolve.lbm.steppers.stepper import get_stepper
 
     backend = backends.get("numpy")
     policy = get_precision(precision, "lbm")
@@ -176,12 +177,12 @@ def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
 def _host_fit(precisions, sizes) -> None:
     """A NumPy size whose stepper would not fit in this machine's free memory is a CaseError naming --sizes and
     the largest edge that fits, before anything is timed."""
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core.errors import CaseError
 
     free = backends.host_memory_available()
     if free is None or not precisions:
         return
-    per_cell = max(memory.lbm_numpy_step_bytes(get_precision(p, "lbm"), 1 << 20) / (1 << 20) for p in precisions)
+    per_cell = max(lbm_memory.lbm_numpy_step_bytes(get_precision(p, "lbm"), 1 << 20) / (1 << 20) for p in precisions)
     too_big = [n for n in sizes if n * n * per_cell > free]
     if too_big:
         largest = int(math.isqrt(int(free / per_cell)))
@@ -193,7 +194,7 @@ def _device_fit(gpu, precisions, sizes, in_place) -> dict:
     """{(backend, precision, n): why} for the grids whose populations do not fit the device's free memory (no
     host or device memory is touched for them); a size that fits none of the requested kernels is a CaseError
     naming --sizes and the largest that fits, before anything is timed."""
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core.errors import CaseError
 
     too_big, largest = {}, {}
     for backend in gpu:

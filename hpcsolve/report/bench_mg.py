@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from hpcsolve import backends
-from hpcsolve.fem import multigrid as mgm
-from hpcsolve.fem import testproblems as tp
+from hpcsolve.core import backends
+from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem.discrete import testproblems as tp
 
 RTOL = 1e-10
 GPU_SIZES = (255, 1023, 2047, 4095)
@@ -128,7 +128,7 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
         grid = tp.fd_grid(m)
         host = tp.poisson_fd(m) if (not gpu or m <= max(AMG_MAX, PYAMG_MAX, NUMBA_MAX)) else None
         if gpu:
-            from hpcsolve.fem import kernels_cupy
+            from hpcsolve.fem.linalg import kernels_cupy
 
             A = kernels_cupy.poisson_5point_device(m)
             name = "cupy"
@@ -162,10 +162,10 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             _row(result, m, name, kind, hier, prec, method, rep, ts, setup, note=note)
             pc.release(A)
         if gpu and numba and m <= NUMBA_MAX:
-            from hpcsolve.report.bench_fem import _numba_view
+            from hpcsolve.fem.linalg import kernels_numba
 
             try:
-                nA = _numba_view(A)
+                nA = kernels_numba.view_of(A)
                 # as for CuPy, the median of fresh set-ups: the first one compiles the Numba kernels (seconds)
                 setup, pc = _setup_time(nA, lambda: mgm.Multigrid("mg", {"hierarchy": "fp32"}, grid=grid), repeats)
                 rep, ts = _time_solve(nA, b, precision="fp64", method="cg", pc=pc, repeats=repeats, maxiter=MG_MAXITER)

@@ -38,12 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve import backends as backends_mod
-from hpcsolve.family import SOLVER_SECONDS
-from hpcsolve import precision as precision_mod
-from hpcsolve.cases import CaseBase, load_case
-from hpcsolve.errors import CaseError, HpcsolveError, OutputError
-from hpcsolve.results import Result, _jsonable, atomic_path, write_json
+from hpcsolve.core import backends as backends_mod
+from hpcsolve.core.family import SOLVER_SECONDS
+from hpcsolve.core import precision as precision_mod
+from hpcsolve.core.cases import CaseBase, load_case
+from hpcsolve.core.errors import CaseError, HpcsolveError, OutputError
+from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
 
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_REPEATS = 3          # timed runs per configuration, at least
@@ -450,7 +450,7 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
     """Refuse, naming ``--out``, a comparison folder that is not a usable folder, or that already holds a
     comparison (its files, or a run folder with a result or checkpoints) unless ``overwrite``: a second comparison into the
     same folder used to replace the first one's files without being asked."""
-    from hpcsolve import outdir
+    from hpcsolve.core import outdir
 
     outdir.check(out, overwrite=True)       # a file, a dangling link, no permission: one error naming --out
     out = Path(out)
@@ -507,7 +507,7 @@ def preconditioner_names() -> tuple[str, ...]:
     except (ImportError, KeyError, AttributeError):   # pragma: no cover - the model always has the field
         names = ()
     if not names:   # pragma: no cover - a model that validates the name another way
-        from hpcsolve.fem.precond import NAMES
+        from hpcsolve.fem.linalg.precond import NAMES
 
         names = ("auto",) + tuple(NAMES)
     return tuple(str(n) for n in names)

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fem_problems import poisson2d
-from hpcsolve.errors import CaseError, HpcsolveError
+from hpcsolve.core.errors import CaseError, HpcsolveError
 from hpcsolve.fem import CGOptions, SolveReport, prepare_matrix, solve
-from hpcsolve.fem import kernels_numpy_low
+from hpcsolve.fem.linalg import kernels_numpy_low
 
 A9 = poisson2d(3)
 B9 = np.arange(1.0, 10.0)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 
-from hpcsolve.cases import load_case
-from hpcsolve.fem import assembly
-from hpcsolve.fem import mesh as meshmod
-from hpcsolve.fem import problem
+from hpcsolve.core.cases import load_case
+from hpcsolve.fem.discrete import assembly
+from hpcsolve.fem.discrete import mesh as meshmod
+from hpcsolve.fem.discrete import problem
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 

@@ -7,11 +7,11 @@ import meshio
 import numpy as np
 import pytest
 
-from hpcsolve.cases import load_case, parse_case_text
+from hpcsolve.core.cases import load_case, parse_case_text
 from hpcsolve.cli import main
-from hpcsolve.errors import CaseError
-from hpcsolve.fem import problem
-from hpcsolve.results import read_h5
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.discrete import problem
+from hpcsolve.core.results import read_h5
 from hpcsolve.run import run_case
 
 CASES = Path(__file__).resolve().parents[2] / "cases"

@@ -1,5 +1,5 @@
 """CG, Jacobi-PCG and the two mixed-precision strategies through ``hpcsolve.fem.solve`` on the NumPy
-backend (hpcsolve.fem.cg over the NumPy low ops: the decisions a GPU run takes).
+backend (hpcsolve.fem.linalg.cg over the NumPy low ops: the decisions a GPU run takes).
 
 Numbers these tests produce are printed (pytest -s) and attached as record_property.
 """
@@ -9,9 +9,9 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from hpcsolve.errors import CaseError
+from hpcsolve.core.errors import CaseError
 from hpcsolve.fem import solve
-from hpcsolve.fem.cg import lanczos_kappa
+from hpcsolve.fem.linalg.cg import lanczos_kappa
 
 from fem_problems import poisson2d, poisson2d_kappa
 
@@ -245,7 +245,7 @@ def test_replacement_watch_decisions():
     """The after-replacement rule of cg-reliable."""
     from types import SimpleNamespace
 
-    from hpcsolve.fem.cg import ReplacementWatch
+    from hpcsolve.fem.linalg.cg import ReplacementWatch
 
     opts = SimpleNamespace(rtol=1e-10, reliable_patience=3)
     w = ReplacementWatch(opts, vdvye=False, start=1.0)

@@ -1,4 +1,4 @@
-"""The one CG (hpcsolve.fem.cg) on the NumPy low ops: the same algorithm and decisions as on the GPU.
+"""The one CG (hpcsolve.fem.linalg.cg) on the NumPy low ops: the same algorithm and decisions as on the GPU.
 
 Checks the NumPy low ops against SciPy, against the Numba-CUDA simulator (same iteration counts),
 the mixed-precision iteration ratio on 2D Poisson m = 256 (65,536 unknowns, kappa 2.7e4, random b,
@@ -11,8 +11,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from fem_problems import poisson2d
-from hpcsolve.errors import CaseError
-from hpcsolve.fem import precond, prepare_matrix, solve
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg import precond
+from hpcsolve.fem import prepare_matrix, solve
 
 RTOL = 1e-10
 METHODS = [("fp64", "cg"), ("fp64", "pcg-jacobi"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted")]

@@ -1,5 +1,5 @@
 """Numba-CUDA FEM kernels under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, scripts/test.sh) on a
-6 x 6 Poisson system (36 unknowns): the one CG (hpcsolve.fem.cg) on NumbaOps against SciPy fp64, and
+6 x 6 Poisson system (36 unknowns): the one CG (hpcsolve.fem.linalg.cg) on NumbaOps against SciPy fp64, and
 the matrix check kernel against the NumPy one."""
 
 import numpy as np
@@ -60,7 +60,7 @@ def test_prepared_matrix_on_numba_is_reused(tiny):
 
 
 def _check(low, A):
-    from hpcsolve.fem import lowops
+    from hpcsolve.fem.linalg import lowops
 
     n = A.shape[0]
     ws = low.zeros(lowops.CHECK_SLOTS, np.float64)
@@ -74,7 +74,7 @@ def _check(low, A):
 def test_numba_check_kernel_finds_what_numpy_finds(tiny, case):
     import scipy.sparse as sp
 
-    from hpcsolve.fem import kernels_numba, kernels_numpy_low
+    from hpcsolve.fem.linalg import kernels_numba, kernels_numpy_low
 
     A = tiny[0].tolil()
     if case == "asymmetric":

@@ -1,4 +1,4 @@
-"""CG over row blocks of several ranks (hpcsolve.fem.distributed): the same CG, the same decisions, the
+"""CG over row blocks of several ranks (hpcsolve.fem.linalg.distributed): the same CG, the same decisions, the
 solution of one rank to the solve's tolerance. Ranks are threads with an in-memory communicator
 (tests/thread_ranks.py); the mpiexec tests are in tests/lbm/test_distributed.py."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcsolve import parallel
-from hpcsolve.errors import CaseError
+from hpcsolve.core import parallel
+from hpcsolve.core.errors import CaseError
 from hpcsolve.fem import solve
-from hpcsolve.fem import testproblems as tp
-from hpcsolve.fem.distributed import prepare_distributed, row_blocks
+from hpcsolve.fem.discrete import testproblems as tp
+from hpcsolve.fem.linalg.distributed import prepare_distributed, row_blocks
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from thread_ranks import on_ranks  # noqa: E402

@@ -1,4 +1,4 @@
-"""GPU conjugate gradients (CuPy and Numba-CUDA: the one CG of hpcsolve.fem.cg on their low ops, from a
+"""GPU conjugate gradients (CuPy and Numba-CUDA: the one CG of hpcsolve.fem.linalg.cg on their low ops, from a
 host matrix and from a prepared one) against SciPy fp64.
 
 Problems: the manufactured Poisson case (mesh.nx = 128: 16,129 unknowns) and Cook's membrane
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 
-from hpcsolve.cases import load_case
-from hpcsolve.fem import prepare_matrix, problem, solve
+from hpcsolve.core.cases import load_case
+from hpcsolve.fem import prepare_matrix, solve
+from hpcsolve.fem.discrete import problem
 
 pytestmark = pytest.mark.gpu
 CASES = Path(__file__).resolve().parents[2] / "cases"
@@ -85,8 +86,8 @@ def test_fp32_floor_is_reported_and_within_kappa_u32(systems, gpu_backend_names,
 
 
 def test_graphs_and_no_graphs_agree(systems):
-    from hpcsolve.backends import probe
-    from hpcsolve.fem import kernels_cupy, matrix
+    from hpcsolve.core.backends import probe
+    from hpcsolve.fem.linalg import kernels_cupy, matrix
 
     if not probe("cupy").available:
         pytest.skip("cupy not usable")
@@ -137,7 +138,7 @@ def test_device_check_finds_what_the_host_check_finds(systems, gpu_backend_names
     """The matrix check kernel of each GPU backend against the NumPy one, on Cook's membrane (2,112 rows)."""
     import scipy.sparse as sp
 
-    from hpcsolve.errors import CaseError
+    from hpcsolve.core.errors import CaseError
     from hpcsolve.fem import check_system
 
     A = systems["cook"][0].tolil()

@@ -1,4 +1,4 @@
-"""Multigrid preconditioners (hpcsolve.fem.multigrid): symmetry, two-grid factor, h-independent cycle
+"""Multigrid preconditioners (hpcsolve.fem.linalg.precond.multigrid): symmetry, two-grid factor, h-independent cycle
 counts, agreement with spsolve, robustness problems, options and errors. NumPy backend (CI); the GPU
 agreement tests are marked ``gpu``."""
 
@@ -9,11 +9,11 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from hpcsolve.errors import CaseError
-from hpcsolve.fem import multigrid as mgm
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem import prepare_matrix, solve
-from hpcsolve.fem import testproblems as tp
-from hpcsolve.fem.kernels_numpy_low import low_ops
+from hpcsolve.fem.discrete import testproblems as tp
+from hpcsolve.fem.linalg.kernels_numpy_low import low_ops
 
 F64 = np.float64
 
@@ -250,7 +250,7 @@ def test_amg_on_the_api_with_any_matrix_and_ruge_stueben():
 @pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
 @pytest.mark.parametrize("kind,hierarchy", [("mg", "fp64"), ("mg", "fp32"), ("mg", "fp16"), ("amg", "fp32")])
 def test_gpu_agrees_with_numpy(backend, kind, hierarchy):
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     if not backends.probe(backend).available:
         pytest.skip(backends.probe(backend).reason)
@@ -269,7 +269,7 @@ def test_gpu_agrees_with_numpy(backend, kind, hierarchy):
 def test_gpu_elasticity_mg_with_rigid_body_modes_agrees_with_numpy(backend):
     """Geometric levels built on the device, then aggregation with the injected rigid-body modes (the
     modes are carried down by host indexing of device-built coarse grids)."""
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     if not backends.probe(backend).available:
         pytest.skip(backends.probe(backend).reason)
@@ -302,7 +302,7 @@ def _device_vs_host_build(backend, P, monkeypatch, **opts):
 @pytest.mark.parametrize("backend", ["cupy", "numba-cuda"])
 @pytest.mark.parametrize("make", [lambda: tp.poisson_fd(255), lambda: tp.cook(64)])
 def test_gpu_levels_built_on_the_device_equal_levels_built_on_the_host(backend, make, monkeypatch):
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     if not backends.probe(backend).available:
         pytest.skip(backends.probe(backend).reason)
@@ -365,9 +365,9 @@ def test_a_grid_without_free_list_means_dirichlet_all_round():
     (["solve.preconditioner=amg"], "amg"),
 ])
 def test_auto_preconditioner_choice(overrides, expected):
-    from hpcsolve.cases import load_case
-    from hpcsolve.fem.runner import AUTO_MULTIGRID_UNKNOWNS, preconditioner_name
-    from hpcsolve.precision import get_precision
+    from hpcsolve.core.cases import load_case
+    from hpcsolve.fem.choices import AUTO_MULTIGRID_UNKNOWNS, preconditioner_name
+    from hpcsolve.core.precision import get_precision
 
     case = load_case("cases/poisson_manufactured.toml", overrides)
     name = preconditioner_name(case, None, get_precision("fp64", family="fem"))
@@ -376,10 +376,10 @@ def test_auto_preconditioner_choice(overrides, expected):
 
 
 def test_mg_on_a_file_mesh_is_a_case_error_naming_the_field():
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.fem.runner import make_preconditioner
-    from hpcsolve.fem import problem as prob
-    from hpcsolve.precision import get_precision
+    from hpcsolve.fem.discrete import problem as prob
+    from hpcsolve.core.precision import get_precision
 
     case = load_case("cases/heat_plate_with_hole.toml", ["solve.preconditioner=mg"])
     with pytest.raises(CaseError, match="solve.preconditioner"):
@@ -387,9 +387,9 @@ def test_mg_on_a_file_mesh_is_a_case_error_naming_the_field():
 
 
 def test_case_run_with_mg_reports_the_hierarchy(tmp_path):
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.fem.runner import run
-    from hpcsolve.precision import get_precision
+    from hpcsolve.core.precision import get_precision
 
     case = load_case("cases/poisson_manufactured.toml", ["solve.preconditioner=mg", "solve.multigrid.hierarchy=fp16"])
     res = run(case, "numpy", get_precision("fp64", family="fem"))

@@ -1,4 +1,4 @@
-"""The coarsest level of a multigrid hierarchy (hpcsolve.fem.multigrid.coarse_inverse) and aggregation that cannot
+"""The coarsest level of a multigrid hierarchy (hpcsolve.fem.linalg.precond.multigrid.coarse_inverse) and aggregation that cannot
 coarsen a level: strength thresholds across their documented range 0-1 (issue 36 item 1 / issue 37 item 8: any
 strength >= 0.25 on the shipped Poisson case raised numpy.linalg.LinAlgError 'Singular matrix'), a diagonal SPD
 matrix and a singular but consistent 1-D Neumann system through ``hpcsolve.fem.solve``. NumPy backend."""
@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from hpcsolve import cli
-from hpcsolve.errors import CaseError
+from hpcsolve.core.errors import CaseError
 from hpcsolve.fem import solve
-from hpcsolve.fem.multigrid import DENSE_COARSE_MAX, coarse_inverse
+from hpcsolve.fem.linalg.precond.multigrid import DENSE_COARSE_MAX, coarse_inverse
 from hpcsolve.run import run_case
 
 POISSON = Path(__file__).parents[2] / "cases" / "poisson_manufactured.toml"

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 
-from hpcsolve.cases import load_case
-from hpcsolve.fem import problem
+from hpcsolve.core.cases import load_case
+from hpcsolve.fem.discrete import problem
 
 skfem = pytest.importorskip("skfem", reason="scikit-fem (dev extra) is the independent FEM code these tests compare with")
 from skfem import (Basis, BilinearForm, ElementTriP0, ElementTriP1, ElementTriP2, ElementTriP3,  # noqa: E402

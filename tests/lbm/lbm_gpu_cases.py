@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hpcsolve.lbm.stepper import OUTLET, VELOCITY, WALL, LBMSetup
+from hpcsolve.lbm.steppers.stepper import OUTLET, VELOCITY, WALL, LBMSetup
 
 
 def _perturbed_initial_state(ny, nx, seed, amplitude):
@@ -84,7 +84,7 @@ def shifted(stepper):
 def channel_with_bouzidi(nx=10, ny=8, collision="bgk", policy=None, seed=1):
     """``channel`` whose obstacle has interpolated (Bouzidi) links, wall fractions 0.3 and 0.8
     alternating (both branches of the rule, q < 1/2 with its fall-back where the far cell is solid)."""
-    from hpcsolve.lbm import bouzidi
+    from hpcsolve.lbm.boundaries import bouzidi
 
     setup = channel(nx=nx, ny=ny, collision=collision, policy=policy, seed=seed)
     links = bouzidi.build_links(setup.flags, [(obstacle_mask(setup),

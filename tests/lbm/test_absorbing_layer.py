@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcsolve.cases import load_case
-from hpcsolve.errors import CaseError
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.boundaries.layer import AbsorbingLayer, bulk_rate
 from hpcsolve.lbm.runner import build_setup
-from hpcsolve.lbm.stepper import LBMSetup, get_stepper
-from hpcsolve.precision import FP64
+from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
+from hpcsolve.core.precision import FP64
 
 TAU, N, AMP = 0.8, 64, 1e-4
 NU = physics.viscosity_from_tau(TAU)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcsolve import backends
-from hpcsolve.cases import load_case
-from hpcsolve.errors import CaseError
-from hpcsolve.lbm import bouzidi, lattice
+from hpcsolve.core import backends
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.errors import CaseError
+from hpcsolve.lbm.boundaries import bouzidi
+from hpcsolve.lbm import lattice
 from hpcsolve.lbm.runner import build_setup
-from hpcsolve.lbm.stepper import OUTLET, VELOCITY, WALL, LBMSetup, get_stepper, momentum_exchange_force
-from hpcsolve.precision import FP16S, FP32, FP64, get_precision
+from hpcsolve.lbm.steppers.stepper import OUTLET, VELOCITY, WALL, LBMSetup, get_stepper, momentum_exchange_force
+from hpcsolve.core.precision import FP16S, FP32, FP64, get_precision
 from hpcsolve.run import run_case
 
 POLICIES = [FP64, FP32, FP16S]
@@ -210,7 +211,7 @@ def test_cylinder_2d1_drag_short_run():
 def test_case_fields_and_bad_input():
     from pathlib import Path
 
-    from hpcsolve.cases import parse_case_text
+    from hpcsolve.core.cases import parse_case_text
 
     text = Path("cases/cylinder_2d1.toml").read_text()
     text = text.replace("diameter = 0.1\n", 'diameter = 0.1\nbounce_back = "bouzidi"\n', 1)
@@ -228,8 +229,8 @@ def test_case_fields_and_bad_input():
 
 def test_backend_without_prepass_refused(monkeypatch):
     """A Stepper that does not run the pre-pass must not silently run a setup with links."""
-    from hpcsolve.errors import BackendError
-    from hpcsolve.lbm import kernels_numpy
+    from hpcsolve.core.errors import BackendError
+    from hpcsolve.lbm.steppers import kernels_numpy
 
     _, _, setup = build_setup(load_case("cases/cylinder_2d1.toml", ["lattice.resolution=10"]), FP64)
     assert setup.links is not None  # the shipped case uses bouzidi
@@ -252,8 +253,8 @@ def test_numba_prepass_matches_numpy(name):
     stepper.step(30)
     g = stepper.populations()
     expected = g.copy()
-    backends.get("numpy").bouzidi_prepass(setup.links, policy)(expected)
-    pre = backends.get("numba-cuda").bouzidi_prepass(setup.links, policy)
+    backends.get("numpy").piece("lbm.bouzidi_prepass")(setup.links, policy)(expected)
+    pre = backends.get("numba-cuda").piece("lbm.bouzidi_prepass")(setup.links, policy)
     d = cuda.to_device(g.reshape(-1))
     pre(d)
     np.testing.assert_array_equal(d.copy_to_host(), expected.reshape(-1))

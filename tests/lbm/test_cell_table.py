@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.flags import VELOCITY
-from hpcsolve.lbm.gpu_common import cell_table, table_home, velocity_table
-from hpcsolve.precision import FP32, FP64
+from hpcsolve.lbm.steppers.gpu_common import cell_table, table_home, velocity_table
+from hpcsolve.core.precision import FP32, FP64
 from hpcsolve.report.bench_lbm import cavity_setup
 
 from lbm_gpu_cases import channel
@@ -65,7 +65,7 @@ def test_velocity_table_gives_each_velocity_cell_its_boundary_velocity():
 
 
 def test_outlet_table_holds_the_outlet_velocities_per_slot():
-    from hpcsolve.lbm.gpu_common import InPlaceTables
+    from hpcsolve.lbm.steppers.gpu_common import InPlaceTables
 
     setup = dataclasses.replace(channel(policy=FP32), in_place=True)
     tables = InPlaceTables(setup, np.asarray, lambda links: None)

@@ -10,8 +10,8 @@ with shift and scale, the device observables.
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.lbm.steppers.stepper import get_stepper, momentum_exchange_force
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted, with_layer
 
@@ -66,7 +66,7 @@ def test_device_observables_match_reference():
 @pytest.mark.parametrize("cells_per_thread, block_x", [(3, 4), (2, 32)])
 def test_numba_kernel_launch_shapes(cells_per_thread, block_x):
     """Several cells per thread and blocks that overhang the grid edge give the same result."""
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
 
     setup = channel(nx=13, ny=6, collision="trt", policy=FP16S)
     ref = get_stepper("numpy", setup)
@@ -82,7 +82,7 @@ def test_numba_kernel_launch_shapes(cells_per_thread, block_x):
 def test_numba_kernel_with_bouzidi_links_matches_reference(precision, pairs):
     """Interpolated links against the reference; 16-bit storage both in the per-cell kernel (the default on a
     grid this small) and in the pair kernel's boundary path."""
-    pytest.importorskip("hpcsolve.lbm.bouzidi")
+    pytest.importorskip("hpcsolve.lbm.boundaries.bouzidi")
     from lbm_gpu_cases import channel_with_bouzidi
 
     setup = channel_with_bouzidi(collision="trt", policy=precision)
@@ -104,7 +104,7 @@ def test_numba_pair_kernel_equals_per_cell_kernel(geometry, size, collision, pol
     """16-bit storage, even nx: the two-cells-per-thread kernel (uint32 loads of float16 or FP16C pairs,
     neighbour-pair halves for c_x = +-1, pair-index wrap, packed stores) gives bit for bit the
     per-cell kernel's populations, and agrees with the NumPy reference within the policy's bound."""
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
 
     nx, ny = size
     setup = GEOMETRIES[geometry](nx=nx, ny=ny, collision=collision, policy=policy)
@@ -132,7 +132,7 @@ def test_numba_smooth_start_matches_reference(precision):
     assert dev.velocity_scale == 1.0 and dev.time_step == STEPS
 
 
-# -- in-place streaming (AA pattern, hpcsolve/lbm/inplace.py) ----------------------------------------
+# -- in-place streaming (AA pattern, hpcsolve/lbm/steppers/inplace.py) ----------------------------------------
 
 IN_PLACE_CASES = [(g, p) for g in sorted(GEOMETRIES) for p in (FP64, FP32)] + [("channel", FP16S), ("bouzidi", FP64),
                                                                                  ("bouzidi", FP16S)]
@@ -184,7 +184,7 @@ def test_auto_streaming_keeps_two_buffers_under_the_simulator():
     result is the reference's."""
     from numba import cuda
 
-    from hpcsolve.lbm.kernels_numba import l2_cache_bytes
+    from hpcsolve.lbm.steppers.kernels_numba import l2_cache_bytes
     from hpcsolve.report.bench_lbm import cavity_setup
 
     assert l2_cache_bytes(cuda) == 0
@@ -196,9 +196,9 @@ def test_auto_streaming_keeps_two_buffers_under_the_simulator():
 
 
 def test_in_place_refuses_a_cell_with_outlet_and_interpolated_links():
-    from hpcsolve.errors import CaseError
-    from hpcsolve.lbm import bouzidi
-    from hpcsolve.lbm.stepper import WALL
+    from hpcsolve.core.errors import CaseError
+    from hpcsolve.lbm.boundaries import bouzidi
+    from hpcsolve.lbm.steppers.stepper import WALL
 
     setup = channel(nx=10, ny=8, policy=FP64)
     setup.flags[3:5, 7:9] = WALL          # an obstacle next to the outlet column (x = 9)
@@ -213,7 +213,7 @@ def test_in_place_refuses_a_cell_with_outlet_and_interpolated_links():
 def _stand_in_graphs(stepper):
     """StepGraphs whose 'capture' records each step launch with its arguments bound, as a CUDA graph does, and
     replays those (the simulator has no graphs): a stale pointer in a recording shows up as a wrong result."""
-    from hpcsolve.lbm.gpu_common import StepGraphs
+    from hpcsolve.lbm.steppers.gpu_common import StepGraphs
 
     state = {"rec": None}
 
@@ -251,7 +251,7 @@ def test_recorded_steps_after_perturb_equal_direct_launches(in_place):
     one (they are dropped); with two buffers nothing is replaced. Bitwise against graphs=False."""
     import dataclasses
 
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
 
     # the smallest channel that keeps inlet, outlet, walls and the obstacle (the simulator runs every thread in
     # Python); an even step count, so the in-place layout passes through both of its kernels
@@ -275,7 +275,7 @@ def test_numba_fixed_pressure_outlet_matches_reference(in_place):
     lookup (drho_w = 0) and give the reference's populations."""
     import dataclasses
 
-    from hpcsolve.lbm.gpu_common import characteristic_outlet
+    from hpcsolve.lbm.steppers.gpu_common import characteristic_outlet
 
     setup = dataclasses.replace(channel(policy=FP64, characteristic=False), in_place=in_place)
     assert not characteristic_outlet(setup) and characteristic_outlet(channel(policy=FP64))

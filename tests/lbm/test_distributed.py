@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcsolve import parallel
-from hpcsolve.errors import BackendError, CaseError
+from hpcsolve.core import parallel
+from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.lbm.distributed import SlabStepper, local_setup
-from hpcsolve.lbm.stepper import get_stepper
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.lbm.steppers.stepper import get_stepper
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -310,8 +310,8 @@ def test_commands_other_than_run_are_refused_on_several_ranks(command, tmp_path)
 def test_tiny_lattices_with_links_on_every_rank_count(ny):
     """A Bouzidi obstacle on lattices of 3 to 5 rows (periodic in y) on 1 .. ny ranks: with ny = 3 on 2 ranks
     both halos are the same row, and a link's partner must be taken from the copy next to its cell."""
-    from hpcsolve.lbm import bouzidi
-    from hpcsolve.lbm.stepper import LBMSetup, WALL
+    from hpcsolve.lbm.boundaries import bouzidi
+    from hpcsolve.lbm.steppers.stepper import LBMSetup, WALL
 
     nx = 8
     flags = np.zeros((ny, nx), np.uint8)

@@ -4,9 +4,9 @@ sums to the reference force, with simple and with interpolated (Bouzidi) links."
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.gpu_common import force_links
-from hpcsolve.lbm.stepper import get_stepper, momentum_exchange_force
-from hpcsolve.precision import FP16S, FP64
+from hpcsolve.lbm.steppers.gpu_common import force_links
+from hpcsolve.lbm.steppers.stepper import get_stepper, momentum_exchange_force
+from hpcsolve.core.precision import FP16S, FP64
 
 from lbm_gpu_cases import channel, channel_with_bouzidi, obstacle_mask
 

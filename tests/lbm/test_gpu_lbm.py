@@ -17,9 +17,9 @@ against the reference functions on the same state. Skipped with the reason where
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.emit_cuda import kernel_source
-from hpcsolve.lbm.stepper import get_stepper, macroscopic_from_populations, momentum_exchange_force
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.lbm.kernels.emit_cuda import kernel_source
+from hpcsolve.lbm.steppers.stepper import get_stepper, macroscopic_from_populations, momentum_exchange_force
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted, with_layer
 
@@ -38,7 +38,7 @@ GPU_BACKENDS = ["cupy", "numba-cuda"]
 def _stepper_or_skip(backend, setup, **options):
     """The ``backend`` stepper of ``setup`` (with the stepper's ``options``, else as ``get_stepper`` makes it),
     or a skip where the backend cannot run here."""
-    from hpcsolve import backends
+    from hpcsolve.core import backends
 
     status = backends.probe(backend)
     if not status.available or status.simulator:
@@ -46,9 +46,9 @@ def _stepper_or_skip(backend, setup, **options):
     if not options:
         return get_stepper(backend, setup)
     if backend == "cupy":
-        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
+        from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper as S
     else:
-        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
+        from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper as S
     return S(setup, **options)
 
 
@@ -202,8 +202,8 @@ def test_auto_streaming_follows_the_device_cache_and_matches_two_buffers(backend
     device's L2 cache streams in place and gives the two-buffer populations; a 64^2 one keeps two buffers."""
     import math
 
-    from hpcsolve.lbm import kernels_cupy, kernels_numba
-    from hpcsolve.lbm.gpu_common import bytes_per_cell
+    from hpcsolve.lbm.steppers import kernels_cupy, kernels_numba
+    from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
     from hpcsolve.report.bench_lbm import cavity_setup
 
     _stepper_or_skip(backend, channel(policy=FP32))
@@ -321,10 +321,10 @@ def test_numba_step_source_indexes_without_wraparound():
     negative-index wraparound, 16 % of the fp16s pair kernel's speed on the H200)."""
     import re
 
-    from hpcsolve.lbm import kernel_plan
-    from hpcsolve.lbm import emit_numba as kn
+    from hpcsolve.lbm.kernels import kernel_plan
+    from hpcsolve.lbm.kernels import emit_numba as kn
     from hpcsolve.lbm.boundaries import link_rules
-    from hpcsolve.lbm.population_code import numba_code
+    from hpcsolve.lbm.kernels.population_code import numba_code
 
     code = numba_code(FP16S)
     steps = {layout: kn._pull_python(layout, link_rules(True), code) + kn._step_kernel_python(layout, "trt", code, 1, 128)
@@ -347,7 +347,7 @@ def test_numba_step_source_indexes_without_wraparound():
 def test_gpu_bouzidi_links_match_reference(backend, precision, pairs):
     """Interpolated bounce-back (the reference's pre-pass on the device before each step); 16-bit storage in
     the per-cell kernel (the default on a grid this small) and in the pair kernel's boundary path."""
-    pytest.importorskip("hpcsolve.lbm.bouzidi")
+    pytest.importorskip("hpcsolve.lbm.boundaries.bouzidi")
     from lbm_gpu_cases import channel_with_bouzidi
 
     setup = channel_with_bouzidi(nx=48, ny=24, collision="trt", policy=precision)
@@ -362,7 +362,7 @@ def test_gpu_bouzidi_links_match_reference(backend, precision, pairs):
     # drag and lift with interpolated links, reduced on the device, against the host reference on the same state
     from lbm_gpu_cases import obstacle_mask
 
-    from hpcsolve.lbm.stepper import momentum_exchange_force
+    from hpcsolve.lbm.steppers.stepper import momentum_exchange_force
 
     mask = obstacle_mask(setup)
     f_ref = momentum_exchange_force(dev.populations(), setup, mask)
@@ -383,8 +383,8 @@ def test_16bit_pair_kernel_matches_per_cell_kernel(backend, options, geometry, c
     the NumPy reference of the policy. The two kernels evaluate the same float32 expressions; they may
     differ by one 16-bit unit where the compiler contracted differently, so the bound is far below
     the one against the reference."""
-    from hpcsolve.lbm.kernels_cupy import CupyStepper
-    from hpcsolve.lbm.kernels_numba import NumbaCudaStepper
+    from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
 
     setup = _setup(geometry, collision, policy)
     _stepper_or_skip(backend, setup)
@@ -464,9 +464,9 @@ def test_steps_replayed_as_cuda_graphs_equal_steps_launched_one_by_one(backend, 
         setup = dataclasses.replace(setup, in_place=True)
     _stepper_or_skip(backend, setup)
     if backend == "cupy":
-        from hpcsolve.lbm.kernels_cupy import CupyStepper as S
+        from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper as S
     else:
-        from hpcsolve.lbm.kernels_numba import NumbaCudaStepper as S
+        from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper as S
     options = {"pairs": True} if "pairs" in variant else {}
     fast, slow = S(setup, **options), S(setup, graphs=False, **options)
     assert fast.pairs == slow.pairs == ("pairs" in variant)

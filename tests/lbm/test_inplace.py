@@ -1,15 +1,16 @@
-"""CPU checks of the in-place streaming layouts (hpcsolve/lbm/inplace.py): the odd layout is a
+"""CPU checks of the in-place streaming layouts (hpcsolve/lbm/steppers/inplace.py): the odd layout is a
 permutation of the slots, to_even inverts it, the outlet table is what the outlet rule needs, and
 the memory accounting halves the population bytes. The kernels themselves are checked against the
 reference under the CUDA simulator (test_cudasim_lbm.py) and on the GPU (test_gpu_lbm.py)."""
 
 import numpy as np
 
-from hpcsolve.lbm import inplace, lattice
+from hpcsolve.lbm.steppers import inplace
+from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries import outlet
-from hpcsolve.lbm.gpu_common import bytes_per_cell
-from hpcsolve.lbm.stepper import FLUID, OUTLET
-from hpcsolve.precision import FP16S, FP32, FP64
+from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
+from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET
+from hpcsolve.core.precision import FP16S, FP32, FP64
 
 from lbm_gpu_cases import channel
 

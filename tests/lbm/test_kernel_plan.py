@@ -1,6 +1,6 @@
-"""CPU checks of the kernel plan (hpcsolve/lbm/kernel_plan.py): the position expressions both emitters write
+"""CPU checks of the kernel plan (hpcsolve/lbm/kernels/kernel_plan.py): the position expressions both emitters write
 into the step kernels, evaluated here with NumPy on every cell of a small periodic grid, stream as the
-reference does (``np.roll`` of f*_i by c_i), agree with the in-place layouts of hpcsolve/lbm/inplace.py, and
+reference does (``np.roll`` of f*_i by c_i), agree with the in-place layouts of hpcsolve/lbm/steppers/inplace.py, and
 the boundary rule of each layout reads f*_opp(i)(x) of the state it starts from. The kernels built from the
 plan are checked against the NumPy reference under the CUDA simulator (test_cudasim_lbm.py) and on the GPU
 (test_gpu_lbm.py)."""
@@ -8,7 +8,9 @@ plan are checked against the NumPy reference under the CUDA simulator (test_cuda
 import numpy as np
 import pytest
 
-from hpcsolve.lbm import inplace, kernel_plan, lattice
+from hpcsolve.lbm.steppers import inplace
+from hpcsolve.lbm.kernels import kernel_plan
+from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.flags import OUTLET, VELOCITY, WALL
 

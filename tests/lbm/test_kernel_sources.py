@@ -1,5 +1,5 @@
 """The generated kernels take their population loads and stores from the policy
-(``hpcsolve.lbm.population_code``), and their code is what it was when that move was made.
+(``hpcsolve.lbm.kernels.population_code``), and their code is what it was when that move was made.
 
 - The load/store expressions of each emitter are the expected text, and evaluated on NumPy scalars
   they give the bits of ``Precision.encode`` / ``decode`` (every float16 value for fp16s).
@@ -28,9 +28,9 @@ import tokenize
 import numpy as np
 import pytest
 
-from hpcsolve.lbm import emit_cuda, emit_numba
-from hpcsolve.lbm.population_code import cuda_code, numba_code
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.lbm.kernels import emit_cuda, emit_numba
+from hpcsolve.lbm.kernels.population_code import cuda_code, numba_code
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 POLICIES = (FP64, FP32, FP16S)
 #: the policies whose generated sources are pinned (FP16C's codec has its own tests, tests/test_fp16c.py)

@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcsolve.cases import load_case
+from hpcsolve.core.cases import load_case
 from hpcsolve.cli import main
 from hpcsolve.lbm import lattice
 from hpcsolve.lbm.runner import build_setup
-from hpcsolve.lbm.stepper import get_stepper
-from hpcsolve.precision import FP64
-from hpcsolve.results import read_h5
+from hpcsolve.lbm.steppers.stepper import get_stepper
+from hpcsolve.core.precision import FP64
+from hpcsolve.core.results import read_h5
 from hpcsolve.run import run_case
 from test_validation_lbm import independent_d2q9
 

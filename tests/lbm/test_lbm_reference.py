@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, get_stepper
-from hpcsolve.precision import FP16S, FP32, FP64
+from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, get_stepper
+from hpcsolve.core.precision import FP16S, FP32, FP64
 
 
 def _tgv_setup(n, u0, tau, collision="bgk", policy=FP64):

@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcsolve.cases import load_case
-from hpcsolve.errors import CaseError
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.flags import OUTLET, VELOCITY
 from hpcsolve.lbm.runner import build_setup
-from hpcsolve.lbm.stepper import LBMSetup, get_stepper
-from hpcsolve.precision import FP64, get_precision
+from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
+from hpcsolve.core.precision import FP64, get_precision
 
 U0, AMP = 0.05, 1e-3
 

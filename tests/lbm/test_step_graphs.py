@@ -2,7 +2,7 @@
 GPU). The GPU test test_gpu_lbm.py::test_steps_replayed_as_cuda_graphs_equal_steps_launched_one_by_one checks
 the replays bitwise on the device."""
 
-from hpcsolve.lbm.gpu_common import GRAPH_STEPS, StepGraphs
+from hpcsolve.lbm.steppers.gpu_common import GRAPH_STEPS, StepGraphs
 
 
 class FakeStepper:

@@ -1,4 +1,4 @@
-"""The GPU steppers' streaming and launch-shape choice (hpcsolve/lbm/gpu_common.py), on the CPU.
+"""The GPU steppers' streaming and launch-shape choice (hpcsolve/lbm/steppers/gpu_common.py), on the CPU.
 
 ``lattice.streaming = "auto"`` (``LBMSetup.in_place`` None) streams in place where the one-array lattice takes
 between 0.3 and 0.65 of the device's L2 cache (fp32 / fp64): there it stays in L2 from step to step (measured on
@@ -17,11 +17,11 @@ import pytest
 from lbm_gpu_cases import channel_with_bouzidi
 
 from hpcsolve.cli import main
-from hpcsolve.errors import CaseError
-from hpcsolve.lbm import kernels_cupy, kernels_numba
-from hpcsolve.lbm.gpu_common import AUTO_IN_PLACE_L2, SHORT_ROW, auto_in_place, bytes_per_cell, step_kernel_shape
-from hpcsolve.lbm.stepper import LBMSetup
-from hpcsolve.precision import FP16C, FP16S, FP32, FP64
+from hpcsolve.core.errors import CaseError
+from hpcsolve.lbm.steppers import kernels_cupy, kernels_numba
+from hpcsolve.lbm.steppers.gpu_common import AUTO_IN_PLACE_L2, SHORT_ROW, auto_in_place, bytes_per_cell, step_kernel_shape
+from hpcsolve.lbm.steppers.stepper import LBMSetup
+from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 from hpcsolve.report.bench_lbm import cavity_setup
 
 H200_L2 = 60 * 1024**2   # cudaDevAttrL2CacheSize on the H200 (62,914,560 B)
@@ -57,8 +57,9 @@ def test_auto_keeps_two_buffers_for_16_bit_storage(policy):
 def test_auto_keeps_two_buffers_where_in_place_cannot_run_the_setup():
     """A cell with an outlet and an interpolated link: an explicit in-place request is an error naming
     lattice.streaming; 'auto' quietly keeps two buffers."""
-    from hpcsolve.lbm import bouzidi, inplace
-    from hpcsolve.lbm.stepper import WALL
+    from hpcsolve.lbm.boundaries import bouzidi
+    from hpcsolve.lbm.steppers import inplace
+    from hpcsolve.lbm.steppers.stepper import WALL
 
     setup = channel_with_bouzidi(nx=10, ny=8, policy=FP64)
     setup.flags[3:5, 7:9] = WALL
@@ -144,7 +145,7 @@ def test_setup_in_place_accepts_none_and_refuses_other_values():
 def test_case_streaming_maps_to_the_setup():
     from pathlib import Path
 
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.lbm.runner import build_setup
 
     case_file = Path(__file__).resolve().parents[2] / "cases" / "lid_driven_cavity.toml"

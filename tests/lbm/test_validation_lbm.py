@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY, WALL
-from hpcsolve.lbm.stepper import LBMSetup, get_stepper
-from hpcsolve.precision import FP64
+from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
+from hpcsolve.core.precision import FP64
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -251,7 +251,7 @@ def test_cylinder_2d2_sheds_at_the_published_strouhal_number():
     published range [0.295, 0.305] widened by 0.01 below: the shedding is still growing (c_L max 0.96 over the second
     half, published 0.99 .. 1.01) on a coarse, shortened channel; the full case at D = 20 gave 0.297 / 0.298
     (cases/cylinder_2d2.toml)."""
-    from hpcsolve.cases import load_case
+    from hpcsolve.core.cases import load_case
     from hpcsolve.lbm import observables as obs
     from hpcsolve.lbm.runner import _periodic_metrics, build_setup
 

@@ -6,7 +6,7 @@ write out).
 - :mod:`.wall`: half-way bounce-back on resting walls (flag WALL);
 - :mod:`.velocity`: bounce-back with a wall velocity (moving lids, velocity inlets; flag VELOCITY);
 - :mod:`.outlet`: anti-bounce-back at a fixed or characteristic (non-reflecting) pressure (flag OUTLET);
-- interpolated (Bouzidi) bounce-back on curved walls: ``hpcsolve.lbm.bouzidi`` (links, pre-pass).
+- interpolated (Bouzidi) bounce-back on curved walls: ``hpcsolve.lbm.boundaries.bouzidi`` (links, pre-pass).
 
 :func:`link_rules` is the order the step kernels test a boundary link's source flag in.
 """
@@ -14,7 +14,7 @@ write out).
 from __future__ import annotations
 
 from hpcsolve.lbm.boundaries import outlet, velocity, wall
-from hpcsolve.lbm.kernel_plan import LinkRule
+from hpcsolve.lbm.kernels.kernel_plan import LinkRule
 
 
 def link_rules(characteristic: bool = False) -> tuple[LinkRule, ...]:

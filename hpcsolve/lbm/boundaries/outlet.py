@@ -18,7 +18,7 @@ import numpy as np
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.boundaries.links import ReferenceLinks
 from hpcsolve.lbm.flags import FLUID, OUTLET
-from hpcsolve.lbm.kernel_plan import LinkRule, Op
+from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
 
 
 def rule(characteristic: bool) -> LinkRule:

@@ -16,9 +16,9 @@ import numpy as np
 from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries.links import ReferenceLinks
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
-from hpcsolve.lbm.cell_table import cell_table, table_values
+from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
 from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
-from hpcsolve.lbm.kernel_plan import LinkRule, Op
+from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
 
 RULE = LinkRule("velocity", VELOCITY, (
     Op("lookup", out=("uwx", "uwy"), args=("s",)),

@@ -5,6 +5,6 @@ wall reads this cell's opposite population); its force term is that of :mod:`.ve
 from __future__ import annotations
 
 from hpcsolve.lbm.flags import WALL
-from hpcsolve.lbm.kernel_plan import LinkRule, Op
+from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
 
 RULE = LinkRule("wall", WALL, (Op("physics", "wall_bounce_back", ("h",), ("hop",)),))

@@ -1,0 +1,1 @@
+"""Ground floor: errors, the backend registry, precision policies and storage codecs, safe file writing, output folders, results, checkpoints, signals, MPI ranks, memory estimates' base. Imports nothing from the solver families."""

@@ -1,0 +1,409 @@
+"""The output folder of a run: checked before the run, locked during it, cleaned of what dead runs left.
+
+- ``check``: what can be said without touching anything (not a folder; holds a result or the
+  checkpoints of another run and neither --overwrite nor --resume was given).
+- ``claim``: creates the folder, proves it writable, takes its lock (one run per folder; a second
+  one is refused naming the holder), removes temporary files and staging folders that a killed run
+  left, and with --overwrite sets the previous run's files aside (each renamed to a hidden name in its
+  own folder, marker first, so the folder never looks complete meanwhile; a journal records the renames):
+  they are deleted once the new run has left a result or checkpoints of its own, and put back when it
+  stops without either (bad input found during the run, a full disk, an interrupt that left nothing to
+  resume, a kill: the next claim settles the journal), so a failed --overwrite loses nothing. Only files
+  hpcsolve writes move: the result files, the plots the previous marker names and
+  ``checkpoints/checkpoint_*.h5``; anything else in the folder stays. The lock is held until the result
+  is written. A --resume settles such a journal before it chooses a checkpoint (:func:`settle_idle`).
+
+A result folder is complete when its marker ``manifest.json`` exists: it is written last and names
+the files of the result and the run id that ``result.h5`` and ``summary.json`` carry too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from hpcsolve.core.errors import OutputError, clip
+
+LOCK_NAME = ".hpcsolve.lock"
+OWNER_NAME = ".hpcsolve-owner.json"
+MARKER = "manifest.json"
+RESULT_FILES = ("result.h5", "result.xdmf", "summary.json")
+CHECKPOINT_DIR = "checkpoints"
+PLOT_DIR = "plots"
+STAGING_PREFIX = ".staging-"
+PREVIOUS_PREFIX = ".previous-"
+JOURNAL_SUFFIX = ".journal"       # a hidden file is PREVIOUS_PREFIX<id>-<name>, never ending so
+
+
+def _refuse(out: Path, why: str, allowed: str) -> OutputError:
+    return OutputError.invalid("--out", str(out), allowed, why=why)
+
+
+def has_result(out: Path) -> bool:
+    return any((out / n).exists() for n in (MARKER, *RESULT_FILES))
+
+
+def has_checkpoints(out: Path) -> bool:
+    d = out / CHECKPOINT_DIR
+    return d.is_dir() and any(d.glob("checkpoint_*.h5"))
+
+
+def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
+    """Refuse a target that is not a folder, or that holds another run's files without --overwrite."""
+    from hpcsolve.core.safe_io import path_problem
+
+    problem = path_problem(out)
+    if problem:
+        raise _refuse(out, problem, "a folder this user can write")
+    out = Path(out)
+    try:
+        if out.is_symlink() and not out.exists():
+            raise _refuse(out, f"is a symbolic link to a missing target ({clip(os.readlink(out))})",
+                          "a folder, or a link to one")
+        exists, is_dir = out.exists(), out.is_dir()
+        holds_result = is_dir and has_result(out)
+        holds_checkpoints = is_dir and has_checkpoints(out)
+    except OSError as exc:
+        raise _refuse(out, f"cannot look at it ({exc.strerror})", "a folder this user can write") from None
+    if exists and not is_dir:
+        raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite)")
+    if not is_dir or overwrite or resume:
+        return
+    if holds_result:
+        raise _refuse(out, "already holds a result", "a new folder, or --overwrite to replace the result there")
+    if holds_checkpoints:
+        raise _refuse(out, "holds the checkpoints of an unfinished run",
+                      f"--resume {clip(str(out))} to continue it, --overwrite to replace it, or a new folder")
+
+
+def _owner_text() -> str:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                       "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                       "command": clip(" ".join(sys.argv), 300)})
+
+
+def holder(out: Path) -> str:
+    """Who holds the lock of ``out``, in words (from the owner file the holder wrote)."""
+    from hpcsolve.core.safe_io import read_text
+
+    try:
+        info = json.loads(read_text(out / OWNER_NAME, "--out", "an owner file", max_bytes=4096))
+        return (f"pid {info['pid']} on {info['host']}, started {info['started']}: "
+                f"{clip(str(info.get('command', '')), 200)}")
+    except (ValueError, KeyError, TypeError):   # CaseError is a ValueError: no readable owner file
+        return "holder unknown"
+
+
+def remove_stale(out: Path) -> list[str]:
+    """Temporary files and staging folders in ``out`` (and its checkpoints/ and plots/) that a killed
+    run left, and settles what a killed --overwrite run set aside (:func:`settle_previous`); only called
+    with the folder's lock held, so none of them belongs to a live run."""
+    removed = []
+    for folder in (out, out / CHECKPOINT_DIR, out / PLOT_DIR):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            name = p.name
+            if name.startswith(".") and name.endswith(".tmp") and not p.is_dir():
+                p.unlink(missing_ok=True)
+                removed.append(str(p.relative_to(out)))
+            elif folder == out and name.startswith(STAGING_PREFIX) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(name)
+    return removed + settle_previous(out)
+
+
+def _own_name(n: str) -> bool:
+    """A name hpcsolve writes in a result folder: the result files, ``plots/<name>.png``,
+    ``checkpoints/checkpoint_*.h5`` (one level, no way out of the folder)."""
+    parts = n.split("/")
+    if len(parts) == 1:
+        return n in RESULT_FILES
+    return (len(parts) == 2 and not parts[1].startswith(".") and
+            ((parts[0] == PLOT_DIR and parts[1].endswith(".png")) or
+             (parts[0] == CHECKPOINT_DIR and parts[1].startswith("checkpoint_") and parts[1].endswith(".h5"))))
+
+
+def manifest_files(out: Path) -> list[str]:
+    """The files the marker of ``out`` names that hpcsolve writes (:func:`_own_name`; [] without a readable
+    marker). A marker is data: an entry naming anything else is ignored."""
+    from hpcsolve.core.safe_io import read_text
+
+    try:
+        files = json.loads(read_text(out / MARKER, "--out", "a result marker", max_bytes=1 << 20)).get("files", {})
+    except (ValueError, AttributeError, OSError):   # CaseError is a ValueError: no readable marker
+        return []
+    return [n for n in files if isinstance(n, str) and _own_name(n)] if isinstance(files, dict) else []
+
+
+def previous_files(out: Path) -> list[str]:
+    """What hpcsolve wrote for the run whose files are in ``out``: the files its marker names, the result
+    files and the checkpoints (relative paths of existing regular files; the marker itself not included)."""
+    names = dict.fromkeys(manifest_files(out) + list(RESULT_FILES))
+    d = out / CHECKPOINT_DIR
+    if d.is_dir():
+        names.update(dict.fromkeys(f"{CHECKPOINT_DIR}/{p.name}" for p in sorted(d.glob("checkpoint_*.h5"))))
+    return [n for n in names if (out / n).is_file() and not (out / n).is_symlink()]
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT / SIGTERM wait (are blocked, then delivered) while files are renamed as one group."""
+    import signal
+
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (AttributeError, OSError, ValueError):   # no pthread_sigmask here: renames run unguarded
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _journal_write(journal: Path, state: str, pairs: list) -> None:
+    from hpcsolve.core.safe_io import write_atomic
+
+    write_atomic(journal, json.dumps({"state": state, "files": pairs}).encode())
+
+
+def _interrupted_placeholder(out: Path) -> bool:
+    """``out`` holds only the result an interrupted run writes when it left nothing to resume (status
+    'interrupted', no checkpoint): not worth a previous complete result."""
+    if has_checkpoints(out):
+        return False
+    try:
+        return json.loads((out / "summary.json").read_text(encoding="utf-8")).get("status") == "interrupted"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def holds_own_state(out: Path) -> bool:
+    """``out`` holds a result or checkpoints of the run now writing into it (once its previous files are set
+    aside); an interrupted run's placeholder result without checkpoints does not count."""
+    return (has_result(out) and not _interrupted_placeholder(out)) or has_checkpoints(out)
+
+
+def set_aside(out: Path) -> Path | None:
+    """--overwrite: hide the previous run's files (the marker first, then :func:`previous_files`) by renaming
+    each within its own folder to ``.previous-<id>-<name>`` (no rename crosses a file system, even where
+    ``checkpoints/`` is a link elsewhere). A journal ``.previous-<id>.journal`` lists them and says how far the
+    renames got ("moving", then "complete"), so that a run killed midway is undone by the next claim
+    (:func:`settle_previous`); an error midway is undone at once. Returns the journal (None: nothing there)."""
+    names = previous_files(out)
+    if not names and not (out / MARKER).exists():
+        return None
+    import uuid
+
+    tag = f"{PREVIOUS_PREFIX}{uuid.uuid4().hex[:12]}"
+    pairs = []
+    for n in ([MARKER] if (out / MARKER).exists() else []) + names:
+        head, _, base = n.rpartition("/")
+        pairs.append([n, f"{head}/{tag}-{base}" if head else f"{tag}-{base}"])
+    journal = out / f"{tag}{JOURNAL_SUFFIX}"
+    with _signals_held():
+        _journal_write(journal, "moving", pairs)
+        try:
+            for n, hidden in pairs:
+                os.replace(out / n, out / hidden)
+            _journal_write(journal, "complete", pairs)
+        except BaseException:
+            put_back(out, journal, restore=True)
+            raise
+    return journal
+
+
+def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
+    """Settle the files a journal of :func:`set_aside` lists: put back (marker last) when ``restore`` is True,
+    or when None and either the renames never completed or the run that set them aside left no state of its
+    own (:func:`holds_own_state`; its interrupted placeholder is removed first); else delete them. Returns
+    whether they went back. An unreadable journal leaves everything where it is."""
+    try:
+        info = json.loads(journal.read_text(encoding="utf-8"))
+        pairs, state = [tuple(p) for p in info["files"]], info["state"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    with _signals_held():
+        if restore is None:
+            restore = state != "complete" or not holds_own_state(out)
+            if restore and state == "complete" and has_result(out):
+                clear_result(out)                       # the interrupted placeholder: the old result is worth more
+        if restore:
+            if state != "restoring":
+                with contextlib.suppress(OSError):      # best effort (a full disk): the renames need no space
+                    _journal_write(journal, "restoring", [list(p) for p in pairs])
+            for n, hidden in reversed(pairs):           # the marker was hidden first: it comes back last
+                if (out / hidden).exists() and not (out / n).exists():
+                    (out / n).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(out / hidden, out / n)
+        else:
+            for _, hidden in pairs:
+                (out / hidden).unlink(missing_ok=True)
+            for d in (CHECKPOINT_DIR, PLOT_DIR):
+                with contextlib.suppress(OSError):
+                    (out / d).rmdir()                   # only when empty: other files there stay
+        journal.unlink(missing_ok=True)
+    return restore
+
+
+def settle_previous(out: Path) -> list[str]:
+    """Journals of :func:`set_aside` that a killed run left in ``out``, settled by :func:`put_back`."""
+    done = []
+    for journal in sorted(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
+        put_back(out, journal)
+        done.append(journal.name)
+    return done
+
+
+def settle_idle(out: str | Path) -> list[str]:
+    """Settle now (:func:`settle_previous`) the journals that a killed --overwrite run left in ``out``, when no run
+    holds the folder: a --resume must see the checkpoints they hid before it chooses one (the claim that would
+    settle them comes after). A folder in use, or one without journals, is left as it is."""
+    from filelock import FileLock, Timeout
+
+    out = Path(out)
+    try:
+        if not out.is_dir() or not any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
+            return []
+        lock = FileLock(str(out / LOCK_NAME), timeout=0)
+        lock.acquire()
+    except Timeout:                # in use: the checkpoints may be hidden by that run's --overwrite
+        raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
+                                  why=f"another hpcsolve run is writing into it ({holder(out)})") from None
+    except OSError:                # not writable: the claim says so
+        return []
+    try:
+        return settle_previous(out)
+    except OSError:
+        return []
+    finally:
+        lock.release()
+
+
+def clear_result(out: Path) -> None:
+    """Remove the result in ``out`` (marker first, then the files it names and the result files)."""
+    names = manifest_files(out)
+    (out / MARKER).unlink(missing_ok=True)
+    for n in dict.fromkeys(names + list(RESULT_FILES)):
+        if _own_name(n) and not (out / n).is_symlink():
+            (out / n).unlink(missing_ok=True)
+
+
+def probe_writable(out: Path) -> None:
+    """Create and remove a file in ``out`` (OSError where this user cannot write there)."""
+    fd, probe = tempfile.mkstemp(prefix=".hpcsolve-probe-", suffix=".tmp", dir=out)
+    try:
+        os.write(fd, b"w")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+#: parent folders (``results/``) that :func:`new_folder` created in this process: :func:`remove_unused` takes them
+#: back too while they are empty
+_made_parents: set = set()
+
+
+def new_folder(base: str | Path, attempts: int = 1000) -> Path:
+    """``base``, or ``base-2``, ``base-3``, ...: the first of them that does not exist yet, created now. The
+    creation is the reservation (``mkdir`` fails for all but one process), so two runs started in the same
+    second get different default folders instead of one refusing the other at the lock. A folder that cannot
+    be created (its parent is a file, a broken link, not writable) is returned uncreated: :func:`check` /
+    :func:`claim` then say why, naming ``--out``."""
+    base = Path(base)
+    try:
+        if not base.parent.is_dir():
+            try:
+                base.parent.mkdir(parents=True)
+                _made_parents.add(base.parent)
+            except FileExistsError:          # made meanwhile by another run (fine), or a file there (not)
+                if not base.parent.is_dir():
+                    return base
+    except OSError:
+        return base
+    out = base
+    for k in range(2, attempts + 2):
+        try:
+            out.mkdir()
+            return out
+        except FileExistsError:
+            out = base.with_name(f"{base.name}-{k}")
+        except OSError:
+            return out
+    return out
+
+
+def remove_unused(out: str | Path) -> bool:
+    """Remove ``out`` if it holds nothing but the lock file a claim leaves (a folder that was new or empty when
+    :func:`claim` took it, or that :func:`new_folder` reserved, for a run that was then refused), and the parent
+    new_folder made for it while that is empty. Returns whether ``out`` was removed."""
+    out = Path(out)
+    try:
+        if {p.name for p in out.iterdir()} - {LOCK_NAME}:
+            return False
+        (out / LOCK_NAME).unlink(missing_ok=True)
+        out.rmdir()
+    except OSError:
+        return False
+    if out.parent in _made_parents:      # the results/ folder it made for it, while nothing else is in it
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()
+            _made_parents.discard(out.parent)
+    return True
+
+
+@contextlib.contextmanager
+def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
+    """Create, check and lock ``out`` for one run; yields the folder. See the module docstring."""
+    from filelock import FileLock, Timeout
+
+    out = Path(out)
+    check(out, overwrite=overwrite, resume=resume)
+    allowed = "a folder this user can write, on a file system with free space"
+    try:
+        fresh = not out.exists() or not any(out.iterdir())   # made for this run: removed again if it stays unused
+        out.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(out / LOCK_NAME), timeout=0)
+        lock.acquire()
+    except Timeout:
+        if resume:
+            raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
+                                      why=f"another hpcsolve run is writing into it ({holder(out)})") from None
+        raise _refuse(out, f"another hpcsolve run is writing into it ({holder(out)})",
+                      "a folder no other run is using: wait for that run, or choose another --out") from None
+    except OSError as exc:
+        raise _refuse(out, f"cannot create or lock it ({exc.strerror})", allowed) from None
+    journal = None
+    try:
+        try:
+            from hpcsolve.core.safe_io import write_atomic
+
+            probe_writable(out)
+            write_atomic(out / OWNER_NAME, _owner_text().encode())
+            remove_stale(out)
+            check(out, overwrite=overwrite, resume=resume)   # again, now that no other run can write
+            if overwrite and not resume:
+                journal = set_aside(out)
+        except OSError as exc:
+            raise _refuse(out, f"cannot write into it ({exc.strerror})", allowed) from None
+        try:
+            yield out
+        finally:
+            if journal is not None:
+                with contextlib.suppress(OSError):    # what cannot be settled now, the next claim settles
+                    put_back(out, journal)
+    finally:
+        with contextlib.suppress(OSError):
+            (out / OWNER_NAME).unlink(missing_ok=True)
+        lock.release()
+        if fresh:                     # a run refused before it wrote anything leaves no folder behind
+            remove_unused(out)

@@ -1,0 +1,450 @@
+"""Result: fields, time series, metrics, timings and provenance of one run; and its writers.
+
+Output folder of a run::
+
+    result.h5      fields (final and at output times), series, metrics, provenance, case text
+    result.xdmf    sidecar that makes the fields in result.h5 open in ParaView
+    summary.json   metrics, timings, derived parameters, provenance (machine-readable)
+    plots/*.png    family-specific plots
+
+A result is first written into a staging folder beside the files (every disk write checked), then renamed into place, and the marker ``manifest.json`` comes last: it
+names the result's files and the run id that result.h5 and summary.json carry too. A folder
+without the marker is incomplete (a run killed while writing); a failed write (a full disk)
+leaves the previous result and the checkpoints as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+H5_LAYOUT_VERSION = 1
+
+
+@dataclass
+class StructuredGrid:
+    """Cell-centred uniform 2D grid; field arrays have shape (ny, nx[, ncomp])."""
+
+    nx: int
+    ny: int
+    spacing: float = 1.0                   # physical length of one cell
+    origin: tuple[float, float] = (0.0, 0.0)  # position of the centre of cell (0, 0)
+    unit: str = "lattice"
+
+    def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        x = self.origin[0] + self.spacing * np.arange(self.nx)
+        y = self.origin[1] + self.spacing * np.arange(self.ny)
+        return x, y
+
+
+@dataclass
+class TriangleMesh:
+    """Unstructured triangle mesh; nodal field arrays have shape (npoints[, ncomp])."""
+
+    points: np.ndarray      # (npoints, 2) float64
+    triangles: np.ndarray   # (ntriangles, 3) int
+
+
+@dataclass
+class Snapshot:
+    time: float
+    step: int
+    fields: dict[str, np.ndarray]
+
+
+@dataclass
+class Result:
+    case_name: str
+    solver: str                      # "lbm" | "fem"
+    backend: str
+    precision: str
+    grid: StructuredGrid | TriangleMesh | None = None
+    fields: dict[str, np.ndarray] = field(default_factory=dict)       # final fields (host arrays)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    series: dict[str, np.ndarray] = field(default_factory=dict)       # 1D time series / histories
+    metrics: dict[str, Any] = field(default_factory=dict)             # JSON-able numbers and strings
+    derived: dict[str, Any] = field(default_factory=dict)             # derived parameters (tau, dt, ...)
+    timings: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    status: str = "completed"        # completed | converged | not_steady | not_converged | blew_up | interrupted
+    message: str = ""
+    case_text: str = ""
+    case_json: str = ""
+    plotter: Callable[["Result", Path], list[Path]] | None = None
+
+    def __post_init__(self):
+        self.backend = str(self.backend)     # a Backend object is recorded by its name
+        self.precision = str(self.precision)
+
+    def summary(self) -> dict:
+        return {
+            "case": self.case_name,
+            "solver": self.solver,
+            "backend": self.backend,
+            "precision": self.precision,
+            "status": self.status,
+            "message": self.message,
+            "derived": _jsonable(self.derived),
+            "metrics": _jsonable(self.metrics),
+            "timings": _jsonable(self.timings),
+            "provenance": _jsonable(self.provenance),
+        }
+
+    def write(self, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
+        """Write result.h5, result.xdmf, summary.json, plots and, last, the marker into ``out_dir``.
+
+        A signal during the write only requests a stop; a failed write raises OutputError and leaves
+        the folder's earlier result and checkpoints as they were."""
+        from hpcsolve.core.interrupts import deferred
+
+        out = Path(out_dir)
+        with deferred():
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                return _write_folder(self, out, plots)
+            except OSError as exc:
+                from hpcsolve.core.errors import OutputError
+
+                raise OutputError.invalid(
+                    "--out", str(out), "a folder with free space that this user can write",
+                    why=f"cannot write the result ({exc.strerror or exc}); the earlier result and "
+                        f"checkpoints in it are kept") from None
+
+
+def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
+    """Stage every file, then rename them into ``out``; the marker is removed first and written last."""
+    from hpcsolve.core.outdir import MARKER, PLOT_DIR, STAGING_PREFIX
+
+    run_id = uuid.uuid4().hex
+    stage = out / f"{STAGING_PREFIX}{run_id}"
+    stage.mkdir()
+    try:
+        names = ["result.h5"]
+        write_h5(result, stage / "result.h5", run_id=run_id)
+        if result.grid is not None and (result.fields or result.snapshots):
+            write_xdmf(result, stage / "result.xdmf", h5_name="result.h5")
+            names.append("result.xdmf")
+        if plots and result.plotter is not None:
+            (stage / PLOT_DIR).mkdir()
+            try:
+                names += [f"{PLOT_DIR}/{Path(p).name}" for p in result.plotter(result, stage / PLOT_DIR)]
+            except OSError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a figure matplotlib cannot draw must not lose the result
+                import warnings
+
+                warnings.warn(f"plots skipped: {type(exc).__name__}: {exc}", stacklevel=2)
+                shutil.rmtree(stage / PLOT_DIR, ignore_errors=True)
+        summary = result.summary()
+        summary["run_id"] = run_id
+        summary["files"] = _file_keys(names)
+        names.append("summary.json")
+        write_json(summary, stage / "summary.json")
+        manifest = {"run_id": run_id, "status": result.status, "case": result.case_name,
+                    "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "files": {n: (stage / n).stat().st_size for n in names}}
+        write_json(manifest, stage / MARKER)
+        if any(n.startswith(f"{PLOT_DIR}/") for n in names):
+            (out / PLOT_DIR).mkdir(exist_ok=True)
+        stale = _stale_files(out, names)     # read from the earlier marker before it goes
+        # commit: renames only; without the marker the folder reads as incomplete meanwhile
+        (out / MARKER).unlink(missing_ok=True)
+        for n in names:
+            os.replace(stage / n, out / n)
+        for p in stale:
+            p.unlink(missing_ok=True)
+        os.replace(stage / MARKER, out / MARKER)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    from hpcsolve.core.safe_io import fsync_folder
+
+    fsync_folder(out)
+    files = {key: out / n for key, n in _file_keys(names).items()}
+    files["marker"] = out / MARKER
+    return files
+
+
+def _file_keys(names: list[str]) -> dict[str, str]:
+    """{"h5": "result.h5", "xdmf": ..., "plot0": "plots/...", "summary": ...} for the written names."""
+    fixed = {"result.h5": "h5", "result.xdmf": "xdmf", "summary.json": "summary"}
+    plots = [n for n in names if n not in fixed]
+    return {**{fixed[n]: n for n in names if n in fixed}, **{f"plot{i}": n for i, n in enumerate(plots)}}
+
+
+def _stale_files(out: Path, names: list[str]) -> list[Path]:
+    """Files of an earlier result in ``out`` that this one does not have (its xdmf, the plots its marker names);
+    files hpcsolve did not write (a plot of the user's own in plots/) stay."""
+    from hpcsolve.core.outdir import PLOT_DIR, manifest_files
+
+    stale = [out / "result.xdmf"] if "result.xdmf" not in names else []
+    stale += [out / n for n in manifest_files(out)
+              if n.startswith(f"{PLOT_DIR}/") and n not in names and (out / n).is_file()]
+    return stale
+
+
+def read_result_folder(out_dir: str | Path) -> dict:
+    """The summary of a complete result folder, checked against its marker: every file the marker
+    names exists with its size, and result.h5 and summary.json carry the marker's run id. Raises
+    OutputError for an incomplete or inconsistent folder."""
+    import h5py
+
+    from hpcsolve.core.errors import OutputError
+    from hpcsolve.core.outdir import JOURNAL_SUFFIX, MARKER, PREVIOUS_PREFIX
+
+    out = Path(out_dir)
+
+    def bad(why):
+        return OutputError.invalid("--out", str(out), "a complete result folder", why=why)
+
+    try:
+        manifest = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
+            raise bad(f"no {MARKER}: an --overwrite run into it stopped before it finished, and the earlier result "
+                      "is set aside there (.previous-*); the next hpcsolve run or compare into this folder (or "
+                      "hpcsolve run --resume on it) puts it back, unless the stopped run left checkpoints of its own "
+                      "(then --resume continues that run)") from None
+        raise bad(f"no {MARKER}: the run that wrote it did not finish writing") from None
+    for name, size in manifest["files"].items():
+        p = out / name
+        if not p.is_file() or p.stat().st_size != size:
+            raise bad(f"{name} is missing or not the one {MARKER} names")
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    with h5py.File(out / "result.h5", "r") as f:
+        h5_run = f.attrs.get("run_id")
+    h5_run = h5_run.decode() if isinstance(h5_run, bytes) else h5_run
+    if not (summary.get("run_id") == h5_run == manifest["run_id"]):
+        raise bad("result.h5, summary.json and the marker come from different runs")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        v = float(obj)
+        return v if math.isfinite(v) else str(v)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from hpcsolve.core.safe_io import FILE_MODE
+
+    os.fchmod(fd, FILE_MODE)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        # mkstemp makes the file private (0600): give it what a new file gets under the user's umask,
+        # so colleagues sharing a results folder can read it
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_json(data: dict, path: str | Path) -> Path:
+    from hpcsolve.core.safe_io import write_atomic
+
+    return write_atomic(path, (json.dumps(_jsonable(data), indent=2) + "\n").encode("utf-8"))
+
+
+def _vector3(a: np.ndarray) -> np.ndarray:
+    """2-component vectors are stored with a zero third component so ParaView sees vectors."""
+    if a.ndim >= 2 and a.shape[-1] == 2:
+        pad = np.zeros(a.shape[:-1] + (1,), dtype=a.dtype)
+        return np.concatenate([a, pad], axis=-1)
+    return a
+
+
+def _field_rank(grid, a: np.ndarray) -> int:
+    base = 2 if isinstance(grid, StructuredGrid) else 1
+    return a.ndim - base  # 0 scalar, 1 vector
+
+
+def _set_attrs(h5obj, mapping: dict):
+    for k, v in _jsonable(mapping).items():
+        if isinstance(v, (dict, list)) or v is None:
+            h5obj.attrs[k] = json.dumps(v)
+        else:
+            h5obj.attrs[k] = v
+
+
+def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
+    """result.h5, every disk write checked (see hpcsolve.core.safe_io.write_h5_atomic)."""
+    from hpcsolve.core.safe_io import write_h5_atomic
+
+    def fill(f):
+        f.attrs["hpcsolve_layout"] = H5_LAYOUT_VERSION
+        f.attrs["run_id"] = run_id
+        f.attrs["case"] = result.case_name
+        f.attrs["solver"] = result.solver
+        f.attrs["backend"] = result.backend
+        f.attrs["precision"] = result.precision
+        f.attrs["status"] = result.status
+        f.attrs["message"] = result.message
+        f.attrs["case_text"] = result.case_text
+        f.attrs["case_json"] = result.case_json
+        _set_attrs(f.require_group("provenance"), result.provenance)
+        _set_attrs(f.require_group("metrics"), result.metrics)
+        _set_attrs(f.require_group("derived"), result.derived)
+        _set_attrs(f.require_group("timings"), result.timings)
+        g = result.grid
+        if isinstance(g, StructuredGrid):
+            gg = f.create_group("grid")
+            gg.attrs.update({"nx": g.nx, "ny": g.ny, "spacing": g.spacing, "origin": list(g.origin), "unit": g.unit})
+            x, y = g.coordinates()
+            gg["x"], gg["y"] = x, y
+        elif isinstance(g, TriangleMesh):
+            gm = f.create_group("mesh")
+            gm["points"] = np.asarray(g.points, dtype=np.float64)
+            gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
+        fg = f.create_group("fields")
+        for name, a in result.fields.items():
+            fg.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+        sg = f.create_group("snapshots")
+        for i, snap in enumerate(result.snapshots):
+            s = sg.create_group(f"{i:06d}")
+            s.attrs["time"] = snap.time
+            s.attrs["step"] = snap.step
+            for name, a in snap.fields.items():
+                s.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+        tg = f.create_group("series")
+        for name, a in result.series.items():
+            tg[name] = np.asarray(a)
+    return write_h5_atomic(path, fill)
+
+
+def _xdmf_attrs(result: Result, fields: dict, h5_name: str, h5_group: str, dims: str) -> list[str]:
+    out = []
+    for name, a in fields.items():
+        a = np.asarray(a)
+        rank = _field_rank(result.grid, a)
+        if rank == 0:
+            kind, shape = "Scalar", dims
+        elif rank == 1:
+            kind, shape = "Vector", f"{dims} 3"
+        else:
+            continue
+        prec = 8 if a.dtype.itemsize >= 8 else 4
+        num = "Int" if np.issubdtype(a.dtype, np.integer) else "Float"
+        out.append(
+            f'      <Attribute Name="{name}" AttributeType="{kind}" Center="Node">\n'
+            f'        <DataItem Dimensions="{shape}" NumberType="{num}" Precision="{prec}" Format="HDF">'
+            f'{h5_name}:/{h5_group}/{name}</DataItem>\n      </Attribute>')
+    return out
+
+
+def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> Path:
+    """XDMF 3 sidecar pointing into result.h5: the final fields, and a time series if snapshots exist."""
+    g = result.grid
+    if isinstance(g, StructuredGrid):
+        dims = f"{g.ny} {g.nx}"
+        topo = f'      <Topology TopologyType="2DCoRectMesh" Dimensions="{dims}"/>'
+        geom = ('      <Geometry GeometryType="ORIGIN_DXDY">\n'
+                f'        <DataItem Dimensions="2" NumberType="Float" Precision="8" Format="XML">{g.origin[1]!r} {g.origin[0]!r}</DataItem>\n'
+                f'        <DataItem Dimensions="2" NumberType="Float" Precision="8" Format="XML">{g.spacing!r} {g.spacing!r}</DataItem>\n'
+                '      </Geometry>')
+    else:
+        npts, ntri = len(g.points), len(g.triangles)
+        dims = f"{npts}"
+        topo = (f'      <Topology TopologyType="Triangle" NumberOfElements="{ntri}">\n'
+                f'        <DataItem Dimensions="{ntri} 3" NumberType="Int" Precision="8" Format="HDF">{h5_name}:/mesh/triangles</DataItem>\n'
+                '      </Topology>')
+        geom = ('      <Geometry GeometryType="XY">\n'
+                f'        <DataItem Dimensions="{npts} 2" NumberType="Float" Precision="8" Format="HDF">{h5_name}:/mesh/points</DataItem>\n'
+                '      </Geometry>')
+
+    def grid_block(name, fields, group, time=None):
+        lines = [f'    <Grid Name="{name}" GridType="Uniform">', topo, geom]
+        if time is not None:
+            lines.append(f'      <Time Value="{time!r}"/>')
+        lines += _xdmf_attrs(result, fields, h5_name, group, dims)
+        lines.append("    </Grid>")
+        return "\n".join(lines)
+
+    blocks = []
+    if result.snapshots:
+        inner = [grid_block(f"t{i:06d}", s.fields, f"snapshots/{i:06d}", s.time) for i, s in enumerate(result.snapshots)]
+        final_time = result.metrics.get("simulated_time_s")
+        if isinstance(final_time, (int, float)) and final_time > result.snapshots[-1].time and result.fields:
+            inner.append(grid_block("final", result.fields, "fields", float(final_time)))   # the state at the end
+        blocks.append('    <Grid Name="snapshots" GridType="Collection" CollectionType="Temporal">\n'
+                      + "\n".join("  " + b.replace("\n", "\n  ") for b in inner) + "\n    </Grid>")
+    else:
+        blocks.append(grid_block("final", result.fields, "fields"))
+    text = ('<?xml version="1.0" ?>\n<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>\n<Xdmf Version="3.0">\n  <Domain>\n'
+            + "\n".join(blocks) + "\n  </Domain>\n</Xdmf>\n")
+    from hpcsolve.core.safe_io import write_atomic
+
+    return write_atomic(path, text.encode("utf-8"))
+
+
+def read_h5(path: str | Path) -> dict:
+    """Read a result.h5 back into plain dicts (for tests, notebooks and compare)."""
+    import h5py
+
+    def attrs(obj):
+        out = {}
+        for k, v in obj.attrs.items():
+            if isinstance(v, bytes):
+                v = v.decode()
+            if isinstance(v, str) and v[:1] in "[{":
+                with contextlib.suppress(ValueError):
+                    v = json.loads(v)
+            out[k] = v.item() if isinstance(v, np.generic) else v
+        return out
+
+    with h5py.File(path, "r") as f:
+        data = {"attrs": attrs(f)}
+        for grp in ("provenance", "metrics", "derived", "timings"):
+            data[grp] = attrs(f[grp]) if grp in f else {}
+        data["fields"] = {k: f["fields"][k][()] for k in f["fields"]} if "fields" in f else {}
+        data["series"] = {k: f["series"][k][()] for k in f["series"]} if "series" in f else {}
+        data["snapshots"] = []
+        if "snapshots" in f:
+            for k in sorted(f["snapshots"]):
+                s = f["snapshots"][k]
+                data["snapshots"].append({"time": float(s.attrs["time"]), "step": int(s.attrs["step"]),
+                                          "fields": {n: s[n][()] for n in s}})
+        if "grid" in f:
+            data["grid"] = attrs(f["grid"])
+        if "mesh" in f:
+            data["mesh"] = {"points": f["mesh/points"][()], "triangles": f["mesh/triangles"][()]}
+    return data

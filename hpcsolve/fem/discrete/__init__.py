@@ -1,0 +1,1 @@
+"""The FEM's discretization: meshes, P1 assembly, the problems (Poisson, elasticity) and test problems."""

@@ -1,0 +1,314 @@
+"""Triangle meshes: structured rectangles, Cook's membrane, any file meshio reads; boundary edges and tags.
+
+A :class:`Mesh` holds points (n, 2) float64, triangles (m, 3) int32 (counter-clockwise), the
+boundary edges (k, 2) int32 with a tag name per edge, and an optional region name per triangle.
+Boundary tags come from the generator (rectangle: left / right / bottom / top) or from the
+file's physical groups (gmsh ``$PhysicalNames``); untagged boundary edges are tagged "boundary".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve.core.errors import CaseError, clip
+
+
+@dataclass
+class Mesh:
+    points: np.ndarray                       # (n, 2) float64
+    triangles: np.ndarray                    # (m, 3) int32, counter-clockwise
+    boundary_edges: np.ndarray               # (k, 2) int32
+    edge_tags: np.ndarray                    # (k,) str: tag name of each boundary edge
+    cell_regions: np.ndarray | None = None   # (m,) str: region name per triangle, if the mesh has them
+    source: str = ""
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n_points(self) -> int:
+        return len(self.points)
+
+    @property
+    def n_triangles(self) -> int:
+        return len(self.triangles)
+
+    @property
+    def tag_names(self) -> list[str]:
+        return sorted(set(self.edge_tags.tolist()))
+
+    def areas(self) -> np.ndarray:
+        p = self.points[self.triangles]
+        return 0.5 * ((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1])
+                      - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+
+    def h_max(self) -> float:
+        """Longest edge length (the mesh size h)."""
+        p = self.points[self.triangles]
+        e = np.stack([p[:, 1] - p[:, 0], p[:, 2] - p[:, 1], p[:, 0] - p[:, 2]], axis=1)
+        return float(np.sqrt((e ** 2).sum(-1)).max())
+
+    def size(self) -> float:
+        """Diameter of the bounding box (length scale for geometric tolerances)."""
+        return float(np.linalg.norm(self.points.max(0) - self.points.min(0)))
+
+    def boundary_nodes(self) -> np.ndarray:
+        return np.unique(self.boundary_edges)
+
+
+def _orient(points: np.ndarray, tris: np.ndarray) -> np.ndarray:
+    p = points[tris]
+    a2 = ((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+    tris = tris.copy()
+    neg = a2 < 0
+    tris[neg, 1], tris[neg, 2] = tris[neg, 2].copy(), tris[neg, 1].copy()
+    return tris
+
+
+def triangle_edges(triangles: np.ndarray) -> np.ndarray:
+    """The three edges of every triangle as sorted node pairs (3 m, 2), int64; shared edges appear once per triangle."""
+    e = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
+    return np.sort(e, axis=1).astype(np.int64)
+
+
+def boundary_edges_of(triangles: np.ndarray) -> np.ndarray:
+    """Edges that belong to exactly one triangle (sorted node pairs), vectorized."""
+    key = triangle_edges(triangles)
+    n = int(triangles.max()) + 1 if len(triangles) else 0
+    code = key[:, 0] * n + key[:, 1]
+    uniq, counts = np.unique(code, return_counts=True)
+    once = uniq[counts == 1]
+    return np.stack([once // n, once % n], axis=1).astype(np.int32)
+
+
+def _tag_edges_by_side(points, edges, sides: dict) -> np.ndarray:
+    """Name each boundary edge by the first side predicate (callable on edge midpoints) it meets."""
+    mid = points[edges].mean(axis=1)
+    tags = np.full(len(edges), "boundary", dtype=object)
+    for name, pred in sides.items():
+        sel = (tags == "boundary") & pred(mid[:, 0], mid[:, 1])
+        tags[sel] = name
+    return tags.astype(str)
+
+
+def rectangle(nx: int, ny: int, x: tuple[float, float] = (0.0, 1.0), y: tuple[float, float] = (0.0, 1.0)) -> Mesh:
+    """Structured triangulation of a rectangle: nx * ny cells, each split by its (/) diagonal."""
+    if nx < 1 or ny < 1:
+        raise CaseError.invalid("mesh.nx/ny", (nx, ny), "integers >= 1")
+    xs = np.linspace(x[0], x[1], nx + 1)
+    ys = np.linspace(y[0], y[1], ny + 1)
+    X, Y = np.meshgrid(xs, ys)
+    points = np.column_stack([X.ravel(), Y.ravel()])
+    i, j = np.meshgrid(np.arange(nx), np.arange(ny))
+    n0 = (j * (nx + 1) + i).ravel()
+    n1, n2, n3 = n0 + 1, n0 + nx + 2, n0 + nx + 1
+    tris = np.concatenate([np.column_stack([n0, n1, n2]), np.column_stack([n0, n2, n3])]).astype(np.int32)
+    edges = boundary_edges_of(tris)
+    tol = 1e-12 * max(x[1] - x[0], y[1] - y[0])
+    tags = _tag_edges_by_side(points, edges, {
+        "left": lambda a, b: np.abs(a - x[0]) <= tol, "right": lambda a, b: np.abs(a - x[1]) <= tol,
+        "bottom": lambda a, b: np.abs(b - y[0]) <= tol, "top": lambda a, b: np.abs(b - y[1]) <= tol})
+    # the node grid (row-major, x fastest) that geometric multigrid coarsens
+    return Mesh(points, tris, edges, tags, source=f"rectangle {nx}x{ny}", info={"grid": (nx, ny)})
+
+
+COOK_CORNERS = ((0.0, 0.0), (48.0, 44.0), (48.0, 60.0), (0.0, 44.0))
+
+
+def cook_membrane(n: int) -> Mesh:
+    """Cook's tapered panel, corners (0,0), (48,44), (48,60), (0,44): an n x n grid mapped bilinearly.
+
+    Tags: left (x = 0, clamped), right (x = 48, loaded), bottom, top.
+    """
+    m = rectangle(n, n)
+    s, t = m.points[:, 0], m.points[:, 1]
+    x = 48.0 * s
+    y_bottom, y_top = 44.0 * s, 44.0 + 16.0 * s
+    m.points = np.column_stack([x, y_bottom + t * (y_top - y_bottom)])
+    m.source = f"cook_membrane {n}x{n}"
+    return m
+
+
+def refine_uniform(mesh: Mesh) -> Mesh:
+    """Split every triangle into four at its edge midpoints; tags and regions carry over."""
+    tris = mesh.triangles
+    n = mesh.n_points
+    e = np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]])
+    key = np.sort(e, axis=1).astype(np.int64)
+    code = key[:, 0] * n + key[:, 1]
+    uniq, inv = np.unique(code, return_inverse=True)
+    a, b = uniq // n, uniq % n
+    mids = 0.5 * (mesh.points[a] + mesh.points[b])
+    points = np.vstack([mesh.points, mids])
+    m = len(tris)
+    m01, m12, m20 = (inv[:m] + n), (inv[m:2 * m] + n), (inv[2 * m:] + n)
+    v0, v1, v2 = tris[:, 0], tris[:, 1], tris[:, 2]
+    new = np.concatenate([np.column_stack([v0, m01, m20]), np.column_stack([m01, v1, m12]),
+                          np.column_stack([m20, m12, v2]), np.column_stack([m01, m12, m20])]).astype(np.int32)
+    be = np.sort(mesh.boundary_edges, axis=1).astype(np.int64)
+    mid_of = n + np.searchsorted(uniq, be[:, 0] * n + be[:, 1])
+    edges = np.concatenate([np.column_stack([be[:, 0], mid_of]), np.column_stack([mid_of, be[:, 1]])]).astype(np.int32)
+    tags = np.concatenate([mesh.edge_tags, mesh.edge_tags])
+    regions = None if mesh.cell_regions is None else np.tile(mesh.cell_regions, 4)
+    info = {k: v for k, v in mesh.info.items() if k != "grid"}     # new nodes are not numbered on a grid
+    return Mesh(points, new, edges, tags, regions, source=mesh.source + " +refined", info=info)
+
+
+def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
+    """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
+    boundary; triangle physical groups name regions."""
+    import meshio
+
+    from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
+
+    path = Path(path)
+    allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
+    regular_file(path, field_name, allowed, max_bytes=MESH_FILE_MAX_BYTES)   # no pipe or device is opened
+    if path.suffix.lower() == ".msh":
+        gmsh_counts(path, field_name, allowed)                                # header and counts first
+    # meshio prints its readers' complaints and calls sys.exit when none accepts the file: its output
+    # is kept out of the terminal and its exit becomes one CaseError
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            mm = meshio.read(path)
+    except (Exception, SystemExit) as exc:
+        complaint = " ".join(said.getvalue().split()) or "no meshio reader accepts it"
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else complaint
+        raise CaseError.invalid(field_name, clip(str(path)), allowed, why=f"cannot read it ({clip(what)})") from None
+    try:
+        return _mesh_from_meshio(mm, path, field_name)
+    except CaseError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:  # cell data of another shape
+        raise CaseError.invalid(field_name, clip(str(path)), allowed,
+                                why=f"its cells or tags are not a 2D triangle mesh ({type(exc).__name__}: "
+                                    f"{clip(str(exc), 80)})") from None
+
+
+def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
+    pts = np.asarray(mm.points, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[1] < 2:
+        raise CaseError.invalid(field_name, str(path), "a 2D mesh", why="points are not 2D")
+    if pts.shape[1] > 2:
+        if np.any(np.abs(pts[:, 2:]) > 1e-12 * max(1.0, np.abs(pts).max())):
+            raise CaseError.invalid(field_name, str(path), "a planar mesh (z = 0)", why="the mesh is not flat")
+        pts = pts[:, :2].copy()
+    names = {}
+    for name, (tag, dim) in (mm.field_data or {}).items():
+        names[(int(dim), int(tag))] = name
+    tri_blocks, line_blocks, other = [], [], []
+    phys = mm.cell_data.get("gmsh:physical")
+    for i, block in enumerate(mm.cells):
+        tags = np.asarray(phys[i]) if phys is not None else None
+        if block.type == "triangle":
+            tri_blocks.append((block.data, tags))
+        elif block.type == "line":
+            line_blocks.append((block.data, tags))
+        elif block.type != "vertex" and len(block.data):
+            other.append(block.type)
+    if not tri_blocks:
+        raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
+    if other:     # solving on the triangles alone would leave out part of the domain, silently
+        kinds = ", ".join(dict.fromkeys(other))
+        raise CaseError.invalid(field_name, str(path), "a mesh of 3-node triangles (and boundary lines) only",
+                                why=f"it also has {kinds} cells, which this P1 solver cannot use (convert them to "
+                                    "triangles, e.g. gmsh -2 with Mesh.RecombineAll = 0)")
+    tris = np.concatenate([b for b, _ in tri_blocks])
+    if not np.issubdtype(tris.dtype, np.integer) or tris.size == 0 or tris.min() < 0 or tris.max() >= len(pts):
+        bad = tris[(tris < 0) | (tris >= len(pts))] if np.issubdtype(tris.dtype, np.integer) else tris.ravel()
+        raise CaseError.invalid(field_name, clip(str(path)), "triangles whose nodes are in the file",
+                                why=f"a triangle refers to node index {clip(str(bad[:1].tolist()), 40)}, "
+                                    f"not one of the {len(pts)} nodes")
+    tris = tris.astype(np.int32)
+    regions = None
+    if all(t is not None for _, t in tri_blocks):
+        regions = np.concatenate([[names.get((2, int(v)), str(int(v))) for v in t] for _, t in tri_blocks]).astype(str)
+    # keep only the points the triangles use
+    used = np.unique(tris)
+    remap = np.full(len(pts), -1, dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    pts = pts[used]
+    tris = remap[tris].astype(np.int32)
+    check_triangles(pts, tris, field_name, str(path))
+    check_conforming(pts, tris, field_name, str(path))
+    p = pts[tris]
+    inverted = int(np.count_nonzero((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1])
+                                    - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]) < 0))
+    tris = _orient(pts, tris)
+    edges = boundary_edges_of(tris)
+    tags = np.full(len(edges), "boundary", dtype=object)
+    if line_blocks:
+        ekey = {}
+        n = len(pts)
+        for data, t in line_blocks:
+            if t is None:
+                continue
+            d = remap[np.asarray(data)]
+            ok = (d >= 0).all(axis=1)
+            for (a, b), v in zip(np.sort(d[ok], axis=1), np.asarray(t)[ok]):
+                ekey[int(a) * n + int(b)] = names.get((1, int(v)), str(int(v)))
+        codes = np.sort(edges, axis=1).astype(np.int64)
+        codes = codes[:, 0] * n + codes[:, 1]
+        for k, c in enumerate(codes):
+            tags[k] = ekey.get(int(c), "boundary")
+    return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path),
+                info={"reoriented_triangles": inverted} if inverted else {})
+
+
+def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:
+    """Refuse a mesh file that does not tile its domain once: coincident nodes (a crack: the two sides are not
+    connected), a triangle listed twice, or an edge shared by more than two triangles (overlapping triangles).
+    Each would be assembled as given and solved to a wrong answer without a sign of it."""
+    from scipy.spatial import cKDTree
+
+    span = float(np.ptp(points, axis=0).max()) if len(points) else 0.0
+    pairs = cKDTree(points).query_pairs(r=1e-12 * span, output_type="ndarray") if span > 0 else np.zeros((0, 2))
+    if len(pairs):
+        a, b = (int(v) for v in pairs[0])
+        raise CaseError.invalid(field_name, where, "a conforming mesh: one node per position",
+                                why=f"{len(pairs)} pair(s) of coincident nodes (unmerged duplicates leave a crack in "
+                                    f"the mesh), first: nodes at ({points[a, 0]:g}, {points[a, 1]:g}); merge them "
+                                    "(e.g. gmsh Coherence)")
+    same = np.unique(np.sort(tris, axis=1), axis=0, return_counts=True)[1]
+    if (same > 1).any():
+        raise CaseError.invalid(field_name, where, "a conforming mesh: each triangle once",
+                                why=f"{int((same > 1).sum())} triangle(s) listed more than once")
+    shared = np.unique(triangle_edges(tris), axis=0, return_counts=True)[1]
+    if (shared > 2).any():
+        raise CaseError.invalid(field_name, where, "a conforming mesh: every edge in one or two triangles",
+                                why=f"{int((shared > 2).sum())} edge(s) shared by three or more triangles "
+                                    "(overlapping triangles)")
+    # the triangles around a node fill at most a full turn: more means some of them overlap
+    p = points[tris]
+    turn = np.zeros(len(points))
+    for k in range(3):
+        u, v = p[:, (k + 1) % 3] - p[:, k], p[:, (k + 2) % 3] - p[:, k]
+        cross = np.abs(u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0])
+        np.add.at(turn, tris[:, k], np.arctan2(cross, (u * v).sum(axis=1)))
+    over = np.flatnonzero(turn > 2 * np.pi * (1 + 1e-9))
+    if over.size:
+        a = int(over[0])
+        raise CaseError.invalid(field_name, where, "a conforming mesh: triangles that do not overlap",
+                                why=f"at {over.size} node(s) the triangles around it cover more than a full turn "
+                                    f"(overlapping triangles), first: the node at ({points[a, 0]:g}, {points[a, 1]:g})")
+
+
+def check_triangles(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:
+    """Refuse triangles that are not triangles: repeated nodes, or (near) zero area."""
+    if not np.all(np.isfinite(points)):
+        raise CaseError.invalid(field_name, where, "finite node coordinates", why="the mesh has NaN/Inf coordinates")
+    repeated = (tris[:, 0] == tris[:, 1]) | (tris[:, 1] == tris[:, 2]) | (tris[:, 0] == tris[:, 2])
+    p = points[tris]
+    a2 = np.abs((p[:, 1, 0] - p[:, 0, 0]) * (p[:, 2, 1] - p[:, 0, 1]) - (p[:, 2, 0] - p[:, 0, 0]) * (p[:, 1, 1] - p[:, 0, 1]))
+    e = np.stack([p[:, 1] - p[:, 0], p[:, 2] - p[:, 1], p[:, 0] - p[:, 2]], axis=1)
+    longest2 = (e ** 2).sum(-1).max(axis=1)
+    degenerate = repeated | (a2 <= 1e-12 * longest2)   # area relative to the squared longest edge
+    if degenerate.any():
+        k = np.flatnonzero(degenerate)
+        raise CaseError.invalid(field_name, where, "a mesh of non-degenerate triangles",
+                                why=f"{k.size} degenerate triangle(s) (repeated nodes or zero area), first: "
+                                    f"triangle {int(k[0])} with nodes {tris[k[0]].tolist()}")

@@ -1,0 +1,428 @@
+"""From an FEMCase to a linear system: mesh, predicate selections, assembly, boundary conditions;
+and the error norms against a manufactured solution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.discrete import assembly
+from hpcsolve.fem.discrete import mesh as meshmod
+from hpcsolve.fem.discrete.mesh import Mesh
+
+
+# ----------------------------------------------------------------------------------------------
+# manufactured solutions (named, never code from the case file)
+
+def _sin_sin(x, y):
+    return np.sin(np.pi * x) * np.sin(np.pi * y)
+
+
+def _sin_sin_grad(x, y):
+    return (np.pi * np.cos(np.pi * x) * np.sin(np.pi * y), np.pi * np.sin(np.pi * x) * np.cos(np.pi * y))
+
+
+def _sin_sin_source(x, y):
+    return 2.0 * np.pi ** 2 * np.sin(np.pi * x) * np.sin(np.pi * y)
+
+
+MANUFACTURED = {"sin_sin": (_sin_sin, _sin_sin_grad, _sin_sin_source)}
+
+
+# ----------------------------------------------------------------------------------------------
+# mesh
+
+def build_mesh(case) -> Mesh:
+    m = case.mesh
+    if m.kind == "rectangle":
+        mesh = meshmod.rectangle(m.nx, m.ny or m.nx, tuple(m.x), tuple(m.y))
+    elif m.kind == "cook_membrane":
+        mesh = meshmod.cook_membrane(m.nx)
+    else:
+        from pathlib import Path
+
+        p = Path(m.path)
+        if not p.is_absolute():
+            p = case.base_dir / p
+        mesh = meshmod.read_mesh(p)
+    for _ in range(m.refine):
+        mesh = meshmod.refine_uniform(mesh)
+    return mesh
+
+
+# ----------------------------------------------------------------------------------------------
+# predicate selections
+
+def _coord_mask(where, xy: np.ndarray, tol: float, circle_ok: bool = True) -> np.ndarray:
+    x, y = xy[:, 0], xy[:, 1]
+    mask = np.ones(len(xy), dtype=bool)
+    if where.x is not None:
+        mask &= np.abs(x - where.x) <= tol
+    if where.y is not None:
+        mask &= np.abs(y - where.y) <= tol
+    if where.x_min is not None:
+        mask &= x >= where.x_min - tol
+    if where.x_max is not None:
+        mask &= x <= where.x_max + tol
+    if where.y_min is not None:
+        mask &= y >= where.y_min - tol
+    if where.y_max is not None:
+        mask &= y <= where.y_max + tol
+    if where.circle is not None:
+        cx, cy, r = where.circle
+        d = np.hypot(x - cx, y - cy)
+        mask &= (np.abs(d - r) <= tol) if circle_ok else (d <= r + tol)
+    return mask
+
+
+def _tags(where) -> list[str] | None:
+    if where.tag is None:
+        return None
+    return [where.tag] if isinstance(where.tag, str) else list(where.tag)
+
+
+def select_edges(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Boundary edges (k, 2) selected by a where table: tag matches and both end nodes satisfy it."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    keep = np.ones(len(mesh.boundary_edges), dtype=bool)
+    tags = _tags(where)
+    if tags is not None:
+        unknown = [t for t in tags if t not in mesh.tag_names]
+        if unknown:
+            raise CaseError.invalid(f"{field}.where.tag", unknown[0] if len(unknown) == 1 else unknown,
+                                    ", ".join(mesh.tag_names), why="no boundary edge has this tag in the mesh")
+        keep &= np.isin(mesh.edge_tags, tags)
+    e = mesh.boundary_edges
+    keep &= _coord_mask(where, mesh.points[e[:, 0]], tol) & _coord_mask(where, mesh.points[e[:, 1]], tol)
+    return e[keep]
+
+
+def select_boundary_nodes(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Boundary nodes selected by a where table (with a tag: the nodes of the edges with that tag)."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    tags = _tags(where)
+    if tags is not None:
+        nodes = np.unique(select_edges(mesh, type(where)(tag=where.tag, tol=where.tol), field))
+    else:
+        nodes = mesh.boundary_nodes()
+    nodes = nodes[_coord_mask(where, mesh.points[nodes], tol)]
+    return nodes
+
+
+def select_cells(mesh: Mesh, where, field: str) -> np.ndarray:
+    """Triangles selected by a where table applied to their centroids (tag: mesh region names)."""
+    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
+    keep = np.ones(mesh.n_triangles, dtype=bool)
+    tags = _tags(where)
+    if tags is not None:
+        have = sorted(set(mesh.cell_regions.tolist())) if mesh.cell_regions is not None else []
+        unknown = [t for t in tags if t not in have]
+        if unknown:
+            raise CaseError.invalid(f"{field}.where.tag", unknown[0], ", ".join(have) or "(this mesh has no regions)",
+                                    why="no triangle has this region name")
+        keep &= np.isin(mesh.cell_regions, tags)
+    centroids = mesh.points[mesh.triangles].mean(axis=1)
+    keep &= _coord_mask(where, centroids, tol, circle_ok=False)
+    return np.flatnonzero(keep)
+
+
+# ----------------------------------------------------------------------------------------------
+# the discrete problem
+
+@dataclass
+class Discrete:
+    mesh: Mesh
+    kind: str                       # poisson | elasticity
+    ncomp: int                      # unknowns per node
+    A: sp.csr_matrix                # free-DOF block (SPD)
+    b: np.ndarray                   # right-hand side of the free DOFs (Dirichlet lifted)
+    free: np.ndarray
+    fixed: np.ndarray
+    fixed_values: np.ndarray
+    coefficient: np.ndarray         # conductivity or Young's modulus per triangle
+    exact: tuple | None = None      # (u, grad u) of a manufactured solution
+    timings: dict = field(default_factory=dict)
+    # 2-norm of each right-hand-side contribution and of the matrix, by the case field responsible
+    scales: dict = field(default_factory=dict)
+
+    @property
+    def n_dofs(self) -> int:
+        return self.mesh.n_points * self.ncomp
+
+    def full_solution(self, x_free: np.ndarray) -> np.ndarray:
+        u = assembly.expand(x_free, self.free, self.fixed, self.fixed_values, self.n_dofs)
+        return u.reshape(-1, self.ncomp) if self.ncomp > 1 else u
+
+
+def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
+    p = case.problem
+    key = "conductivity" if p.kind == "poisson" else "young"
+    coef = np.full(mesh.n_triangles, float(getattr(p, key)))
+    for i, r in enumerate(p.regions):
+        cells = select_cells(mesh, r.where, f"problem.regions[{i}]")
+        if cells.size == 0:
+            raise CaseError.invalid(f"problem.regions[{i}].where", r.where.model_dump(exclude_none=True),
+                                    "a selection that contains at least one triangle", why="selects no triangle")
+        coef[cells] = float(getattr(r, key))
+    return coef
+
+
+def neumann_edges(mesh: Mesh, bc, i: int) -> np.ndarray:
+    """The boundary edges of ``boundary.neumann[i]``; a selection of none is a CaseError."""
+    edges = select_edges(mesh, bc.where, f"boundary.neumann[{i}]")
+    if edges.size == 0:
+        raise CaseError.invalid(f"boundary.neumann[{i}].where", bc.where.model_dump(exclude_none=True),
+                                f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
+                                why="selects no boundary edge")
+    return edges
+
+
+def dirichlet_nodes(mesh: Mesh, bc, i: int) -> np.ndarray:
+    """The boundary nodes of ``boundary.dirichlet[i]``; a selection of none is a CaseError."""
+    nodes = select_boundary_nodes(mesh, bc.where, f"boundary.dirichlet[{i}]")
+    if nodes.size == 0:
+        raise CaseError.invalid(f"boundary.dirichlet[{i}].where", bc.where.model_dump(exclude_none=True),
+                                f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
+                                why="selects no boundary node")
+    return nodes
+
+
+def check_selections(case, mesh: Mesh) -> None:
+    """Every boundary condition and region selects something on this mesh (raises CaseError otherwise);
+    cheap, no assembly: what `hpcsolve validate` checks."""
+    coefficient_per_cell(case, mesh)
+    for i, bc in enumerate(case.boundary.neumann):
+        neumann_edges(mesh, bc, i)
+    for i, bc in enumerate(case.boundary.dirichlet):
+        dirichlet_nodes(mesh, bc, i)
+
+
+def build(case, mesh: Mesh | None = None) -> Discrete:
+    import time
+
+    t0 = time.perf_counter()
+    mesh = mesh if mesh is not None else build_mesh(case)
+    t1 = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: _scale names the field that overflows
+        return _assemble(case, mesh, t0, t1)
+
+
+def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
+    import time
+
+    p = case.problem
+    coef = coefficient_per_cell(case, mesh)
+    exact = None
+    if p.kind == "poisson":
+        ncomp = 1
+        K = assembly.stiffness(mesh, coef)
+        if p.manufactured:
+            u_ex, grad_ex, f = MANUFACTURED[p.manufactured]
+            exact = (u_ex, grad_ex)
+            b = assembly.load(mesh, f) * p.conductivity   # -div(k grad u) = k f for the uniform k (no regions)
+        else:
+            b = assembly.load(mesh, p.source) if p.source != 0.0 else np.zeros(mesh.n_points)
+    else:
+        ncomp = 2
+        K = assembly.elasticity_stiffness(mesh, coef, p.poisson_ratio, p.model, p.thickness)
+        b = np.zeros(2 * mesh.n_points)
+        for c in range(2):
+            if p.body_force[c] != 0.0:
+                b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
+    t2 = time.perf_counter()
+    coefficient_field = "problem.conductivity" if p.kind == "poisson" else "problem.young"
+    source_field, source_value = _source(p)
+    # the smallest coefficient sets how large the solution can grow: the matrix scale it stands for
+    contrast = float(coef.min() / coef.max())
+    scales = {coefficient_field: (_scale(K.data, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
+                                         "the stiffness matrix")[0] * contrast,
+                                  [float(coef.min()), float(coef.max())]),
+              source_field: _scale(b, source_field, source_value, "the load vector")}
+
+    for i, bc in enumerate(case.boundary.neumann):
+        edges = neumann_edges(mesh, bc, i)
+        if bc.flux is not None:
+            part = assembly.edge_load(mesh, edges, bc.flux)
+        elif bc.traction is not None:
+            part = p.thickness * assembly.edge_load(mesh, edges, np.asarray(bc.traction), ncomp=2)
+        else:
+            length = assembly.edge_lengths(mesh, edges).sum()
+            part = assembly.edge_load(mesh, edges, np.asarray(bc.total_force) / length, ncomp=2)
+        given = bc.flux if bc.flux is not None else bc.traction if bc.traction is not None else bc.total_force
+        scales[f"boundary.neumann[{i}]"] = _scale(part, f"boundary.neumann[{i}]", given, "its boundary load")
+        b += part
+
+    fixed_arr = np.zeros(0, dtype=np.int64)
+    vals_arr = np.zeros(0)
+    for i, bc in enumerate(case.boundary.dirichlet):
+        nodes = dirichlet_nodes(mesh, bc, i)
+        if p.kind == "poisson":
+            dofs, vals = [nodes], [np.full(nodes.size, bc.value)]
+        else:
+            ux = bc.displacement[0] if bc.displacement is not None else bc.ux
+            uy = bc.displacement[1] if bc.displacement is not None else bc.uy
+            dofs, vals = [], []
+            if ux is not None:
+                dofs.append(2 * nodes)
+                vals.append(np.full(nodes.size, ux))
+            if uy is not None:
+                dofs.append(2 * nodes + 1)
+                vals.append(np.full(nodes.size, uy))
+        fixed_arr = np.concatenate([fixed_arr, *dofs])
+        vals_arr = np.concatenate([vals_arr, *vals])
+    # later conditions win where they overlap
+    order = np.arange(len(fixed_arr))[::-1]
+    fixed, first = np.unique(fixed_arr[order], return_index=True)
+    values = vals_arr[order][first]
+    if exact is not None:
+        _check_manufactured_mesh(case, mesh, fixed)
+    if case.mesh.kind == "file":       # the generated meshes are one piece by construction
+        _check_every_part_fixed(case, mesh, fixed // ncomp)
+    A, rhs, free = assembly.condense(K, b, fixed, values)
+    if free.size == 0:
+        raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
+    scales["boundary.dirichlet"] = _scale(rhs - b[free], "boundary.dirichlet", _dirichlet_values(case),
+                                          "the lifted boundary values")
+    t3 = time.perf_counter()
+    return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
+                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
+                    scales=scales)
+
+
+def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> None:
+    """Each connected part of the mesh needs a Dirichlet condition of its own: a part without one has no unique
+    solution (its matrix block is singular), and a solver would return one of many answers as converged."""
+    from scipy.sparse.csgraph import connected_components
+
+    t = mesh.triangles
+    rows = np.concatenate([t[:, 0], t[:, 1], t[:, 2]])
+    cols = np.concatenate([t[:, 1], t[:, 2], t[:, 0]])
+    graph = sp.coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(mesh.n_points,) * 2)
+    parts, label = connected_components(graph, directed=False)
+    if parts == 1:
+        return
+    loose = np.setdiff1d(np.arange(parts), np.unique(label[fixed_nodes]))
+    if loose.size:
+        nodes = np.flatnonzero(label == loose[0])
+        lo, hi = mesh.points[nodes].min(axis=0), mesh.points[nodes].max(axis=0)
+        raise CaseError.invalid("boundary.dirichlet", _dirichlet_values(case),
+                                "a condition on every connected part of the mesh",
+                                why=f"the mesh has {parts} separate parts and {loose.size} of them have no Dirichlet "
+                                    f"node (their solution is not unique), first: {nodes.size} nodes in "
+                                    f"[{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
+
+
+def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
+    """A manufactured solution's mesh (a file: the case validation checked the built-in kinds) spans the unit
+    square and its whole boundary is fixed (u = 0 there): else the errors would be against another problem's
+    solution."""
+    field, value = ("mesh.path", case.mesh.path) if case.mesh.kind == "file" else ("mesh.kind", case.mesh.kind)
+    lo, hi = mesh.points.min(axis=0), mesh.points.max(axis=0)
+    if not (np.allclose(lo, 0.0, atol=1e-9) and np.allclose(hi, 1.0, atol=1e-9)):
+        raise CaseError.invalid(field, value,
+                                "a mesh of the unit square [0, 1] x [0, 1]",
+                                why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
+                                    f"square; this mesh spans [{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
+    edge = np.unique(mesh.boundary_edges)
+    x, y = mesh.points[edge, 0], mesh.points[edge, 1]
+    tol = 1e-9
+    inside = ~((np.abs(x) <= tol) | (np.abs(x - 1.0) <= tol) | (np.abs(y) <= tol) | (np.abs(y - 1.0) <= tol))
+    if inside.any():
+        raise CaseError.invalid(field, value,
+                                "a mesh of the whole unit square [0, 1] x [0, 1]",
+                                why=f"problem.manufactured = {case.problem.manufactured!r} is a solution on the unit "
+                                    f"square; {int(inside.sum())} boundary nodes of this mesh lie inside it (a hole "
+                                    "or a notch), where the solution is not 0")
+    loose = np.setdiff1d(edge, fixed)
+    if loose.size:
+        raise CaseError.invalid("boundary.dirichlet", _dirichlet_values(case),
+                                "conditions that fix u = 0 on the whole boundary",
+                                why=f"problem.manufactured is zero on the unit square's boundary; {loose.size} "
+                                    "boundary nodes are not fixed")
+
+
+# ----------------------------------------------------------------------------------------------
+# the range of the numbers: a system whose norms overflow is refused naming the case field
+
+#: largest 2-norm of a right-hand-side part, the matrix, or the solution bound, by storage bytes:
+#: the Krylov loops square these (dot products), so they stay below sqrt(largest float)
+SCALE_LIMIT = {8: 1e150, 4: 1e18, 2: 1e18}
+
+
+def _source(p) -> tuple[str, object]:
+    if p.kind == "poisson":
+        return ("problem.manufactured", p.manufactured) if p.manufactured else ("problem.source", p.source)
+    return "problem.body_force", p.body_force
+
+
+def _dirichlet_values(case) -> list:
+    return [bc.value if bc.value is not None else bc.displacement or (bc.ux, bc.uy) for bc in case.boundary.dirichlet]
+
+
+def _scale(values: np.ndarray, field: str, given, what: str) -> tuple[float, object]:
+    """(2-norm of ``values`` computed without overflow, the case value ``given``); refused if not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        peak = float(np.max(np.abs(values))) if np.size(values) else 0.0
+        norm = peak * float(np.linalg.norm(values / peak)) if peak > 0 and np.isfinite(peak) else peak
+    if not np.isfinite(norm):
+        raise CaseError.invalid(field, given, "values whose finite-element system stays finite",
+                                why=f"{what} overflows float64 (inf/nan)")
+    return norm, given
+
+
+def check_scales(disc: Discrete, storage_bytes: int) -> None:
+    """Refuse a system the Krylov solver cannot hold in the working precision: a right-hand-side part,
+    the matrix, or a bound on the solution (||b|| n^1.5 / (||A||_F k_min / k_max), an upper estimate
+    for P1 stiffness matrices with coefficients k) beyond SCALE_LIMIT; the message names the field."""
+    limit = SCALE_LIMIT.get(storage_bytes, SCALE_LIMIT[8])
+    precision = f"{8 * storage_bytes}-bit floats"
+    (coefficient_field, (matrix, coefficient)), *parts = disc.scales.items()
+    if not (1.0 / limit <= matrix <= limit):
+        raise CaseError.invalid(coefficient_field, coefficient, f"coefficients (smallest, largest; with "
+                                f"problem.regions) that keep ||A|| k_min / k_max in [{1 / limit:g}, {limit:g}]",
+                                why=f"the stiffness matrix scale {matrix:.3g} is outside what {precision} can "
+                                    f"solve with")
+    for field_name, (norm, given) in parts:
+        if norm > limit:
+            raise CaseError.invalid(field_name, given, f"values that keep that part of b below {limit:g}",
+                                    why=f"its part of the right-hand side has norm {norm:.3g}, beyond {precision}")
+    rhs = max((norm for _, (norm, _) in parts), default=0.0)
+    bound = rhs * disc.A.shape[0] ** 1.5 / matrix
+    if bound > limit:
+        largest, (_, given) = max(parts, key=lambda kv: kv[1][0])
+        raise CaseError.invalid(largest, given, f"a load / coefficient ratio whose solution stays below "
+                                f"{limit:g}", why=f"the solution could reach ~{bound:.3g} (||b|| {rhs:.3g}, ||A|| "
+                                f"{matrix:.3g}), beyond {precision}; scale the loads down or {coefficient_field} up")
+
+
+# ----------------------------------------------------------------------------------------------
+# error norms
+
+# Dunavant degree-4 rule: 6 points (barycentric), weights summing to 1
+_Q_BARY = np.array([[0.108103018168070, 0.445948490915965, 0.445948490915965],
+                    [0.445948490915965, 0.108103018168070, 0.445948490915965],
+                    [0.445948490915965, 0.445948490915965, 0.108103018168070],
+                    [0.816847572980459, 0.091576213509771, 0.091576213509771],
+                    [0.091576213509771, 0.816847572980459, 0.091576213509771],
+                    [0.091576213509771, 0.091576213509771, 0.816847572980459]])
+_Q_W = np.array([0.223381589678011] * 3 + [0.109951743655322] * 3)
+
+
+def error_norms(mesh: Mesh, u: np.ndarray, exact, grad_exact) -> tuple[float, float]:
+    """(L2 error, H1-seminorm error) of the P1 field u against an exact solution, by 6-point quadrature."""
+    area, bx, by = assembly._gradients(mesh)
+    t = mesh.triangles
+    p = mesh.points[t]                                # (m, 3, 2)
+    q = np.einsum("qi,mid->mqd", _Q_BARY, p)          # (m, 6, 2)
+    ue = u[t]                                         # (m, 3)
+    uh = ue @ _Q_BARY.T                               # (m, 6)
+    ux = exact(q[..., 0], q[..., 1])
+    l2 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * (uh - ux) ** 2))
+    gx, gy = grad_exact(q[..., 0], q[..., 1])
+    ghx = (ue * bx).sum(1)[:, None]
+    ghy = (ue * by).sum(1)[:, None]
+    h1 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * ((ghx - gx) ** 2 + (ghy - gy) ** 2)))
+    return float(l2), float(h1)

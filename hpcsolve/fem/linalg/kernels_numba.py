@@ -1,0 +1,722 @@
+"""Numba-CUDA kernels for the FEM Krylov solvers: the same fused kernels as ``kernels_cupy`` (own CSR
+SpMV with int32 indices, p.Ap fused into the SpMV, r.r fused into the r update, alpha/beta read from
+float64 scalars in device memory, one atomicAdd per block), written with ``numba.cuda.jit``.
+
+The algorithm lives in ``hpcsolve.fem.linalg.cg``; this module supplies the kernels of the
+``hpcsolve.fem.linalg.lowops`` interface (``NumbaOps``). CUDA graphs: numba-cuda 0.30 has no stream-capture
+API of its own. Where CuPy imports, NumbaOps launches on a CuPy stream (``numba.cuda.external_stream``
+of a ``cupy.cuda.Stream``) and records a block of launches with CuPy's stream capture,
+as ``kernels_cupy`` does; a failed capture is not fatal (``capture`` returns None, the caller launches
+directly, ``graph_error`` says why). Without CuPy (and under the simulator) each block of k iterations
+is 3k kernel launches from Python on one stream, with no host synchronization until the convergence
+check; Python launch overhead (tens of microseconds per launch) then dominates at small sizes.
+
+Arrays given to these ops must be numba device arrays (``DeviceNDArray``: what ``to_device`` / ``zeros``
+return, or ``numba.cuda.as_cuda_array(cupy_array)`` views made once, outside a capture). A CuPy array
+passed directly is imported by numba at every launch (DLPack with a stream handshake), which costs time
+and cannot be recorded into a graph.
+
+Kernels are generated per dtype by small factories (T = np.float32 / np.float64), so float32 work
+really is float32: accumulators and coefficients are cast to T. Block sums use a shared-memory tree
+(it also runs under the CUDA simulator), then one float64 atomicAdd per block.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from hpcsolve.core.backends import cuda_simulator_enabled
+from hpcsolve.core.cudasim import serialise_shared_arrays
+from hpcsolve.fem.linalg import lowops
+
+THREADS = 256          # the shared-memory size of the block reduction (power of two)
+#: every kernel is compiled for THREADS-thread blocks, 2048 // THREADS of them resident per SM (at most 32
+#: registers a thread), the occupancy the grid size assumes (SMs x 2048 / THREADS blocks). Without the bound,
+#: ptxas gave the CG kernels 36-40 registers and the DIA smoothers 48-64, so 4-6 blocks fit per SM and the
+#: grid ran in partly filled extra waves (the CuPy kernels compile to <= 32 registers).
+LAUNCH_BOUNDS = (THREADS, 2048 // THREADS)
+cuda = None            # numba.cuda, imported lazily by _core(); a module global so that the CUDA
+                       # simulator can substitute its own module inside the kernels
+
+
+def _index_type():
+    """The row-index type of the hot kernels: numba's uint64 on a GPU (no negative-index wraparound on loads;
+    offsets and indices taken modulo 2^64, bounded by one unsigned compare), Python int under the simulator."""
+    if cuda_simulator_enabled():
+        return int
+    from numba import uint64
+
+    return uint64
+
+
+def _kernel_decorator():
+    """``cuda.jit`` with LAUNCH_BOUNDS (the CUDA simulator takes no launch bounds)."""
+    if cuda_simulator_enabled():
+        return cuda.jit
+    return functools.partial(cuda.jit, launch_bounds=LAUNCH_BOUNDS)
+
+
+@functools.lru_cache(maxsize=None)
+def _core():
+    global cuda
+    from numba import cuda as numba_cuda, float64
+
+    cuda = numba_cuda
+    if cuda_simulator_enabled():
+        serialise_shared_arrays()             # the simulator's cuda.shared.array is not thread-safe (hpcsolve.core.cudasim)
+    kernel = _kernel_decorator()
+
+    @cuda.jit(device=True, inline=True)
+    def block_add2(a, b, ws, ia, ib):
+        sa = cuda.shared.array(THREADS, float64)
+        sb = cuda.shared.array(THREADS, float64)
+        t = cuda.threadIdx.x
+        sa[t] = a
+        sb[t] = b
+        cuda.syncthreads()
+        s = cuda.blockDim.x // 2
+        while s > 0:
+            if t < s:
+                sa[t] += sa[t + s]
+                sb[t] += sb[t + s]
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            if ia >= 0:
+                cuda.atomic.add(ws, ia, sa[0])
+            if ib >= 0:
+                cuda.atomic.add(ws, ib, sb[0])
+
+    @cuda.jit(device=True, inline=True)
+    def block_max3(a, b, c, ws, ia, ib, ic):
+        # maxima of values >= 0 over the block (shared-memory tree), one atomic max per block
+        sa = cuda.shared.array(THREADS, float64)
+        sb = cuda.shared.array(THREADS, float64)
+        sc = cuda.shared.array(THREADS, float64)
+        t = cuda.threadIdx.x
+        sa[t] = a
+        sb[t] = b
+        sc[t] = c
+        cuda.syncthreads()
+        s = cuda.blockDim.x // 2
+        while s > 0:
+            if t < s:
+                sa[t] = max(sa[t], sa[t + s])
+                sb[t] = max(sb[t], sb[t + s])
+                sc[t] = max(sc[t], sc[t + s])
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            cuda.atomic.max(ws, ia, sa[0])
+            cuda.atomic.max(ws, ib, sb[0])
+            cuda.atomic.max(ws, ic, sc[0])
+
+    @cuda.jit(device=True, inline=True)
+    def coef(ws, inum, iden, c):
+        if inum < 0:
+            return c
+        if iden < 0:
+            return c * ws[inum]
+        d = ws[iden]
+        return c * ws[inum] / d if d != 0.0 else 0.0
+
+    @kernel
+    def block_start(ws, i_rho, i_pq, i_rr, K):
+        j = cuda.threadIdx.x
+        while j < K:
+            ws[i_rho + 1 + j] = 0.0
+            ws[i_pq + j] = 0.0
+            ws[i_rr + 1 + j] = 0.0
+            j += cuda.blockDim.x
+
+    @kernel
+    def block_end(ws, i_rho, i_rr, k):
+        if cuda.threadIdx.x == 0:
+            ws[i_rho] = ws[i_rho + k]
+            ws[i_rr] = ws[i_rr + k]
+
+    @kernel
+    def fill_zero(a, start, count):
+        i = cuda.grid(1)
+        while i < count:
+            a[start + i] = 0
+            i += cuda.gridsize(1)
+
+    @kernel
+    def check_matrix(n, indptr, indices, vals, dinv, ws, base):
+        # validation of a CSR matrix (rows sorted, no duplicates), one row per thread; slots as in
+        # kernels_cupy's check_matrix (hpcsolve.fem.linalg.lowops.CHECK_*)
+        nonfinite = 0.0
+        bad_index = 0.0
+        bad_diag = 0.0
+        max_abs = 0.0
+        max_asym = 0.0
+        max_diag = 0.0
+        i = cuda.grid(1)
+        while i < n:
+            d = 0.0
+            for k in range(indptr[i], indptr[i + 1]):
+                j = indices[k]
+                v = vals[k]
+                if not math.isfinite(v):
+                    nonfinite += 1.0
+                    continue
+                if j < 0 or j >= n:
+                    bad_index += 1.0
+                    continue
+                max_abs = max(max_abs, abs(v))
+                if j == i:
+                    d = v
+                    continue
+                lo = indptr[j]
+                hi = indptr[j + 1]
+                while lo < hi:
+                    mid = lo + (hi - lo) // 2
+                    if indices[mid] < i:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                w = 0.0
+                if lo < indptr[j + 1]:
+                    if indices[lo] == i:
+                        w = vals[lo]
+                max_asym = max(max_asym, abs(v - w))
+            if d > 0.0:
+                dinv[i] = 1.0 / d
+            else:
+                dinv[i] = 0.0
+                bad_diag += 1.0
+            max_diag = max(max_diag, abs(d))
+            i += cuda.gridsize(1)
+        block_add2(nonfinite, bad_index, ws, base, base + 5)
+        cuda.syncthreads()
+        block_add2(bad_diag, 0.0, ws, base + 3, -1)
+        cuda.syncthreads()
+        block_max3(max_abs, max_asym, max_diag, ws, base + 1, base + 2, base + 4)
+
+    return cuda, block_add2, coef, block_start, block_end, fill_zero, check_matrix
+
+
+@functools.lru_cache(maxsize=None)
+def _typed(T):
+    """Kernels in working precision T (np.float32 or np.float64). The CG iteration's kernels index with I
+    (uint64 on a GPU: no negative-index wraparound on their loads; see ``_dia_unrolled``)."""
+    _, block_add2, coef = _core()[:3]
+    kernel = _kernel_decorator()
+    I = _index_type()
+
+    @kernel
+    def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
+        # q = A p, ws[i_pq] += p.q. bytes: nnz (s + 4) + (n+1) 4 + 2 n s
+        acc = T(0)
+        nn = I(n)
+        one = I(1)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
+            s = T(0)
+            k = I(indptr[i])
+            end = I(indptr[i + one])
+            while k < end:
+                s += vals[k] * p[I(indices[k])]
+                k += one
+            q[i] = s
+            acc += p[i] * s
+            i += step
+        if i_pq >= 0:
+            block_add2(float(acc), 0.0, ws, i_pq, -1)
+
+    @kernel
+    def dot(n, x, y, ws, j):
+        acc = T(0)
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
+            acc += x[i] * y[i]
+            i += step
+        block_add2(float(acc), 0.0, ws, j, -1)
+
+    @kernel
+    def precondition(n, dinv, r, z, ws, i_rz):
+        acc = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            zi = dinv[i] * r[i]
+            z[i] = zi
+            acc += r[i] * zi
+            i += cuda.gridsize(1)
+        block_add2(float(acc), 0.0, ws, i_rz, -1)
+
+    @kernel
+    def precondition_init(n, r, p, dinv, has_dinv, ws, i_rz, i_rr):
+        acc_rr = T(0)
+        acc_rz = T(0)
+        i = cuda.grid(1)
+        while i < n:
+            ri = r[i]
+            zi = dinv[i] * ri if has_dinv else ri
+            p[i] = zi
+            acc_rr += ri * ri
+            acc_rz += ri * zi
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @kernel
+    def update_r(n, r, q, dinv, has_dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        # fused CG: r -= alpha q (alpha = rho/pq from device memory); r.r [, r.dinv.r]. bytes 3 n s
+        alpha = T(coef(ws, i_rho, i_pq, 1.0))
+        acc_rr = T(0)
+        acc_rz = T(0)
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
+            ri = r[i] - alpha * q[i]
+            r[i] = ri
+            acc_rr += ri * ri
+            if has_dinv:
+                acc_rz += ri * ri * dinv[i]
+            i += step
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @kernel
+    def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, bnum, bden, bc):
+        # fused CG: x += alpha p; p = [dinv] r + beta p, beta the coefficient (bnum, bden, bc). bytes 5 n s
+        alpha = T(coef(ws, i_rho, i_pq, 1.0))
+        beta = T(coef(ws, bnum, bden, bc))
+        nn = I(n)
+        i = I(cuda.grid(1))
+        step = I(cuda.gridsize(1))
+        while i < nn:
+            pi = p[i]
+            x[i] += alpha * pi
+            zi = dinv[i] * r[i] if has_dinv else r[i]
+            p[i] = zi + beta * pi
+            i += step
+
+    @kernel
+    def fold(n, x64, y):
+        i = cuda.grid(1)
+        while i < n:
+            x64[i] += float(y[i])
+            y[i] = T(0)
+            i += cuda.gridsize(1)
+
+    # ---- multigrid levels (LevelCSR): values stored in any of float64 / float32 / float16 (one compiled
+    # specialization per storage dtype), widened to T value by value: T(vals[k]); optional row scale
+    @cuda.jit(device=True, inline=True)
+    def level_row(i, indptr, indices, vals, rowscale, has_rs, x):
+        s = T(0)
+        for k in range(indptr[i], indptr[i + 1]):
+            s += T(vals[k]) * x[indices[k]]
+        if has_rs:
+            s = rowscale[i] * s
+        return s
+
+    @kernel
+    def csr_apply(rows, indptr, indices, vals, rowscale, has_rs, x, b, has_b, y, a, c):
+        # y = a (M x) + c b (has_b False: y = a M x); b may be y itself (row i reads b[i] before writing y[i])
+        ta = T(a)
+        tc = T(c)
+        i = cuda.grid(1)
+        while i < rows:
+            s = level_row(i, indptr, indices, vals, rowscale, has_rs, x)
+            if has_b:
+                y[i] = ta * s + tc * b[i]
+            else:
+                y[i] = ta * s
+            i += cuda.gridsize(1)
+
+    @kernel
+    def mg_smooth(n, indptr, indices, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        # first: d = c_r dinv b; x_out = d.  else: d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d
+        cd = T(c_d)
+        cr = T(c_r)
+        i = cuda.grid(1)
+        if first:
+            while i < n:
+                di = (dinv[i] * b[i]) * cr
+                d[i] = di
+                x_out[i] = di
+                i += cuda.gridsize(1)
+        else:
+            while i < n:
+                ri = b[i] - level_row(i, indptr, indices, vals, rowscale, has_rs, x_in)
+                di = cd * d[i] + cr * (dinv[i] * ri)
+                d[i] = di
+                x_out[i] = x_in[i] + di
+                i += cuda.gridsize(1)
+
+    return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
+                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(TA, TO):
+    """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA)."""
+    _, block_add2, coef = _core()[:3]
+    kernel = _kernel_decorator()
+
+    @kernel
+    def residual(n, indptr, indices, vals, x, b, r, dinv, has_dinv, ws, i_rz, i_rr):
+        acc_rr = TA(0)
+        acc_rz = TA(0)
+        i = cuda.grid(1)
+        while i < n:
+            s = TA(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                s += vals[k] * x[indices[k]]
+            ri = b[i] - s
+            r[i] = TO(ri)
+            acc_rr += ri * ri
+            if has_dinv:
+                acc_rz += ri * ri * dinv[i]
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @kernel
+    def replace_residual(n, indptr, indices, vals, x, b, r, p, dinv, has_dinv, ws, i_rz, i_rr):
+        # reliable update (TA = float64): r_true = b - A x; p += [dinv] (r_true - r_old); r = r_true
+        acc_rr = TA(0)
+        acc_rz = TA(0)
+        i = cuda.grid(1)
+        while i < n:
+            s = TA(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                s += vals[k] * x[indices[k]]
+            ri = b[i] - s
+            d = ri - TA(r[i])
+            r[i] = TO(ri)
+            if has_dinv:
+                p[i] = TO(TA(p[i]) + dinv[i] * d)
+                acc_rz += ri * ri * dinv[i]
+            else:
+                p[i] = TO(TA(p[i]) + d)
+            acc_rr += ri * ri
+            i += cuda.gridsize(1)
+        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
+
+    @kernel
+    def axpy(n, x, y, ws, inum, iden, c):
+        a = TO(coef(ws, inum, iden, c))
+        i = cuda.grid(1)
+        while i < n:
+            y[i] += a * TO(x[i])
+            i += cuda.gridsize(1)
+
+    @kernel
+    def cast_copy(n, src, dst, scale):
+        # dst = scale * src, computed in the wider type
+        i = cuda.grid(1)
+        while i < n:
+            dst[i] = src[i] * scale
+            i += cuda.gridsize(1)
+
+    return dict(residual=residual, replace_residual=replace_residual, axpy=axpy, cast_copy=cast_copy)
+
+
+_DIA_SOURCE = """
+@kernel
+def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
+    ta = T(a)
+    tc = T(c)
+{rows}
+        if has_b:
+            y[i] = ta * s + tc * b[i]
+        else:
+            y[i] = ta * s
+        i += step
+
+@kernel
+def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
+    cd = T(c_d)
+    cr = T(c_r)
+{rows}
+        di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
+        d[i] = di
+        x_out[i] = x[i] + di
+        i += step
+
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _dia_unrolled(T, ndiag: int):
+    """(dia_apply, dia_smooth) in working precision T for levels with ``ndiag`` diagonals: the loop over the
+    diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's
+    loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS.
+
+    On a GPU the row and column indices are uint64 (``_index_type``), the offsets taken modulo 2^64, so that one
+    unsigned compare ``j < n`` bounds a column on both sides and numba emits no negative-index wraparound on
+    any load (with signed indices it does, on every one); the simulator keeps Python ints and both bounds."""
+    _core()
+    index_type = _index_type()
+    unsigned = index_type is not int
+    loads = "\n".join(f"    o{k} = I(offsets[{k}])" for k in range(ndiag))
+    bound = "j < nn" if unsigned else "j >= 0 and j < nn"
+    terms = "\n".join(f"        j = i + o{k}\n        if {bound}:\n"
+                      f"            s += T(vals[I({k}) * nn + i]) * x[j]" for k in range(ndiag))
+    # the row loop up to s = (M x)_i, shared by both kernels
+    rows = (f"    nn = I(n)\n{loads}\n    i = I(cuda.grid(1))\n    step = I(cuda.gridsize(1))\n    while i < nn:\n"
+            f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s")
+    # the kernels' module globals (the simulator swaps ``cuda`` there)
+    scope = {"cuda": cuda, "T": T, "I": index_type, "kernel": _kernel_decorator()}
+    exec(compile(_DIA_SOURCE.format(rows=rows), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
+         scope)
+    return scope["dia_apply"], scope["dia_smooth"]
+
+
+_TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
+
+
+class NumbaOps(lowops.LowOps):
+    """The fused kernels as numba.cuda.jit kernels on one stream; CUDA graphs through CuPy's stream capture
+    where CuPy imports and ``graphs`` is True (see the module docstring)."""
+
+    compiles_lazily = True   # kernels compile at their first launch: cg runs a block once before capturing it
+    name = "numba-cuda"
+    supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
+    graphs = False
+
+    def __init__(self, graphs: bool = True):
+        self.cuda = _core()[0]
+        self.sim = cuda_simulator_enabled()
+        self.threads = 8 if self.sim else THREADS
+        self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
+        self._cp = self._cp_stream = self._cp_device = None
+        self.supports_graphs = self.graphs = False
+        if self.sim:
+            self.max_blocks = 2
+            self.stream = 0
+            self.graph_error = "the CUDA simulator has no CUDA graphs"
+        else:
+            dev = cuda.get_current_device()
+            self.max_blocks = dev.MULTIPROCESSOR_COUNT * (2048 // THREADS)
+            self.stream = None
+            if graphs:
+                self._use_cupy_stream(dev.id)
+            else:
+                self.graph_error = "graphs switched off (NumbaOps(graphs=False))"
+            if self.stream is None:
+                self.stream = cuda.stream()
+        # placeholders for absent optional arrays (dinv, rowscale, b), made now: never inside a capture
+        self._dummy = {}
+        for dt in (np.float32, np.float64):
+            self._dinv(None, dt)
+
+    def _use_cupy_stream(self, device_id):
+        """Launch on a CuPy stream of the same device (primary context), so that CuPy's stream capture can
+        record the launches; on any failure stay on a numba stream and say why. The stream is a blocking one,
+        as numba's own streams are: it stays ordered after work on the legacy default stream (numba's
+        ``cuda.to_device`` without a stream, say), so arrays made that way elsewhere are ready for it."""
+        try:
+            import cupy
+        except Exception as exc:                          # no CuPy: no graphs, nothing else changes
+            self.graph_error = f"no CUDA graphs: cupy does not import ({type(exc).__name__}: {exc})"
+            return
+        try:
+            device = cupy.cuda.Device(device_id)
+            with device:
+                stream = cupy.cuda.Stream(non_blocking=False)
+            self.stream = cuda.external_stream(stream.ptr)
+        except Exception as exc:
+            self.graph_error = f"no CUDA graphs: a CuPy stream for numba failed ({type(exc).__name__}: {exc})"
+            self.stream = None
+            return
+        self._cp, self._cp_stream, self._cp_device = cupy, stream, device
+        self.supports_graphs = self.graphs = True
+
+    def _grid(self, n):
+        return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))
+
+    def _go(self, kernel, n, *args):
+        kernel[self._grid(n), self.threads, self.stream](*args)
+
+    def _dinv(self, dinv, dtype):
+        if dinv is not None:
+            return dinv, True
+        d = self._dummy.get(np.dtype(dtype))
+        if d is None:
+            d = self._dummy[np.dtype(dtype)] = self.cuda.to_device(np.zeros(1, dtype=dtype))
+        return d, False
+
+    # ---- arrays
+    def to_device(self, a):
+        return self.cuda.to_device(np.ascontiguousarray(a), stream=self.stream)
+
+    def to_host(self, a):
+        out = a.copy_to_host(stream=self.stream)
+        self.sync()
+        return out
+
+    def zeros(self, n, dtype):
+        a = self.cuda.device_array(n, dtype=dtype, stream=self.stream)
+        self.fill_zero(a)
+        return a
+
+    def astype(self, a, dtype):
+        out = self.cuda.device_array(a.size, dtype=dtype, stream=self.stream)
+        self.scale_copy(a, out, 1.0)
+        return out
+
+    def scale_copy(self, src, dst, scale=1.0):
+        wide = src.dtype if src.dtype.itemsize >= dst.dtype.itemsize else dst.dtype
+        k = _pair(_TYPES[np.dtype(wide)], _TYPES[np.dtype(dst.dtype)])["cast_copy"]
+        self._go(k, dst.size, np.int32(dst.size), src, dst, _TYPES[np.dtype(wide)](scale))
+
+    def fill_zero(self, a):
+        self.zero_range(a, 0, a.size)
+
+    def zero_range(self, a, start, count):
+        count = min(count, a.size - start)
+        self._go(_core()[5], count, a, np.int32(start), np.int32(count))
+
+    def sync(self):
+        if self.sim:
+            return
+        self.stream.synchronize()
+
+    # ---- kernels
+    def spmv_dot(self, A, p, q, ws, i_pq):
+        k = _typed(_TYPES[p.dtype])["spmv_dot"]
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[p.dtype], p, q, ws, np.int32(i_pq))
+
+    def residual(self, A, x, b, r_out, dinv, ws, i_rz, i_rr):
+        k = _pair(_TYPES[x.dtype], _TYPES[r_out.dtype])["residual"]
+        d, has = self._dinv(dinv, x.dtype)
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[x.dtype], x, b, r_out, d, has, ws,
+                 np.int32(i_rz), np.int32(i_rr))
+
+    def replace_residual(self, A, x64, b64, r, p, dinv64, ws, i_rz, i_rr):
+        k = _pair(np.float64, _TYPES[r.dtype])["replace_residual"]
+        d, has = self._dinv(dinv64, np.float64)
+        self._go(k, A.n, np.int32(A.n), A.indptr, A.indices, A.vals[np.dtype(np.float64)], x64, b64, r, p, d, has,
+                 ws, np.int32(i_rz), np.int32(i_rr))
+
+    def dot(self, x, y, ws, i):
+        self._go(_typed(_TYPES[x.dtype])["dot"], x.size, np.int32(x.size), x, y, ws, np.int32(i))
+
+    def axpy(self, coef, x, y, ws):
+        inum, iden, c = coef
+        k = _pair(_TYPES[x.dtype], _TYPES[y.dtype])["axpy"]
+        self._go(k, y.size, np.int32(y.size), x, y, ws, np.int32(inum), np.int32(iden), np.float64(c))
+
+    def precondition(self, dinv, r, z, ws, i_rz):
+        self._go(_typed(_TYPES[r.dtype])["precondition"], r.size, np.int32(r.size), dinv, r, z, ws, np.int32(i_rz))
+
+    def precondition_init(self, r, p, dinv, ws, i_rz, i_rr):
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["precondition_init"], r.size, np.int32(r.size), r, p, d, has, ws,
+                 np.int32(i_rz), np.int32(i_rr))
+
+    def update_r(self, r, q, dinv, ws, i_rho, i_pq, i_rz, i_rr):
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["update_r"], r.size, np.int32(r.size), r, q, d, has, ws, np.int32(i_rho),
+                 np.int32(i_pq), np.int32(i_rz), np.int32(i_rr))
+
+    def update_xp(self, x, p, r, dinv, ws, i_rho, i_pq, beta):
+        bnum, bden, bc = beta
+        d, has = self._dinv(dinv, r.dtype)
+        self._go(_typed(_TYPES[r.dtype])["update_xp"], r.size, np.int32(r.size), x, p, r, d, has, ws,
+                 np.int32(i_rho), np.int32(i_pq), np.int32(bnum), np.int32(bden), np.float64(bc))
+
+    # ---- multigrid levels (LevelCSR: values in M.vals.dtype, vectors in T; a None rowscale / b is a flag
+    #      and a placeholder array of dtype T, never read)
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        rs, has_rs = self._dinv(M.rowscale, y.dtype)
+        bb, has_b = self._dinv(b, y.dtype)
+        if M.offsets is not None:
+            self._go(_dia_unrolled(_TYPES[y.dtype], M.ndiag)[0], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+            return
+        self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        rs, has_rs = self._dinv(M.rowscale, d.dtype)
+        first = bool(first)
+        if M.offsets is not None and not first and x_in is not None:
+            self._go(_dia_unrolled(_TYPES[d.dtype], M.ndiag)[1], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
+            return
+        if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
+            M = self._dia_as_csr_placeholder(M)
+        self._go(_typed(_TYPES[d.dtype])["mg_smooth"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d),
+                 np.float64(c_r), first)
+
+    def _dia_as_csr_placeholder(self, M):
+        """For ``mg_smooth``'s first step (no matrix read): the DIA level with int32 placeholder index arrays, made
+        once (never inside a capture: the first step runs before any capture of the V-cycle)."""
+        hit = M.cache.get("numba-csr-placeholder")
+        if hit is None:
+            from hpcsolve.fem.linalg.lowops import LevelCSR
+
+            z = self.cuda.to_device(np.zeros(2, np.int32), stream=self.stream)
+            hit = M.cache["numba-csr-placeholder"] = LevelCSR(M.rows, M.cols, z, z, M.vals, M.compute)
+        return hit
+
+    def fold(self, x64, y):
+        self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)
+
+    def block_start(self, ws, i_rho, i_pq, i_rr, K):
+        _core()[3][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rr), np.int32(K))
+
+    def block_end(self, ws, i_rho, i_rr, k):
+        _core()[4][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_rr), np.int32(k))
+
+    def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
+        self._go(_core()[6], n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
+
+    # ---- graphs and timing
+    def capture(self, fn):
+        """Record what ``fn()`` launches on the stream into a CUDA graph (CuPy stream capture, relaxed mode);
+        returns its launcher, or None (no graphs, or the capture failed: ``graph_error`` says why; nothing
+        recorded has run, so the caller then launches ``fn()`` directly)."""
+        if not self.graphs:
+            return None
+        s = self._cp_stream
+        err = graph = None
+        try:
+            with self._cp_device:
+                s.synchronize()
+                s.begin_capture()
+                try:
+                    fn()
+                except Exception as exc:          # the first cause, not end_capture's "invalidated"
+                    err = exc
+                finally:
+                    try:
+                        graph = s.end_capture()
+                    except Exception as exc:
+                        err = err or exc
+        except Exception as exc:
+            err = exc
+        if err is not None or graph is None:
+            self.graph_error = f"CUDA graph capture failed, launching directly ({type(err).__name__}: {err})"
+            return None
+        self.graph_error = None          # a capture that worked: no failure to report any more
+        return lambda: graph.launch(stream=s)
+
+    def timer(self):
+        c = self.cuda
+        return lowops.EventTimer(c.event, lambda e: e.record(self.stream),
+                                    lambda a, b: c.event_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
+
+
+@functools.lru_cache(maxsize=2)
+def low_ops(graphs: bool = True) -> NumbaOps:
+    """The Numba-CUDA low ops (one per process and setting; ``graphs=False``: a numba stream, no CuPy, the
+    kernels launched one by one)."""
+    return NumbaOps(graphs=graphs)
+
+
+def view_of(dA):
+    """A device matrix built by another backend's ops (CuPy) seen by Numba's: zero-copy, through the CUDA array
+    interface (the benchmarks time both backends on one matrix)."""
+    ops = low_ops()
+    return dA.on(ops, ops.cuda.as_cuda_array)

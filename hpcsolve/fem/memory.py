@@ -1,0 +1,64 @@
+"""Peak memory of an FEM run, from the case alone (see :mod:`hpcsolve.core.memory` for the method and
+docs/reliability.md for the measured table)."""
+
+from __future__ import annotations
+
+from hpcsolve.core import backends
+from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots
+from hpcsolve.fem.choices import fem_mesh_size, preconditioner_name
+
+
+#: resident size before the mesh exists: interpreter, NumPy, SciPy (sparse, SuperLU), h5py
+FEM_BASE_BYTES = 70 * MiB
+FEM_BASE_GPU_BYTES = 420 * MiB
+#: per triangle at the peak (assembly: COO triplets of (3 ncomp)^2 entries as int64 rows, cols and
+#: float64 values, their sorted CSR copy, the condensed matrix; the Krylov vectors), by unknowns
+#: per node (measured)
+FEM_BYTES_PER_TRIANGLE = {1: 440, 2: 1540}
+#: a manufactured solution: the 6-point quadrature of the error norms and the exact fields, per triangle
+MANUFACTURED_BYTES_PER_TRIANGLE = 240
+#: the float64 reference (SuperLU, COLAMD ordering): the factors' fill grows like
+#: coefficient * unknowns^power bytes, by unknowns per node (fitted to measured runs)
+REFERENCE_FILL = {1: (42.0, 1.30), 2: (786.0, 1.10)}
+#: GPU device side: CSR matrix (values, int32 columns, row pointers) and 10 Krylov vectors
+DEVICE_VECTORS = 10
+
+
+#: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
+#: int32 indices; the finest level stored by diagonals is a copy of its own: 7 (scalar) to ~20 (elasticity)
+#: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
+MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
+AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
+
+
+def estimate(case, backend: str, policy) -> MemoryEstimate:
+    """Peak memory of an FEM run of ``case``, from the mesh size the case implies."""
+    points, triangles = fem_mesh_size(case)
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    unknowns = points * ncomp
+    s = case.solve
+    per_triangle = FEM_BYTES_PER_TRIANGLE[ncomp]
+    if case.problem.kind == "poisson" and case.problem.manufactured:
+        per_triangle += MANUFACTURED_BYTES_PER_TRIANGLE
+    host = triangles * per_triangle
+    reference = s.reference == "always" or (s.reference == "auto" and unknowns <= s.reference_max_dofs)
+    if reference:
+        coefficient, power = REFERENCE_FILL[ncomp]
+        host += coefficient * float(unknowns) ** power
+    if case_plots(case):      # the figures are drawn after the solve, when its arrays are free
+        host = max(host, PLOT_BYTES)
+    pc = preconditioner_name(case, None, policy)
+    if pc == "amg":                       # pyamg's hierarchy on the host
+        host += unknowns * AMG_HOST_BYTES_PER_UNKNOWN
+    reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
+    device = None
+    base = FEM_BASE_BYTES
+    if backends.get(backend).gpu:
+        base = FEM_BASE_GPU_BYTES
+        nnz = unknowns * (7 if ncomp == 1 else 14)
+        device = int(nnz * (policy.storage_bytes + 4 + (8 + 4 if policy.storage_bytes != 8 else 0))
+                     + (unknowns + 1) * 4 + DEVICE_VECTORS * unknowns * 8)
+        if pc in ("mg", "amg"):           # the hierarchy, and the Galerkin products while it is built
+            device += int(unknowns * MG_DEVICE_BYTES_PER_UNKNOWN[ncomp])
+    basis = (f"{triangles:,} triangles x {per_triangle} B" + (", float64 reference (SuperLU)" if reference else ""))
+    return MemoryEstimate(int(base + host), device, reduce, basis)

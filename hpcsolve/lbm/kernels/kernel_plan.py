@@ -1,0 +1,239 @@
+"""One plan per LBM step kernel; two emitters write it out (``kernels_cupy``: CUDA C, ``kernels_numba``:
+Python for ``numba.cuda.jit``).
+
+Every step kernel does the same thing per fluid cell x: for each direction i pull f*_i(x - c_i), or,
+where x - c_i is a boundary cell, apply that cell's rule (``hpcsolve.lbm.boundaries``) to f*_opp(i)(x);
+collide; store the nine f*_j(x). Kernels differ only in *where* those populations live. That is the
+layout accessor here (the idea of lbmpy's streaming accessors):
+
+- a :class:`StateLayout` says where f*_k(y) is stored: slot k of y (:data:`EVEN`, the two-buffer layout),
+  or slot opp(k) of y + c_k (:data:`ODD`, in-place streaming after an odd number of AA steps,
+  hpcsolve/lbm/steppers/inplace.py);
+- a :class:`StepLayout` reads one state layout and writes one: :data:`TWO_BUFFER` (EVEN -> EVEN, A -> B),
+  :data:`AA_EVEN` (EVEN -> ODD, in A) and :data:`AA_ODD` (ODD -> EVEN, in A).
+
+From those two facts :meth:`StepLayout.pull` (f*_i(x - c_i) of a fluid neighbour), :meth:`StepLayout.hop`
+(the boundary rule's f*_opp(i)(x)) and :meth:`StepLayout.store` (f*_j(x)) follow, as position expressions
+``slot * N + cell`` that are valid C and Python alike, in the locals every step kernel defines:
+
+    N = nx * ny, row / rowm / rowp (rows y, y - 1, y + 1 times nx, periodic), x / xm / xp (columns),
+    cell = row + x, s = the source cell x - c_i of a boundary link.
+
+The emitters take the positions, the boundary rules' kernel pieces (:class:`Op` sequences) and the
+physics (``physics.py``), and write their language; none of them spells a position or a rule itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcsolve.lbm import lattice
+
+Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
+
+_ROW = {0: "row", 1: "rowp", -1: "rowm"}     # the row of y + c_y
+_COL = {0: "x", 1: "xp", -1: "xm"}           # the column of x + c_x
+
+
+def cell_at(cx: int, cy: int) -> str:
+    """The cell x + (cx, cy) (each -1, 0 or 1) in the kernels' locals (periodic wrap)."""
+    return f"{_ROW[cy]} + {_COL[cx]}"
+
+
+#: x - c_i (where f_i is pulled from) and x + c_i, per direction
+SOURCE = tuple(cell_at(-CX[i], -CY[i]) for i in range(Q))
+DEST = tuple(cell_at(CX[i], CY[i]) for i in range(Q))
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Where the stored f*_k(y) lives: slot k of cell y, or (``shifted``) slot opp(k) of cell y + c_k."""
+
+    name: str
+    shifted: bool
+
+    def position(self, k: int, at: int, i: int | str, s: str = "s") -> str:
+        """Position of f*_k(y) with y = x + at * c_i, k = i (``k = 1``) or opp(i) (``k = -1``), for the link
+        direction ``i`` (an int: unrolled, literals; ``"i"``: the generic link of a device function whose
+        locals ``i`` / ``opp`` hold the directions; then ``at`` is never +1 for a shifted layout). ``s`` names
+        the cell x - c_i."""
+        slot_sign, cell = (-k, at + k) if self.shifted else (k, at)
+        if isinstance(i, str):
+            slot = "i" if slot_sign == 1 else "opp"
+        else:
+            slot = str(i if slot_sign == 1 else OPP[i])
+        where = {-1: s, 0: "cell"}.get(cell)
+        if where is None:
+            if isinstance(i, str):
+                raise ValueError("x + c_i of a generic link is not a kernel local")
+            where = DEST[i]
+        return f"{slot} * N + {where}"
+
+    def own(self, i: int) -> str:
+        """Position of this cell's own f*_i(x) (moments of the stored state)."""
+        return self.position(1, 0, i)
+
+    @property
+    def moments_kernel(self) -> str:
+        """The name of the kernel that takes drho, ux, uy of a state in this layout."""
+        return "lbm_moments_odd" if self.shifted else "lbm_moments"
+
+
+EVEN = StateLayout("even", False)
+ODD = StateLayout("odd", True)
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """One step kernel's accessor: it reads the state in ``reads`` from array ``src`` and writes it in
+    ``writes`` to ``dst`` (the same array in place). ``own_velocity``: where the outlet rule finds the
+    cell's velocity at time t: ``"stored"`` (moments of its stored populations, intact during a two-buffer
+    step) or ``"table"`` (in place, neighbours overwrite them: the outlet cells' table ``own_u``)."""
+
+    name: str
+    kernel: str
+    reads: StateLayout
+    writes: StateLayout
+    src: str
+    dst: str
+    own_velocity: str
+
+    @property
+    def in_place(self) -> bool:
+        return self.src == self.dst
+
+    @property
+    def tag(self) -> str:
+        """The suffix of this layout's device functions (``pull_cell_<tag>``, ``pull_boundary_<tag>``)."""
+        return self.kernel.removeprefix("lbm_")
+
+    def pull(self, i, s: str = "s") -> str:
+        """Position of f*_i(x - c_i) (the neighbour is fluid)."""
+        return self.reads.position(1, -1, i, s)
+
+    def hop(self, i, s: str = "s") -> str:
+        """Position of f*_opp(i)(x), the population a boundary rule on link i starts from."""
+        return self.reads.position(-1, 0, i, s)
+
+    def interior(self, i: int) -> str:
+        """:meth:`pull` of a cell whose neighbours are all fluid (x - c_i spelled out, no ``s``)."""
+        return self.pull(i, SOURCE[i])
+
+    def store(self, j: int) -> str:
+        """Position the post-collision f*_j(x) is written to."""
+        return self.writes.position(1, 0, j)
+
+
+TWO_BUFFER = StepLayout("two-buffer", "lbm_step", EVEN, EVEN, "A", "B", "stored")
+AA_EVEN = StepLayout("aa-even", "lbm_step_aa_even", EVEN, ODD, "A", "A", "table")
+AA_ODD = StepLayout("aa-odd", "lbm_step_aa_odd", ODD, EVEN, "A", "A", "table")
+
+
+def step_layouts(in_place: bool) -> tuple[StepLayout, ...]:
+    """The step kernels a stepper alternates: the two-buffer step, or the AA pair (even, odd)."""
+    return (AA_EVEN, AA_ODD) if in_place else (TWO_BUFFER,)
+
+
+# ------------------------------------------------------------------------------------------------
+# kernel pieces: what a boundary rule (or a link-list kernel) does, in neither language
+
+@dataclass(frozen=True)
+class Op:
+    """One statement of a kernel piece.
+
+    - ``Op("lookup", out=(a, b), args=(key,))``: the boundary-velocity table entry of cell ``key``
+      (``boundaries.velocity.velocity_table``: a velocity cell's u_w, an outlet cell's reference outflow);
+    - ``Op("own_velocity", out=(ux, uy))``: the cell's velocity at time t, as the step layout keeps it
+      (:attr:`StepLayout.own_velocity`);
+    - ``Op("physics", fn, out=(v,), args=...)``: ``v = physics.<fn>(*args)``; an argument is a name of the
+      piece, a kernel local, or one of the link constants ``w_i``, ``cx_i``, ``cy_i`` and ``ZERO``.
+
+    The rule's value for the link is the name ``h``.
+
+    Ops of list kernels (one thread per entry k of a link list; ``ListKernel``):
+
+    - ``Op("load", out=(v,), args=(array, index))``: v = the decoded stored population array[index];
+    - ``Op("widen", out=(v,), args=(x,))``: v = x as float64;
+    - ``Op("expr", "double" | "real", out=(v,), args=(text,))``: v = text, arithmetic valid in C and Python;
+    - ``Op("store", args=(array, index, v))``: array[index] = the encoded v;
+    - ``Op("copy", args=(dst, dst_index, src, src_index))``: a stored value moved as it is;
+    - ``Op("atomic_add", args=(array, index, v))``: array[index] += v, atomically (float64).
+    """
+
+    kind: str
+    fn: str = ""
+    out: tuple = ()
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class LinkRule:
+    """A boundary rule applied on link i of a fluid cell x whose neighbour x - c_i has flag ``flag``: its kernel
+    ``piece`` computes f_i(x, t + 1) (the name ``h``) from ``hop`` = f*_opp(i)(x, t) (:meth:`StepLayout.hop`).
+    Each rule lives in its module of ``hpcsolve.lbm.boundaries``."""
+
+    name: str
+    flag: int
+    piece: tuple[Op, ...]
+
+
+def link_constants(P, i) -> dict:
+    """The values of the link constants of direction ``i`` in the physics ``P`` (compute dtype)."""
+    return {"w_i": P.W[i], "cx_i": P.CX[i], "cy_i": P.CY[i], "ZERO": P.ZERO}
+
+
+
+@dataclass(frozen=True)
+class ListKernel:
+    """A kernel over a list of n entries (one thread per entry k): arguments ``(name, kind)`` with kind
+    ``pop`` / ``pop_in`` (stored populations, written / read only), ``index`` (int64), ``real`` (compute
+    dtype), ``f64`` / ``f64_out`` (float64, read / accumulated), then ``n``; the ``body`` is :class:`Op`
+    statements. The Bouzidi pre-pass (``bouzidi.GATHER`` / ``SCATTER``) and the momentum exchange
+    (:data:`FORCE_KERNEL`) are such kernels, emitted by both backends."""
+
+    name: str
+    doc: str
+    args: tuple
+    body: tuple
+
+
+#: momentum exchange on the device: out += c_k (m_k h[pos_k] + c_k) over the terms of ``gpu_common.force_links``
+FORCE_KERNEL = ListKernel(
+    "lbm_force", "momentum exchange: out[0:2] += (cx, cy) * (m * h[pos] + c), float64 (gpu_common.force_links)",
+    (("A", "pop_in"), ("pos", "index"), ("cx", "f64"), ("cy", "f64"), ("m", "f64"), ("c", "f64"), ("out", "f64_out")),
+    (Op("load", out=("h",), args=("A", "pos[k]")), Op("widen", out=("hd",), args=("h",)),
+     Op("expr", "double", out=("s",), args=("m[k] * hd + c[k]",)),
+     Op("atomic_add", args=("out", "0", "cx[k] * s")), Op("atomic_add", args=("out", "1", "cy[k] * s"))))
+
+
+# ------------------------------------------------------------------------------------------------
+# the 16-bit pair kernel (lbm_step_pair): two cells (x, x + 1), x even, per thread, one 32-bit word per
+# population and pair
+
+@dataclass(frozen=True)
+class PairPull:
+    """Where a pair of cells (x, x + 1), x even, finds f*_i(x - c_i) and f*_i(x + 1 - c_i) among the 32-bit
+    words of the two-buffer state (the even cell in the low half): in the pair row ``row`` of y - c_y
+    (``prow`` / ``prowm`` / ``prowp``, rows halved), the pair's own word and, for c_x = +-1, the word of the
+    neighbouring pair ``neighbour`` (-1: the previous pair, at ``pm``, its high half is x - 1; +1: the next,
+    at ``pp``, its low half is x + 2). ``a`` / ``b``: (word, half) of cell x / x + 1, word ``"own"`` or
+    ``"nb"``, half ``"lo"`` or ``"hi"``. The emitters pass the neighbour's half between threads (warp
+    shuffles or shared memory); the thread at a warp / block edge or the periodic wrap loads that word."""
+
+    row: str
+    neighbour: int
+    a: tuple[str, str]
+    b: tuple[str, str]
+
+
+def _pair_pull(i: int) -> PairPull:
+    row = {0: "prow", 1: "prowm", -1: "prowp"}[CY[i]]        # the pair row of y - c_y
+    if CX[i] == 0:            # sources (x, x + 1): both halves of the own word
+        return PairPull(row, 0, ("own", "lo"), ("own", "hi"))
+    if CX[i] == 1:            # sources (x - 1, x): the previous pair's high half, our low half
+        return PairPull(row, -1, ("nb", "hi"), ("own", "lo"))
+    return PairPull(row, 1, ("own", "hi"), ("nb", "lo"))  # sources (x + 1, x + 2): our high half, the next's low
+
+
+#: per direction i, where the pair kernel pulls f*_i from (:class:`PairPull`)
+PAIR_PULLS = tuple(_pair_pull(i) for i in range(Q))

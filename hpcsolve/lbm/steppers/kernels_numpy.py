@@ -1,0 +1,104 @@
+"""NumPy reference Stepper: the algorithm of docs/lbm_algorithm.md, vectorized.
+
+One step = pull streaming with the boundary rules, then collision, both on the fluid cells only.
+Streaming is a single gather: for every (direction i, fluid cell x) a precomputed index says
+where f_i(x, t+1) comes from (the neighbour x - c_i, or this cell's opposite population when
+x - c_i is a boundary cell); boundary links then get their correction terms from
+``hpcsolve.lbm.physics``, applied by each rule's module (``hpcsolve.lbm.boundaries``). The stored array always holds post-collision populations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcsolve.lbm.boundaries import bouzidi
+from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.boundaries import outlet, velocity
+from hpcsolve.lbm.flags import FLUID
+from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
+
+
+class NumpyStepper(Stepper):
+    backend = "numpy"
+
+    def __init__(self, setup: LBMSetup):
+        super().__init__(setup)
+        pol = self.policy
+        self.ct = ct = np.dtype(pol.compute)
+        self.P = physics.physics_for(ct)
+        omega_plus, omega_minus = setup.omegas
+        self.omega_plus, self.omega_minus = ct.type(omega_plus), ct.type(omega_minus)
+        self._build_links()
+        self.g = setup.initial_populations()
+        self.g_next = self.g.copy()
+        self.bouzidi = bouzidi.NumpyPrepass(setup.links, pol) if bouzidi.has_links(setup) else None
+
+    # -- precomputation: where every population of every fluid cell is pulled from ------------------
+    def _build_links(self) -> None:
+        setup = self.setup
+        flags = setup.flags
+        ny, nx = flags.shape
+        n = ny * nx
+        fluid = np.flatnonzero(flags.ravel() == FLUID)
+        y, x = np.divmod(fluid, nx)
+        sources = np.empty((lattice.Q, fluid.size), dtype=np.int64)   # x - c_i of every pulled population
+        gather = np.empty((lattice.Q, fluid.size), dtype=np.int64)
+        for i in range(lattice.Q):
+            src = sources[i] = ((y - lattice.CY[i]) % ny) * nx + (x - lattice.CX[i]) % nx
+            # f*_i(x - c_i), or this cell's f*_opp(i)(x) where x - c_i is a boundary cell (its rule's input)
+            gather[i] = np.where(flags.ravel()[src] == FLUID, i * n + src, lattice.OPPOSITE[i] * n + fluid)
+        self.fluid, self.gather = fluid, gather
+        # the absorbing layer's extra bulk relaxation per fluid cell (boundaries/layer.py); None without one
+        lay = setup.absorbing_layer
+        # (global rows: a slab's cell_offset is a whole number of rows)
+        self.layer = None if lay is None else lay.coefficient(x, y + setup.cell_offset // nx, self.ct)
+        self.global_cells = fluid + setup.cell_offset     # the fluid cells' global indices (fp16c's seeds)
+        # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
+        self.vel = velocity.NumpyLinks(setup, self.P, sources)
+        self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
+
+    # -- one time step ----------------------------------------------------------------------------
+    def _step_once(self) -> None:
+        P = self.P
+        if self.bouzidi is not None:
+            self.bouzidi(self.g)  # interpolated bounce-back: link values into the slots the wall rule reads
+        n = self.g[0].size
+        g_flat = self.g.reshape(-1)
+        # 1. pull streaming: f_i(x, t+1) = f*_i(x - c_i, t), or f*_opp(i)(x, t) at a boundary link
+        pulled = self.policy.decode(g_flat[self.gather])   # (9, nf), compute dtype
+        flat = pulled.reshape(-1)
+        self.vel.apply(P, flat)
+        # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
+        self.out.apply(P, flat, lambda cells: self.policy.decode(self.g.reshape(lattice.Q, n)[:, cells]))
+        # 2. collision on the fluid cells
+        h = tuple(pulled)
+        if self.layer is not None:
+            post = (P.collide_trt_layer(h, self.omega_plus, self.omega_minus, self.layer)
+                    if self.setup.collision == "trt" else P.collide_bgk_layer(h, self.omega_plus, self.layer))
+        elif self.setup.collision == "trt":
+            post = P.collide_trt(h, self.omega_plus, self.omega_minus)
+        else:
+            post = P.collide_bgk(h, self.omega_plus)
+        self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.global_cells)
+        self.g, self.g_next = self.g_next, self.g
+
+    def _advance(self, n: int) -> None:
+        for _ in range(n):
+            self._step_once()
+
+    def _set_velocity_scale(self, factor: float) -> None:
+        self.vel.set_scale(factor)
+        self.out.set_scale(factor)
+
+    def populations(self) -> np.ndarray:
+        return self.g.copy()
+
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        g = self._check_loadable(g)
+        self.g = np.ascontiguousarray(g).copy()
+        self.g_next = self.g.copy()
+        self.time_step = int(time_step)
+
+
+def make_stepper(setup: LBMSetup) -> NumpyStepper:
+    return NumpyStepper(setup)

@@ -1,0 +1,285 @@
+"""The interface every LBM backend implements, and the setup it receives.
+
+A backend gets an :class:`LBMSetup` (geometry as a flags array, boundary velocities, relaxation,
+collision model, precision policy, initial state) and returns a :class:`Stepper`. The algorithm a
+Stepper must implement is fixed in docs/lbm_algorithm.md; ``kernels_numpy.NumpyStepper`` is the
+reference every other backend is compared with.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcsolve.core import backends
+from hpcsolve.core.errors import BackendError, CaseError
+from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.flags import FLAG_NAMES, FLUID, OUTLET, VELOCITY, WALL
+from hpcsolve.core.precision import FP64, Precision
+
+if TYPE_CHECKING:
+    from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
+    from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
+
+__all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations",
+           "momentum_exchange_force",
+           # the cell flags live in hpcsolve/lbm/flags.py; re-exported for callers that import them from here
+           "FLAG_NAMES", "FLUID", "OUTLET", "VELOCITY", "WALL"]
+
+COLLISIONS = ("bgk", "trt")
+#: a case's lattice.streaming -> LBMSetup.in_place (None: the GPU stepper chooses, gpu_common.auto_in_place)
+STREAMING = {"auto": None, "two-buffer": False, "in-place": True}
+
+
+@dataclass
+class LBMSetup:
+    """Everything a backend needs to step a D2Q9 lattice (all in lattice units)."""
+
+    flags: np.ndarray                          # (ny, nx) uint8, codes of hpcsolve/lbm/flags.py
+    relaxation_time: float                     # tau; viscosity nu = (tau - 1/2) / 3
+    collision: str = "bgk"                     # "bgk" | "trt"
+    magic: float = 3.0 / 16.0                  # TRT magic parameter Lambda
+    policy: Precision = FP64
+    boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64: VELOCITY cells' velocity, OUTLET cells'
+    #                                              reference outflow (physics.outlet_density; 0: fixed pressure)
+    initial_density: np.ndarray | None = None    # (ny, nx) float64, default 1
+    initial_velocity: np.ndarray | None = None   # (2, ny, nx) float64, default 0
+    links: "BouzidiLinks | None" = None          # interpolated bounce-back links (hpcsolve/lbm/boundaries/bouzidi.py)
+    ramp_steps: int = 0                          # boundary velocities rise as physics.ramp_factor over these steps
+    in_place: bool | None = False                # GPU steppers: one population array (hpcsolve/lbm/steppers/inplace.py);
+    #                                              None: they choose (gpu_common.auto_in_place, by the L2 cache)
+    absorbing_layer: "AbsorbingLayer | None" = None  # extra bulk relaxation near the outlet (boundaries/layer.py)
+    cell_offset: int = 0                         # flat index of cell 0 in the whole lattice (a slab of a decomposed
+    #                                              run, whole rows): fp16c's seeds and the absorbing layer's profile
+    #                                              take global positions (NumPy reference; GPU steppers: 0)
+
+    def __post_init__(self):
+        self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
+        if self.flags.ndim != 2:
+            raise CaseError.invalid("flags", self.flags.shape, "a 2D (ny, nx) array")
+        bad = set(np.unique(self.flags).tolist()) - set(FLAG_NAMES)
+        if bad:
+            raise CaseError.invalid("flags", sorted(bad), ", ".join(f"{k}={v}" for k, v in FLAG_NAMES.items()))
+        if self.collision not in COLLISIONS:
+            raise CaseError.invalid("collision", self.collision, ", ".join(COLLISIONS))
+        if not self.relaxation_time > 0.5:
+            raise CaseError.invalid("relaxation_time", self.relaxation_time, "> 0.5")
+        if isinstance(self.ramp_steps, bool) or not isinstance(self.ramp_steps, (int, np.integer)) \
+                or self.ramp_steps < 0:
+            raise CaseError.invalid("ramp_steps", self.ramp_steps, "an integer >= 0")
+        self.ramp_steps = int(self.ramp_steps)
+        if self.in_place is not None and not isinstance(self.in_place, (bool, np.bool_)):
+            raise CaseError.invalid("in_place", self.in_place, "True, False or None (the GPU stepper chooses)")
+        self.in_place = None if self.in_place is None else bool(self.in_place)
+        if self.absorbing_layer is not None:
+            from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
+
+            lay = self.absorbing_layer
+            if not isinstance(lay, AbsorbingLayer) or not all(np.isfinite([lay.c0, lay.kx, lay.ky, lay.strength])) \
+                    or lay.strength < 0:
+                raise CaseError.invalid("absorbing_layer", lay, "None or an AbsorbingLayer with finite values, strength >= 0")
+        ny, nx = self.flags.shape
+        if self.boundary_velocity is None:
+            self.boundary_velocity = np.zeros((2, ny, nx))
+        self.boundary_velocity = np.asarray(self.boundary_velocity, dtype=np.float64)
+        if self.boundary_velocity.shape != (2, ny, nx):
+            raise CaseError.invalid("boundary_velocity", self.boundary_velocity.shape, f"shape (2, {ny}, {nx})")
+        if self.links is not None:
+            if tuple(self.links.shape) != (ny, nx):
+                raise CaseError.invalid("links", self.links.shape, f"links of a ({ny}, {nx}) lattice")
+            flat = self.flags.ravel()
+            if len(self.links) and (np.any(flat[self.links.cell] != FLUID) or np.any(flat[self.links.solid] != WALL)):
+                raise CaseError.invalid("links", "cells", "links from fluid cells into WALL cells")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.flags.shape
+
+    @property
+    def omegas(self) -> tuple[float, float]:
+        """(omega+, omega-): for BGK both are 1/tau."""
+        if self.collision == "trt":
+            return physics.trt_omegas(self.relaxation_time, self.magic)
+        w = physics.omega_from_tau(self.relaxation_time)
+        return w, w
+
+    @property
+    def fluid_cells(self) -> int:
+        return int(np.count_nonzero(self.flags == FLUID))
+
+    def initial_populations(self) -> np.ndarray:
+        """Stored initial state g = (f^eq(rho0, u0) - w) * scale in the storage dtype; non-fluid cells 0.
+
+        Computed with the compute-dtype physics so every backend starts from the same bits."""
+        pol = self.policy
+        ct = np.dtype(pol.compute)
+        ny, nx = self.shape
+        rho0 = np.ones((ny, nx)) if self.initial_density is None else np.asarray(self.initial_density, float)
+        u0 = np.zeros((2, ny, nx)) if self.initial_velocity is None else np.asarray(self.initial_velocity, float)
+        P = physics.physics_for(ct)
+        heq = P.equilibrium((rho0 - 1.0).astype(ct), u0[0].astype(ct), u0[1].astype(ct))
+        h = np.stack(heq)
+        h[:, self.flags != FLUID] = 0
+        return np.ascontiguousarray(pol.encode(h))
+
+
+class Stepper(abc.ABC):
+    """One backend's state and time stepping. State stays on the backend's device.
+
+    The stored array holds post-collision populations (see docs/lbm_algorithm.md); ``time_step``
+    counts the steps done since the initial state.
+    """
+
+    backend: str = ""
+    #: the backend's interpolated bounce-back pre-pass (hpcsolve/lbm/boundaries/bouzidi.py) where the setup has links, run
+    #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
+    bouzidi = None
+
+    def __init__(self, setup: LBMSetup):
+        self.setup = setup
+        self.policy = setup.policy
+        self.time_step = 0
+        self.velocity_scale = 1.0   # the factor the backend's boundary-velocity table carries now
+
+    def step(self, n: int = 1) -> None:
+        """Advance n time steps; no host synchronization (GPU backends just enqueue work).
+
+        During the smooth start (``setup.ramp_steps``) every step first sets the boundary velocities
+        to ``physics.ramp_factor(step, ramp_steps)`` times their full value (on the device: a small
+        kernel over the velocity table, no host synchronization); afterwards steps go in one batch."""
+        n = int(n)
+        if n < 0:
+            raise CaseError.invalid("steps", n, "an integer >= 0")
+        ramp = self.setup.ramp_steps
+        while n > 0 and self.time_step < ramp:
+            self._scale_velocity(physics.ramp_factor(self.time_step + 1, ramp))
+            self._advance(1)
+            self.time_step += 1
+            n -= 1
+        if n > 0:
+            self._scale_velocity(1.0)
+            self._advance(n)
+            self.time_step += n
+
+    def _scale_velocity(self, factor: float) -> None:
+        if factor != self.velocity_scale:
+            self._set_velocity_scale(factor)
+            self.velocity_scale = factor
+
+    @abc.abstractmethod
+    def _advance(self, n: int) -> None:
+        """The backend's n time steps at the current boundary velocities (``step`` counts them)."""
+
+    def _set_velocity_scale(self, factor: float) -> None:
+        """Make the boundary-velocity table ``factor`` times the setup's (float64 product, then the
+        compute dtype, so every backend uses the same values)."""
+        raise NotImplementedError(f"{type(self).__name__} has no smooth start (setup.ramp_steps)")
+
+    @abc.abstractmethod
+    def populations(self) -> np.ndarray:
+        """Host copy of the stored state g (9, ny, nx), in the storage dtype (shifted, scaled)."""
+
+    def load_populations(self, g: np.ndarray, time_step: int) -> None:
+        """Replace the stored state by ``g`` (storage dtype, shape (9, ny, nx)) at ``time_step``
+        (restart from a checkpoint). Both buffers must hold it, as after construction."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart from a checkpoint")
+
+    def _check_loadable(self, g: np.ndarray) -> np.ndarray:
+        g = np.asarray(g)
+        want = (lattice.Q,) + tuple(self.setup.shape)
+        if g.shape != want or g.dtype != np.dtype(self.policy.storage):
+            raise CaseError.invalid("checkpoint populations", f"{g.dtype} {g.shape}",
+                                    f"{np.dtype(self.policy.storage)} {want}")
+        return g
+
+    def macroscopic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rho, ux, uy) host float64 arrays (ny, nx) computed from the stored state with the
+        compute-dtype physics (moments of h = g / scale). Non-fluid cells read rho = 1, u = 0."""
+        return macroscopic_from_populations(self.populations(), self.setup)
+
+    def fields_on_device(self):
+        """(rho, ux, uy) as ``macroscopic`` gives them, as CuPy arrays on the device, or None where the backend
+        has none (NumPy; Numba-CUDA without CuPy): the run's monitor points then reduce on the host."""
+        return None
+
+    def force(self, mask: np.ndarray) -> tuple[float, float]:
+        """Force (Fx, Fy) on the non-fluid cells in ``mask`` by momentum exchange, lattice units."""
+        return momentum_exchange_force(self.populations(), self.setup, mask)
+
+    def finite(self) -> bool:
+        """True if every stored population is finite (the blow-up check)."""
+        return self.policy.all_finite(self.populations())
+
+
+def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):
+    h = setup.policy.decode(np.asarray(g))
+    P = physics.physics_for(h.dtype)
+    drho, ux, uy = P.moments(tuple(h))
+    solid = setup.flags != FLUID
+    rho = 1.0 + drho.astype(np.float64)
+    ux = ux.astype(np.float64)
+    uy = uy.astype(np.float64)
+    rho[solid], ux[solid], uy[solid] = 1.0, 0.0, 0.0
+    return rho, ux, uy
+
+
+def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) -> tuple[float, float]:
+    """F = sum over links (x fluid, x + c_i in mask) of c_i (f*_i(x) + f_opp(i)(x, t+1)), where the
+    bounced population is f_opp(i)(x, t+1) = f*_i(x) - 6 w_i (c_i . u_w(x + c_i)); accumulated in float64.
+    Interpolated links (``setup.links``) into the mask bounce back f_opp(i)(x, t+1) = a f*_i(x) + b f*_partner
+    instead (resting walls), evaluated in float64 from the same state.
+
+    The stored state holds f*(t); the result is the force the body receives between t and t+1.
+    u_w is the setup's full boundary velocity: measured masks are obstacles (resting walls, u_w = 0);
+    a force on moving-wall cells during a smooth start (``ramp_steps``) would miss the ramp factor.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    h = setup.policy.decode(np.asarray(g)).astype(np.float64)
+    fluid = setup.flags == FLUID
+    uw = setup.boundary_velocity
+    fx = fy = 0.0
+    interpolated = None
+    if setup.links is not None and len(setup.links):
+        lk = setup.links
+        into = mask.ravel()[lk.solid]
+        interpolated = np.zeros((lattice.Q,) + mask.shape, dtype=bool)
+        interpolated.reshape(lattice.Q, -1)[lk.direction[into], lk.cell[into]] = True
+    for i in range(1, lattice.Q):
+        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
+        # cells x whose neighbour x + c_i is in the mask: roll the mask by -c_i
+        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
+        links = fluid & target
+        if interpolated is not None:
+            links &= ~interpolated[i]
+        if not links.any():
+            continue
+        f_out = h[i][links] + w
+        cu = cx * np.roll(uw[0], (-cy, -cx), (0, 1))[links] + cy * np.roll(uw[1], (-cy, -cx), (0, 1))[links]
+        f_back = f_out - 6.0 * w * cu
+        s = float(np.sum(f_out + f_back))
+        fx += cx * s
+        fy += cy * s
+    if interpolated is not None and into.any():
+        flat = h.reshape(-1)
+        w = np.asarray(lattice.WEIGHTS)[lk.direction[into]]
+        f_out = flat[lk.slot[into]] + w
+        f_back = physics.physics_for(np.float64).interpolated_bounce_back(
+            flat[lk.slot[into]], flat[lk.partner[into]], lk.a[into], lk.b[into]) + w
+        s = f_out + f_back
+        fx += float(np.sum(np.asarray(lattice.CX)[lk.direction[into]] * s))
+        fy += float(np.sum(np.asarray(lattice.CY)[lk.direction[into]] * s))
+    return fx, fy
+
+
+def get_stepper(backend, setup: LBMSetup, **options) -> Stepper:
+    """The Stepper of ``backend`` (a Backend or its name) for ``setup``; kernels import lazily. ``options``: the
+    backend stepper's own keywords (GPU: ``pairs``, ``block_x``, ...)."""
+    backend = backends.get(backend)
+    stepper = backend.piece("lbm.stepper")(setup, **options)
+    if setup.links is not None and len(setup.links) and getattr(stepper, "bouzidi", None) is None:
+        raise BackendError(f"backend {backend.name!r} does not implement interpolated (Bouzidi) bounce-back yet; "
+                           f"use lattice.bounce_back = 'simple' or the numpy backend")
+    return stepper
