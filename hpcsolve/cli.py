@@ -8,21 +8,32 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
+import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
 from hpcsolve.core.version import __version__
-from hpcsolve.core import backends, outdir, precision
+from hpcsolve.core import backends, outdir, parallel, precision
 from hpcsolve.core.errors import CaseError, HpcsolveError
+
+
+#: options that are gone, and what replaces them (said in argparse's error for them)
+REMOVED_OPTIONS = {"--in-place": "--streaming in-place"}
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own usage errors: exit 2 with one line
+        for old, new in REMOVED_OPTIONS.items():
+            if message.startswith("unrecognized arguments:") and old in message.split():
+                message += f" ({old} was removed: use {new})"
         self.print_usage(sys.stderr)
         print(f"hpcsolve: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -113,7 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--streaming", choices=("auto", "two-buffer", "in-place"), default=None,
                    help="lbm: the GPU steppers' streaming, as a case's lattice.streaming (default auto: in place where "
                    "the one-array lattice fits the L2 cache, fp32/fp64)")
-    p.add_argument("--in-place", action="store_true", help="lbm: the same as --streaming in-place")
     return parser
 
 
@@ -150,8 +160,7 @@ def _check_run_options(args) -> None:
 
 
 def cmd_run(args) -> int:
-    from hpcsolve.core import parallel
-    from hpcsolve import run as runmod
+    from hpcsolve import run as runmod   # late: start-up cost (1.1 s, the solvers)
 
     if args.case is None and args.resume is None:
         raise CaseError.invalid("case", None, "a case file, or --resume DIR", why="no case given")
@@ -210,7 +219,7 @@ def _report(args, case, result, out) -> int:
 
 
 def cmd_validate(args) -> int:
-    from hpcsolve import run as runmod
+    from hpcsolve import run as runmod   # late: start-up cost (1.1 s, the solvers)
 
     info = runmod.describe(args.case, args.backend, args.precision, args.overrides, check=True)
     if args.json:
@@ -221,10 +230,9 @@ def cmd_validate(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    import datetime as _dt
-
-    from hpcsolve.core.cases import load_case
-    from hpcsolve.report.compare import DEFAULT_TOLERANCE, check_out, compare
+    from hpcsolve.core.cases import load_case   # late: start-up cost (0.3 s, pydantic)
+    from hpcsolve.report.compare import DEFAULT_TOLERANCE, compare   # late: start-up cost (1.1 s, the solvers)
+    from hpcsolve.report.compare_inputs import check_out   # late: start-up cost (with compare)
 
     if args.backend or args.precision:
         print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
@@ -277,14 +285,8 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    import importlib
-
-    if getattr(args, "in_place", False) and args.family != "lbm":
-        raise CaseError.invalid("--in-place", True, "bench lbm only", why="in-place streaming is an LBM option")
     if getattr(args, "streaming", None) is not None and args.family != "lbm":
         raise CaseError.invalid("--streaming", args.streaming, "bench lbm only", why="streaming is an LBM option")
-    if getattr(args, "in_place", False) and getattr(args, "streaming", None) not in (None, "in-place"):
-        raise CaseError.invalid("--streaming", args.streaming, "in-place or none with --in-place")
 
     try:
         mod = importlib.import_module(f"hpcsolve.report.bench_{args.family}")
@@ -315,8 +317,6 @@ SIGPIPE_EXIT = 141   # 128 + SIGPIPE: what a shell reports for a command whose o
 
 def _stdout_reader_gone() -> bool:
     """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end)."""
-    import select
-
     try:
         fd = sys.stdout.fileno()
         poller = select.poll()
@@ -377,8 +377,6 @@ RANKS_WAIT_S = 10.0     # how long a failed rank waits for the others before it 
 
 
 def _rank() -> int:
-    from hpcsolve.core import parallel
-
     try:
         return parallel.world().Get_rank()
     except Exception:   # noqa: BLE001 (no usable MPI: the error was reported already)
@@ -391,8 +389,6 @@ def _end_ranks(code: int, unexpected: bool = False) -> None:
     in a halo exchange), it ends the whole job with its exit code after RANKS_WAIT_S (MPI Abort) instead of
     leaving them waiting for ever. A rank whose code is the run's shared outcome waits as long as it takes,
     so that rank 0 finishes writing. An unexpected exception ends the job at once (its traceback first)."""
-    from hpcsolve.core import parallel
-
     try:
         comm = parallel.world()
     except Exception:   # noqa: BLE001 (no usable MPI: nothing to coordinate)
@@ -401,8 +397,6 @@ def _end_ranks(code: int, unexpected: bool = False) -> None:
         return
     sys.stdout.flush()
     if unexpected:
-        import traceback
-
         traceback.print_exc()
         sys.stderr.flush()
         comm.Abort(code or 1)
@@ -419,8 +413,6 @@ def _end_ranks(code: int, unexpected: bool = False) -> None:
 def _one_process_only(args) -> None:
     """Under ``mpiexec -n N`` (N > 1) only ``hpcsolve run`` (not ``--dry-run``) works on the ranks; the other
     commands would run N times side by side (and their collectives would not match)."""
-    from hpcsolve.core import parallel
-
     n = parallel.ranks(parallel.world())
     if n > 1 and (args.command != "run" or getattr(args, "dry_run", False)):
         what = "run --dry-run" if args.command == "run" else args.command

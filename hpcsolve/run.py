@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import platform
 import socket
 import warnings
@@ -171,8 +172,6 @@ def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
 
 def _finished_status(run_dir) -> str:
     """The status in ``run_dir/summary.json`` when that run finished (not interrupted), else ''."""
-    import json
-
     try:
         status = json.loads((Path(run_dir) / "summary.json").read_text()).get("status", "")
     except (OSError, ValueError, AttributeError):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from hpcsolve.core import backends  # noqa: E402
 from hpcsolve.core.cases import load_case  # noqa: E402
-from hpcsolve.lbm.runner import build_setup  # noqa: E402
+from hpcsolve.lbm.setup import build_setup  # noqa: E402
 from hpcsolve.lbm.steppers.stepper import get_stepper  # noqa: E402
 from hpcsolve.core.precision import get_precision  # noqa: E402
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hpcsolve.core.cases import load_case  # noqa: E402
-from hpcsolve.lbm import runner  # noqa: E402
+from hpcsolve.lbm import setup as lbm_setup  # noqa: E402
 from hpcsolve.lbm.steppers.kernels_numpy import make_stepper  # noqa: E402
 from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64  # noqa: E402
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     case = load_case(args.case, [f"lattice.resolution={args.resolution}", "steady.enabled=false"])
     steppers, fluid = {}, None
     for pol in (FP64, FP32, FP16S, FP16C):
-        _, geo, setup = runner.build_setup(case, pol)
+        _, geo, setup = lbm_setup.build_setup(case, pol)
         steppers[pol.name] = make_stepper(setup)
         fluid = geo.fluid
     print(f"{Path(args.case).stem}, {args.resolution} cells, NumPy reference")

@@ -11,7 +11,7 @@ import numpy as np
 
 from hpcsolve.fem.linalg import kernels_cupy
 from hpcsolve.fem import solve
-from hpcsolve.fem.linalg.cg import CGEngine
+from hpcsolve.fem.linalg.cg_engine import CGEngine
 from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem.discrete import testproblems as tp
 from hpcsolve.report.bench_fem import _numba_view, time_iterations

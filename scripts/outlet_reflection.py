@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from hpcsolve.core.cases import load_case  # noqa: E402
 from hpcsolve.lbm import lattice, observables as obs  # noqa: E402
-from hpcsolve.lbm.runner import build_setup  # noqa: E402
-from hpcsolve.lbm.steppers.stepper import VELOCITY, get_stepper  # noqa: E402
+from hpcsolve.lbm.setup import build_setup  # noqa: E402
+from hpcsolve.lbm.flags import VELOCITY  # noqa: E402
+from hpcsolve.lbm.steppers.stepper import get_stepper
 from hpcsolve.core.precision import get_precision  # noqa: E402
 
 

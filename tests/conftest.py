@@ -56,9 +56,9 @@ def _compare_takes_its_least_timings(monkeypatch):
     """``compare`` adds timed runs (up to 10) while the spread of the times is above 5 %: on a loaded machine it
     always is, so a test's work would depend on the load. In the suite every configuration is timed exactly
     MIN_TIMED times (the rule itself is tested on given times in tests/test_compare.py)."""
-    from hpcsolve.report import compare
+    from hpcsolve.report import compare, comparison
 
-    monkeypatch.setattr(compare, "MAX_REPEATS", compare.MIN_TIMED)
+    monkeypatch.setattr(compare, "MAX_REPEATS", comparison.MIN_TIMED)
 
 
 def _plain(value):

@@ -419,7 +419,7 @@ def small_overrides(path: Path) -> tuple[str, ...]:
 def case_setup(path: Path, policy, overrides=()):
     """The LBMSetup ``runner.build_setup`` makes of the case file at a small resolution, with ``overrides``."""
     from hpcsolve.core.cases import load_case
-    from hpcsolve.lbm.runner import build_setup
+    from hpcsolve.lbm.setup import build_setup
 
     case = load_case(path, small_overrides(path) + tuple(overrides))
     return build_setup(case, policy)[2]

@@ -148,7 +148,8 @@ def test_compare_repeats_bounded(capsys, value):
 
 def test_compare_repeats_at_the_bound_is_accepted(monkeypatch):
     from hpcsolve import run as runmod
-    from hpcsolve.report.compare import REPEATS_LIMIT, compare
+    from hpcsolve.report.compare import compare
+    from hpcsolve.report.compare_inputs import REPEATS_LIMIT
 
     class Reached(BaseException):
         pass

@@ -100,7 +100,7 @@ def test_fem_compare_reports_residuals_and_prefers_converged_runs():
 
 
 def _synthetic(times_by_run: dict, errors: dict, status: dict | None = None):
-    from hpcsolve.report.compare import Comparison, Run
+    from hpcsolve.report.comparison import Comparison, Run
 
     runs = []
     for (b, p), times in times_by_run.items():

@@ -10,7 +10,8 @@ import pytest
 
 from hpcsolve import cli
 from hpcsolve.core.errors import CaseError
-from hpcsolve.report.compare import compare, preconditioner_names
+from hpcsolve.report.compare import compare
+from hpcsolve.report.compare_inputs import preconditioner_names
 
 CASES = Path(__file__).parent.parent / "cases"
 POISSON = CASES / "poisson_manufactured.toml"

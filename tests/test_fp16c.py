@@ -216,7 +216,7 @@ def test_fp16c_stochastic_rounding_keeps_a_slow_cavity_near_fp64():
     fp16c field's distance to fp64 jumped from 4e-4 to 7.5e-3 after 10,000 steps (the rounding's systematic part
     adding up); with the stochastic rounding of the step's stores it stays at ~4e-4."""
     from hpcsolve.core.cases import load_case
-    from hpcsolve.lbm import runner
+    from hpcsolve.lbm import setup as lbm_setup
     from hpcsolve.lbm.steppers.kernels_numpy import make_stepper
     from hpcsolve.core.precision import FP64, Precision
 
@@ -230,7 +230,7 @@ def test_fp16c_stochastic_rounding_keeps_a_slow_cavity_near_fp64():
     nearest = Nearest(**{f: getattr(FP16C, f) for f in FP16C.__dataclass_fields__})
     u = {}
     for name, pol in (("fp64", FP64), ("fp16c", FP16C), ("nearest", nearest)):
-        _, geo, setup = runner.build_setup(case, pol)
+        _, geo, setup = lbm_setup.build_setup(case, pol)
         st = make_stepper(setup)
         st.step(16_000)
         u[name] = np.stack(st.macroscopic()[1:])[:, geo.fluid]
@@ -248,7 +248,8 @@ def test_fp16c_stochastic_rounding_keeps_couette_flow_on_its_analytic_profile():
     takes the 64-cell cavity from 4e-4 to 7.5e-3); with stochastic rounding it stays at rounding-noise level, seen
     3.9e-4 .. 1.2e-3 between 2,000 and 10,000 steps. Bounds: stochastic < 2.5e-3 (twice the largest seen), nearest
     > 5e-3 and > 4x stochastic."""
-    from hpcsolve.lbm.steppers.stepper import VELOCITY, WALL, LBMSetup, get_stepper
+    from hpcsolve.lbm.flags import VELOCITY, WALL
+    from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
     from hpcsolve.core.precision import Precision
 
     class Nearest(Precision):          # fp16c with the step's stores rounded to nearest, for the comparison

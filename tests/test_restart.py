@@ -16,6 +16,7 @@ from hpcsolve import cli
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.checkpoint import latest_checkpoint, list_checkpoints
 from hpcsolve.core.errors import RunInterrupted
+from hpcsolve.lbm import checkpoints as lbm_checkpoints
 from hpcsolve.lbm import runner
 from hpcsolve.core.precision import get_precision
 from hpcsolve.core.results import read_h5
@@ -78,7 +79,7 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
     """--force with another precision: the checkpoint's state decoded with its policy and stored in the run's
     (round to nearest), then stepped on in the new precision. The resumed run equals a run of the new precision
     started from that converted state at the checkpoint's step, bit for bit."""
-    from hpcsolve.lbm.runner import build_setup
+    from hpcsolve.lbm.setup import build_setup
     from hpcsolve.lbm.steppers.stepper import get_stepper
 
     out = tmp_path / "run"
@@ -89,7 +90,7 @@ def test_forced_resume_in_another_precision_continues_from_the_converted_state(t
     old, new = get_precision(saved), get_precision(now)
     # the conversion itself, against what each storage means (not the encode / decode it is written with)
     g = ckpt.arrays["populations"]
-    converted = runner._restored_populations(ckpt, new)
+    converted = lbm_checkpoints.restored_populations(ckpt, new)
     if (saved, now) == ("fp32", "fp64"):
         assert converted.dtype == np.float64 and np.array_equal(converted, g.astype(np.float64))
     elif (saved, now) == ("fp16s", "fp32"):       # fp16s stores 256 h in float16: exact in float32

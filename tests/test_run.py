@@ -132,21 +132,21 @@ def test_dry_run_counts_snapshots_per_output_not_per_monitor_point(monkeypatch):
     """Snapshot fields cost per output (every output_interval), monitor points per monitor_interval: a snapshot
     made to cost 0.2 s adds about 2 x 0.2 s to the estimate of a run with 2 outputs and 129 monitor points (not
     129 x 0.2 s, which the cylinder 2D-2 estimate on the GPU did, 5x too high)."""
-    from hpcsolve.lbm import runner as lbm_runner
+    from hpcsolve.lbm import estimate as lbm_estimate
 
     over = ["time.monitor_interval=10", "time.output_interval=0.5", "lattice.resolution=16"]
     # the probe's clock advanced by the fake work alone (a snapshot costs 0.2 time units, everything else 0), so
     # the estimate's terms are exact whatever the machine's load
     # (the runner's own clock only: the backend's step timer keeps the real one, so the step probe ends)
     clock = _FakeClock()
-    monkeypatch.setattr(lbm_runner, "_time", types.SimpleNamespace(perf_counter=clock))
-    real = lbm_runner._snapshot_fields
+    monkeypatch.setattr(lbm_estimate, "_time", types.SimpleNamespace(perf_counter=clock))
+    real = lbm_estimate.snapshot_fields
 
     def slow(*args):
         clock.now += 0.2
         return real(*args)
 
-    monkeypatch.setattr(lbm_runner, "_snapshot_fields", slow)
+    monkeypatch.setattr(lbm_estimate, "snapshot_fields", slow)
     info = runmod.describe(CASES / "taylor_green.toml", "numpy", overrides=over, estimate=True)
     assert "2 snapshots at 200 ms" in info["estimate_basis"], info["estimate_basis"]
     assert "monitor points at 0 ms" in info["estimate_basis"]      # a monitor point is no snapshot
@@ -157,7 +157,7 @@ def test_dry_run_counts_the_monitor_points_outputs_force():
     """The run stops for a monitor point at every multiple of monitor_interval and of the output interval; the
     estimate counts the union (Taylor-Green, 16 cells: 320 steps, monitor every 100, output every 16 steps:
     3 + 20 stops, recorded with the initial state as 24 points; the estimate adds the end once more)."""
-    from hpcsolve.lbm.runner import _stops
+    from hpcsolve.lbm.estimate import _stops
 
     assert _stops(320, (100, 16, 0)) == 23 and _stops(320, (100, 20, 0)) == 3 + 16 - 3
     over = ["time.monitor_interval=100", "time.output_interval=0.05", "lattice.resolution=16"]
@@ -184,10 +184,10 @@ def test_ramp_probe_stays_inside_the_smooth_start(monkeypatch):
     steps past the ramp."""
     from contextlib import contextmanager
 
-    from hpcsolve.lbm import runner as lbm_runner
+    from hpcsolve.lbm import estimate as lbm_estimate
 
     clock = _FakeClock()
-    monkeypatch.setattr(lbm_runner._time, "perf_counter", clock)
+    monkeypatch.setattr(lbm_estimate._time, "perf_counter", clock)
     ramp = 6400
 
     class Stepper:
@@ -211,10 +211,10 @@ def test_ramp_probe_stays_inside_the_smooth_start(monkeypatch):
             t.seconds = clock.now - t0
 
     st = Stepper()
-    per = lbm_runner._probe_steps(st, Backend(), batch=False, limit=ramp)
+    per = lbm_estimate._probe_steps(st, Backend(), batch=False, limit=ramp)
     assert per == pytest.approx(4e-5) and st.time_step <= ramp
     st = Stepper()       # without the limit, the same probe runs past the ramp and times the cheaper steps
-    assert lbm_runner._probe_steps(st, Backend(), batch=False) < 3e-5 and st.time_step > ramp
+    assert lbm_estimate._probe_steps(st, Backend(), batch=False) < 3e-5 and st.time_step > ramp
 
 
 def test_monitor_probe_lengthens_for_monitor_bound_runs(monkeypatch):
@@ -222,28 +222,28 @@ def test_monitor_probe_lengthens_for_monitor_bound_runs(monkeypatch):
     predicted monitor time (at most 1.5 s): points that cost 7 time units for their first 0.5 s and 4.8 after
     it (the H200 host's pattern on Cylinder 2D-2) give 4.8 for a run of 4,802 points, and a short run keeps
     the 0.2 s probe."""
-    from hpcsolve.lbm import runner as lbm_runner
+    from hpcsolve.lbm import estimate as lbm_estimate
 
     clock = _FakeClock()
-    monkeypatch.setattr(lbm_runner._time, "perf_counter", clock)
+    monkeypatch.setattr(lbm_estimate._time, "perf_counter", clock)
     calls = []
 
     def point():
         calls.append(1)
         clock.now += 7e-3 if clock.now < 0.5 else 4.8e-3
 
-    assert lbm_runner._median_time(point, points=4802) == pytest.approx(4.8e-3)
+    assert lbm_estimate._median_time(point, points=4802) == pytest.approx(4.8e-3)
     assert 1.0 < clock.now < 1.6
     calls.clear()
     clock.now = 0.0
-    assert lbm_runner._median_time(point, points=20) == pytest.approx(7e-3)      # no more points than the run
+    assert lbm_estimate._median_time(point, points=20) == pytest.approx(7e-3)      # no more points than the run
     assert len(calls) == 20
 
 
 def test_monitor_points_go_to_the_device_only_where_it_has_room():
     """The device path of monitor points needs DEVICE_MONITOR_BYTES_PER_CELL per cell beyond the run's estimate:
     taken where the device has 1.25x that free, else the host path (and never on the CPU)."""
-    from hpcsolve.lbm import runner as lbm_runner
+    from hpcsolve.lbm import monitor as lbm_monitor
 
     class Gpu:
         gpu = True
@@ -254,16 +254,16 @@ def test_monitor_points_go_to_the_device_only_where_it_has_room():
         def available_memory(self):
             return self.free
 
-    per = lbm_runner.DEVICE_MONITOR_BYTES_PER_CELL
+    per = lbm_monitor.DEVICE_MONITOR_BYTES_PER_CELL
     cells = 1000 * 1000
-    assert lbm_runner._device_monitor(Gpu(2 * per * cells), cells)
-    assert not lbm_runner._device_monitor(Gpu(per * cells), cells)
-    assert not lbm_runner._device_monitor(Gpu(None), cells)
+    assert lbm_monitor.device_monitor(Gpu(2 * per * cells), cells)
+    assert not lbm_monitor.device_monitor(Gpu(per * cells), cells)
+    assert not lbm_monitor.device_monitor(Gpu(None), cells)
 
     class Cpu:
         gpu = False
 
-    assert not lbm_runner._device_monitor(Cpu(), cells)
+    assert not lbm_monitor.device_monitor(Cpu(), cells)
 
 
 def test_dry_run_counts_the_steady_checks():

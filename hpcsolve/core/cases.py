@@ -14,9 +14,9 @@ is taken as a string). Nesting and dotted keys are bounded before the TOML parse
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import importlib
-import json
 import re
 import tomllib
 import types
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from hpcsolve.core import backends, precision
 from hpcsolve.core.errors import CaseError, clip, shown
+from hpcsolve.core.safe_io import CASE_FILE_MAX_BYTES, read_text
 
 FAMILIES = ("lbm", "fem")
 
@@ -171,9 +172,6 @@ def _format_loc(loc: tuple) -> str:
 
 def _nearest_key(model, parts: tuple) -> str:
     """' (did you mean `a.b`?)' for an unknown key at ``parts``, from the model's fields there; '' if none is close."""
-    import difflib
-    import typing
-
     def submodel(annotation, depth=0):
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             return annotation
@@ -379,8 +377,6 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
 
 def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> CaseBase:
     """Read, override and validate a case file (a regular file; a pipe or device is refused unopened)."""
-    from hpcsolve.core.safe_io import CASE_FILE_MAX_BYTES, read_text
-
     text = read_text(path, "case", "a path to an existing .toml case file (UTF-8 text)",
                      max_bytes=CASE_FILE_MAX_BYTES)
     # a byte-order mark (what some editors put before UTF-8 text) is not TOML: tomllib would only say
@@ -454,7 +450,3 @@ def toml_shape_problem(text: str) -> str | None:
                 return f"line {line}: a dotted key of more than {MAX_KEY_PARTS} parts; allowed: at most {MAX_KEY_PARTS}"
         if len(stack) > MAX_DEPTH:
             return f"line {line}: arrays and tables nest more than {MAX_DEPTH} deep; allowed: at most {MAX_DEPTH}"
-
-
-def case_summary(case: CaseBase) -> dict:
-    return json.loads(case.effective_json())

@@ -14,9 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve.core.version import __version__
-from hpcsolve.core.errors import CaseError, clip, shown
+from hpcsolve.core.backends import BACKENDS
+from hpcsolve.core.errors import CaseError, OutputError, clip, shown
+from hpcsolve.core.interrupts import deferred
+from hpcsolve.core.precision import POLICIES
 from hpcsolve.core.results import _jsonable
+from hpcsolve.core.safe_io import path_problem, write_h5_atomic
+from hpcsolve.core.version import __version__
 
 KEEP = 2
 SUBDIR = "checkpoints"
@@ -98,10 +102,6 @@ def write_checkpoint(out_dir: str | Path, ckpt: Checkpoint, keep: int = KEEP) ->
     """Write ``ckpt`` atomically (checked writes, no signal in between), then
     delete all but the newest ``keep`` checkpoints. A failed write (a full disk) raises OutputError
     and leaves the earlier checkpoints as they were."""
-    from hpcsolve.core.errors import OutputError
-    from hpcsolve.core.interrupts import deferred
-    from hpcsolve.core.safe_io import write_h5_atomic
-
     d = checkpoint_dir(out_dir)
     path = d / f"checkpoint_{ckpt.step:010d}.h5"
     meta = {"hpcsolve_version": __version__, **ckpt.meta, "step": int(ckpt.step)}
@@ -147,7 +147,7 @@ META_TEXT = ("hpcsolve_version", "backend", "precision", "solver", "case_text", 
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """The checkpoint in ``path``, its layout and generic metadata checked: a damaged or missing field is a
     CheckpointError naming the file and the field (an unreadable file, OSError)."""
-    import h5py
+    import h5py   # late: start-up cost (h5py, 0.16 s)
 
     path = Path(path)
     with h5py.File(path, "r") as f:
@@ -189,9 +189,6 @@ def _json_object(f, path: Path, name: str) -> dict:
 
 def _check_meta(ckpt: Checkpoint) -> None:
     """The types of the metadata ``hpcsolve run`` writes, where present (a resume checks what it needs)."""
-    from hpcsolve.core.backends import BACKENDS
-    from hpcsolve.core.precision import POLICIES
-
     meta = ckpt.meta
     for name in META_TEXT:
         if name in meta and not isinstance(meta[name], str):
@@ -217,8 +214,6 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
     previous). With ``use``, ``use(checkpoint)`` of the first one it accepts: a CheckpointError it raises
     counts as damage too (any other error is raised as it is). None readable: a CaseError naming each file.
     ``skipped``: a list that receives (path, why) for each checkpoint passed over, newest first."""
-    from hpcsolve.core.safe_io import path_problem
-
     problem = path_problem(out_dir)
     if problem:
         raise CaseError.invalid("--resume", clip(str(out_dir)), "a run folder with checkpoints", why=problem)

@@ -74,12 +74,6 @@ class BlowUpError(HpcsolveError):
         super().__init__(message)
 
 
-class SolverError(HpcsolveError):
-    """A linear solver met a condition it cannot continue from (e.g. non-SPD matrix)."""
-
-    exit_code = 3
-
-
 class RunInterrupted(HpcsolveError):
     """SIGINT/SIGTERM during a run; ``.result`` (if set) is the partial result, marked 'interrupted'."""
 

@@ -10,7 +10,11 @@ float16 and a range fitted to shifted populations h = f - w (|h| < 1 in any stab
 
 Every value is exact in float32, and the conversion from float32 is integer arithmetic on the float32 bits,
 so the NumPy reference here, the CUDA C of ``CUDA_SOURCE`` and the Numba device functions of
-``numba_functions`` give the same bits. This module holds the one definition; tests compare the three.
+``numba_functions`` give the same bits. The NumPy reference is written by hand (vectorised, chunked); the device
+codec is written once, as functions of the scalar IR of hpcsolve/core/scalar_ir.py (``WIDEN``, ``DECODE``,
+``ENCODE``, ``SCALED_SR``, ``ENCODE_SR``, ``SEED``, the pair words' ``LOW``, ``HIGH``, ``PACK``, ``PACK_SR``), and
+printed twice: as CUDA C (``CUDA_SOURCE``, ``CUDA_PAIR_SOURCE``) and as LLVM IR in Numba intrinsics. Tests compare
+the device codec's both printings with the reference, bit for bit.
 
 **Stochastic rounding of the step's stores** (:func:`encode_stochastic`, CUDA C ``fp16c_encode_sr``, Numba
 ``numba_stochastic_functions``): a value rounds up with probability equal to its distance from the code below,
@@ -34,7 +38,8 @@ import functools
 
 import numpy as np
 
-from hpcsolve.core.backends import get_array_module
+from hpcsolve.core import scalar_ir as ir
+from hpcsolve.core.backends import cuda_simulator_enabled, get_array_module
 
 BIAS = 15
 MANTISSA_BITS = 11
@@ -193,165 +198,179 @@ def is_nan(c):
     return (xp.asarray(c) & 0x7FFF) == 0x7FFF
 
 
-#: CUDA C device functions giving the bits of ``decode`` / ``encode`` / ``encode_stochastic``, branch-free (a step
-#: converts 18 values per cell, and both the fp16c and the fp16s step are bound by instruction issue on the H200, so
-#: every instruction of the codec shows in the throughput):
-#: - ``fp16c_mul``: an IEEE float32 product, subnormal results and operands kept. CuPy compiles kernels with
-#:   flush-to-zero (``-ftz=true`` appended to the options; it flushed an earlier decode's subnormals to 0), which does
-#:   not reach inline PTX: ``mul.rn.f32`` without ``.ftz``;
-#: - decode: the code sign-extended and shifted so that its sign is float32's and its 15 magnitude bits sit under
-#:   the float32 exponent and mantissa (e = 0: a float32 subnormal), times 2^112: the value, exactly (3-4
-#:   instructions); the NaN code reads MAX_CODE_VALUE there and is replaced by NaN;
-#: - encode (round to nearest, ties to even; not in the step's hot path), |x| >= 2^-14: drop 12 mantissa bits (a
-#:   carry moves into the exponent), re-bias, and clamp everything past the largest finite value (infinities and
-#:   NaN too) to the NaN code; |x| < 2^-14: m = |x| 2^25 (exact) rounded to nearest even by the float32 addition of
-#:   2^23, whose low mantissa bits it is;
-#: - stochastic encode (the step's stores): the bits of |x| 2^-112 by ``fp16c_mul``, capped at those of
-#:   MAX_CODE_VALUE 2^-112 (unsigned min: NaN of any kind and infinities take the cap), plus the top 12 bits of the
-#:   random word, shifted down 12, and the sign of x. The pair
-#:   kernel's ``fp16c_pack_sr`` puts the second code in the high half without a separate shift.
-CUDA_SOURCE = r"""
-__device__ __forceinline__ float fp16c_mul(const float a, const float b) {
-#ifdef __CUDA_ARCH__
+# ---- the device codec: one description of the bit recipe (hpcsolve/core/scalar_ir.py), printed as CUDA C
+# (CUDA_SOURCE, CUDA_PAIR_SOURCE) and as LLVM IR for Numba (numba_functions, ...), operation for operation
+#
+# Branch-free (a step converts 18 values per cell, and both the fp16c and the fp16s step are bound by instruction
+# issue on the H200, so every instruction of the codec shows in the throughput):
+# - ``fp16c_mul``: an IEEE float32 product, subnormal results and operands kept. CuPy compiles kernels with
+#   flush-to-zero (``-ftz=true`` appended to the options; it flushed an earlier decode's subnormals to 0), which does
+#   not reach inline PTX: ``mul.rn.f32`` without ``.ftz``; LLVM: an fmul without fast-math flags;
+# - decode: the code sign-extended and shifted so that its sign is float32's and its 15 magnitude bits sit under
+#   the float32 exponent and mantissa (e = 0: a float32 subnormal), times 2^112: the value, exactly (3-4
+#   instructions); the NaN code reads MAX_CODE_VALUE there and is replaced by NaN;
+# - encode (round to nearest, ties to even; not in the step's hot path), |x| >= 2^-14: drop 12 mantissa bits (a
+#   carry moves into the exponent), re-bias, and clamp everything past the largest finite value (infinities and
+#   NaN too) to the NaN code; |x| < 2^-14: m = |x| 2^25 (exact) rounded to nearest even by the float32 addition of
+#   2^23, whose low mantissa bits it is;
+# - stochastic encode (the step's stores): the bits of |x| 2^-112 by ``fp16c_mul``, capped at those of
+#   MAX_CODE_VALUE 2^-112 (unsigned min: NaN of any kind and infinities take the cap), plus the top 12 bits of the
+#   random word, shifted down 12, and the sign of x. The pair kernel's ``fp16c_pack_sr`` puts the second code in
+#   the high half without a separate shift.
+_MUL_C = """#ifdef __CUDA_ARCH__
   float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
 #else
   return a * b;
 #endif
-}
-// the value of a code whose sign is at bit 31 and magnitude at bits 26..12 of t (other bits ignored)
-__device__ __forceinline__ float fp16c_widen(const unsigned int t) {
-  const float v = fp16c_mul(__uint_as_float(t & 0x87FFF000u), 0x1p112f);
-  return fabsf(v) == 1.99951171875f ? __uint_as_float(0x7FC00000u) : v;
-}
-__device__ __forceinline__ float fp16c_decode(const unsigned short c) {
-  return fp16c_widen((unsigned int)((int)(short)c << 12));
-}
-__device__ __forceinline__ unsigned short fp16c_encode(const float x) {
-  const unsigned int b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
-  const unsigned int n = min((a - (112u << 23) + 0x7FFu + ((a >> 12) & 1u)) >> 12, 0x7FFFu);
-  const unsigned int q = __float_as_uint(__uint_as_float(a) * 0x1p25f + 8388608.0f) & 0x7FFFFFu;
-  return (unsigned short)(((b >> 16) & 0x8000u) | (a >= (113u << 23) ? n : q));
-}
-// stochastic rounding (fp16c.encode_stochastic): the magnitude bits of y = |x| 2^-112, at most those of
-// MAX_CODE_VALUE 2^-112 (NaN and infinities too: an unsigned min of the bits), plus the top 12 bits of the random
-// word r, before the shift that drops 12 bits
-__device__ __forceinline__ unsigned int fp16c_scaled_sr(const float x, const unsigned int r) {
-  return min(__float_as_uint(fp16c_mul(fabsf(x), 0x1p-112f)), 0x07FFF000u) + (r >> 20);
-}
-__device__ __forceinline__ unsigned short fp16c_encode_sr(const float x, const unsigned int r) {
-  return (unsigned short)((fp16c_scaled_sr(x, r) >> 12) | ((__float_as_uint(x) >> 16) & 0x8000u));
-}
-// the seed of a cell (fp16c.seed): its pre-collision rest population's bits and its flat index
-__device__ __forceinline__ unsigned int fp16c_seed(const float h0, const unsigned int cell) {
-  unsigned int h = __float_as_uint(h0) ^ (cell * 0x9E3779B1u);
-  h ^= h >> 16; h *= 0x7FEB352Du; h ^= h >> 15; h *= 0x846CA68Bu; h ^= h >> 16;
-  return h;
-}
 """
+_F, _U = "f32", "u32"
+MUL = ir.Fn("fp16c_mul", _F, (("a", _F), ("b", _F)), c_body=_MUL_C, llvm=lambda b, x, y: b.fmul(x, y))
+_MAX_CODE_SCALED = ir.u32(_MAX_CODE_BITS - _REBIAS, "0x07FFF000u")     # bits of MAX_CODE_VALUE 2^-112
 
 
+def _widen_body():
+    t = ir.var("t", _U)
+    decl, v = ir.let("v", MUL(ir.as_float(t & 0x87FFF000), ir.f32(2.0 ** 112, "0x1p112f")))
+    nan = ir.as_float(ir.u32(0x7FC00000))
+    return (decl,), (ir.Ret(ir.select(ir.fabs(v).eq(ir.f32(MAX_CODE_VALUE, "1.99951171875f")), nan, v)),)
+
+
+WIDEN = ir.Fn("fp16c_widen", _F, (("t", _U),), _widen_body(), comment="the value of a code whose sign is at bit 31 "
+              "and magnitude at bits 26..12 of t (other bits ignored)")
+DECODE = ir.Fn("fp16c_decode", _F, (("c", "u16"),),
+               ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", ir.cast("i16", ir.var("c", "u16"))) << 12))),),))
+
+
+def _encode_body():
+    x = ir.var("x", _F)
+    b = ir.var("b", _U)
+    a = ir.var("a", _U)
+    n_decl, n = ir.let("n", ir.umin((a - (ir.u32(112, "112u") << 23) + 0x7FF + ((a >> 12) & 1)) >> 12, 0x7FFF))
+    q_decl, q = ir.let("q", ir.as_uint(ir.as_float(a) * ir.f32(2.0 ** 25, "0x1p25f") + ir.f32(2.0 ** 23, "8388608.0f"))
+                       & 0x7FFFFF)
+    mag = ir.select(a.ge(ir.u32(113, "113u") << 23), n, q)
+    return ((ir.Let(("b", "a"), (ir.as_uint(x), b & 0x7FFFFFFF)),), (n_decl,), (q_decl,),
+            (ir.Ret(ir.cast("u16", ((b >> 16) & 0x8000) | mag)),))
+
+
+ENCODE = ir.Fn("fp16c_encode", "u16", (("x", _F),), _encode_body())
+_SR_X, _SR_R = ir.var("x", _F), ir.var("r", _U)
+SCALED_SR = ir.Fn("fp16c_scaled_sr", _U, (("x", _F), ("r", _U)), (
+    (ir.Ret(ir.umin(ir.as_uint(MUL(ir.fabs(_SR_X), ir.f32(2.0 ** -112, "0x1p-112f"))), _MAX_CODE_SCALED)
+            + (_SR_R >> 20)),),),
+    comment="stochastic rounding (fp16c.encode_stochastic): the magnitude bits of y = |x| 2^-112, at most those of\n"
+            "MAX_CODE_VALUE 2^-112 (NaN and infinities too: an unsigned min of the bits), plus the top 12 bits of the "
+            "random\nword r, before the shift that drops 12 bits")
+ENCODE_SR = ir.Fn("fp16c_encode_sr", "u16", (("x", _F), ("r", _U)), (
+    (ir.Ret(ir.cast("u16", (SCALED_SR(_SR_X, _SR_R) >> 12) | ((ir.as_uint(_SR_X) >> 16) & 0x8000))),),))
+
+
+def _seed_body():
+    h = ir.var("h", _U)
+    mix = [ir.Update("h", "^", h >> 16), ir.Update("h", "*", ir.u32(0x7FEB352D)), ir.Update("h", "^", h >> 15),
+           ir.Update("h", "*", ir.u32(0x846CA68B)), ir.Update("h", "^", h >> 16)]
+    first = ir.Var("h", ir.as_uint(ir.var("h0", _F)) ^ (ir.var("cell", _U) * SEED_MULT))
+    return (first,), tuple(mix), (ir.Ret(h),)
+
+
+SEED = ir.Fn("fp16c_seed", _U, (("h0", _F), ("cell", _U)), _seed_body(),
+             comment="the seed of a cell (fp16c.seed): its pre-collision rest population's bits and its flat index")
+
+# the pair kernel's words of two codes (the even cell in the low half)
+_W = ir.var("w", _U)
+LOW = ir.Fn("fp16c_low", _F, (("w", _U),), ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", _W << 16) >> 4))),),),
+            one_line=True)
+HIGH = ir.Fn("fp16c_high", _F, (("w", _U),), ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", _W) >> 4))),),), one_line=True)
+_PA, _PB = ir.var("a", _F), ir.var("b", _F)
+PACK = ir.Fn("fp16c_pack", _U, (("a", _F), ("b", _F)),
+             ((ir.Ret(ir.cast(_U, ENCODE(_PA)) | (ir.cast(_U, ENCODE(_PB)) << 16)),),))
+PACK_SR = ir.Fn("fp16c_pack_sr", _U, (("a", _F), ("b", _F), ("ra", _U), ("rb", _U)), ((ir.Ret(
+    ir.cast(_U, ENCODE_SR(_PA, ir.var("ra", _U))) | ((SCALED_SR(_PB, ir.var("rb", _U)) << 4) & 0x7FFF0000)
+    | (ir.as_uint(_PB) & 0x80000000)),),),
+    comment="the low code as fp16c_encode_sr; the high one shifted into place directly (bits 30..16: its magnitude, "
+            "31: sign)")
+
+#: CUDA C device functions giving the bits of ``decode`` / ``encode`` / ``encode_stochastic`` / ``seed``
+CUDA_SOURCE = "\n" + ir.c_source((MUL, WIDEN, DECODE, ENCODE, SCALED_SR, ENCODE_SR, SEED))
+#: the pair kernel's word functions (after CUDA_SOURCE): ``fp16c_low`` / ``fp16c_high`` widen a half,
+#: ``fp16c_pack`` / ``fp16c_pack_sr`` encode two values into a word
+CUDA_PAIR_SOURCE = "\n" + ir.c_source((LOW, HIGH, PACK, PACK_SR))[:-1]
+
+
+def random_word(i: int, s: ir.X) -> ir.X:
+    """The random word a_i s + c_i of direction ``i`` (``STREAM``) from the seed ``s``."""
+    a, c = STREAM[i]
+    return ir.u32(a, f"{a:#x}u") * s + ir.u32(c, f"{c:#x}u")
+
+
+def cuda_random_word(i: int, seed: str) -> str:
+    """C of direction ``i``'s random word from the seed expression ``seed``."""
+    return ir._c(random_word(i, ir.var(seed, _U)))
+
+
+# ---- LLVM IR (llvmlite builders) of the device functions, used by the intrinsics below and the host tests
 def _decode_ir(builder, u, shift=16):
-    """LLVM IR of ``fp16c_decode`` (CUDA_SOURCE) of the code in bits ``shift`` - 16 .. ``shift`` - 1 of the i32 ``u``
-    (16: the low half, 32: the high half of a word; other bits ignored): the sign-extended code shifted to bit 12,
-    masked, times 2^112 (an fmul without fast-math flags: subnormals kept), the NaN code to NaN."""
-    from llvmlite import ir
-
-    i32, f32 = ir.IntType(32), ir.FloatType()
-    if shift < 32:
-        u = builder.shl(u, ir.Constant(i32, 32 - shift))
-    t = builder.and_(builder.ashr(u, ir.Constant(i32, 4)), ir.Constant(i32, 0x87FFF000))
-    v = builder.fmul(builder.bitcast(t, f32), ir.Constant(f32, 2.0 ** 112))
-    # the NaN code (the value MAX_CODE_VALUE): tested on the magnitude bits (no LLVM intrinsics: NVVM takes none here)
-    mag = builder.and_(t, ir.Constant(i32, 0x07FFF000))
-    is_nan = builder.icmp_unsigned("==", mag, ir.Constant(i32, 0x07FFF000))
-    return builder.select(is_nan, ir.Constant(f32, float("nan")), v)
-
-
-def _scaled_sr_ir(builder, v, r):
-    """LLVM IR of ``fp16c_scaled_sr``: bits of |v| 2^-112 capped at those of MAX_CODE_VALUE 2^-112, plus the top 12
-    bits of ``r``."""
-    from llvmlite import ir
-
-    i32, f32 = ir.IntType(32), ir.FloatType()
-    absv = builder.bitcast(builder.and_(builder.bitcast(v, i32), ir.Constant(i32, 0x7FFFFFFF)), f32)
-    y = builder.bitcast(builder.fmul(absv, ir.Constant(f32, 2.0 ** -112)), i32)
-    cap = ir.Constant(i32, _MAX_CODE_BITS - _REBIAS)
-    y = builder.select(builder.icmp_unsigned("<", y, cap), y, cap)
-    return builder.add(y, builder.lshr(r, ir.Constant(i32, 20)))
+    """``fp16c_decode`` of the code in bits ``shift`` - 16 .. ``shift`` - 1 of the i32 ``u`` (16: the low half,
+    32: the high half of a word; other bits ignored)."""
+    return ir.llvm_call(LOW if shift < 32 else HIGH, builder, [u])
 
 
 def _encode_ir(builder, v, r=None):
-    """LLVM IR of ``fp16c_encode`` (CUDA_SOURCE) of the float ``v``: the code in the low 16 bits of an i32; with a
-    random i32 word ``r``, of ``fp16c_encode_sr`` (stochastic rounding)."""
-    from llvmlite import ir
-
-    i32, f32 = ir.IntType(32), ir.FloatType()
-
-    def c(k):
-        return ir.Constant(i32, k)
-
-    b = builder.bitcast(v, i32)
-    sign = builder.and_(builder.lshr(b, c(16)), c(0x8000))
-    if r is not None:
-        return builder.or_(builder.lshr(_scaled_sr_ir(builder, v, r), c(12)), sign)
-    a = builder.and_(b, c(0x7FFFFFFF))
-    lsb = builder.and_(builder.lshr(a, c(12)), c(1))
-    n = builder.lshr(builder.add(builder.add(builder.sub(a, c(112 << 23)), c(0x7FF)), lsb), c(12))
-    n = builder.select(builder.icmp_unsigned(">", n, c(0x7FFF)), c(0x7FFF), n)
-    t = builder.fadd(builder.fmul(builder.bitcast(a, f32), ir.Constant(f32, 2.0 ** 25)), ir.Constant(f32, 2.0 ** 23))
-    q = builder.and_(builder.bitcast(t, i32), c(0x7FFFFF))
-    mag = builder.select(builder.icmp_unsigned(">=", a, c(113 << 23)), n, q)
-    return builder.or_(sign, mag)
+    """``fp16c_encode`` of the float ``v`` in the low 16 bits of an i32; with a random i32 word ``r``,
+    ``fp16c_encode_sr`` (stochastic rounding)."""
+    code = ir.llvm_call(ENCODE, builder, [v]) if r is None else ir.llvm_call(ENCODE_SR, builder, [v, r])
+    return builder.zext(code, ir.llvm_type(_U))
 
 
 def _pack_sr_ir(builder, a, b, ra, rb):
-    """LLVM IR of the pair kernel's ``fp16c_pack_sr``: the stochastic codes of the floats ``a`` (low half) and ``b``
-    (high half, put in place without a separate shift) with the random i32 words ``ra`` / ``rb``."""
-    from llvmlite import ir
-
-    i32 = ir.IntType(32)
-    hi = builder.or_(builder.and_(builder.shl(_scaled_sr_ir(builder, b, rb), ir.Constant(i32, 4)),
-                                  ir.Constant(i32, 0x7FFF0000)),
-                     builder.and_(builder.bitcast(b, i32), ir.Constant(i32, 0x80000000)))
-    return builder.or_(_encode_ir(builder, a, ra), hi)
+    return ir.llvm_call(PACK_SR, builder, [a, b, ra, rb])
 
 
 def _seed_ir(builder, h0, cell):
-    """LLVM IR of ``fp16c_seed``: the f32 ``h0`` and the i32 ``cell``."""
-    from llvmlite import ir
-
-    i32 = ir.IntType(32)
-
-    def c(k):
-        return ir.Constant(i32, k)
-
-    h = builder.xor(builder.bitcast(h0, i32), builder.mul(cell, c(SEED_MULT)))
-    for shift, mult in ((16, 0x7FEB352D), (15, 0x846CA68B)):
-        h = builder.mul(builder.xor(h, builder.lshr(h, c(shift))), c(mult))
-    return builder.xor(h, builder.lshr(h, c(16)))
+    return ir.llvm_call(SEED, builder, [h0, cell])
 
 
 def _word_ir(builder, s, i):
-    """LLVM IR of the random word a_i s + c_i of direction ``i`` (``STREAM``) from the i32 seed ``s``."""
-    from llvmlite import ir
-
-    a, c = STREAM[i]
-    return builder.add(builder.mul(s, ir.Constant(ir.IntType(32), a)), ir.Constant(ir.IntType(32), c))
+    """The random word of direction ``i`` from the i32 seed ``s``."""
+    return ir._llvm(builder, random_word(i, ir.var("s", _U)), {"s": s})
 
 
-def _to_i32(builder, value, bitwidth):
-    from llvmlite import ir
+def _convert(builder, value, numba_type, ty):
+    """A Numba argument ``value`` as the LLVM value of the IR type ``ty`` (float: fptrunc; integer: zext / trunc)."""
+    if ty == _F:
+        return builder.fptrunc(value, ir.llvm_type(_F)) if numba_type.bitwidth != 32 else value
+    src, dst = numba_type.bitwidth, ir.BITS[ty]
+    if src < dst:
+        return builder.zext(value, ir.llvm_type(ty))
+    return builder.trunc(value, ir.llvm_type(ty)) if src > dst else value
 
-    i32 = ir.IntType(32)
-    if bitwidth < 32:
-        return builder.zext(value, i32)
-    return builder.trunc(value, i32) if bitwidth > 32 else value
+
+def _intrinsic(ret, tys, emit):
+    """A Numba-CUDA intrinsic of the arguments of IR types ``tys`` (Float / Integer Numba types) returning the
+    Numba type ``ret``: ``emit(builder, *converted args)``."""
+    from numba import types    # optional dependency
+    from numba.cuda.extending import intrinsic
+
+    def typed(args):
+        if not all(isinstance(a, types.Float if t == _F else types.Integer) for a, t in zip(args, tys)):
+            return None
+
+        def codegen(context, builder, sig, llargs):
+            return emit(builder, *[_convert(builder, v, t, ty) for v, t, ty in zip(llargs, args, tys)])
+        return ret(*args), codegen
+
+    # (Numba's intrinsics take no *args: one typer per arity)
+    typer = {1: lambda typingctx, a: typed((a,)), 2: lambda typingctx, a, b: typed((a, b)),
+             4: lambda typingctx, a, b, c, d: typed((a, b, c, d))}[len(tys)]
+    typer.__name__ = f"fp16c_{emit.__name__}"
+    return intrinsic(typer)
 
 
-def _to_f32(builder, value, bitwidth):
-    from llvmlite import ir
-
-    return builder.fptrunc(value, ir.FloatType()) if bitwidth != 32 else value
+def _fn_intrinsic(ret, fn):
+    def emit(builder, *args):
+        return ir.llvm_call(fn, builder, list(args))
+    emit.__name__ = fn.name
+    return _intrinsic(ret, tuple(t for _, t in fn.params), emit)
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,7 +378,6 @@ def numba_functions():
     """(fp16c_decode, fp16c_encode) for Numba-CUDA kernels: intrinsics emitting the 32-bit arithmetic of
     ``CUDA_SOURCE`` as LLVM IR (Numba's own integer arithmetic widens to 64 bits); under the CUDA simulator,
     this module's NumPy functions on scalars."""
-    from hpcsolve.core.backends import cuda_simulator_enabled
 
     if cuda_simulator_enabled():
         def fp16c_decode(c):
@@ -369,30 +387,9 @@ def numba_functions():
             return np.uint16(encode(np.asarray(x, dtype=np.float32))[()])
 
         return fp16c_decode, fp16c_encode
+    from numba import types    # optional dependency
 
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def fp16c_decode(typingctx, c):
-        if not isinstance(c, types.Integer):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _decode_ir(builder, _to_i32(builder, args[0], c.bitwidth))
-        return types.float32(c), codegen
-
-    @intrinsic
-    def fp16c_encode(typingctx, x):
-        if not isinstance(x, types.Float):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return builder.trunc(_encode_ir(builder, _to_f32(builder, args[0], x.bitwidth)), ir.IntType(16))
-        return types.uint16(x), codegen
-
-    return fp16c_decode, fp16c_encode
+    return _fn_intrinsic(types.float32, DECODE), _fn_intrinsic(types.uint16, ENCODE)
 
 
 @functools.lru_cache(maxsize=None)
@@ -400,7 +397,6 @@ def numba_pair_functions():
     """(lo, hi, pack) for the Numba two-cells-per-thread kernel on 32-bit words of two codes (the even cell in
     the low half): ``lo(w)`` / ``hi(w)`` decode a half to float32, ``pack(a, b)`` encodes two values into an
     int32 word. Intrinsics on the GPU, NumPy under the CUDA simulator."""
-    from hpcsolve.core.backends import cuda_simulator_enabled
 
     if cuda_simulator_enabled():
         def lo(w):
@@ -414,34 +410,33 @@ def numba_pair_functions():
             return np.array(bits[0] | (bits[1] << 16), dtype=np.uint32).view(np.int32)[()]
 
         return lo, hi, pack
+    from numba import types    # optional dependency
 
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
+    return (_fn_intrinsic(types.float32, LOW), _fn_intrinsic(types.float32, HIGH),
+            _fn_intrinsic(types.int32, PACK))
 
-    def half(shift):
-        @intrinsic
-        def widen(typingctx, w):
-            if not isinstance(w, types.Integer):
-                return None
 
-            def codegen(context, builder, sig, args):
-                return _decode_ir(builder, _to_i32(builder, args[0], w.bitwidth), 16 + shift)
-            return types.float32(w), codegen
-        return widen
+def _simulated_stochastic_functions():
+    """:func:`numba_stochastic_functions` under the CUDA simulator: NumPy on scalars."""
+    def seed_sim(h0, cell):
+        return np.uint32(seed(np.asarray(h0, dtype=np.float32), np.asarray(cell).astype(np.uint32))[()])
 
-    @intrinsic
-    def pack(typingctx, a, b):
-        if not (isinstance(a, types.Float) and isinstance(b, types.Float)):
-            return None
+    def encoder(i):
+        def enc(x, s):
+            col = np.zeros((i + 1, 1), np.float32)
+            col[i, 0] = x
+            return np.uint16(encode_stochastic(col, np.array([s], dtype=np.uint32))[i, 0])
+        return enc
 
-        def codegen(context, builder, sig, args):
-            ca = _encode_ir(builder, _to_f32(builder, args[0], a.bitwidth))
-            cb = _encode_ir(builder, _to_f32(builder, args[1], b.bitwidth))
-            return builder.or_(ca, builder.shl(cb, ir.Constant(ir.IntType(32), 16)))
-        return types.int32(a, b), codegen
+    def pack_encoder(i):
+        enc = encoder(i)
 
-    return half(0), half(16), pack
+        def pack(a, b, sa, sb):
+            bits = np.uint32(enc(a, sa)) | (np.uint32(enc(b, sb)) << np.uint32(16))
+            return np.array(bits, dtype=np.uint32).view(np.int32)[()]
+        return pack
+
+    return seed_sim, tuple(encoder(i) for i in range(9)), tuple(pack_encoder(i) for i in range(9))
 
 
 @functools.lru_cache(maxsize=None)
@@ -450,68 +445,22 @@ def numba_stochastic_functions():
     ``encoders[i](x, s)`` the code of direction i's value x with the random word of seed s (uint16,
     :func:`encode_stochastic`), ``pack_encoders[i](a, b, sa, sb)`` two such codes in one int32 word (the even cell
     in the low half). Intrinsics of 32-bit LLVM IR on the GPU; NumPy on scalars under the CUDA simulator."""
-    from hpcsolve.core.backends import cuda_simulator_enabled
 
     if cuda_simulator_enabled():
-        def seed_sim(h0, cell):
-            return np.uint32(seed(np.asarray(h0, dtype=np.float32), np.asarray(cell).astype(np.uint32))[()])
-
-        def encoder(i):
-            def enc(x, s):
-                col = np.zeros((i + 1, 1), np.float32)
-                col[i, 0] = x
-                return np.uint16(encode_stochastic(col, np.array([s], dtype=np.uint32))[i, 0])
-            return enc
-
-        def pack_encoder(i):
-            enc = encoder(i)
-
-            def pack(a, b, sa, sb):
-                bits = np.uint32(enc(a, sa)) | (np.uint32(enc(b, sb)) << np.uint32(16))
-                return np.array(bits, dtype=np.uint32).view(np.int32)[()]
-            return pack
-
-        return seed_sim, tuple(encoder(i) for i in range(9)), tuple(pack_encoder(i) for i in range(9))
-
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    i16 = ir.IntType(16)
-
-    @intrinsic
-    def seed_fn(typingctx, h0, cell):
-        if not (isinstance(h0, types.Float) and isinstance(cell, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _seed_ir(builder, _to_f32(builder, args[0], h0.bitwidth), _to_i32(builder, args[1], cell.bitwidth))
-        return types.uint32(h0, cell), codegen
+        return _simulated_stochastic_functions()
+    from numba import types    # optional dependency
 
     def encoder(i):
-        @intrinsic
-        def enc(typingctx, x, s):
-            if not (isinstance(x, types.Float) and isinstance(s, types.Integer)):
-                return None
-
-            def codegen(context, builder, sig, args):
-                r = _word_ir(builder, _to_i32(builder, args[1], s.bitwidth), i)
-                return builder.trunc(_encode_ir(builder, _to_f32(builder, args[0], x.bitwidth), r), i16)
-            return types.uint16(x, s), codegen
-        return enc
+        def enc(builder, x, s):
+            return ir.llvm_call(ENCODE_SR, builder, [x, _word_ir(builder, s, i)])
+        enc.__name__ = f"encode_sr{i}"
+        return _intrinsic(types.uint16, (_F, _U), enc)
 
     def pack_encoder(i):
-        @intrinsic
-        def pack(typingctx, a, b, sa, sb):
-            if not (isinstance(a, types.Float) and isinstance(b, types.Float) and isinstance(sa, types.Integer)
-                    and isinstance(sb, types.Integer)):
-                return None
+        def pack(builder, a, b, sa, sb):
+            return ir.llvm_call(PACK_SR, builder, [a, b, _word_ir(builder, sa, i), _word_ir(builder, sb, i)])
+        pack.__name__ = f"pack_sr{i}"
+        return _intrinsic(types.int32, (_F, _F, _U, _U), pack)
 
-            def codegen(context, builder, sig, args):
-                return _pack_sr_ir(builder, _to_f32(builder, args[0], a.bitwidth), _to_f32(builder, args[1], b.bitwidth),
-                                   _word_ir(builder, _to_i32(builder, args[2], sa.bitwidth), i),
-                                   _word_ir(builder, _to_i32(builder, args[3], sb.bitwidth), i))
-            return types.int32(a, b, sa, sb), codegen
-        return pack
-
-    return seed_fn, tuple(encoder(i) for i in range(9)), tuple(pack_encoder(i) for i in range(9))
+    return (_fn_intrinsic(types.uint32, SEED), tuple(encoder(i) for i in range(9)),
+            tuple(pack_encoder(i) for i in range(9)))

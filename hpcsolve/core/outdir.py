@@ -24,12 +24,17 @@ import datetime as _dt
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from hpcsolve.core.errors import OutputError, clip
+from hpcsolve.core.safe_io import path_problem, read_text, write_atomic
 
 LOCK_NAME = ".hpcsolve.lock"
 OWNER_NAME = ".hpcsolve-owner.json"
@@ -57,8 +62,6 @@ def has_checkpoints(out: Path) -> bool:
 
 def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
     """Refuse a target that is not a folder, or that holds another run's files without --overwrite."""
-    from hpcsolve.core.safe_io import path_problem
-
     problem = path_problem(out)
     if problem:
         raise _refuse(out, problem, "a folder this user can write")
@@ -91,8 +94,6 @@ def _owner_text() -> str:
 
 def holder(out: Path) -> str:
     """Who holds the lock of ``out``, in words (from the owner file the holder wrote)."""
-    from hpcsolve.core.safe_io import read_text
-
     try:
         info = json.loads(read_text(out / OWNER_NAME, "--out", "an owner file", max_bytes=4096))
         return (f"pid {info['pid']} on {info['host']}, started {info['started']}: "
@@ -134,8 +135,6 @@ def _own_name(n: str) -> bool:
 def manifest_files(out: Path) -> list[str]:
     """The files the marker of ``out`` names that hpcsolve writes (:func:`_own_name`; [] without a readable
     marker). A marker is data: an entry naming anything else is ignored."""
-    from hpcsolve.core.safe_io import read_text
-
     try:
         files = json.loads(read_text(out / MARKER, "--out", "a result marker", max_bytes=1 << 20)).get("files", {})
     except (ValueError, AttributeError, OSError):   # CaseError is a ValueError: no readable marker
@@ -156,8 +155,6 @@ def previous_files(out: Path) -> list[str]:
 @contextlib.contextmanager
 def _signals_held():
     """SIGINT / SIGTERM wait (are blocked, then delivered) while files are renamed as one group."""
-    import signal
-
     sigs = {signal.SIGINT, signal.SIGTERM}
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
@@ -171,8 +168,6 @@ def _signals_held():
 
 
 def _journal_write(journal: Path, state: str, pairs: list) -> None:
-    from hpcsolve.core.safe_io import write_atomic
-
     write_atomic(journal, json.dumps({"state": state, "files": pairs}).encode())
 
 
@@ -202,7 +197,6 @@ def set_aside(out: Path) -> Path | None:
     names = previous_files(out)
     if not names and not (out / MARKER).exists():
         return None
-    import uuid
 
     tag = f"{PREVIOUS_PREFIX}{uuid.uuid4().hex[:12]}"
     pairs = []
@@ -268,8 +262,6 @@ def settle_idle(out: str | Path) -> list[str]:
     """Settle now (:func:`settle_previous`) the journals that a killed --overwrite run left in ``out``, when no run
     holds the folder: a --resume must see the checkpoints they hid before it chooses one (the claim that would
     settle them comes after). A folder in use, or one without journals, is left as it is."""
-    from filelock import FileLock, Timeout
-
     out = Path(out)
     try:
         if not out.is_dir() or not any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
@@ -364,8 +356,6 @@ def remove_unused(out: str | Path) -> bool:
 @contextlib.contextmanager
 def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
     """Create, check and lock ``out`` for one run; yields the folder. See the module docstring."""
-    from filelock import FileLock, Timeout
-
     out = Path(out)
     check(out, overwrite=overwrite, resume=resume)
     allowed = "a folder this user can write, on a file system with free space"
@@ -385,8 +375,6 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
     journal = None
     try:
         try:
-            from hpcsolve.core.safe_io import write_atomic
-
             probe_writable(out)
             write_atomic(out / OWNER_NAME, _owner_text().encode())
             remove_stale(out)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcsolve.core.errors import CaseError
+from hpcsolve.core.errors import BackendError, CaseError
 
 
 class SingleRank:
@@ -68,12 +68,11 @@ def world():
     if not any(os.environ.get(v) for v in LAUNCHER_VARIABLES):
         return SingleRank()
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI   # optional dependency (the mpi extra): imported only under an MPI launcher
     except ImportError:
         size = max(int(os.environ.get(v, "1") or 1) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
                                                                  "MV2_COMM_WORLD_SIZE"))
         if size > 1:     # each process would run the whole case alone, into the same folder
-            from hpcsolve.core.errors import BackendError
 
             raise BackendError(f"started as one of {size} MPI ranks, but mpi4py does not import here; "
                                "install it (pip install 'hpcsolve[mpi]') or run one process") from None

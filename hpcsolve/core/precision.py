@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcsolve.core import codecs
+from hpcsolve.core.codecs import Codec
 from hpcsolve.core.errors import CaseError
 
 
@@ -25,7 +27,14 @@ class Precision:
     population_scale: float = 1.0  # LBM: stored value = (f_i - w_i) * scale (fp16s uses range well)
     refinement: bool = False   # FEM: low-precision inner work, float64 residual and solution
     description: str = ""
-    codec: str | None = None   # LBM: a custom 16-bit format of the stored values ("fp16c": hpcsolve/core/fp16c.py)
+    codec: Codec | None = None  # how values are stored (hpcsolve/core/codecs.py); None: storage's plain float codec
+
+    def __post_init__(self):
+        if self.codec is None:
+            object.__setattr__(self, "codec", codecs.FLOAT_CODECS[np.dtype(self.storage)])
+        if self.codec.storage != np.dtype(self.storage):
+            raise ValueError(f"precision {self.name}: codec {self.codec} stores {self.codec.storage}, "
+                             f"not {self.storage}")
 
     @property
     def storage_bytes(self) -> int:
@@ -40,52 +49,30 @@ class Precision:
     def encode(self, h):
         """Stored state g = h * scale in the storage dtype, from shifted populations h (NumPy or CuPy
         array, or a scalar) in the compute dtype: the multiplication happens in the compute dtype, as
-        in the kernels, so every backend stores the same bits."""
-        ct = np.dtype(self.compute)
-        if self.scaled:
-            h = h * ct.type(self.population_scale)
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
-
-            return fp16c.encode(h)          # (the compute dtype is float32, the codec's input)
-        return h.astype(self.storage)
+        in the kernels, so every backend stores the same bits; the codec converts."""
+        return self.codec.encode(self._scaled(h))
 
     def encode_step(self, post, h0, cells):
         """The stored state of a step's post-collision populations ``post`` (9, n), compute dtype, of the cells with
-        flat indices ``cells``; ``h0`` their pre-collision rest populations (decoded, exact): fp16c rounds
-        stochastically (``fp16c.encode_stochastic``, seeds from h0 and the cell, as the kernels do), every other
-        policy as :meth:`encode`."""
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
+        flat indices ``cells``; ``h0`` their pre-collision rest populations (decoded, exact): a stochastic codec
+        (fp16c) rounds stochastically (``fp16c.encode_stochastic``, seeds from h0 and the cell, as the kernels do),
+        every other one as :meth:`encode` (the scale in the compute dtype first, as encode)."""
+        return self.codec.encode_step(self._scaled(post), h0, cells)
 
-            if self.scaled:     # (as encode: the scale in the compute dtype first)
-                post = post * np.dtype(self.compute).type(self.population_scale)
-            return fp16c.encode_stochastic(post, fp16c.seed(h0, cells))
-        return self.encode(post)
+    def _scaled(self, h):
+        return h * np.dtype(self.compute).type(self.population_scale) if self.scaled else h
 
     def decode(self, g):
         """Shifted populations h = g / scale in the compute dtype, from the stored state g."""
         ct = np.dtype(self.compute)
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
-
-            h = fp16c.decode(g).astype(ct)
-        else:
-            h = g.astype(ct)
+        h = self.codec.decode(g, ct)
         if self.scaled:
             h = h * ct.type(1.0 / self.population_scale)
         return h
 
     def all_finite(self, g) -> bool:
         """True if every stored value ``g`` (NumPy or CuPy array) is finite: the blow-up check."""
-        from hpcsolve.core.backends import get_array_module
-
-        xp = get_array_module(g)
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
-
-            return not bool(fp16c.is_nan(g).any())
-        return bool(xp.isfinite(g).all())
+        return self.codec.all_finite(g)
 
     # ---- FEM
     @property
@@ -106,18 +93,18 @@ class Precision:
         return self.name
 
 
-FP64 = Precision("fp64", np.dtype(np.float64), np.dtype(np.float64), frozenset({"lbm", "fem"}),
+FP64 = Precision("fp64", np.dtype(np.float64), np.dtype(np.float64), frozenset({"lbm", "fem"}), codec=codecs.FP64,
                  description="float64 storage and arithmetic")
-FP32 = Precision("fp32", np.dtype(np.float32), np.dtype(np.float32), frozenset({"lbm", "fem"}),
+FP32 = Precision("fp32", np.dtype(np.float32), np.dtype(np.float32), frozenset({"lbm", "fem"}), codec=codecs.FP32,
                  description="float32 storage and arithmetic")
 # fp16 keeps ~3.3 decimal digits; shifted populations f_i - w_i are O(Ma^2 + drho) ~ 1e-2..1e-3,
 # so scaling them up moves them away from float16's subnormal range (< 6.1e-5) where digits are lost.
 FP16S = Precision("fp16s", np.dtype(np.float16), np.dtype(np.float32), frozenset({"lbm"}),
-                  population_scale=256.0,
+                  population_scale=256.0, codec=codecs.FP16S,
                   description="float16 storage of shifted, scaled populations; float32 arithmetic")
 # FP16C (hpcsolve/core/fp16c.py): 1 sign, 4 exponent, 11 mantissa bits, normal from 6.1e-5 to 2, no scale needed:
 # the shifted populations already lie in that range; one mantissa bit more than float16
-FP16C = Precision("fp16c", np.dtype(np.uint16), np.dtype(np.float32), frozenset({"lbm"}), codec="fp16c",
+FP16C = Precision("fp16c", np.dtype(np.uint16), np.dtype(np.float32), frozenset({"lbm"}), codec=codecs.FP16C,
                   description="FP16C storage of shifted populations (1+4+11 bits); float32 arithmetic")
 MIXED = Precision("mixed", np.dtype(np.float32), np.dtype(np.float32), frozenset({"fem"}),
                   refinement=True,

@@ -23,11 +23,17 @@ import os
 import shutil
 import tempfile
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from hpcsolve.core.errors import OutputError
+from hpcsolve.core.interrupts import deferred
+from hpcsolve.core.outdir import JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, manifest_files
+from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, write_atomic, write_h5_atomic
 
 H5_LAYOUT_VERSION = 1
 
@@ -106,16 +112,12 @@ class Result:
 
         A signal during the write only requests a stop; a failed write raises OutputError and leaves
         the folder's earlier result and checkpoints as they were."""
-        from hpcsolve.core.interrupts import deferred
-
         out = Path(out_dir)
         with deferred():
             try:
                 out.mkdir(parents=True, exist_ok=True)
                 return _write_folder(self, out, plots)
             except OSError as exc:
-                from hpcsolve.core.errors import OutputError
-
                 raise OutputError.invalid(
                     "--out", str(out), "a folder with free space that this user can write",
                     why=f"cannot write the result ({exc.strerror or exc}); the earlier result and "
@@ -124,8 +126,6 @@ class Result:
 
 def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
     """Stage every file, then rename them into ``out``; the marker is removed first and written last."""
-    from hpcsolve.core.outdir import MARKER, PLOT_DIR, STAGING_PREFIX
-
     run_id = uuid.uuid4().hex
     stage = out / f"{STAGING_PREFIX}{run_id}"
     stage.mkdir()
@@ -142,7 +142,6 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
             except OSError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a figure matplotlib cannot draw must not lose the result
-                import warnings
 
                 warnings.warn(f"plots skipped: {type(exc).__name__}: {exc}", stacklevel=2)
                 shutil.rmtree(stage / PLOT_DIR, ignore_errors=True)
@@ -167,7 +166,6 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
         os.replace(stage / MARKER, out / MARKER)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    from hpcsolve.core.safe_io import fsync_folder
 
     fsync_folder(out)
     files = {key: out / n for key, n in _file_keys(names).items()}
@@ -185,8 +183,6 @@ def _file_keys(names: list[str]) -> dict[str, str]:
 def _stale_files(out: Path, names: list[str]) -> list[Path]:
     """Files of an earlier result in ``out`` that this one does not have (its xdmf, the plots its marker names);
     files hpcsolve did not write (a plot of the user's own in plots/) stay."""
-    from hpcsolve.core.outdir import PLOT_DIR, manifest_files
-
     stale = [out / "result.xdmf"] if "result.xdmf" not in names else []
     stale += [out / n for n in manifest_files(out)
               if n.startswith(f"{PLOT_DIR}/") and n not in names and (out / n).is_file()]
@@ -197,10 +193,7 @@ def read_result_folder(out_dir: str | Path) -> dict:
     """The summary of a complete result folder, checked against its marker: every file the marker
     names exists with its size, and result.h5 and summary.json carry the marker's run id. Raises
     OutputError for an incomplete or inconsistent folder."""
-    import h5py
-
-    from hpcsolve.core.errors import OutputError
-    from hpcsolve.core.outdir import JOURNAL_SUFFIX, MARKER, PREVIOUS_PREFIX
+    import h5py   # late: start-up cost (h5py, 0.16 s)
 
     out = Path(out_dir)
 
@@ -257,7 +250,6 @@ def atomic_path(path: str | Path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    from hpcsolve.core.safe_io import FILE_MODE
 
     os.fchmod(fd, FILE_MODE)
     os.close(fd)
@@ -280,8 +272,6 @@ def _umask() -> int:
 
 
 def write_json(data: dict, path: str | Path) -> Path:
-    from hpcsolve.core.safe_io import write_atomic
-
     return write_atomic(path, (json.dumps(_jsonable(data), indent=2) + "\n").encode("utf-8"))
 
 
@@ -308,8 +298,6 @@ def _set_attrs(h5obj, mapping: dict):
 
 def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
     """result.h5, every disk write checked (see hpcsolve.core.safe_io.write_h5_atomic)."""
-    from hpcsolve.core.safe_io import write_h5_atomic
-
     def fill(f):
         f.attrs["hpcsolve_layout"] = H5_LAYOUT_VERSION
         f.attrs["run_id"] = run_id
@@ -411,14 +399,13 @@ def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> 
         blocks.append(grid_block("final", result.fields, "fields"))
     text = ('<?xml version="1.0" ?>\n<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>\n<Xdmf Version="3.0">\n  <Domain>\n'
             + "\n".join(blocks) + "\n  </Domain>\n</Xdmf>\n")
-    from hpcsolve.core.safe_io import write_atomic
 
     return write_atomic(path, text.encode("utf-8"))
 
 
 def read_h5(path: str | Path) -> dict:
     """Read a result.h5 back into plain dicts (for tests, notebooks and compare)."""
-    import h5py
+    import h5py   # late: start-up cost (h5py, 0.16 s)
 
     def attrs(obj):
         out = {}

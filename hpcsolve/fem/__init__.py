@@ -6,7 +6,7 @@ for repeated solves; see docs/fem_solvers.md.
 """
 
 from hpcsolve.fem.api import METHODS, check_system, prepare_matrix, solve
-from hpcsolve.fem.linalg.cg import CGOptions
+from hpcsolve.fem.linalg.cg_options import CGOptions
 from hpcsolve.fem.linalg.report import SolveReport
 
 __all__ = ["solve", "prepare_matrix", "check_system", "SolveReport", "CGOptions", "METHODS"]

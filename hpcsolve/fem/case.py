@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from hpcsolve.core.cases import CaseBase, StrictModel
+from hpcsolve.fem.api import METHODS
 
 #: smallest solve.rtol (float64 round-off); most iterations, outer steps or unknowns a setting may name
 MIN_RTOL = 1e-16
@@ -210,7 +211,6 @@ class SolverSection(StrictModel):
     @field_validator("method")
     @classmethod
     def _method_known(cls, v):
-        from hpcsolve.fem.api import METHODS
 
         if v is not None and v.lower() not in METHODS:
             raise ValueError(f"allowed: {', '.join(METHODS)}")

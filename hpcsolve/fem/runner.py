@@ -14,16 +14,19 @@ from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name
 from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
-from hpcsolve.fem.api import prepare_matrix, solve
+from hpcsolve.fem.api import _method_for, prepare_matrix, solve
+from hpcsolve.fem.linalg.distributed import prepare_distributed
+from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
+from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
+from hpcsolve.fem.linalg.precond.multigrid import Multigrid
+from hpcsolve.core.plotstyle import colorbar
 from hpcsolve.core.precision import Precision
-from hpcsolve.core.results import Result, TriangleMesh
+from hpcsolve.core.results import Result, TriangleMesh, atomic_path
 
 
 def check_method(case, policy: Precision) -> None:
     """solve.method against the precision and solve.preconditioner: a CaseError naming the case's field (the solver's
     own check, ``hpcsolve.fem.api._method_for``, names its argument ``method``)."""
-    from hpcsolve.fem.api import _method_for
-
     method = method_of(case, policy)
     try:
         _method_for(policy, method)
@@ -39,9 +42,6 @@ def check_method(case, policy: Precision) -> None:
 def make_preconditioner(case, disc, policy: Precision):
     """The preconditioner object (or name) for ``solve``: a Multigrid with the mesh's grid or the rigid-body
     modes where it needs them."""
-    from hpcsolve.core.errors import CaseError
-    from hpcsolve.fem.linalg.precond import multigrid as mg
-
     name = preconditioner_name(case, disc.mesh, policy)
     if name not in ("mg", "amg"):
         return name
@@ -52,11 +52,11 @@ def make_preconditioner(case, disc, policy: Precision):
             raise CaseError.invalid("solve.preconditioner", "mg", "amg (or auto) for this mesh",
                                     why=f"geometric multigrid needs a structured generator mesh (mesh.kind rectangle or "
                                         f"cook_membrane without mesh.refine); this mesh is {disc.mesh.source!r}")
-    nns = mg.rigid_body_modes(disc.mesh.points, disc.free) if disc.kind == "elasticity" else None
+    nns = rigid_body_modes(disc.mesh.points, disc.free) if disc.kind == "elasticity" else None
     if name == "mg":      # the rigid-body modes serve the aggregation levels below the last halvable grid
-        return mg.Multigrid("mg", opts, grid=mg.StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp),
+        return Multigrid("mg", opts, grid=StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp),
                             near_nullspace=nns, field="solve.multigrid")
-    return mg.Multigrid("amg", opts, near_nullspace=nns, field="solve.multigrid")
+    return Multigrid("amg", opts, near_nullspace=nns, field="solve.multigrid")
 
 
 class FEMFamily:
@@ -155,6 +155,7 @@ class FEMFamily:
         n = disc.A.shape[0]
         ref_s = 0.0
         if s.reference == "always" or (s.reference == "auto" and n <= s.reference_max_dofs):
+            # late: scipy.sparse.linalg's import costs about 0.25 s (measured), for the reference solve only
             import scipy.sparse.linalg as spla
 
             m = min(n, REFERENCE_PROBE_DOFS)
@@ -191,52 +192,61 @@ def describe(case, backend, policy: Precision) -> dict:
 
 
 def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) -> Result:
+    """Build the case's system, solve it, measure it against the exact solution, the float64 reference and the
+    probe, and return the Result."""
     t_all = time.perf_counter()
     disc = prob.build(case, mesh=mesh)
     prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
-    mesh = disc.mesh
     s = case.solve
-    A, pc = disc.A, make_preconditioner(case, disc, policy)
-    comm = parallel.world()
-    if parallel.ranks(comm) > 1:     # mpiexec -n N: a block of rows per rank (hpcsolve/fem/linalg/distributed.py)
-        from hpcsolve.fem.linalg.distributed import prepare_distributed
-
-        name = pc if isinstance(pc, str) else pc.name
-        if name not in ("none", "jacobi"):
-            raise CaseError.invalid("solve.preconditioner", name, "none or jacobi on several MPI ranks (auto picks "
-                                    "jacobi there)", why="the multigrid hierarchy is not distributed yet")
-        if method_of(case, policy) == "spsolve":
-            raise CaseError.invalid("solve.method", "spsolve", "a CG method on several MPI ranks",
-                                    why="a matrix distributed over ranks has no single copy to factorize")
-        if backends.get(backend).gpu:
-            raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use a "
-                               "CPU backend (--backend numpy), or one rank")
-        A = prepare_distributed(disc.A, comm)
+    A, pc = _distribute(case, disc, backend, policy, make_preconditioner(case, disc, policy))
     x, report = solve(A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
                       method=method_of(case, policy), preconditioner=pc, check_every=s.check_every,
                       true_every=s.true_every, **s.options())
     u = disc.full_solution(x)
-    metrics: dict = {
-        "converged": report.converged,
-        "reason": report.reason,
-        "method": report.method,
-        "iterations": report.iterations,
-        "outer_iterations": report.outer_iterations,
-        "true_residual": report.true_residual,
-        "recursive_residual": report.recursive_residual,
-        "residual_gap": report.residual_gap,
-        "kappa_estimate": report.kappa_estimate,
-        "fallback": report.fallback,
-        "time_per_iteration_s": report.time_per_iteration_s,
-        "preconditioner": pc if isinstance(pc, str) else pc.name,
-    }
+    metrics = _solve_metrics(report, pc)
+    fields: dict[str, np.ndarray] = {"u" if disc.kind == "poisson" else "displacement": u}
+    timings = _timings(disc, report)
+    if disc.exact is not None:
+        m, f = _exact_errors(disc, u)
+        metrics.update(m)
+        fields.update(f)
+    if s.reference == "always" or (s.reference == "auto" and disc.A.shape[0] <= s.reference_max_dofs):
+        metrics.update(_reference_metrics(disc, x, s, timings))
+    metrics.update(_probe_metrics(case.output, disc, u))
+    timings["total_s"] = time.perf_counter() - t_all
+    return _result(case, backend, policy, disc, A, report, fields, metrics, timings)
+
+
+def _distribute(case, disc, backend, policy: Precision, pc):
+    """(matrix, preconditioner) of the solve: the host matrix on one rank; under mpiexec -n N a block of rows per
+    rank (hpcsolve/fem/linalg/distributed.py), refused with what cannot run distributed."""
+    comm = parallel.world()
+    if parallel.ranks(comm) <= 1:
+        return disc.A, pc
+    name = pc if isinstance(pc, str) else pc.name
+    if name not in ("none", "jacobi"):
+        raise CaseError.invalid("solve.preconditioner", name, "none or jacobi on several MPI ranks (auto picks "
+                                "jacobi there)", why="the multigrid hierarchy is not distributed yet")
+    if method_of(case, policy) == "spsolve":
+        raise CaseError.invalid("solve.method", "spsolve", "a CG method on several MPI ranks",
+                                why="a matrix distributed over ranks has no single copy to factorize")
+    if backends.get(backend).gpu:
+        raise BackendError(f"backend {backends.get(backend).name!r} cannot solve on several MPI ranks yet; use a "
+                           "CPU backend (--backend numpy), or one rank")
+    return prepare_distributed(disc.A, comm), pc
+
+
+def _solve_metrics(report, pc) -> dict:
+    metrics = {key: getattr(report, key) for key in (
+        "converged", "reason", "method", "iterations", "outer_iterations", "true_residual", "recursive_residual",
+        "residual_gap", "kappa_estimate", "fallback", "time_per_iteration_s")}
+    metrics["preconditioner"] = pc if isinstance(pc, str) else pc.name
     if report.preconditioner:
         metrics["preconditioner_info"] = report.preconditioner
-    fields: dict[str, np.ndarray] = {}
-    if disc.kind == "poisson":
-        fields["u"] = u
-    else:
-        fields["displacement"] = u
+    return metrics
+
+
+def _timings(disc, report) -> dict:
     timings = dict(disc.timings)
     timings["solve_s"] = report.time_s
     pc_setup = float(report.preconditioner.get("setup_time_s", 0.0)) if report.preconditioner else 0.0
@@ -245,24 +255,25 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     # what compare weighs: the solve and the preconditioner it needed (a hierarchy is built per run)
     timings[SOLVER_SECONDS] = report.time_s + pc_setup
     timings["solver_setup_s"] = report.setup_time_s
+    return timings
 
+
+def _reference_metrics(disc, x, s, timings: dict) -> dict:
+    """The float64 direct solve (SuperLU) of the same system, and the solution's distance from it."""
+    t0 = time.perf_counter()
+    x_ref, rep_ref = solve(disc.A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
+    timings["reference_spsolve_s"] = time.perf_counter() - t0
+    metrics = {"reference_true_residual": rep_ref.true_residual,
+               "error_vs_fp64_reference": float(np.linalg.norm(x - x_ref) / max(np.linalg.norm(x_ref), 1e-300))}
     if disc.exact is not None:
-        m, f = _exact_errors(disc, u)
-        metrics.update(m)
-        fields.update(f)
+        metrics["reference_error_l2"] = prob.error_norms(disc.mesh, disc.full_solution(x_ref), *disc.exact)[0]
+    return metrics
 
-    n_free = disc.A.shape[0]
-    want_ref = s.reference == "always" or (s.reference == "auto" and n_free <= s.reference_max_dofs)
-    if want_ref:
-        t0 = time.perf_counter()
-        x_ref, rep_ref = solve(disc.A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
-        timings["reference_spsolve_s"] = time.perf_counter() - t0
-        metrics["reference_true_residual"] = rep_ref.true_residual
-        metrics["error_vs_fp64_reference"] = float(np.linalg.norm(x - x_ref) / max(np.linalg.norm(x_ref), 1e-300))
-        if disc.exact is not None:
-            metrics["reference_error_l2"] = prob.error_norms(mesh, disc.full_solution(x_ref), *disc.exact)[0]
 
-    out = case.output
+def _probe_metrics(out, disc, u) -> dict:
+    """The probe point's value (and its published reference), and the solution's range."""
+    metrics: dict = {}
+    mesh = disc.mesh
     if out.probe is not None:
         k = int(np.argmin(np.hypot(mesh.points[:, 0] - out.probe[0], mesh.points[:, 1] - out.probe[1])))
         metrics["probe_point"] = mesh.points[k].tolist()
@@ -280,20 +291,14 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         metrics["u_min"], metrics["u_max"] = float(u.min()), float(u.max())
     else:
         metrics["displacement_max"] = float(np.hypot(u[:, 0], u[:, 1]).max())
+    return metrics
 
-    derived = {
-        "problem": disc.kind,
-        "mesh": mesh.source,
-        "points": mesh.n_points,
-        "triangles": mesh.n_triangles,
-        "unknowns": disc.n_dofs,
-        "free_unknowns": n_free,
-        "matrix_nnz": int(disc.A.nnz),
-        "h_max": mesh.h_max(),
-        "boundary_tags": mesh.tag_names,
-        "rtol": s.rtol,
-    }
-    timings["total_s"] = time.perf_counter() - t_all
+
+def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, timings) -> Result:
+    mesh, s = disc.mesh, case.solve
+    derived = {"problem": disc.kind, "mesh": mesh.source, "points": mesh.n_points, "triangles": mesh.n_triangles,
+               "unknowns": disc.n_dofs, "free_unknowns": disc.A.shape[0], "matrix_nnz": int(disc.A.nnz),
+               "h_max": mesh.h_max(), "boundary_tags": mesh.tag_names, "rtol": s.rtol}
     result = Result(
         case_name=case.name, solver="fem", backend=backend, precision=policy.name,
         grid=TriangleMesh(points=mesh.points.copy(), triangles=mesh.triangles.astype(np.int64)),
@@ -304,7 +309,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         metrics=metrics, derived=derived, timings=timings,
         status="converged" if report.converged else "not_converged",
         message=report.reason + (f"; {report.fallback}" if report.fallback else "") + _advice(report, policy, s),
-        plotter=plot_result if out.plots else None,
+        plotter=plot_result if case.output.plots else None,
     )
     blocks = A.blocks if getattr(A, "distributed", False) else [(0, disc.A.shape[0])]
     result.provenance["decomposition"] = {"ranks": len(blocks), "kind": "row blocks" if len(blocks) > 1 else "none",
@@ -335,14 +340,11 @@ def _advice(report, policy: Precision, solve_opts) -> str:
 
 def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     """solution.png (tripcolor on the mesh; deformed for elasticity), residuals.png, error.png if known."""
-    import matplotlib
+    import matplotlib    # late: matplotlib and pyplot cost about 1.1 s to import (measured), for plots only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.tri as mtri
-
-    from hpcsolve.core.plotstyle import colorbar
-    from hpcsolve.core.results import atomic_path
 
     files = []
     g = result.grid

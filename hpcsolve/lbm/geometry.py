@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hpcsolve.core.errors import CaseError
+from hpcsolve.core.safe_io import load_npy
 from hpcsolve.lbm.boundaries import bouzidi
-from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY, WALL
 
 _SIDE_FLAG = {"wall": WALL, "moving_wall": VELOCITY, "inlet": VELOCITY, "outlet": OUTLET}
 
@@ -144,7 +145,6 @@ def _obstacle_mask(obs, X, Y, geo: Geometry, case, k: int) -> np.ndarray:
         return (X - obs.center[0]) ** 2 + (Y - obs.center[1]) ** 2 <= r * r
     if obs.shape == "rectangle":
         return (X >= obs.lower[0]) & (X <= obs.upper[0]) & (Y >= obs.lower[1]) & (Y <= obs.upper[1])
-    from hpcsolve.core.safe_io import load_npy
 
     path = case.base_dir / obs.file
     field_name = f"obstacles[{k}].file"

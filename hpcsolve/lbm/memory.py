@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.core import backends, fp16c
+from hpcsolve.core import backends
 from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots
 from hpcsolve.lbm import lattice
 
@@ -21,9 +21,9 @@ SETUP_BYTES_PER_CELL = 21
 #: collision terms) are this many arrays of Q compute values per cell (measured)
 GATHER_BYTES = 8
 STEP_TEMPORARIES = 4.75
-#: ... and a custom 16-bit format (policy.codec, FP16C) decodes and encodes through this many bytes of
-#: temporaries per population value (hpcsolve/core/fp16c.py, uint32 arithmetic; tracemalloc: 31 encode, 33 decode,
-#: 20 the step's stochastic encode), for at most fp16c.CHUNK values at a time, plus its float32 result
+#: ... and a codec that converts in chunks (``policy.codec.conversion_chunk`` values at a time: FP16C) decodes and
+#: encodes through this many bytes of temporaries per population value (hpcsolve/core/fp16c.py, uint32 arithmetic;
+#: tracemalloc: 31 encode, 33 decode, 20 the step's stochastic encode), plus its float32 result
 CODEC_TEMPORARY_BYTES = 34
 #: one snapshot keeps velocity (2 x 8), pressure (8) and vorticity (8) per cell on the host
 SNAPSHOT_BYTES_PER_CELL = 32
@@ -45,8 +45,7 @@ def lbm_numpy_step_bytes(policy, cells: int) -> int:
     q = lattice.Q
     step = (2 * q * policy.storage_bytes + q * GATHER_BYTES + STEP_TEMPORARIES * q * np.dtype(policy.compute).itemsize
             + SETUP_BYTES_PER_CELL) * cells
-    if policy.codec:
-        step += min(q * cells, fp16c.CHUNK) * CODEC_TEMPORARY_BYTES
+    step += min(q * cells, policy.codec.conversion_chunk) * CODEC_TEMPORARY_BYTES     # 0: a plain cast
     return int(step)
 
 

@@ -49,11 +49,21 @@ def _numpy_physics(scalar_type) -> SimpleNamespace:
     return _build(scalar_type, _identity)
 
 
-def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on purpose
-    ZERO, ONE, TWO, HALF = T(0.0), T(1.0), T(2.0), T(0.5)
-    THREE, SIX, C45, C15 = T(3.0), T(6.0), T(4.5), T(1.5)
-    C23, C112 = T(2.0 / 3.0), T(1.0 / 12.0)
-    SQRT3, TINY = T(np.sqrt(3.0)), T(1e-30)         # 1 / c_s; TINY keeps u_ref = 0 at 0 / TINY = 0
+def _build(T, jit) -> SimpleNamespace:
+    """Every physics function with constants typed ``T``, each wrapped in ``jit`` (callees first). The functions
+    are closures: Numba freezes their constants (and the functions they call) as typed values per dtype."""
+    moments, equilibrium = _moments(T, jit)
+    return SimpleNamespace(
+        dtype=np.dtype(T), ZERO=T(0.0), ONE=T(1.0),
+        W=tuple(T(w) for w in lattice.WEIGHTS),
+        CX=tuple(T(c) for c in lattice.CX), CY=tuple(T(c) for c in lattice.CY),
+        moments=moments, equilibrium=equilibrium,
+        **_collisions(T, jit, moments, equilibrium), **_boundary_rules(T, jit))
+
+
+def _moments(T, jit):
+    """(moments, equilibrium) of the shifted populations."""
+    ONE, THREE, C45, C15 = T(1.0), T(3.0), T(4.5), T(1.5)
     W0, W1, W2 = T(lattice.WEIGHTS[0]), T(lattice.WEIGHTS[1]), T(lattice.WEIGHTS[5])
 
     @jit
@@ -88,6 +98,14 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         e6 = W2 * (drho + rho * THREE * d + bd)
         e8 = W2 * (drho - rho * THREE * d + bd)
         return (e0, e1, e2, e3, e4, e5, e6, e7, e8)
+
+    return moments, equilibrium
+
+
+def _collisions(T, jit, moments, equilibrium) -> dict:
+    """BGK and TRT collision, and the bulk relaxation of an absorbing layer, on top of ``moments`` and
+    ``equilibrium`` (``_moments``)."""
+    TWO, HALF, C23, C112 = T(2.0), T(0.5), T(2.0 / 3.0), T(1.0 / 12.0)
 
     @jit
     def collide_bgk(h, omega):
@@ -148,6 +166,16 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         """TRT with the bulk mode relaxed at omega+ - layer (``add_bulk_relaxation``)."""
         return add_bulk_relaxation(collide_trt(h, omega_plus, omega_minus), h, layer)
 
+    return dict(collide_bgk=collide_bgk, collide_trt=collide_trt, bulk_trace=bulk_trace,
+                add_bulk_relaxation=add_bulk_relaxation, collide_bgk_layer=collide_bgk_layer,
+                collide_trt_layer=collide_trt_layer, trt_pair=trt_pair)
+
+
+def _boundary_rules(T, jit) -> dict:
+    """The boundary rules: bounce-back (resting, moving, interpolated), anti-bounce-back, the outlet density."""
+    ONE, TWO, HALF, SIX, C45, C15 = T(1.0), T(2.0), T(0.5), T(6.0), T(4.5), T(1.5)
+    SQRT3, TINY = T(np.sqrt(3.0)), T(1e-30)         # 1 / c_s; TINY keeps u_ref = 0 at 0 / TINY = 0
+
     @jit
     def wall_bounce_back(h_opp_post):
         """Half-way bounce-back on a resting wall: f_i(x, t+1) = f*_opp(i)(x, t) (w_i = w_opp: same shifted)."""
@@ -185,17 +213,9 @@ def _build(T, jit) -> SimpleNamespace:  # noqa: C901 - one closure per dtype, on
         fraction q of the link (hpcsolve/lbm/boundaries/bouzidi.py)."""
         return a * h_near + b * h_far
 
-    return SimpleNamespace(
-        dtype=np.dtype(T), ZERO=ZERO, ONE=ONE,
-        W=tuple(T(w) for w in lattice.WEIGHTS),
-        CX=tuple(T(c) for c in lattice.CX), CY=tuple(T(c) for c in lattice.CY),
-        moments=moments, equilibrium=equilibrium, collide_bgk=collide_bgk, collide_trt=collide_trt,
-        bulk_trace=bulk_trace, add_bulk_relaxation=add_bulk_relaxation, collide_bgk_layer=collide_bgk_layer,
-        collide_trt_layer=collide_trt_layer,
-        trt_pair=trt_pair, wall_bounce_back=wall_bounce_back, velocity_bounce_back=velocity_bounce_back,
-        pressure_anti_bounce_back=pressure_anti_bounce_back, outlet_density=outlet_density,
-        interpolated_bounce_back=interpolated_bounce_back,
-    )
+    return dict(wall_bounce_back=wall_bounce_back, velocity_bounce_back=velocity_bounce_back,
+                pressure_anti_bounce_back=pressure_anti_bounce_back, outlet_density=outlet_density,
+                interpolated_bounce_back=interpolated_bounce_back)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -61,15 +61,6 @@ class Units:
         """Number of steps that covers ``time`` seconds (rounded to nearest, at least 1)."""
         return max(1, int(round(time / self.dt)))
 
-    def cells_for(self, length: float) -> int:
-        return int(round(length / self.dx))
-
-    def velocity_to_physical(self, u_lb):
-        return u_lb * (self.dx / self.dt)
-
-    def velocity_to_lattice(self, u):
-        return u * (self.dt / self.dx)
-
     def pressure_to_physical(self, rho_lb):
         """Pressure relative to the reference, Pa."""
         return lattice.CS2 * (rho_lb - 1.0) * self.density * (self.dx / self.dt) ** 2
@@ -83,11 +74,6 @@ class Units:
                  viscosity=self.viscosity, relaxation_time=self.relaxation_time,
                  characteristic_time=self.characteristic_time)
         return d
-
-
-def is_integer_multiple(length: float, dx: float, rtol: float = 1e-6) -> bool:
-    n = length / dx
-    return abs(n - round(n)) <= rtol * max(1.0, n) and round(n) >= 1
 
 
 def lattice_mach(u_lb: float) -> float:

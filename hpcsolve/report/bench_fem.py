@@ -6,7 +6,7 @@ unknowns, random right-hand side with a fixed seed):
 1. time per CG iteration at a fixed iteration count, for each backend x precision: the fused
    device CG of ``hpcsolve.fem.linalg.cg`` (CuPy with CUDA graphs, CuPy without graphs, Numba-CUDA),
    ``cupyx.scipy.sparse.linalg.cg`` (cuSPARSE), and SciPy on the CPU at the sizes the CPU can do;
-2. % of the copy bandwidth from the bytes per iteration of ``cg.bytes_per_iteration``;
+2. % of the copy bandwidth from the bytes per iteration of ``cg_engine.bytes_per_iteration``;
 3. time to a float64 true relative residual of 1e-10: fp64 CG, mixed (cg-reliable, ir-restarted)
    and fp32 CG (which stalls: its floor is reported).
 
@@ -24,10 +24,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from hpcsolve.core import backends
-from hpcsolve.fem.linalg import cg, kernels_numba, precond
+from hpcsolve.core import precision as precision_mod
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem import prepare_matrix, solve
+from hpcsolve.fem.linalg import kernels_numba, precond
+from hpcsolve.fem.linalg.cg_engine import CGEngine, bytes_per_iteration
+from hpcsolve.report import bench_mg
 from hpcsolve.report.bandwidth import copy_bandwidth
+from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder, write_output
 
 SIZES = (1024, 2048, 4096)
 QUICK_SIZES = (256, 512)
@@ -43,17 +50,23 @@ MAX_SIZE = 16384
 #: the precisions the per-iteration table times (its fused CG runs in float64 or float32); the time-to-solution
 #: table always runs fp64, mixed and fp32
 PRECISIONS = ("fp64", "fp32")
+#: the GPU backends timed by default (--backends)
+GPU_BACKENDS = tuple(name for name in backends.BACKENDS if backends.get(name).gpu)
 
 
 def _host_poisson(m: int):
-    import scipy.sparse as sp
-
     T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m), dtype=np.float64)
     I = sp.identity(m, dtype=np.float64)
     A = (sp.kron(I, T) + sp.kron(T, I)).tocsr()
     A.indices = A.indices.astype(np.int32)
     A.indptr = A.indptr.astype(np.int32)
     return A
+
+
+def _array_module_gpu(usable):
+    """The usable GPU backend whose state lives in a device ndarray module (CuPy: ``Backend.xp`` is not NumPy), on
+    which the per-iteration table builds its matrix and times cuSPARSE's CG; None without one."""
+    return next((be for be in usable if be.gpu and be.xp is not np), None)
 
 
 def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, jacobi=False, seed: int = 0) -> dict:
@@ -63,7 +76,7 @@ def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, 
     low = A.low
     rng = np.random.default_rng(seed)
     b = rng.standard_normal(A.n)
-    eng = cg.CGEngine(A, dtype, precond.get("jacobi" if jacobi else "none"), K=k)
+    eng = CGEngine(A, dtype, precond.get("jacobi" if jacobi else "none"), K=k)
     x64 = low.zeros(A.n, np.float64)
     b_dev = low.to_device(b)
     times = []
@@ -84,7 +97,7 @@ def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, 
 
 
 def _cupyx_cg_time(dA, dtype, n_iter: int, repeats: int) -> float:
-    import cupy as cp
+    import cupy as cp     # optional dependency (the GPU extra): only on a usable CuPy backend
     import cupyx.scipy.sparse as csp
     from cupyx.scipy.sparse.linalg import cg
 
@@ -107,7 +120,7 @@ def _cupyx_cg_time(dA, dtype, n_iter: int, repeats: int) -> float:
 
 
 def _scipy_cg_time(A, dtype, n_iter: int) -> float:
-    import scipy.sparse.linalg as spla
+    import scipy.sparse.linalg as spla    # late: its import costs about 0.25 s (measured), for this row only
 
     Aw = A.astype(dtype)
     b = np.random.default_rng(0).standard_normal(A.shape[0]).astype(dtype)
@@ -121,9 +134,6 @@ def _scipy_cg_time(A, dtype, n_iter: int) -> float:
 
 def _check_precisions(values) -> tuple:
     """--precisions of the per-iteration table: fp64 and fp32 (a CaseError naming any other, and why)."""
-    from hpcsolve.core import precision as precision_mod
-    from hpcsolve.core.errors import CaseError
-
     names = []
     for p in values:
         name = str(p).lower()
@@ -139,8 +149,6 @@ def _check_precisions(values) -> tuple:
 
 
 def main(args) -> int:
-    from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder
-
     # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
     if getattr(args, "sizes", None):
         check_sizes(args.sizes, "--sizes", MIN_SIZE, MAX_SIZE, f"unknowns per edge in [{MIN_SIZE}, {MAX_SIZE}]",
@@ -149,27 +157,29 @@ def main(args) -> int:
     check_sizes(getattr(args, "mg_sizes", None) or (), "--mg-sizes", 3, 16383,
                 "unknowns per edge in [3, 16383] (2^k - 1 halves to the end)")
     precisions = _check_precisions(getattr(args, "precisions", None) or PRECISIONS)
-    wanted = check_backends(getattr(args, "backends", None) or ("cupy", "numba-cuda"))
+    wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
     out = out_folder(args)
     quick = bool(getattr(args, "quick", False))
-    usable = [b for b in wanted if backends.probe(b).available and not backends.probe(b).simulator]
-    on_gpu = "cupy" in usable
+    usable = [be for be in map(backends.get, wanted) if be.available and not be.simulator]
+    device = _array_module_gpu(usable)          # the CuPy backend: the matrix, cuSPARSE's CG, the bandwidth
+    other_gpu = [be for be in usable if be.gpu and be is not device]     # Numba-CUDA: a view of the same matrix
+    on_gpu = device is not None
     default = (QUICK_SIZES if quick else SIZES) if on_gpu else (CPU_QUICK_SIZES if quick else CPU_SIZES)
     sizes = tuple(args.sizes) if getattr(args, "sizes", None) else default
     n_iter = 100 if quick else 400
     repeats = 3 if on_gpu else 5
     result = {"host": platform.node(), "sizes": list(sizes), "iterations_timed": n_iter, "rows": [], "solve": [],
-              "backends": {b: backends.probe(b).reason for b in ("cupy", "numba-cuda")},
+              "backends": {b: backends.probe(b).reason for b in GPU_BACKENDS},
               "device": "GPU (CuPy)" if on_gpu else f"CPU (NumPy backend, {backends.cpu_threads()} thread)"}
     if on_gpu:
-        from hpcsolve.fem.linalg import kernels_cupy
+        from hpcsolve.fem.linalg import kernels_cupy    # imports cupy (optional dependency): on a usable GPU only
     else:
         print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
               flush=True)
         _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args)
         return 0
 
-    bw = copy_bandwidth("cupy", nbytes=(512 if quick else 2048) * 1024**2)
+    bw = copy_bandwidth(device, nbytes=(512 if quick else 2048) * 1024**2)
     result["copy_bandwidth"] = bw
     bwBps = bw["bandwidth_Bps"]
     print(f"copy bandwidth (read + write): {bw['bandwidth_GBps']:.0f} GB/s", flush=True)
@@ -185,46 +195,43 @@ def main(args) -> int:
         host = _host_poisson(m) if m <= 2048 else None
         for prec in precisions:
             dt = np.float64 if prec == "fp64" else np.float32
-            nb = cg.bytes_per_iteration(dA.n, dA.nnz, dt)
+            nb = bytes_per_iteration(dA.n, dA.nnz, dt)
             t = time_iterations(dA, dt, n_iter=n_iter, k=50, repeats=repeats)
-            row(m, "cupy", "fused+graphs", prec, t, nb)
+            row(m, device.name, "fused+graphs", prec, t, nb)
             t = time_iterations(dA_nograph, dt, n_iter=n_iter, k=50, repeats=repeats)
-            row(m, "cupy", "fused, no graphs", prec, t, nb)
-            if "numba-cuda" in usable:
+            row(m, device.name, "fused, no graphs", prec, t, nb)
+            for be in other_gpu:
                 try:
                     nA = kernels_numba.view_of(dA)
                     t = time_iterations(nA, dt, n_iter=n_iter, k=50, repeats=repeats)
-                    row(m, "numba-cuda", "fused+graphs" if nA.low.graphs else "fused, no graphs", prec, t, nb,
+                    row(m, be.name, "fused+graphs" if nA.low.graphs else "fused, no graphs", prec, t, nb,
                         note=getattr(nA.low, "graph_error", None) or "")
                 except Exception as exc:  # report, keep benchmarking the rest
-                    print(f"  numba-cuda failed: {type(exc).__name__}: {exc}")
-                    result.setdefault("errors", []).append(f"numba-cuda {m} {prec}: {exc}")
-            row(m, "cupy", "cupyx cg (cuSPARSE)", prec, _cupyx_cg_time(dA, dt, min(n_iter, 200), repeats))
+                    print(f"  {be.name} failed: {type(exc).__name__}: {exc}")
+                    result.setdefault("errors", []).append(f"{be.name} {m} {prec}: {exc}")
+            row(m, device.name, "cupyx cg (cuSPARSE)", prec, _cupyx_cg_time(dA, dt, min(n_iter, 200), repeats))
             if host is not None and m <= (512 if quick else 2048):
                 row(m, "numpy", "scipy cg (CPU)", prec, _scipy_cg_time(host, dt, 10 if m > 1024 else 20))
         _solve_table(result, m, dA)
         del dA, dA_nograph
-        import cupy
+        device.free_pool()
 
-        cupy.get_default_memory_pool().free_all_blocks()
-
-    _multigrid(result, args, gpu=True, numba="numba-cuda" in usable, quick=quick)
+    _multigrid(result, args, device=device, numba=bool(other_gpu), quick=quick)
     _write(result, out)
     return 0
 
 
-def _multigrid(result, args, *, gpu: bool, numba: bool, quick: bool) -> None:
-    """The multigrid time-to-solution and robustness tables (hpcsolve.report.bench_mg)."""
-    from hpcsolve.report import bench_mg
-
+def _multigrid(result, args, *, device, numba: bool, quick: bool) -> None:
+    """The multigrid time-to-solution and robustness tables (hpcsolve.report.bench_mg) on ``device`` (a Backend:
+    the GPU one the per-iteration table ran on, or the NumPy one); ``numba``: also Numba-CUDA's V-cycle."""
     if getattr(args, "no_multigrid", False):
         return
     sizes = getattr(args, "mg_sizes", None) or (
-        (bench_mg.GPU_QUICK_SIZES if quick else bench_mg.GPU_SIZES) if gpu else
+        (bench_mg.GPU_QUICK_SIZES if quick else bench_mg.GPU_SIZES) if device.gpu else
         (bench_mg.CPU_QUICK_SIZES if quick else bench_mg.CPU_SIZES))
-    bench_mg.poisson_table(result, sizes=tuple(sizes), gpu=gpu, numba=numba, quick=quick)
+    bench_mg.poisson_table(result, sizes=tuple(sizes), device=device, numba=numba, quick=quick)
     if not getattr(args, "no_robustness", False):
-        bench_mg.robustness_table(result, gpu=gpu, quick=quick)
+        bench_mg.robustness_table(result, device=device, quick=quick)
 
 
 def _row(result, bw_Bps, m, backend, variant, precision, timing, nbytes=None, note=""):
@@ -242,8 +249,6 @@ def _row(result, bw_Bps, m, backend, variant, precision, timing, nbytes=None, no
 
 def _solve_table(result, m, A):
     """Time to a float64 true relative residual of 1e-10 on A's backend, per precision x method."""
-    from hpcsolve.fem import solve
-
     b = np.random.default_rng(1).standard_normal(A.n)
     ref_its = ref_t = None
     for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable"), ("mixed", "ir-restarted"), ("fp32", "cg")):
@@ -264,8 +269,6 @@ def _solve_table(result, m, A):
 
 def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None):
     """Without a GPU: the fused CG on the NumPy backend and SciPy's CG, then the solve table."""
-    from hpcsolve.fem import prepare_matrix
-
     numpy = backends.get("numpy")
     bw = copy_bandwidth("numpy")
     result["copy_bandwidth"] = bw
@@ -277,21 +280,19 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None)
             A = prepare_matrix(host, backend=numpy)
             for prec in precisions:
                 dt = np.float64 if prec == "fp64" else np.float32
-                nb = cg.bytes_per_iteration(A.n, A.nnz, dt)
+                nb = bytes_per_iteration(A.n, A.nnz, dt)
                 t = time_iterations(A, dt, n_iter=max(n_iter // 4, 50), k=50, repeats=repeats)
                 _row(result, bw["bandwidth_Bps"], m, "numpy", "fused CG (NumPy backend)", prec, t, nb)
                 _row(result, bw["bandwidth_Bps"], m, "numpy", "scipy cg", prec,
                      _scipy_cg_time(host, dt, 20))
             _solve_table(result, m, A)
-        _multigrid(result, args, gpu=False, numba=False, quick=quick)
+        _multigrid(result, args, device=numpy, numba=False, quick=quick)
     _write(result, out)
 
 
 def _write(result, out: Path) -> None:
     result["sizes"] = sorted({r["m"] for r in result["rows"]})      # the sizes actually run
     result["multigrid_sizes"] = sorted({r["m"] for r in result.get("multigrid", [])})
-    from hpcsolve.report.bench_inputs import write_output
-
     write_output(out / "bench_fem.json", json.dumps(result, indent=2, default=float))
     md = _markdown(result)
     write_output(out / "bench_fem.md", md)
@@ -318,7 +319,5 @@ def _markdown(res: dict) -> str:
         lines.append(f"| {s['m']}^2 | {s['precision']} | {s['method']} | {s['iterations']} "
                      f"({s['iterations_vs_fp64']:.2f}x) | {s['time_s'] * 1e3:.1f} ({s['time_vs_fp64']:.2f}x) | "
                      f"{s['true_residual']:.2e} | {s['kappa_estimate']:.2e} | {note[:110]} |")
-    from hpcsolve.report import bench_mg
-
     lines += bench_mg.markdown(res)
     return "\n".join(lines) + "\n"

@@ -7,6 +7,11 @@ import os
 from pathlib import Path
 
 from hpcsolve.core.backends import BACKENDS
+from hpcsolve.core.errors import CaseError
+from hpcsolve.core.errors import OutputError
+from hpcsolve.core.outdir import probe_writable
+from hpcsolve.core.safe_io import path_problem
+from hpcsolve.core.safe_io import write_atomic
 
 
 def out_folder(args) -> Path:
@@ -14,9 +19,6 @@ def out_folder(args) -> Path:
     before anything is timed: a file, an unusable path or a folder this user cannot write is a CaseError naming
     --out (or $OUT) rather than a traceback after the benchmark. Files already there are kept (only the bench's own
     JSON and markdown are replaced, atomically)."""
-    from hpcsolve.core.errors import OutputError
-    from hpcsolve.core.outdir import probe_writable
-    from hpcsolve.core.safe_io import path_problem
 
     given = getattr(args, "out", None)
     field, out = ("--out", given) if given not in (None, "") else (
@@ -40,8 +42,6 @@ def out_folder(args) -> Path:
 
 def write_output(path: Path, text: str, field: str = "--out") -> None:
     """``text`` into ``path`` atomically: a failed write (full disk) leaves an earlier file of that name whole."""
-    from hpcsolve.core.errors import OutputError
-    from hpcsolve.core.safe_io import write_atomic
 
     try:
         write_atomic(path, text.encode())
@@ -52,7 +52,6 @@ def write_output(path: Path, text: str, field: str = "--out") -> None:
 
 def check_backends(values) -> tuple:
     """--backends: names of hpcsolve.core.backends.BACKENDS (a CaseError naming the first other one)."""
-    from hpcsolve.core.errors import CaseError
 
     for b in values:
         if b not in BACKENDS:
@@ -63,7 +62,6 @@ def check_backends(values) -> tuple:
 def check_sizes(values, field: str, low: int, high: int, allowed: str, why_low: str | None = None) -> tuple:
     """Integers in [low, high] (a CaseError naming ``field``, the first one outside and ``allowed``; ``why_low``
     says why one below ``low`` cannot run)."""
-    from hpcsolve.core.errors import CaseError
 
     for n in values:
         if isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high:

@@ -33,10 +33,13 @@ import time
 import numpy as np
 
 from hpcsolve.core import backends
-from hpcsolve.lbm import memory as lbm_memory
-from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
-from hpcsolve.lbm.steppers.stepper import STREAMING
+from hpcsolve.core.errors import CaseError
 from hpcsolve.core.precision import get_precision
+from hpcsolve.lbm import memory as lbm_memory
+from hpcsolve.lbm import physics
+from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
+from hpcsolve.lbm.flags import VELOCITY, WALL
+from hpcsolve.lbm.steppers.stepper import STREAMING, LBMSetup, get_stepper
 from hpcsolve.report.bandwidth import copy_bandwidth
 from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder, write_output
 
@@ -62,9 +65,6 @@ def cavity_setup(n: int, policy, collision: str = "bgk", reynolds: float = 1000.
     """Lid-driven cavity on an n x n lattice (``ny`` x n with ``ny``): resting walls left, right and bottom,
     the lid (a VELOCITY layer moving at ``lid_velocity`` in +x, lattice units) on top; n - 2 fluid cells
     across. ``in_place``: the GPU steppers stream in place (one population array); None: they choose."""
-    from hpcsolve.lbm import physics
-    from hpcsolve.lbm.steppers.stepper import VELOCITY, WALL, LBMSetup
-
     flags = np.zeros((ny or n, n), dtype=np.uint8)
     flags[0, :] = WALL
     flags[:, 0] = WALL
@@ -98,8 +98,6 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
     (same precision; fp16s and fp16c against fp64 NumPy). Relative L2 differences. ``pairs``: True / False forces
     the 16-bit pair kernel or one cell per thread, None the stepper's own choice (the check grid is small, so
     16-bit storage runs one cell per thread unless True)."""
-    from hpcsolve.lbm.steppers.stepper import get_stepper
-
     policy = get_precision(precision, "lbm")
     # a policy that stores in its compute dtype has a NumPy twin; 16-bit storage is compared with fp64
     ref_policy = policy if policy.storage == policy.compute else get_precision("fp64", "lbm")
@@ -124,8 +122,6 @@ def _bound(precision: str) -> float:
 
 def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,
                  in_place: bool | None = False) -> dict:
-    from hpcsolve.lbm.steppers.stepper import get_stepper
-
     policy = get_precision(precision, "lbm")
     stepper = get_stepper(backend, cavity_setup(n, policy, in_place=in_place))
     stepper.perturb(1e-3, seed=n)   # the cavity starts at rest (all zeros): never time on zeros
@@ -155,8 +151,6 @@ def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: i
 
 def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
     """The NumPy reference's MLUPS (host BLAS/OpenMP threads pinned as for every run)."""
-    from hpcsolve.lbm.steppers.stepper import get_stepper
-
     backend = backends.get("numpy")
     policy = get_precision(precision, "lbm")
     stepper = get_stepper(backend, cavity_setup(n, policy))
@@ -177,8 +171,6 @@ def time_numpy(precision: str, n: int, steps: int, repeats: int = 3) -> dict:
 def _host_fit(precisions, sizes) -> None:
     """A NumPy size whose stepper would not fit in this machine's free memory is a CaseError naming --sizes and
     the largest edge that fits, before anything is timed."""
-    from hpcsolve.core.errors import CaseError
-
     free = backends.host_memory_available()
     if free is None or not precisions:
         return
@@ -194,8 +186,6 @@ def _device_fit(gpu, precisions, sizes, in_place) -> dict:
     """{(backend, precision, n): why} for the grids whose populations do not fit the device's free memory (no
     host or device memory is touched for them); a size that fits none of the requested kernels is a CaseError
     naming --sizes and the largest that fits, before anything is timed."""
-    from hpcsolve.core.errors import CaseError
-
     too_big, largest = {}, {}
     for backend in gpu:
         mem = backends.get(backend).memory()
@@ -268,6 +258,58 @@ def _markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bench_one(backend: str, precision: str, sizes, in_place, fits: dict, bw: dict, timing: dict, checks: dict,
+               rows: list, memory: list) -> None:
+    """One GPU backend x precision: its step kernels checked against the reference (into ``checks``), each size
+    timed (``rows``; ``timing``: steps, repeats, warmup of ``time_backend``) and the largest grid (``memory``)."""
+    key = f"{backend}/{precision}"
+    # every kernel a timed size may run is checked (auto streaming: both layouts; 16-bit: the pair kernel
+    # and one cell per thread); each row shows the check of its own kernel (row keys: _check_key)
+    for layout, pr in check_kernels(precision, in_place):
+        k = _check_key(backend, precision, layout, pr)
+        try:
+            chk = check_against_reference(backend, precision, in_place=layout, pairs=pr)
+            chk["bound"] = _bound(precision)
+            chk["passed"] = bool(chk["finite"] and chk["u_rel_l2"] <= chk["bound"])
+        except Exception as exc:  # report, don't hide: the row says why
+            chk = {"error": f"{type(exc).__name__}: {exc}", "passed": False}
+        checks[k] = chk
+        print(f"check {k}: {chk}", file=sys.stderr)
+        if not chk["passed"]:
+            break
+    if not chk["passed"]:
+        rows.append({"backend": backend, "precision": precision, "size": "", "in_place": in_place,
+                     "error": "not timed: check against the reference failed " + chk.get("error", "")})
+        return
+    for n in sizes:
+        if fits.get((backend, precision, n)):     # does not fit this device: said, not tried
+            rows.append({"backend": backend, "precision": precision, "size": n, "in_place": in_place,
+                         "skipped": fits[(backend, precision, n)]})
+            print(f"time {key} {n}^2: not timed, {fits[(backend, precision, n)]}", file=sys.stderr)
+            continue
+        try:
+            row = time_backend(backend, precision, n, **timing, in_place=in_place)
+            row["percent_of_copy"] = 100.0 * row["effective_bandwidth_GBps"] / bw["bandwidth_GBps"]
+        except Exception as exc:
+            row = {"backend": backend, "precision": precision, "size": n, "in_place": in_place,
+                   "error": f"{type(exc).__name__}: {exc}"}
+            backends.get(backend).free_pool()
+        rows.append(row)
+        print(f"time {key} {n}^2: {row.get('mlups', row.get('error'))}", file=sys.stderr)
+    last = next((r for r in reversed(rows) if r["backend"] == backend and r["precision"] == precision
+                 and "bytes_per_cell_resident" in r), None)
+    mem = backends.get(backend).memory()
+    if last and mem:
+        # the largest grid under auto streaming is a two-buffer one (auto streams in place only where the
+        # lattice fits the L2 cache), whatever the last timed size did
+        resident = (bytes_per_cell(get_precision(precision, "lbm"), False)[1] if in_place is None
+                    else last["bytes_per_cell_resident"])
+        memory.append({"backend": backend + (" (in place)" if in_place else ""), "precision": precision,
+                       "bytes_per_cell_resident": resident,
+                       "device_free_bytes": mem[0], "device_total_bytes": mem[1],
+                       "largest_square": _largest_square(mem[0], resident)})
+
+
 def main(args) -> int:
     quick = bool(getattr(args, "quick", False))
     # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
@@ -279,7 +321,7 @@ def main(args) -> int:
     wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
-    streaming = "in-place" if getattr(args, "in_place", False) else getattr(args, "streaming", None) or "auto"
+    streaming = getattr(args, "streaming", None) or "auto"
     in_place = STREAMING[streaming]   # None: each stepper chooses
     fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
     # the NumPy reference: the speedup column's baseline size; without a GPU backend to time, the sizes asked for
@@ -302,53 +344,8 @@ def main(args) -> int:
     checks, rows, memory = {}, [], []
     for backend in gpu:
         for precision in precisions:
-            key = f"{backend}/{precision}"
-            # every kernel a timed size may run is checked (auto streaming: both layouts; 16-bit: the pair kernel
-            # and one cell per thread); each row shows the check of its own kernel (row keys: _check_key)
-            for layout, pr in check_kernels(precision, in_place):
-                k = _check_key(backend, precision, layout, pr)
-                try:
-                    chk = check_against_reference(backend, precision, in_place=layout, pairs=pr)
-                    chk["bound"] = _bound(precision)
-                    chk["passed"] = bool(chk["finite"] and chk["u_rel_l2"] <= chk["bound"])
-                except Exception as exc:  # report, don't hide: the row says why
-                    chk = {"error": f"{type(exc).__name__}: {exc}", "passed": False}
-                checks[k] = chk
-                print(f"check {k}: {chk}", file=sys.stderr)
-                if not chk["passed"]:
-                    break
-            if not chk["passed"]:
-                rows.append({"backend": backend, "precision": precision, "size": "", "in_place": in_place,
-                             "error": "not timed: check against the reference failed " + chk.get("error", "")})
-                continue
-            for n in sizes:
-                if fits.get((backend, precision, n)):     # does not fit this device: said, not tried
-                    rows.append({"backend": backend, "precision": precision, "size": n, "in_place": in_place,
-                                 "skipped": fits[(backend, precision, n)]})
-                    print(f"time {key} {n}^2: not timed, {fits[(backend, precision, n)]}", file=sys.stderr)
-                    continue
-                try:
-                    row = time_backend(backend, precision, n, steps=steps, repeats=repeats, warmup=warmup,
-                                       in_place=in_place)
-                    row["percent_of_copy"] = 100.0 * row["effective_bandwidth_GBps"] / bw["bandwidth_GBps"]
-                except Exception as exc:
-                    row = {"backend": backend, "precision": precision, "size": n, "in_place": in_place,
-                           "error": f"{type(exc).__name__}: {exc}"}
-                    backends.get(backend).free_pool()
-                rows.append(row)
-                print(f"time {key} {n}^2: {row.get('mlups', row.get('error'))}", file=sys.stderr)
-            last = next((r for r in reversed(rows) if r["backend"] == backend and r["precision"] == precision
-                         and "bytes_per_cell_resident" in r), None)
-            mem = backends.get(backend).memory()
-            if last and mem:
-                # the largest grid under auto streaming is a two-buffer one (auto streams in place only where the
-                # lattice fits the L2 cache), whatever the last timed size did
-                resident = (bytes_per_cell(get_precision(precision, "lbm"), False)[1] if in_place is None
-                            else last["bytes_per_cell_resident"])
-                memory.append({"backend": backend + (" (in place)" if in_place else ""), "precision": precision,
-                               "bytes_per_cell_resident": resident,
-                               "device_free_bytes": mem[0], "device_total_bytes": mem[1],
-                               "largest_square": _largest_square(mem[0], resident)})
+            _bench_one(backend, precision, sizes, in_place, fits, bw, dict(steps=steps, repeats=repeats, warmup=warmup),
+                       checks, rows, memory)
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
             "in_place": in_place, "streaming": streaming,

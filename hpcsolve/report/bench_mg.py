@@ -20,8 +20,10 @@ import time
 import numpy as np
 
 from hpcsolve.core import backends
-from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem import prepare_matrix, solve
 from hpcsolve.fem.discrete import testproblems as tp
+from hpcsolve.fem.linalg import kernels_numba
+from hpcsolve.fem.linalg.precond.multigrid import Multigrid
 
 RTOL = 1e-10
 GPU_SIZES = (255, 1023, 2047, 4095)
@@ -41,8 +43,6 @@ def _median(ts):
 
 def _time_solve(A, b, *, precision, method, pc, repeats: int, maxiter=None):
     """(report of the last solve, [solve seconds]) after one warm-up solve (compilation, graph capture)."""
-    from hpcsolve.fem import solve
-
     kw = dict(precision=precision, method=method, preconditioner=pc, rtol=RTOL)
     if maxiter:
         kw["maxiter"] = maxiter
@@ -90,7 +90,7 @@ def _row(result, m, backend, kind, hierarchy, precision, method, rep, times, set
 
 def _pyamg_rows(result, m, problem, repeats):
     try:
-        import pyamg
+        import pyamg    # optional: pyamg's own solver is a comparison row where it is installed (0.25 s import)
     except ImportError:
         return
     A, b = problem.A, problem.b
@@ -118,23 +118,22 @@ def _pyamg_rows(result, m, problem, repeats):
                   f"{r['solve_ms']:9.2f} ms  true {true:.1e}", flush=True)
 
 
-def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None:
-    """The time-to-solution table on 2D Poisson."""
-    from hpcsolve.fem import prepare_matrix
-
+def poisson_table(result, *, sizes, device, numba: bool, quick: bool) -> None:
+    """The time-to-solution table on 2D Poisson on ``device`` (a Backend: a GPU one builds its matrix on the device;
+    the NumPy one); ``numba``: also the V-cycle on Numba-CUDA, through a view of the same device matrix."""
+    gpu = device.gpu
     repeats = 2 if quick else 3
     for m in sizes:
         print(f"== multigrid: 2D Poisson {m}^2 = {m * m:,} unknowns, to a true residual of {RTOL:g}", flush=True)
         grid = tp.fd_grid(m)
         host = tp.poisson_fd(m) if (not gpu or m <= max(AMG_MAX, PYAMG_MAX, NUMBA_MAX)) else None
         if gpu:
-            from hpcsolve.fem.linalg import kernels_cupy
+            from hpcsolve.fem.linalg import kernels_cupy    # imports cupy (optional dependency): on a usable GPU only
 
             A = kernels_cupy.poisson_5point_device(m)
-            name = "cupy"
         else:
-            A = prepare_matrix(host.A, backend="numpy")
-            name = "numpy"
+            A = prepare_matrix(host.A, backend=device)
+        name = device.name
         b = host.b if host is not None else np.random.default_rng(1).standard_normal(m * m)
         plain_reps = repeats if m <= PLAIN_REPEATS_MAX else 1
         for prec, method in (("fp64", "cg"), ("mixed", "cg-reliable")):
@@ -150,7 +149,7 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             configs.append(("amg", "fp32", "fp64", "cg", "auto"))
         for kind, hier, prec, method, fmt in configs:
             def make(kind=kind, hier=hier, fmt=fmt):
-                return mgm.Multigrid(kind, {"hierarchy": hier, "level_format": fmt}, grid=grid)
+                return Multigrid(kind, {"hierarchy": hier, "level_format": fmt}, grid=grid)
             setup, pc = _setup_time(A, make, repeats if kind == "mg" else 1)
             rep, ts = _time_solve(A, b, precision=prec, method=method, pc=pc, repeats=repeats, maxiter=MG_MAXITER)
             if prec == "fp64":             # one V-cycle's device time, level by level (graph replays on the GPU)
@@ -162,12 +161,10 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             _row(result, m, name, kind, hier, prec, method, rep, ts, setup, note=note)
             pc.release(A)
         if gpu and numba and m <= NUMBA_MAX:
-            from hpcsolve.fem.linalg import kernels_numba
-
             try:
                 nA = kernels_numba.view_of(A)
                 # as for CuPy, the median of fresh set-ups: the first one compiles the Numba kernels (seconds)
-                setup, pc = _setup_time(nA, lambda: mgm.Multigrid("mg", {"hierarchy": "fp32"}, grid=grid), repeats)
+                setup, pc = _setup_time(nA, lambda: Multigrid("mg", {"hierarchy": "fp32"}, grid=grid), repeats)
                 rep, ts = _time_solve(nA, b, precision="fp64", method="cg", pc=pc, repeats=repeats, maxiter=MG_MAXITER)
                 pc.time_levels()
                 rep.preconditioner["level_time_s"] = list(pc.level_time_s)
@@ -181,23 +178,19 @@ def poisson_table(result, *, sizes, gpu: bool, numba: bool, quick: bool) -> None
             _pyamg_rows(result, m, host, 1 if m > 511 else repeats)
         del A
         if gpu:
-            import cupy
-
-            cupy.get_default_memory_pool().free_all_blocks()
+            device.free_pool()
 
 
-def robustness_table(result, *, gpu: bool, quick: bool) -> None:
-    """Plain CG, amg and mg on the hard problems (docs/fem_solvers.md)."""
-    from hpcsolve.fem import prepare_matrix
-
-    n, nc = (1024, 512) if gpu and not quick else (128, 64) if not quick else (48, 24)
-    backend = "cupy" if gpu else "numpy"
+def robustness_table(result, *, device, quick: bool) -> None:
+    """Plain CG, amg and mg on the hard problems (docs/fem_solvers.md) on ``device`` (a Backend)."""
+    n, nc = (1024, 512) if device.gpu and not quick else (128, 64) if not quick else (48, 24)
+    backend = device.name
     for problem in (tp.anisotropic(n), tp.jumps(n), tp.cook(nc)):
         print(f"== robustness: {problem.name}, {problem.n:,} unknowns", flush=True)
-        A = prepare_matrix(problem.A, backend=backend)
+        A = prepare_matrix(problem.A, backend=device)
         for kind in ("none", "amg", "mg"):
             def make(kind=kind):
-                return mgm.Multigrid(kind, {"hierarchy": "fp32"}, grid=problem.grid,
+                return Multigrid(kind, {"hierarchy": "fp32"}, grid=problem.grid,
                                      near_nullspace=problem.near_nullspace)
             setup, pc = ([], "none") if kind == "none" else _setup_time(A, make, 1)
             rep, ts = _time_solve(A, problem.b, precision="fp64", method="cg", pc=pc, repeats=1 if kind == "none" else 3,

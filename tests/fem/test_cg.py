@@ -4,14 +4,16 @@ backend (hpcsolve.fem.linalg.cg over the NumPy low ops: the decisions a GPU run 
 Numbers these tests produce are printed (pytest -s) and attached as record_property.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem import solve
-from hpcsolve.fem.linalg.cg import lanczos_kappa
+from hpcsolve.fem import prepare_matrix, solve
+from hpcsolve.fem.linalg.cg_decisions import ReplacementWatch, lanczos_kappa
 
 from fem_problems import poisson2d, poisson2d_kappa
 
@@ -149,8 +151,6 @@ def test_true_every_records_true_residuals(poisson128):
 
 
 def test_numpy_low_ops_fp32_really_computes_in_fp32():
-    from hpcsolve.fem import prepare_matrix
-
     A = poisson2d(4)
     M = prepare_matrix(A)
     low = M.low
@@ -243,10 +243,6 @@ def test_zero_right_hand_side():
 
 def test_replacement_watch_decisions():
     """The after-replacement rule of cg-reliable."""
-    from types import SimpleNamespace
-
-    from hpcsolve.fem.linalg.cg import ReplacementWatch
-
     opts = SimpleNamespace(rtol=1e-10, reliable_patience=3)
     w = ReplacementWatch(opts, vdvye=False, start=1.0)
     assert w.after(0.4, 0.4, 1) == ("", "") and w.best == 0.4          # halved: new best

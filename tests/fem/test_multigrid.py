@@ -11,6 +11,10 @@ import scipy.sparse.linalg as spla
 
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg.precond import multigrid as mgm
+from hpcsolve.fem.linalg.precond.aggregation import rho_dinv_a, sa_levels
+from hpcsolve.fem.linalg.precond.cycle import lambda_max
+from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, galerkin_by_probing, geometric_prolongation
+from hpcsolve.fem.linalg.precond.mg_options import MGOptions
 from hpcsolve.fem import prepare_matrix, solve
 from hpcsolve.fem.discrete import testproblems as tp
 from hpcsolve.fem.linalg.kernels_numpy_low import low_ops
@@ -321,7 +325,7 @@ def test_small_levels_built_on_the_host_give_the_same_lambda_max():
     x, rep = solve(P.A, P.b, preconditioner=pc, rtol=1e-10)
     low = prepare_matrix(P.A).low
     for lvl, lam in zip(pc.levels, rep.preconditioner["lambda_max"]):
-        assert pc._lambda_max(low, lvl, F64) == pytest.approx(lam, rel=1e-12)
+        assert lambda_max(low, lvl, F64, pc.options.power_iterations) == pytest.approx(lam, rel=1e-12)
     assert 1.5 < rep.preconditioner["lambda_max"][0] <= 2.0
 
 
@@ -341,9 +345,9 @@ def test_numba_vcycle_under_the_simulator_agrees_with_numpy(kind, hierarchy):
                                   lambda: tp.anisotropic(12)])
 def test_galerkin_by_probing_equals_the_sparse_triple_product(make):
     P = make()
-    Pm, cgrid, cindex = mgm.geometric_prolongation(P.grid)
+    Pm, cgrid, cindex = geometric_prolongation(P.grid)
     R = Pm.T.tocsr()
-    probed = mgm.galerkin_by_probing(low_ops(), P.A, Pm, R, cgrid, cindex)
+    probed = galerkin_by_probing(low_ops(), P.A, Pm, R, cgrid, cindex)
     exact = (R @ P.A @ Pm).tocsr()
     assert probed.shape == exact.shape
     assert abs(probed - exact).max() <= 1e-13 * abs(exact).max()
@@ -352,7 +356,7 @@ def test_galerkin_by_probing_equals_the_sparse_triple_product(make):
 
 def test_a_grid_without_free_list_means_dirichlet_all_round():
     P = tp.poisson_fd(15)
-    g = mgm.StructuredGrid(16, 16, None)
+    g = StructuredGrid(16, 16, None)
     assert np.array_equal(g.free_array(), P.grid.free)
 
 
@@ -457,8 +461,8 @@ def test_a_coarsest_level_too_large_for_a_dense_solve_is_refused():
 
 
 @pytest.mark.parametrize("grid,match", [
-    (lambda P: mgm.StructuredGrid(16, 16, None), "grid"),
-    (lambda P: mgm.StructuredGrid(32, 16, P.grid.free), "grid"),
+    (lambda P: StructuredGrid(16, 16, None), "grid"),
+    (lambda P: StructuredGrid(32, 16, P.grid.free), "grid"),
 ])
 def test_a_grid_that_does_not_fit_the_matrix_is_a_case_error(grid, match):
     P = tp.poisson_fd(31)
@@ -490,7 +494,7 @@ def test_lanczos_rho_of_dinv_a_is_within_a_percent_and_never_above(make, exact):
     A = sp.csr_matrix(make().A)
     dinv = 1.0 / A.diagonal()
     rho = exact(A, dinv)
-    est = mgm._rho_dinv_a(A, dinv)
+    est = rho_dinv_a(A, dinv)
     assert rho * 0.99 <= est <= rho * (1 + 1e-12)
 
 
@@ -514,7 +518,7 @@ def test_smoothed_aggregation_is_pyamgs_hierarchy(make):
 
     P = make()
     A = sp.csr_matrix(P.A)
-    pairs, coarse = mgm._sa_levels(A, mgm.MGOptions(coarse_size=50), P.near_nullspace)
+    pairs, coarse = sa_levels(A, MGOptions(coarse_size=50), P.near_nullspace)
     np.random.seed(0)
     ml = pyamg.smoothed_aggregation_solver(A, B=P.near_nullspace, max_coarse=50, keep=False)
     ours = [Al for Al, _ in pairs] + [coarse]

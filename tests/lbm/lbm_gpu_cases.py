@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from hpcsolve.lbm.steppers.stepper import OUTLET, VELOCITY, WALL, LBMSetup
+from hpcsolve.lbm.flags import OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.steppers.stepper import LBMSetup
 
 
 def _perturbed_initial_state(ny, nx, seed, amplitude):

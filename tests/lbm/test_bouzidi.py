@@ -17,8 +17,10 @@ from hpcsolve.core.cases import load_case
 from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm.boundaries import bouzidi
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.runner import build_setup
-from hpcsolve.lbm.steppers.stepper import OUTLET, VELOCITY, WALL, LBMSetup, get_stepper, momentum_exchange_force
+from hpcsolve.lbm.setup import build_setup
+from hpcsolve.lbm.boundaries.force import momentum_exchange_force
+from hpcsolve.lbm.flags import OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
 from hpcsolve.core.precision import FP16S, FP32, FP64, get_precision
 from hpcsolve.run import run_case
 

@@ -10,7 +10,8 @@ with shift and scale, the device observables.
 import numpy as np
 import pytest
 
-from hpcsolve.lbm.steppers.stepper import get_stepper, momentum_exchange_force
+from hpcsolve.lbm.boundaries.force import momentum_exchange_force
+from hpcsolve.lbm.steppers.stepper import get_stepper
 from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted, with_layer
@@ -198,7 +199,7 @@ def test_auto_streaming_keeps_two_buffers_under_the_simulator():
 def test_in_place_refuses_a_cell_with_outlet_and_interpolated_links():
     from hpcsolve.core.errors import CaseError
     from hpcsolve.lbm.boundaries import bouzidi
-    from hpcsolve.lbm.steppers.stepper import WALL
+    from hpcsolve.lbm.flags import WALL
 
     setup = channel(nx=10, ny=8, policy=FP64)
     setup.flags[3:5, 7:9] = WALL          # an obstacle next to the outlet column (x = 9)

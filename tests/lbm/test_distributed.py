@@ -161,7 +161,7 @@ import sys
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 import lbm_gpu_cases as cases
-from hpcsolve import parallel
+from hpcsolve.core import parallel
 from hpcsolve.lbm.distributed import SlabStepper
 comm = parallel.world()
 s = SlabStepper("numpy", cases.channel_with_bouzidi(nx=12, ny=10), comm)
@@ -311,7 +311,8 @@ def test_tiny_lattices_with_links_on_every_rank_count(ny):
     """A Bouzidi obstacle on lattices of 3 to 5 rows (periodic in y) on 1 .. ny ranks: with ny = 3 on 2 ranks
     both halos are the same row, and a link's partner must be taken from the copy next to its cell."""
     from hpcsolve.lbm.boundaries import bouzidi
-    from hpcsolve.lbm.steppers.stepper import LBMSetup, WALL
+    from hpcsolve.lbm.flags import WALL
+    from hpcsolve.lbm.steppers.stepper import LBMSetup
 
     nx = 8
     flags = np.zeros((ny, nx), np.uint8)

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from hpcsolve.lbm.kernels.emit_cuda import kernel_source
-from hpcsolve.lbm.steppers.stepper import get_stepper, macroscopic_from_populations, momentum_exchange_force
+from hpcsolve.lbm.boundaries.force import momentum_exchange_force
+from hpcsolve.lbm.steppers.stepper import get_stepper, macroscopic_from_populations
 from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 from lbm_gpu_cases import GEOMETRIES, channel, obstacle_mask, rel_diff, shifted, with_layer
@@ -246,14 +247,14 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
             "steady.interval=200", "steady.tolerance=2e-2"]
     _stepper_or_skip(backend, channel(policy=FP64))
     used = []
-    real = lbm_runner._point_fields
+    real = lbm_runner.point_fields
 
     def spy(stepper, *args):
         out = real(stepper, *args)
         used.append(type(out[0]).__module__.split(".")[0])
         return out
 
-    monkeypatch.setattr(lbm_runner, "_point_fields", spy)
+    monkeypatch.setattr(lbm_runner, "point_fields", spy)
     dev = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
     assert set(used) == {"cupy"}
 
@@ -262,7 +263,7 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
         used.append(type(out[0]).__module__.split(".")[0])
         return out
 
-    monkeypatch.setattr(lbm_runner, "_point_fields", host_only)
+    monkeypatch.setattr(lbm_runner, "point_fields", host_only)
     used.clear()
     host = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
     assert set(used) == {"numpy"}
@@ -362,7 +363,7 @@ def test_gpu_bouzidi_links_match_reference(backend, precision, pairs):
     # drag and lift with interpolated links, reduced on the device, against the host reference on the same state
     from lbm_gpu_cases import obstacle_mask
 
-    from hpcsolve.lbm.steppers.stepper import momentum_exchange_force
+    from hpcsolve.lbm.boundaries.force import momentum_exchange_force
 
     mask = obstacle_mask(setup)
     f_ref = momentum_exchange_force(dev.populations(), setup, mask)

@@ -9,7 +9,7 @@ from hpcsolve.lbm.steppers import inplace
 from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
-from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET
+from hpcsolve.lbm.flags import FLUID, OUTLET
 from hpcsolve.core.precision import FP16S, FP32, FP64
 
 from lbm_gpu_cases import channel

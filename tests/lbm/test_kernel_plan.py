@@ -130,3 +130,36 @@ def test_pair_pulls_give_each_cell_of_a_pair_its_streamed_population():
                 got = [word[w][0 if half == "lo" else 1] for w, half in (pull.a, pull.b)]
                 assert got == [want[i, y, 2 * p], want[i, y, 2 * p + 1]]
         assert ("nb" in (pull.a[0], pull.b[0])) == bool(pull.neighbour)
+
+
+def test_moments_kernel_declares_coordinates_only_where_positions_use_them():
+    """The even layout's positions are ``i * N + cell``: its moments kernel declares no coordinates (NVRTC warning
+    177); the odd layout's use every row and column."""
+    from hpcsolve.lbm.kernels import step_plan
+
+    coords = {"y", "x", "row", "rowm", "rowp", "xm", "xp"}
+    for state, want in ((kernel_plan.EVEN, set()), (kernel_plan.ODD, coords)):
+        names = {s.name for s in step_plan.moments_kernel(state).body if isinstance(s, kernel_plan.Let)}
+        assert names & coords == want
+
+
+def test_both_printers_write_one_description():
+    """One body in the plan's vocabulary, printed as CUDA C (a loop, casts, ``?:``) and as Python (the loop unrolled,
+    ``name[k]`` one local per iteration, device arrays through ``load_at``)."""
+    from hpcsolve.core.precision import FP32
+    from hpcsolve.lbm.kernels import kernel_plan as kp
+    from hpcsolve.lbm.kernels.population_code import cuda_code, numba_code
+    from hpcsolve.lbm.kernels.print_cuda import CPrinter
+    from hpcsolve.lbm.kernels.print_numba import PythonPrinter
+
+    body = (kp.Decl("int", "code", (2,)),
+            kp.Unrolled("k", 2, (kp.Let("x", "int", "x0 + k * 64"),
+                                 kp.Set("code[k]", kp.Sel("x < nx", kp.Cast("int", kp.At("flags", "row + x")), "1")))),
+            kp.If("x == 0", (kp.Return(),), compact=True))
+    c = " ".join(" ".join(CPrinter(None, cuda_code(FP32)).block(body, 0)).split())
+    assert c == ("int code[2]; #pragma unroll for (int k = 0; k < 2; ++k) { const int x = x0 + k * 64; "
+                 "code[k] = (x < nx) ? (int)flags[row + x] : 1; } if (x == 0) return;")
+    py = PythonPrinter(numba_code(FP32)).block(body, 0)
+    assert py == ["x = x0 + 0 * 64", "code_0 = load_at(flags, row + x) if x < nx else 1",
+                  "x = x0 + 1 * 64", "code_1 = load_at(flags, row + x) if x < nx else 1",
+                  "if x == 0:", "    return"]

@@ -14,7 +14,10 @@
   (``kernel_plan``: per-layout positions, the boundary rules' pieces from ``boundaries``, the force and
   Bouzidi list kernels; session 7, benchmarked before and after in one device run), and when the CUDA pair
   kernel began to pass raw words between lanes and FP16C got its cheaper codec (session 9, the fp16s and fp16c
-  CUDA sources; benchmarked before and after in one device run). A change to
+  CUDA sources; benchmarked before and after in one device run), and when the step and moments kernels began to
+  be printed from one description (``step_plan``; the CUDA C changed only in whitespace and in the removal of
+  unused locals: the even moments kernel's coordinates, the AA odd step's xm / xp, three dead temporaries of
+  the layer collision). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -48,26 +51,26 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
     "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
     "cuda-bouzidi/fp64": "708848745d8bac574d60",
-    "cuda/fp16c/bgk": "cca1df826b338f2b0b98",
-    "cuda/fp16c/trt": "17050816109342ac2b68",
-    "cuda/fp16s/bgk": "ba95a319c5ff4ee92c3f",
-    "cuda/fp16s/trt": "ca78f5fe86e2098d564f",
-    "cuda/fp32/bgk": "b3bace242eb6ab7eba9f",
-    "cuda/fp32/trt": "ee92136206e11e8e0037",
-    "cuda/fp64/bgk": "4ff3a1dd8dad84b0065f",
-    "cuda/fp64/trt": "b7bf6d2c31bac5e64610",
+    "cuda/fp16c/bgk": "8b8ca2296d3105568f2d",
+    "cuda/fp16c/trt": "de6bf7ac2bfeb039966e",
+    "cuda/fp16s/bgk": "b137325e804a8e381217",
+    "cuda/fp16s/trt": "e2e3776f92629d92ef42",
+    "cuda/fp32/bgk": "c11d0bd686c4f4bb723f",
+    "cuda/fp32/trt": "d4a8c0813dc2a7e3ae33",
+    "cuda/fp64/bgk": "90ff3eb08311b340dc75",
+    "cuda/fp64/trt": "2d4df716051082f27e37",
     "numba-bouzidi/fp16c": "25d3d319ad6137f56bf2",
     "numba-bouzidi/fp16s": "8e3c2341f6797777389b",
     "numba-bouzidi/fp32": "065372627fe34d0d1920",
     "numba-bouzidi/fp64": "840e2f65eb0833cc189e",
-    "numba/fp16c/bgk": "1b0118b3cbada9af51d8",
-    "numba/fp16c/trt": "72b76adcd9d7d3768a02",
-    "numba/fp16s/bgk": "826edbb9eacacecf6f14",
-    "numba/fp16s/trt": "89133c88d8ba3272ffaa",
-    "numba/fp32/bgk": "738f763ce76d337e832e",
-    "numba/fp32/trt": "89f833ad891026f5fcca",
-    "numba/fp64/bgk": "fe0bab675ee845644def",
-    "numba/fp64/trt": "649fe80d3b2dea5d01dc",
+    "numba/fp16c/bgk": "a50185f1d3e59b516de4",
+    "numba/fp16c/trt": "694ce858755ed6d506cd",
+    "numba/fp16s/bgk": "1aeb5929056692c26170",
+    "numba/fp16s/trt": "7d77327f54be06dee47b",
+    "numba/fp32/bgk": "9590b606e5c6b923d2ec",
+    "numba/fp32/trt": "04ecde74c9313c2d923f",
+    "numba/fp64/bgk": "428b4dd8ec34d59a77ea",
+    "numba/fp64/trt": "b44fa1b5b21ee4b051c7",
 }
 
 

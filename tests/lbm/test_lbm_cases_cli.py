@@ -9,7 +9,7 @@ import pytest
 from hpcsolve.core.cases import load_case
 from hpcsolve.cli import main
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.runner import build_setup
+from hpcsolve.lbm.setup import build_setup
 from hpcsolve.lbm.steppers.stepper import get_stepper
 from hpcsolve.core.precision import FP64
 from hpcsolve.core.results import read_h5
@@ -208,8 +208,8 @@ def test_blow_up_exits_3_with_step_and_keeps_partial_result(tmp_path, capsys):
 
 def test_window_metrics_average_out_an_acoustic_swing():
     """c_D / c_L over the last quarter of the monitor samples: an oscillation of whole periods in the
-    window averages out, the final sample does not (what the 2D-1 lift needs, see runner._window_metrics)."""
-    from hpcsolve.lbm.runner import _window_metrics
+    window averages out, the final sample does not (what the 2D-1 lift needs, see reference._window_metrics)."""
+    from hpcsolve.lbm.reference import _window_metrics
 
     t = np.arange(400)
     lift = 0.0106 + 0.002 * np.sin(2 * np.pi * t / 25.0 + 1.82) * np.exp(-t / 2000.0)   # last sample near a crest
@@ -242,7 +242,8 @@ def test_ramp_time_becomes_ramp_steps_and_delays_the_steady_check():
             "steady.enabled=false"])
 
 
-def test_bench_in_place_is_an_lbm_option(capsys):
-    rc = main(["bench", "fem", "--in-place", "--quick"])
+def test_bench_in_place_is_gone_for_streaming(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "fem", "--in-place", "--quick"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--in-place" in err and "Traceback" not in err
+    assert exc.value.code == 2 and "--in-place was removed: use --streaming in-place" in err and "Traceback" not in err

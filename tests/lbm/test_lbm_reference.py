@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET, VELOCITY, WALL, LBMSetup, get_stepper
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
 from hpcsolve.core.precision import FP16S, FP32, FP64
 
 

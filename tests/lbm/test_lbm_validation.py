@@ -38,7 +38,7 @@ def _poiseuille(collision: str, resolution: int):
 def test_poiseuille_profile_error_bound(collision):
     error = _poiseuille(collision, 16)
     # seen: 0.0035 (BGK), 0.0040 (TRT) at 16 cells across the channel; the remainder is the
-    # inlet's second-order flux defect next to the walls (see runner.reference_metrics)
+    # inlet's second-order flux defect next to the walls (see reference.reference_metrics)
     assert error < 0.006, error
 
 

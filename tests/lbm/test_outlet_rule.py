@@ -15,7 +15,7 @@ from hpcsolve.core.cases import load_case
 from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.flags import OUTLET, VELOCITY
-from hpcsolve.lbm.runner import build_setup
+from hpcsolve.lbm.setup import build_setup
 from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
 from hpcsolve.core.precision import FP64, get_precision
 

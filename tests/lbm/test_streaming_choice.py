@@ -59,7 +59,7 @@ def test_auto_keeps_two_buffers_where_in_place_cannot_run_the_setup():
     lattice.streaming; 'auto' quietly keeps two buffers."""
     from hpcsolve.lbm.boundaries import bouzidi
     from hpcsolve.lbm.steppers import inplace
-    from hpcsolve.lbm.steppers.stepper import WALL
+    from hpcsolve.lbm.flags import WALL
 
     setup = channel_with_bouzidi(nx=10, ny=8, policy=FP64)
     setup.flags[3:5, 7:9] = WALL
@@ -146,7 +146,7 @@ def test_case_streaming_maps_to_the_setup():
     from pathlib import Path
 
     from hpcsolve.core.cases import load_case
-    from hpcsolve.lbm.runner import build_setup
+    from hpcsolve.lbm.setup import build_setup
 
     case_file = Path(__file__).resolve().parents[2] / "cases" / "lid_driven_cavity.toml"
     got = {}
@@ -161,9 +161,11 @@ def test_bench_streaming_is_an_lbm_option(capsys):
     rc = main(["bench", "fem", "--streaming", "two-buffer", "--quick"])
     err = capsys.readouterr().err
     assert rc == 2 and "--streaming" in err and "Traceback" not in err
-    rc = main(["bench", "lbm", "--in-place", "--streaming", "two-buffer", "--quick"])
+    with pytest.raises(SystemExit) as exc:        # --in-place is gone: argparse's error names its replacement
+        main(["bench", "lbm", "--in-place", "--quick"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--streaming" in err and "Traceback" not in err
+    assert exc.value.code == 2 and "unrecognized arguments: --in-place" in err
+    assert "use --streaming in-place" in err and "Traceback" not in err
 
 
 def test_bench_auto_streaming_checks_both_layouts_and_reports_two_buffer_memory(tmp_path, monkeypatch):

@@ -205,7 +205,7 @@ def test_strouhal_of_a_standing_sound_wave():
     peak over ~4.5 periods and the crossings' linear interpolation each stay below ~5e-4 here). A crossing count off by
     one (20 % over 4-5 periods) or a time axis off by one sample per period (2 %) fails."""
     from hpcsolve.lbm import observables as obs
-    from hpcsolve.lbm.runner import _periodic_metrics
+    from hpcsolve.lbm.reference import _periodic_metrics
 
     L, ny, tau, amp = 32, 2, 0.8, 1e-4
     flags = np.full((ny, L + 2), FLUID, np.uint8)
@@ -253,7 +253,8 @@ def test_cylinder_2d2_sheds_at_the_published_strouhal_number():
     (cases/cylinder_2d2.toml)."""
     from hpcsolve.core.cases import load_case
     from hpcsolve.lbm import observables as obs
-    from hpcsolve.lbm.runner import _periodic_metrics, build_setup
+    from hpcsolve.lbm.reference import _periodic_metrics
+    from hpcsolve.lbm.setup import build_setup
 
     D, u = 20, 0.15
     case = load_case(Path(__file__).resolve().parents[2] / "cases" / "cylinder_2d2.toml", [f"lattice.resolution={D}", f"lattice.velocity={u}", "domain.length=0.6",

@@ -8,7 +8,7 @@ import pytest
 
 from hpcsolve import run as runmod
 from hpcsolve.lbm import observables as obs
-from hpcsolve.lbm.steppers.stepper import FLUID, OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY, WALL
 
 CASES = Path(__file__).parent.parent.parent / "cases"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve.core.errors import CaseError, clip
+from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
 
 
 @dataclass
@@ -161,8 +162,6 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
     boundary; triangle physical groups name regions."""
     import meshio
-
-    from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
 
     path = Path(path)
     allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"

@@ -17,7 +17,8 @@ import scipy.sparse as sp
 
 from hpcsolve.fem.discrete import assembly
 from hpcsolve.fem.discrete import mesh as meshmod
-from hpcsolve.fem.linalg.precond.multigrid import StructuredGrid, rigid_body_modes
+from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
+from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
 
 
 @dataclass

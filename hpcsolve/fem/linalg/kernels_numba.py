@@ -16,13 +16,17 @@ return, or ``numba.cuda.as_cuda_array(cupy_array)`` views made once, outside a c
 passed directly is imported by numba at every launch (DLPack with a stream handshake), which costs time
 and cannot be recorded into a graph.
 
-Kernels are generated per dtype by small factories (T = np.float32 / np.float64), so float32 work
-really is float32: accumulators and coefficients are cast to T. Block sums use a shared-memory tree
-(it also runs under the CUDA simulator), then one float64 atomicAdd per block.
+The kernels are not written here: each fused operation is described once in ``hpcsolve.fem.linalg.fused`` (the
+same description ``kernels_cupy`` prints to CUDA C), printed to Python by ``fused_numba`` and exec'd per type
+binding (``_typed(T)``, ``_pair(TA, TO)``, ``_dia(T, ndiag)``, ``_core()``), so float32 work really is float32:
+declarations and coefficients are cast to T. What stays here is this backend's runtime: the block reductions
+(a shared-memory tree, which also runs under the CUDA simulator, then one float64 atomic per block), the index
+type, the launch bounds, and the launches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -30,7 +34,8 @@ import numpy as np
 
 from hpcsolve.core.backends import cuda_simulator_enabled
 from hpcsolve.core.cudasim import serialise_shared_arrays
-from hpcsolve.fem.linalg import lowops
+from hpcsolve.fem.linalg import fused, fused_numba, lowops
+from hpcsolve.fem.linalg.lowops import LevelCSR
 
 THREADS = 256          # the shared-memory size of the block reduction (power of two)
 #: every kernel is compiled for THREADS-thread blocks, 2048 // THREADS of them resident per SM (at most 32
@@ -59,15 +64,10 @@ def _kernel_decorator():
     return functools.partial(cuda.jit, launch_bounds=LAUNCH_BOUNDS)
 
 
-@functools.lru_cache(maxsize=None)
-def _core():
-    global cuda
-    from numba import cuda as numba_cuda, float64
-
-    cuda = numba_cuda
-    if cuda_simulator_enabled():
-        serialise_shared_arrays()             # the simulator's cuda.shared.array is not thread-safe (hpcsolve.core.cudasim)
-    kernel = _kernel_decorator()
+def _reductions():
+    """The backend's block reductions (the kernels' ``block_add2`` / ``block_max3``, see ``fused``): a shared-memory
+    tree (it also runs under the CUDA simulator), then one float64 atomic per block."""
+    from numba import float64
 
     @cuda.jit(device=True, inline=True)
     def block_add2(a, b, ws, ia, ib):
@@ -92,7 +92,9 @@ def _core():
 
     @cuda.jit(device=True, inline=True)
     def block_max3(a, b, c, ws, ia, ib, ic):
-        # maxima of values >= 0 over the block (shared-memory tree), one atomic max per block
+        # maxima of values >= 0 over the block (shared-memory tree), one atomic max per block; the block's
+        # earlier reductions finish first (thread 0 reads their shared arrays)
+        cuda.syncthreads()
         sa = cuda.shared.array(THREADS, float64)
         sb = cuda.shared.array(THREADS, float64)
         sc = cuda.shared.array(THREADS, float64)
@@ -114,360 +116,80 @@ def _core():
             cuda.atomic.max(ws, ib, sb[0])
             cuda.atomic.max(ws, ic, sc[0])
 
-    @cuda.jit(device=True, inline=True)
-    def coef(ws, inum, iden, c):
-        if inum < 0:
-            return c
-        if iden < 0:
-            return c * ws[inum]
-        d = ws[iden]
-        return c * ws[inum] / d if d != 0.0 else 0.0
+    return block_add2, block_max3
 
-    @kernel
-    def block_start(ws, i_rho, i_pq, i_rr, K):
-        j = cuda.threadIdx.x
-        while j < K:
-            ws[i_rho + 1 + j] = 0.0
-            ws[i_pq + j] = 0.0
-            ws[i_rr + 1 + j] = 0.0
-            j += cuda.blockDim.x
 
-    @kernel
-    def block_end(ws, i_rho, i_rr, k):
-        if cuda.threadIdx.x == 0:
-            ws[i_rho] = ws[i_rho + k]
-            ws[i_rr] = ws[i_rr + k]
+@dataclasses.dataclass(frozen=True)
+class Core:
+    """The untyped kernels and the helpers every typed kernel calls."""
 
-    @kernel
-    def fill_zero(a, start, count):
-        i = cuda.grid(1)
-        while i < count:
-            a[start + i] = 0
-            i += cuda.gridsize(1)
+    cuda: object
+    block_add2: object
+    block_max3: object
+    coef: object
+    block_start: object
+    block_end: object
+    fill_zero: object
+    check_matrix: object
 
-    @kernel
-    def check_matrix(n, indptr, indices, vals, dinv, ws, base):
-        # validation of a CSR matrix (rows sorted, no duplicates), one row per thread; slots as in
-        # kernels_cupy's check_matrix (hpcsolve.fem.linalg.lowops.CHECK_*)
-        nonfinite = 0.0
-        bad_index = 0.0
-        bad_diag = 0.0
-        max_abs = 0.0
-        max_asym = 0.0
-        max_diag = 0.0
-        i = cuda.grid(1)
-        while i < n:
-            d = 0.0
-            for k in range(indptr[i], indptr[i + 1]):
-                j = indices[k]
-                v = vals[k]
-                if not math.isfinite(v):
-                    nonfinite += 1.0
-                    continue
-                if j < 0 or j >= n:
-                    bad_index += 1.0
-                    continue
-                max_abs = max(max_abs, abs(v))
-                if j == i:
-                    d = v
-                    continue
-                lo = indptr[j]
-                hi = indptr[j + 1]
-                while lo < hi:
-                    mid = lo + (hi - lo) // 2
-                    if indices[mid] < i:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                w = 0.0
-                if lo < indptr[j + 1]:
-                    if indices[lo] == i:
-                        w = vals[lo]
-                max_asym = max(max_asym, abs(v - w))
-            if d > 0.0:
-                dinv[i] = 1.0 / d
-            else:
-                dinv[i] = 0.0
-                bad_diag += 1.0
-            max_diag = max(max_diag, abs(d))
-            i += cuda.gridsize(1)
-        block_add2(nonfinite, bad_index, ws, base, base + 5)
-        cuda.syncthreads()
-        block_add2(bad_diag, 0.0, ws, base + 3, -1)
-        cuda.syncthreads()
-        block_max3(max_abs, max_asym, max_diag, ws, base + 1, base + 2, base + 4)
 
-    return cuda, block_add2, coef, block_start, block_end, fill_zero, check_matrix
+def _build(ops, label, count=None, helpers=None, **types):
+    """The descriptions ``ops`` printed for Numba (``fused_numba``) and compiled lazily, with the type parameters
+    ``types`` bound (T=np.float32, ...) and the helpers they call (``_core``'s unless given); returns
+    {name: kernel}."""
+    from numba import float32, float64
+
+    if helpers is None:
+        core = _core()              # (first: it imports numba.cuda into the module global ``cuda``)
+        helpers = dict(block_add2=core.block_add2, block_max3=core.block_max3, coef=core.coef)
+    index_type = _index_type()
+    scope = {"cuda": cuda, "math": math, "float64": float64, "float32": float32, "I": index_type,
+             "kernel": _kernel_decorator(), "device": cuda.jit(device=True, inline=True), **types, **helpers}
+    return fused_numba.build(ops, scope, unsigned=index_type is not int, count=count, label=label)
+
+
+@functools.lru_cache(maxsize=None)
+def _core() -> Core:
+    global cuda
+    from numba import cuda as numba_cuda
+
+    cuda = numba_cuda
+    if cuda_simulator_enabled():
+        serialise_shared_arrays()             # the simulator's cuda.shared.array is not thread-safe (hpcsolve.core.cudasim)
+    helpers = dict(zip(("block_add2", "block_max3"), _reductions()))
+    k = _build((fused.COEF, fused.BLOCK_START, fused.BLOCK_END, fused.FILL_ZERO, fused.CHECK_MATRIX), "core",
+               helpers=helpers)
+    return Core(cuda, **helpers, **k)
 
 
 @functools.lru_cache(maxsize=None)
 def _typed(T):
-    """Kernels in working precision T (np.float32 or np.float64). The CG iteration's kernels index with I
-    (uint64 on a GPU: no negative-index wraparound on their loads; see ``_dia_unrolled``)."""
-    _, block_add2, coef = _core()[:3]
-    kernel = _kernel_decorator()
-    I = _index_type()
-
-    @kernel
-    def spmv_dot(n, indptr, indices, vals, p, q, ws, i_pq):
-        # q = A p, ws[i_pq] += p.q. bytes: nnz (s + 4) + (n+1) 4 + 2 n s
-        acc = T(0)
-        nn = I(n)
-        one = I(1)
-        i = I(cuda.grid(1))
-        step = I(cuda.gridsize(1))
-        while i < nn:
-            s = T(0)
-            k = I(indptr[i])
-            end = I(indptr[i + one])
-            while k < end:
-                s += vals[k] * p[I(indices[k])]
-                k += one
-            q[i] = s
-            acc += p[i] * s
-            i += step
-        if i_pq >= 0:
-            block_add2(float(acc), 0.0, ws, i_pq, -1)
-
-    @kernel
-    def dot(n, x, y, ws, j):
-        acc = T(0)
-        nn = I(n)
-        i = I(cuda.grid(1))
-        step = I(cuda.gridsize(1))
-        while i < nn:
-            acc += x[i] * y[i]
-            i += step
-        block_add2(float(acc), 0.0, ws, j, -1)
-
-    @kernel
-    def precondition(n, dinv, r, z, ws, i_rz):
-        acc = T(0)
-        i = cuda.grid(1)
-        while i < n:
-            zi = dinv[i] * r[i]
-            z[i] = zi
-            acc += r[i] * zi
-            i += cuda.gridsize(1)
-        block_add2(float(acc), 0.0, ws, i_rz, -1)
-
-    @kernel
-    def precondition_init(n, r, p, dinv, has_dinv, ws, i_rz, i_rr):
-        acc_rr = T(0)
-        acc_rz = T(0)
-        i = cuda.grid(1)
-        while i < n:
-            ri = r[i]
-            zi = dinv[i] * ri if has_dinv else ri
-            p[i] = zi
-            acc_rr += ri * ri
-            acc_rz += ri * zi
-            i += cuda.gridsize(1)
-        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
-
-    @kernel
-    def update_r(n, r, q, dinv, has_dinv, ws, i_rho, i_pq, i_rz, i_rr):
-        # fused CG: r -= alpha q (alpha = rho/pq from device memory); r.r [, r.dinv.r]. bytes 3 n s
-        alpha = T(coef(ws, i_rho, i_pq, 1.0))
-        acc_rr = T(0)
-        acc_rz = T(0)
-        nn = I(n)
-        i = I(cuda.grid(1))
-        step = I(cuda.gridsize(1))
-        while i < nn:
-            ri = r[i] - alpha * q[i]
-            r[i] = ri
-            acc_rr += ri * ri
-            if has_dinv:
-                acc_rz += ri * ri * dinv[i]
-            i += step
-        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
-
-    @kernel
-    def update_xp(n, x, p, r, dinv, has_dinv, ws, i_rho, i_pq, bnum, bden, bc):
-        # fused CG: x += alpha p; p = [dinv] r + beta p, beta the coefficient (bnum, bden, bc). bytes 5 n s
-        alpha = T(coef(ws, i_rho, i_pq, 1.0))
-        beta = T(coef(ws, bnum, bden, bc))
-        nn = I(n)
-        i = I(cuda.grid(1))
-        step = I(cuda.gridsize(1))
-        while i < nn:
-            pi = p[i]
-            x[i] += alpha * pi
-            zi = dinv[i] * r[i] if has_dinv else r[i]
-            p[i] = zi + beta * pi
-            i += step
-
-    @kernel
-    def fold(n, x64, y):
-        i = cuda.grid(1)
-        while i < n:
-            x64[i] += float(y[i])
-            y[i] = T(0)
-            i += cuda.gridsize(1)
-
-    # ---- multigrid levels (LevelCSR): values stored in any of float64 / float32 / float16 (one compiled
-    # specialization per storage dtype), widened to T value by value: T(vals[k]); optional row scale
-    @cuda.jit(device=True, inline=True)
-    def level_row(i, indptr, indices, vals, rowscale, has_rs, x):
-        s = T(0)
-        for k in range(indptr[i], indptr[i + 1]):
-            s += T(vals[k]) * x[indices[k]]
-        if has_rs:
-            s = rowscale[i] * s
-        return s
-
-    @kernel
-    def csr_apply(rows, indptr, indices, vals, rowscale, has_rs, x, b, has_b, y, a, c):
-        # y = a (M x) + c b (has_b False: y = a M x); b may be y itself (row i reads b[i] before writing y[i])
-        ta = T(a)
-        tc = T(c)
-        i = cuda.grid(1)
-        while i < rows:
-            s = level_row(i, indptr, indices, vals, rowscale, has_rs, x)
-            if has_b:
-                y[i] = ta * s + tc * b[i]
-            else:
-                y[i] = ta * s
-            i += cuda.gridsize(1)
-
-    @kernel
-    def mg_smooth(n, indptr, indices, vals, rowscale, has_rs, x_in, b, dinv, d, x_out, c_d, c_r, first):
-        # first: d = c_r dinv b; x_out = d.  else: d = c_d d + c_r dinv (b - M x_in); x_out = x_in + d
-        cd = T(c_d)
-        cr = T(c_r)
-        i = cuda.grid(1)
-        if first:
-            while i < n:
-                di = (dinv[i] * b[i]) * cr
-                d[i] = di
-                x_out[i] = di
-                i += cuda.gridsize(1)
-        else:
-            while i < n:
-                ri = b[i] - level_row(i, indptr, indices, vals, rowscale, has_rs, x_in)
-                di = cd * d[i] + cr * (dinv[i] * ri)
-                d[i] = di
-                x_out[i] = x_in[i] + di
-                i += cuda.gridsize(1)
-
-    return dict(spmv_dot=spmv_dot, dot=dot, precondition=precondition, precondition_init=precondition_init,
-                update_r=update_r, update_xp=update_xp, fold=fold, csr_apply=csr_apply, mg_smooth=mg_smooth)
+    """Kernels in working precision T (np.float32 or np.float64); the multigrid level kernels take values stored in
+    any of float64 / float32 / float16 (one compiled specialization per storage dtype), widened to T value by value.
+    The CG iteration's kernels index with I (uint64 on a GPU: no negative-index wraparound on their loads)."""
+    ops = (fused.SPMV_DOT, fused.DOT, fused.PRECONDITION, fused.PRECONDITION_INIT, fused.UPDATE_R, fused.UPDATE_XP,
+           fused.FOLD, fused.LEVEL_ROW, fused.CSR_APPLY, fused.MG_SMOOTH)
+    return _build(ops, f"T={np.dtype(T).name}", T=T)
 
 
 @functools.lru_cache(maxsize=None)
 def _pair(TA, TO):
-    """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA)."""
-    _, block_add2, coef = _core()[:3]
-    kernel = _kernel_decorator()
-
-    @kernel
-    def residual(n, indptr, indices, vals, x, b, r, dinv, has_dinv, ws, i_rz, i_rr):
-        acc_rr = TA(0)
-        acc_rz = TA(0)
-        i = cuda.grid(1)
-        while i < n:
-            s = TA(0)
-            for k in range(indptr[i], indptr[i + 1]):
-                s += vals[k] * x[indices[k]]
-            ri = b[i] - s
-            r[i] = TO(ri)
-            acc_rr += ri * ri
-            if has_dinv:
-                acc_rz += ri * ri * dinv[i]
-            i += cuda.gridsize(1)
-        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
-
-    @kernel
-    def replace_residual(n, indptr, indices, vals, x, b, r, p, dinv, has_dinv, ws, i_rz, i_rr):
-        # reliable update (TA = float64): r_true = b - A x; p += [dinv] (r_true - r_old); r = r_true
-        acc_rr = TA(0)
-        acc_rz = TA(0)
-        i = cuda.grid(1)
-        while i < n:
-            s = TA(0)
-            for k in range(indptr[i], indptr[i + 1]):
-                s += vals[k] * x[indices[k]]
-            ri = b[i] - s
-            d = ri - TA(r[i])
-            r[i] = TO(ri)
-            if has_dinv:
-                p[i] = TO(TA(p[i]) + dinv[i] * d)
-                acc_rz += ri * ri * dinv[i]
-            else:
-                p[i] = TO(TA(p[i]) + d)
-            acc_rr += ri * ri
-            i += cuda.gridsize(1)
-        block_add2(float(acc_rr), float(acc_rz), ws, i_rr, i_rz if has_dinv else -1)
-
-    @kernel
-    def axpy(n, x, y, ws, inum, iden, c):
-        a = TO(coef(ws, inum, iden, c))
-        i = cuda.grid(1)
-        while i < n:
-            y[i] += a * TO(x[i])
-            i += cuda.gridsize(1)
-
-    @kernel
-    def cast_copy(n, src, dst, scale):
-        # dst = scale * src, computed in the wider type
-        i = cuda.grid(1)
-        while i < n:
-            dst[i] = src[i] * scale
-            i += cuda.gridsize(1)
-
-    return dict(residual=residual, replace_residual=replace_residual, axpy=axpy, cast_copy=cast_copy)
-
-
-_DIA_SOURCE = """
-@kernel
-def dia_apply(n, offsets, vals, rowscale, has_rs, x, b, has_b, y, a, c):
-    ta = T(a)
-    tc = T(c)
-{rows}
-        if has_b:
-            y[i] = ta * s + tc * b[i]
-        else:
-            y[i] = ta * s
-        i += step
-
-@kernel
-def dia_smooth(n, offsets, vals, rowscale, has_rs, x, b, dinv, d, x_out, c_d, c_r):
-    cd = T(c_d)
-    cr = T(c_r)
-{rows}
-        di = cd * d[i] + cr * (dinv[i] * (b[i] - s))
-        d[i] = di
-        x_out[i] = x[i] + di
-        i += step
-
-"""
+    """Kernels across two precisions: residual computed in TA stored as TO; y(TO) += a x(TA); dst(TO) = scale src."""
+    ops = (fused.RESIDUAL, fused.REPLACE_RESIDUAL, fused.AXPY, fused.CAST_COPY)
+    return _build(ops, f"TA={np.dtype(TA).name}, TO={np.dtype(TO).name}", TA=TA, TO=TO, TX=TA, TY=TO)
 
 
 @functools.lru_cache(maxsize=None)
-def _dia_unrolled(T, ndiag: int):
-    """(dia_apply, dia_smooth) in working precision T for levels with ``ndiag`` diagonals: the loop over the
-    diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's
-    loop unrolls there. Generated source, one pair per (T, ndiag); a level has at most DIA_MAX_DIAGONALS.
+def _dia(T, ndiag: int):
+    """dia_apply and dia_smooth in working precision T for levels with ``ndiag`` diagonals: the loop over the
+    diagonals written out (offsets read once per thread, before the row loop), as the CUDA C template's loop
+    unrolls there; one pair per (T, ndiag), a level has at most DIA_MAX_DIAGONALS.
 
     On a GPU the row and column indices are uint64 (``_index_type``), the offsets taken modulo 2^64, so that one
     unsigned compare ``j < n`` bounds a column on both sides and numba emits no negative-index wraparound on
     any load (with signed indices it does, on every one); the simulator keeps Python ints and both bounds."""
-    _core()
-    index_type = _index_type()
-    unsigned = index_type is not int
-    loads = "\n".join(f"    o{k} = I(offsets[{k}])" for k in range(ndiag))
-    bound = "j < nn" if unsigned else "j >= 0 and j < nn"
-    terms = "\n".join(f"        j = i + o{k}\n        if {bound}:\n"
-                      f"            s += T(vals[I({k}) * nn + i]) * x[j]" for k in range(ndiag))
-    # the row loop up to s = (M x)_i, shared by both kernels
-    rows = (f"    nn = I(n)\n{loads}\n    i = I(cuda.grid(1))\n    step = I(cuda.gridsize(1))\n    while i < nn:\n"
-            f"        s = T(0)\n{terms}\n        if has_rs:\n            s = rowscale[i] * s")
-    # the kernels' module globals (the simulator swaps ``cuda`` there)
-    scope = {"cuda": cuda, "T": T, "I": index_type, "kernel": _kernel_decorator()}
-    exec(compile(_DIA_SOURCE.format(rows=rows), f"<numba dia kernels, {ndiag} diagonals>", "exec"),
-         scope)
-    return scope["dia_apply"], scope["dia_smooth"]
+    return _build((fused.DIA_ROW, fused.DIA_APPLY, fused.DIA_SMOOTH), f"T={np.dtype(T).name}, {ndiag} diagonals",
+                  count=ndiag, T=T)
 
 
 _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
@@ -483,7 +205,7 @@ class NumbaOps(lowops.LowOps):
     graphs = False
 
     def __init__(self, graphs: bool = True):
-        self.cuda = _core()[0]
+        self.cuda = _core().cuda
         self.sim = cuda_simulator_enabled()
         self.threads = 8 if self.sim else THREADS
         self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
@@ -573,7 +295,7 @@ class NumbaOps(lowops.LowOps):
 
     def zero_range(self, a, start, count):
         count = min(count, a.size - start)
-        self._go(_core()[5], count, a, np.int32(start), np.int32(count))
+        self._go(_core().fill_zero, count, a, np.int32(start), np.int32(count))
 
     def sync(self):
         if self.sim:
@@ -630,7 +352,7 @@ class NumbaOps(lowops.LowOps):
         rs, has_rs = self._dinv(M.rowscale, y.dtype)
         bb, has_b = self._dinv(b, y.dtype)
         if M.offsets is not None:
-            self._go(_dia_unrolled(_TYPES[y.dtype], M.ndiag)[0], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+            self._go(_dia(_TYPES[y.dtype], M.ndiag)["dia_apply"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
                      has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
             return
         self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
@@ -640,7 +362,7 @@ class NumbaOps(lowops.LowOps):
         rs, has_rs = self._dinv(M.rowscale, d.dtype)
         first = bool(first)
         if M.offsets is not None and not first and x_in is not None:
-            self._go(_dia_unrolled(_TYPES[d.dtype], M.ndiag)[1], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+            self._go(_dia(_TYPES[d.dtype], M.ndiag)["dia_smooth"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
                      has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
             return
         if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
@@ -654,7 +376,6 @@ class NumbaOps(lowops.LowOps):
         once (never inside a capture: the first step runs before any capture of the V-cycle)."""
         hit = M.cache.get("numba-csr-placeholder")
         if hit is None:
-            from hpcsolve.fem.linalg.lowops import LevelCSR
 
             z = self.cuda.to_device(np.zeros(2, np.int32), stream=self.stream)
             hit = M.cache["numba-csr-placeholder"] = LevelCSR(M.rows, M.cols, z, z, M.vals, M.compute)
@@ -664,13 +385,13 @@ class NumbaOps(lowops.LowOps):
         self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)
 
     def block_start(self, ws, i_rho, i_pq, i_rr, K):
-        _core()[3][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rr), np.int32(K))
+        _core().block_start[1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_pq), np.int32(i_rr), np.int32(K))
 
     def block_end(self, ws, i_rho, i_rr, k):
-        _core()[4][1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_rr), np.int32(k))
+        _core().block_end[1, 32, self.stream](ws, np.int32(i_rho), np.int32(i_rr), np.int32(k))
 
     def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
-        self._go(_core()[6], n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
+        self._go(_core().check_matrix, n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
 
     # ---- graphs and timing
     def capture(self, fn):

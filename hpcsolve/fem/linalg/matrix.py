@@ -20,6 +20,8 @@ import scipy.sparse as sp
 
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg import lowops
+from hpcsolve.core import backends
+from hpcsolve.fem.linalg.kernels_numpy_low import low_ops
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -63,7 +65,6 @@ class DeviceCSR:
     @property
     def backend(self):
         """The hpcsolve.core.backends.Backend whose device holds the matrix."""
-        from hpcsolve.core import backends
 
         return backends.get(self.low.name)
 
@@ -203,7 +204,6 @@ def judge(found, host, field: str = "A", symmetric_tol: float = SYMMETRIC_TOL) -
 
 def check_host(csr: sp.csr_matrix, field: str = "A", symmetric_tol: float = SYMMETRIC_TOL) -> None:
     """The same check on a host matrix (from ``as_csr``), by the NumPy low ops."""
-    from hpcsolve.fem.linalg.kernels_numpy_low import low_ops
 
     n = csr.shape[0]
     ws = np.zeros(lowops.CHECK_SLOTS)

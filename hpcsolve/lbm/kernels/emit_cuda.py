@@ -6,6 +6,10 @@ the NumPy reference evaluates them, so the reference and the kernel evaluate the
 contract a*b+c into an FMA) and no physics constant is typed twice. Positions come from the plan's layouts, the
 boundary rules' pieces from ``boundaries/``, population loads and stores from ``population_code.cuda_code``.
 
+The step and moments kernels are described once in ``step_plan`` (the plan's statement vocabulary,
+``kernel_plan.Let`` / ``If`` / ``Unrolled`` / ...) and printed here by ``print_cuda.CPrinter``; the pull functions,
+the prelude of device helpers and the pair kernel are still C templates of this module (twins in ``emit_numba``).
+
 - :func:`kernel_source`: the step kernels of the step layouts (``lbm_step``, or ``lbm_step_aa_even`` / ``_odd``),
   the 16-bit pair kernel ``lbm_step_pair`` (two buffers), the moments of each state layout and ``lbm_force``;
 - :func:`bouzidi_source`: the interpolated bounce-back pre-pass (``bouzidi.GATHER`` / ``SCATTER``).
@@ -24,86 +28,13 @@ from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS, C_SOURCE as LAYER_C
-from hpcsolve.lbm.kernels.cell_table import HASH_MULT
-from hpcsolve.lbm.flags import FLUID, WALL
+from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.steppers.gpu_common import BOUNDARY_BIT
 from hpcsolve.lbm.kernels.kernel_plan import link_constants
 from hpcsolve.lbm.kernels.population_code import cuda_code
-
-
-# ------------------------------------------------------------------------------------------------
-# Tracing physics.py into straight-line CUDA C
-
-class _Tracer:
-    """Records arithmetic on symbolic values as CUDA C statements ``const real_t <prefix>tN = a op b;``."""
-
-    def __init__(self, real_t: str, suffix: str, prefix: str):
-        self.real_t = real_t
-        self.suffix = suffix          # 'f' for float literals
-        self.prefix = prefix          # keeps temporaries of separate traces apart
-        self.lines: list[str] = []
-        self.count = 0
-
-    def literal(self, value) -> str:
-        v = float(value)
-        if v != v or v in (float("inf"), float("-inf")):
-            raise ValueError("non-finite constant in physics")
-        text = repr(v)                # shortest repr of the (dtype-exact) double: an exact literal
-        if "e" not in text and "." not in text:
-            text += ".0"
-        return f"({text}{self.suffix})"
-
-    def operand(self, value) -> str:
-        if isinstance(value, _Sym):
-            return value.name
-        return self.literal(value)
-
-    def emit(self, expr: str) -> "_Sym":
-        name = f"{self.prefix}t{self.count}"
-        self.count += 1
-        self.lines.append(f"const {self.real_t} {name} = {expr};")
-        return _Sym(self, name)
-
-
-class _Sym:
-    """A symbolic compute-dtype scalar; NumPy scalars defer to its reflected operators."""
-
-    __array_ufunc__ = None          # np.float32(2) * sym -> sym.__rmul__
-
-    def __init__(self, tracer: _Tracer, name: str):
-        self.t = tracer
-        self.name = name
-
-    def _bin(self, other, op, reflected=False):
-        a, b = self.name, self.t.operand(other)
-        if reflected:
-            a, b = b, a
-        return self.t.emit(f"{a} {op} {b}")
-
-    def __add__(self, o): return self._bin(o, "+")
-    def __radd__(self, o): return self._bin(o, "+", True)
-    def __sub__(self, o): return self._bin(o, "-")
-    def __rsub__(self, o): return self._bin(o, "-", True)
-    def __mul__(self, o): return self._bin(o, "*")
-    def __rmul__(self, o): return self._bin(o, "*", True)
-    def __truediv__(self, o): return self._bin(o, "/")
-    def __rtruediv__(self, o): return self._bin(o, "/", True)
-    def __neg__(self): return self.t.emit(f"-{self.name}")
-
-    def __pow__(self, o):
-        if float(o) != 0.5:
-            raise ValueError(f"physics traces ** 0.5 only (sqrt), got ** {o}")
-        return self.t.emit(f"sqrt({self.name})")
-    def __pos__(self): return self
-
-
-def _trace(fn, real_t: str, suffix: str, inputs: dict[str, str], prefix: str):
-    """Call ``fn(**symbols)`` on symbolic inputs (keyword -> C variable name); return the recorded
-    C statements and the C expressions of its outputs (a tuple or one value)."""
-    tr = _Tracer(real_t, suffix, prefix)
-    out = fn(**{k: _Sym(tr, v) for k, v in inputs.items()})
-    outs = out if isinstance(out, tuple) else (out,)
-    return tr.lines, [tr.operand(o) for o in outs]
+from hpcsolve.lbm.kernels import helper_plan, step_plan
+from hpcsolve.lbm.kernels.print_cuda import C_ARG, CPrinter, bounds
+from hpcsolve.lbm.kernels.trace_c import Sym as _Sym, Tracer as _Tracer, trace as _trace
 
 
 # Source generation
@@ -239,11 +170,6 @@ __device__ __forceinline__ void pull_cell_{layout.tag}(const store_t* __restrict
 """
 
 
-def _store_step(code, h: str, i: int) -> str:
-    """The store of direction i's value h in a step kernel (``store_pop``, or stochastic with the seed ``rs``)."""
-    return code.encode_step(h, i, "rs") if code is not None and code.stochastic else f"store_pop({h})"
-
-
 def _collide_stores(code) -> str:
     """The stores of ``collide_store``: a loop of ``store_pop``, or with stochastic rounding (fp16c) the cell's seed
     from its pre-collision rest population hh[0] and one store per direction."""
@@ -262,120 +188,10 @@ def _layer_c(layer: bool) -> tuple[str, str, str]:
             ", layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")")
 
 
-def _bounds(block_x: int, max_registers: int | None) -> str:
-    """The step kernels' launch qualifier: ``__launch_bounds__(block_x)``, or with a register cap
-    ``__maxnreg__(max_registers)``. ptxas ignores ``--maxrregcount`` for a kernel with launch bounds (and the two
-    qualifiers cannot be combined), so the cap is the kernel's own qualifier (CUDA 12.4 or newer). None or 0: no cap."""
-    return f"__maxnreg__({int(max_registers)})" if max_registers else f"__launch_bounds__({block_x})"
-
-
-def _step_kernel_c(layout, cpt: int, block_x: int, collision: str, mom_lines, mom_out, layer: bool = False,
-                   code=None, max_registers: int | None = None) -> str:
-    """The fused step kernel of one step layout: each thread updates ``cpt`` cells of one row, ``block_x``
-    apart (every load instruction of a warp stays contiguous); all their loads are issued before the first
-    collision, to keep enough bytes in flight for 16-bit storage. In place, the outlet cells also rewrite
-    their velocity in ``own_u`` from the populations they just stored (the outlet rule's velocity at t + 1)."""
-    Q = lattice.Q
-    table = layout.own_velocity == "table"
-    dst = "" if layout.in_place else f"store_t* __restrict__ {layout.dst}, "
-    src_const = "" if layout.in_place else "const "
-    extra = ("const long long* __restrict__ out_cells, real_t* __restrict__ own_u, const int n_out,\n    "
-             if table else "")
-    pull_extra = "out_cells, own_u, n_out, " if table else ""
-    lay_params, _, lay_arg = _layer_c(layer)
-    lay = lay_arg.format(x="x", y="y")
-    stores = [layout.store(j) for j in range(Q)]
-    if layout.in_place:
-        store = (f"{{ const long long cell = row + x; const int xm = (x == 0) ? nx - 1 : x - 1; "
-                 f"const int xp = (x == nx - 1) ? 0 : x + 1; real_t o[{Q}];\n"
-                 f"        collide_values(h[k], o, omega_plus, omega_minus{lay});\n        "
-                 + (code.seed("rs", "h[k][0]", "cell") + "\n        " if code is not None and code.stochastic else "")
-                 + "\n        ".join(f"A[{stores[j]}] = {_store_step(code, f'o[{j}]', j)};" for j in range(Q)) + f"""
-        if (code[k] & {BOUNDARY_BIT}) {{
-          const int t = outlet_index(out_cells, n_out, cell);
-          if (t >= 0) {{   // the outlet rule's velocity at t + 1: moments of the populations just stored
-            {' '.join(f'const real_t h{j} = load_pop(A[{stores[j]}]);' for j in range(Q))}
-            {' '.join(mom_lines)}
-            own_u[t] = {mom_out[1]}; own_u[n_out + t] = {mom_out[2]};
-          }}
-        }}
-      }}""")
-    else:
-        store = f"collide_store(h[k], {layout.dst}, N, row + x, omega_plus, omega_minus{lay});"
-    return f"""
-// One fused LBM step, {layout.name} (pull + boundaries + {collision.upper()} + store); see the module docstring.
-// Bytes per cell per step: 18 * sizeof(store_t) + 1 (flag).
-extern "C" __global__ void {_bounds(block_x, max_registers)}
-{layout.kernel}({src_const}store_t* __restrict__ A, {dst}const unsigned char* __restrict__ flags,
-    const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
-    {extra}const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{
-  const int y = blockIdx.y;
-  const int x0 = blockIdx.x * ({block_x} * {cpt}) + threadIdx.x;
-  const long long N = (long long)nx * ny;
-  const long long row = (long long)y * nx;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  int code[{cpt}];
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    const int x = x0 + k * {block_x};
-    code[k] = (x < nx) ? (int)flags[row + x] : {WALL};
-  }}
-  real_t h[{cpt}][{Q}];
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    if ((code[k] & 0x7f) == {FLUID})
-      pull_cell_{layout.tag}(A, flags, vel_cells, vel_u, n_vel, {pull_extra}N, nx, x0 + k * {block_x}, row, rowm,
-          rowp, code[k], h[k]);
-  }}
-#pragma unroll
-  for (int k = 0; k < {cpt}; ++k) {{
-    const int x = x0 + k * {block_x};
-    if ((code[k] & 0x7f) == {FLUID}) {{
-      {store}
-    }}
-  }}
-}}
-"""
-
-
-def _moments_c(state, name: str, mom_lines, mom_out) -> str:
-    """drho, ux, uy (compute dtype) of the stored state in ``state`` layout (``kernel_plan.EVEN`` / ``ODD``);
-    non-fluid cells: 0."""
-    Q = lattice.Q
-    nl = "\n  "
-    loads = " ".join(f"const real_t h{i} = load_pop(A[{state.own(i)}]);" for i in range(Q))
-    return f"""
-// drho, ux, uy of the {state.name} layout; non-fluid cells: 0, 0, 0
-extern "C" __global__ void {name}(const store_t* __restrict__ A, const unsigned char* __restrict__ flags,
-                                  real_t* __restrict__ out, const int nx, const int ny) {{
-  const long long N = (long long)nx * ny;
-  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (cell >= N) return;
-  if ((flags[cell] & 0x7f) != {FLUID}) {{ out[cell] = 0; out[N + cell] = 0; out[2 * N + cell] = 0; return; }}
-  const int y = (int)(cell / nx);
-  const int x = (int)(cell - (long long)y * nx);
-  const long long row = (long long)y * nx;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  const int xm = (x == 0) ? nx - 1 : x - 1;
-  const int xp = (x == nx - 1) ? 0 : x + 1;
-  {loads}
-  {nl.join(mom_lines)}
-  out[cell] = {mom_out[0]}; out[N + cell] = {mom_out[1]}; out[2 * N + cell] = {mom_out[2]};
-}}
-"""
-
-
-_C_ARG = {"pop": "store_t* __restrict__", "pop_in": "const store_t* __restrict__",
-          "index": "const long long* __restrict__", "real": "const real_t* __restrict__",
-          "f64": "const double* __restrict__", "f64_out": "double* __restrict__"}
-
-
 def list_kernel_c(kernel, P, code) -> str:
     """A link-list kernel of ``kernel_plan.ListKernel`` as CUDA C (one thread per list entry k)."""
     lines, _ = _emit_ops(kernel.body, P, code, None, {}, f"{kernel.name}_")
-    args = ", ".join(f"{_C_ARG[kind]} {name}" for name, kind in kernel.args)
+    args = ", ".join(f"{C_ARG[kind]} {name}" for name, kind in kernel.args)
     nl = "\n    "
     return f"""
 // {kernel.doc}
@@ -388,75 +204,24 @@ extern "C" __global__ void {kernel.name}({args}, const long long n) {{
 """
 
 
-@functools.lru_cache(maxsize=None)
-def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
-                  characteristic: bool = False, layer: bool = False, max_registers: int | None = None) -> str:
-    """CUDA C of the step, moments and force kernels for one policy and collision model;
-    ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: the AA-pattern
-    step kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/steppers/inplace.py) instead of
-    ``lbm_step``; ``characteristic``: outlet links look up their reference outflow
-    (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0; ``layer``: the
-    collision adds the absorbing layer's bulk relaxation (``boundaries.layer``; the kernels take its four
-    arguments after omega_minus); ``max_registers``: the step kernels' register cap (``__maxnreg__``). Emitted from the
-    plan (``kernel_plan.step_layouts``, ``boundaries.link_rules``)."""
-    code = cuda_code(policy)
-    real_t, suffix = code.real_t, code.suffix
-    P = physics.physics_for(np.dtype(policy.compute))
-    Q = lattice.Q
+def _helpers_c(code, P, collision: str, layer: bool) -> str:
+    """The prelude of a step source: the population code, the hash-table lookups of the boundary cells, the outlet
+    rule's own velocity, the absorbing layer's coefficient and the traced collision (``collide_values``,
+    ``collide_store``)."""
+    real_t, suffix, Q = code.real_t, code.suffix, lattice.Q
     hnames = {f"h{i}": f"h{i}" for i in range(Q)}
-    rules = link_rules(characteristic)
-    layouts = kernel_plan.step_layouts(in_place)
-
     col_lines, col_out = _trace(_collision_fn(P, collision, layer), real_t, suffix,
                                 {**hnames, "omega_plus": "omega_plus", "omega_minus": "omega_minus",
                                  **({"layer": "layer"} if layer else {})}, "c_")
     _, lay_param, _ = _layer_c(layer)
     lay_pass = ", layer" if layer else ""
-    mom_lines, mom_out = _trace(lambda **h: P.moments(tuple(h[f"h{i}"] for i in range(Q))), real_t, suffix,
-                                hnames, "m_")
-    own = {f"h{i}": f"o{i}" for i in range(Q)}
-    own_lines, own_out = _trace(lambda **h: P.moments(tuple(h[f"h{i}"] for i in range(Q))), real_t, suffix,
-                                own, "om_")
     nl = "\n  "
-    parts = [f"""{_prelude_c(code)}
-// home slot of a cell in a hash table of `size` slots (a power of two; gpu_common.cell_table)
-__device__ __forceinline__ int table_home(const long long cell, const int size) {{
-  return (int)((((unsigned long long)cell * {HASH_MULT:#x}ull) >> 32) & (unsigned long long)(size - 1));
-}}
-
-// u_w of a VELOCITY cell s (boundary links only): its slot in the hash table vel_cells (n_vel slots,
-// linear probing); the values of the home slot load with its key, so one round trip when it is there
-__device__ __forceinline__ void boundary_velocity(const long long* __restrict__ vel_cells,
-    const real_t* __restrict__ vel_u, const int n_vel, const long long s, real_t* uwx, real_t* uwy) {{
-  int k = table_home(s, n_vel);
-  real_t ux = vel_u[k], uy = vel_u[n_vel + k];
-  while (vel_cells[k] != s) {{ k = (k + 1) & (n_vel - 1); ux = vel_u[k]; uy = vel_u[n_vel + k]; }}
-  *uwx = ux; *uwy = uy;
-}}
-
-// velocity of this cell at time t: moments of its own stored populations (outlet rule, two-buffer step)
-__device__ void own_velocity(const store_t* __restrict__ A, const long long N, const long long cell,
-                             real_t* ux, real_t* uy) {{
-  {' '.join(f'const real_t o{i} = load_pop(A[{kernel_plan.EVEN.own(i)}]);' for i in range(Q))}
-  {nl.join(own_lines)}
-  *ux = {own_out[1]}; *uy = {own_out[2]};
-}}
-
-// the outlet cell's slot in the hash table out_cells (n_out slots; -1: not an outlet cell)
-__device__ __forceinline__ int outlet_index(const long long* __restrict__ out_cells, const int n_out,
-                                            const long long cell) {{
-  int k = table_home(cell, n_out);
-  long long key = out_cells[k];
-  while (key != cell && key != -1) {{ k = (k + 1) & (n_out - 1); key = out_cells[k]; }}
-  return key == cell ? k : -1;
-}}
-
-// velocity of an outlet cell at time t from the in-place table own_u (outlet rule, in-place steps)
-__device__ __forceinline__ void outlet_velocity(const long long* __restrict__ out_cells, const real_t* own_u,
-                                                const int n_out, const long long cell, real_t* ux, real_t* uy) {{
-  const int k = outlet_index(out_cells, n_out, cell);
-  *ux = own_u[k]; *uy = own_u[n_out + k];
-}}
+    printer = CPrinter(P, code)
+    helpers = "\n".join(printer.function_text(f) for f in (
+        helper_plan.table_home(), helper_plan.boundary_velocity(), step_plan.own_velocity(),
+        helper_plan.outlet_index(), helper_plan.outlet_velocity()))
+    return f"""{_prelude_c(code)}
+{helpers}
 {layer_source(layer)}
 // {collision.upper()} collision of one cell: post-collision populations out[0..8] from h[0..8].
 __device__ __forceinline__ void collide_values(const real_t* hh, real_t* out, const real_t omega_plus,
@@ -473,56 +238,42 @@ __device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restr
   collide_values(hh, o, omega_plus, omega_minus{lay_pass});
 {_collide_stores(code)}
 }}
-"""]
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, in_place: bool = False,
+                  characteristic: bool = False, layer: bool = False, max_registers: int | None = None) -> str:
+    """CUDA C of the step, moments and force kernels for one policy and collision model;
+    ``cpt`` cells per thread, ``block_x`` threads per block (both along x); ``in_place``: the AA-pattern
+    step kernels ``lbm_step_aa_even`` / ``_odd`` and ``lbm_moments_odd`` (hpcsolve/lbm/steppers/inplace.py) instead of
+    ``lbm_step``; ``characteristic``: outlet links look up their reference outflow
+    (``boundaries.outlet.characteristic_outlet``), else the outlet rule runs at drho_w = 0; ``layer``: the
+    collision adds the absorbing layer's bulk relaxation (``boundaries.layer``; the kernels take its four
+    arguments after omega_minus); ``max_registers``: the step kernels' register cap (``__maxnreg__``). Emitted from the
+    plan (``kernel_plan.step_layouts``, ``boundaries.link_rules``)."""
+    code = cuda_code(policy)
+    P = physics.physics_for(np.dtype(policy.compute))
+    rules = link_rules(characteristic)
+    layouts = kernel_plan.step_layouts(in_place)
+    parts = [_helpers_c(code, P, collision, layer)]
     for layout in layouts:
         parts.append(_pull_cell_c(layout, P, code, rules))
-        parts.append(_step_kernel_c(layout, 1 if layout.in_place else cpt, block_x, collision, mom_lines, mom_out,
-                                    layer, code, max_registers))
-    if not in_place and (code.store_t == "__half" or code.codec == "fp16c"):
+        step = step_plan.step_kernel(layout, 1 if layout.in_place else cpt, block_x, collision, layer)
+        parts.append(CPrinter(P, code, layer, block_x, max_registers).kernel_text(step))
+    if not in_place and code.pair_words is not None:
         parts.append(_pair_kernel_c(block_x, code, layer, max_registers))
     for state in dict.fromkeys(layout.reads for layout in layouts):     # the state layouts a step starts from
-        parts.append(_moments_c(state, state.moments_kernel, mom_lines, mom_out))
+        parts.append(CPrinter(P, code).kernel_text(step_plan.moments_kernel(state)))
     parts.append(list_kernel_c(kernel_plan.FORCE_KERNEL, P, code))
     return "".join(parts)
 
 
-#: the pair kernel's 32-bit words of two 16-bit populations (the even cell in the low half), per codec: the word
-#: and element types, widening the high / the low half to float, and packing two floats (rounded to nearest)
-_PAIR_WORDS = {
-    None: {"word": "__half2", "elem": "__half", "high": "__high2float",
-           "low": "__low2float", "pack": "__floats2half2_rn", "prelude": ""},
-    "fp16c": {"word": "unsigned int", "elem": "unsigned short", "high": "fp16c_high",
-              "low": "fp16c_low", "pack": "fp16c_pack", "prelude": """
-__device__ __forceinline__ float fp16c_low(const unsigned int w) { return fp16c_widen((unsigned int)((int)(w << 16) >> 4)); }
-__device__ __forceinline__ float fp16c_high(const unsigned int w) { return fp16c_widen((unsigned int)((int)w >> 4)); }
-__device__ __forceinline__ unsigned int fp16c_pack(const float a, const float b) {
-  return (unsigned int)fp16c_encode(a) | ((unsigned int)fp16c_encode(b) << 16);
-}
-// the low code as fp16c_encode_sr; the high one shifted into place directly (bits 30..16: its magnitude, 31: sign)
-__device__ __forceinline__ unsigned int fp16c_pack_sr(const float a, const float b, const unsigned int ra,
-                                                      const unsigned int rb) {
-  return (unsigned int)fp16c_encode_sr(a, ra)
-         | ((fp16c_scaled_sr(b, rb) << 4) & 0x7FFF0000u) | (__float_as_uint(b) & 0x80000000u);
-}"""},
-}
-
-
-def _pair_kernel_c(block_x: int, code, layer: bool = False, max_registers: int | None = None) -> str:
-    """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
-    cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
-    source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
-    (``__floats2half2_rn``, the same round-to-nearest as ``store_pop``). A population pulled from
-    x - 1 (c_x = +1) or x + 2 (c_x = -1) is the other half of the neighbouring thread's word: the raw
-    word is passed by a warp shuffle, the first / last lane of a warp (and the pair at the periodic wrap,
-    pair index modulo nx / 2) loads it itself, and only then is the half widened (once per value). So
-    DRAM sees each 4-byte word once. Every lane
-    executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
-    (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell_step`` + ``collide_store``)
-    as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
+def _pair_loads_stores_c(code, w) -> tuple[list[str], str, list[int]]:
+    """The pair kernel's word loads (with the exchange of the neighbouring halves), its packed stores and the
+    directions whose sources are a neighbour's half (``kernel_plan.PAIR_PULLS``), for the words ``w``."""
     Q = lattice.Q
     h = code.unscale     # the halves are widened to float by __high2float / __low2float (fp16c_high / fp16c_low)
-    lay_params, _, lay_arg = _layer_c(layer)
-    w = _PAIR_WORDS[code.codec]
     # the raw words are loaded and passed between lanes (as the Numba emitter does), then each half widened
     # once: the edge lane's own load of the neighbouring word replaces the shuffled one before any widening
     def half(i, word_half):             # h of (word, half) of kernel_plan.PairPull: own word u{i}, neighbour's n{i}
@@ -540,22 +291,39 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False, max_registers: int |
                           f"n{i} = {edge} ? ({base})[{at}] : {var}; }}")
         loads.append(f"ha[{i}] = {half(i, pull.a)}; hb[{i}] = {half(i, pull.b)};")
     shifted = [i for i, pull in enumerate(kernel_plan.PAIR_PULLS) if pull.neighbour]
-    nl = "\n    "
     # __floats2half2_rn rounds to nearest as store_pop does; the pair only gets the policy's scale
     if code.stochastic:     # fp16c: stochastic rounding with the two cells' seeds (their pre-collision rest populations)
-        from hpcsolve.core import fp16c
-
         stores = "\n      ".join(
             [code.seed("sa", "ha[0]", "row + x"), code.seed("sb", "hb[0]", "row + x + 1")]
-            + [f"B2[{i} * NP + prow + px] = fp16c_pack_sr({code.scale(f'oa[{i}]')}, {code.scale(f'ob[{i}]')}, {a:#x}u * sa + {c:#x}u, {a:#x}u * sb + {c:#x}u);"
-               for i, (a, c) in enumerate(fp16c.STREAM)])
+            + [f"B2[{i} * NP + prow + px] = {code.pack_step(f'oa[{i}]', f'ob[{i}]', i, 'sa', 'sb')};"
+               for i in range(Q)])
     else:
         stores = "\n      ".join(f"B2[{i} * NP + prow + px] = {w['pack']}({code.scale(f'oa[{i}]')}, "
                                f"{code.scale(f'ob[{i}]')});" for i in range(Q))
+    return loads, stores, shifted
+
+
+def _pair_kernel_c(block_x: int, code, layer: bool = False, max_registers: int | None = None) -> str:
+    """CUDA C of ``lbm_step_pair`` (16-bit storage, nx even): each thread updates the two adjacent
+    cells (x, x + 1), x even. Per population it loads one aligned 4-byte ``__half2`` word of the
+    source row, (g[x], g[x + 1]), instead of two 2-byte values, and stores one packed word
+    (``__floats2half2_rn``, the same round-to-nearest as ``store_pop``). A population pulled from
+    x - 1 (c_x = +1) or x + 2 (c_x = -1) is the other half of the neighbouring thread's word: the raw
+    word is passed by a warp shuffle, the first / last lane of a warp (and the pair at the periodic wrap,
+    pair index modulo nx / 2) loads it itself, and only then is the half widened (once per value). So
+    DRAM sees each 4-byte word once. Every lane
+    executes the loads and shuffles (inactive lanes on a clamped pair); pairs with a boundary cell
+    (flag bit 7, or a non-fluid cell) then take the per-cell path (``pull_cell_step`` + ``collide_store``)
+    as ``lbm_step`` does. Bytes per cell per step: unchanged (37)."""
+    Q = lattice.Q
+    lay_params, _, lay_arg = _layer_c(layer)
+    w = code.pair_words
+    loads, stores, shifted = _pair_loads_stores_c(code, w)
+    nl = "\n    "
     return f"""{w['prelude']}
 // 16-bit storage, nx even: two adjacent cells per thread with {w['word']} loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
-extern "C" __global__ void {_bounds(block_x, max_registers)}
+extern "C" __global__ void {bounds(block_x, max_registers)}
 lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, const unsigned char* __restrict__ flags,
               const long long* __restrict__ vel_cells, const real_t* __restrict__ vel_u, const int n_vel,
               const int nx, const int ny, const real_t omega_plus, const real_t omega_minus{lay_params}) {{

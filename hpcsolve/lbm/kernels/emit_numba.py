@@ -8,6 +8,10 @@ directions with the constants of ``lattice.py``; the boundary rules' pieces from
 loads and stores from ``population_code.numba_code`` (through ``load_at`` / ``store_at``, no negative-index
 wraparound).
 
+The step and moments kernels are described once in ``step_plan`` and printed here by
+``print_numba.PythonPrinter``; the pull functions, the helpers and the pair kernel are still Python templates of
+this module (twins in ``emit_cuda``).
+
 - :func:`kernel_source`: the helpers, per step layout its pull and step kernel, the 16-bit pair kernel, the
   moments of each state layout and the ``lbm_force`` list kernel;
 - :func:`bouzidi_source`: the interpolated bounce-back pre-pass (``bouzidi.GATHER`` / ``SCATTER``).
@@ -24,9 +28,11 @@ from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS, PYTHON_SOURCE as LAYER_PYTHON
-from hpcsolve.lbm.flags import FLUID, WALL
+from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.steppers.gpu_common import BOUNDARY_BIT
+from hpcsolve.lbm.kernels import helper_plan, step_plan
 from hpcsolve.lbm.kernels.population_code import numba_code
+from hpcsolve.lbm.kernels.print_numba import PythonPrinter, collision_call
 
 
 def _emit_ops_python(ops, layout, code) -> list[str]:
@@ -120,85 +126,30 @@ def _pull_python(layout, rules, code) -> str:
     return "\n".join(L) + "\n"
 
 
-def _collision_call(collision: str, layer: bool) -> str:
-    """The collision call of the step kernels, ``{h}`` the populations; with the absorbing layer (``boundaries.layer``)
-    also ``{x}``, ``{y}``: the cell's lattice indices."""
-    if layer:
-        lay = "layer_coefficient({x}, {y}, " + ", ".join(LAYER_ARGS) + ")"
-        return ("collide_trt_layer({h}, omega_plus, omega_minus, " + lay + ")" if collision == "trt"
-                else "collide_bgk_layer({h}, omega_plus, " + lay + ")")
-    return "collide_trt({h}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({h}, omega_plus)"
-
-
 def _step_kernel_python(layout, collision: str, code, cpt: int, block_x: int, layer: bool = False) -> str:
-    """The fused step kernel of one step layout (``kernel_plan.StepLayout``): each thread updates ``cpt``
-    cells of one row, ``block_x`` apart (all their loads before the first collision); in place, the
-    outlet cells rewrite their velocity in ``own_u`` from the populations they just stored (the outlet
-    rule's velocity at t + 1). The twin of ``kernels_cupy._step_kernel_c``."""
-    Q = lattice.Q
-    tag, tables = layout.tag, _tables(layout)
-    dst = "" if layout.in_place else f"{layout.dst}, "
-    col = _collision_call(collision, layer)
-    lay_params = "".join(f", {a}" for a in LAYER_ARGS) if layer else ""
-    L = [f"def {layout.kernel}(A, {dst}flags, vel_cells, vel_u, n_vel, {tables}nx, ny, omega_plus, omega_minus"
-         f"{lay_params}):",
-         "    y = cuda.blockIdx.y",
-         f"    x0 = cuda.blockIdx.x * {block_x * cpt} + cuda.threadIdx.x",
-         "    N = nx * ny",
-         "    row = y * nx",
-         "    rowm = (ny - 1 if y == 0 else y - 1) * nx",
-         "    rowp = (0 if y == ny - 1 else y + 1) * nx"]
-    for k in range(cpt):
-        L += [f"    x{k} = x0 + {k * block_x}",
-              f"    code{k} = load_at(flags, row + x{k}) if x{k} < nx else {WALL}"]
-    for k in range(cpt):
-        L += [f"    h{k} = ZERO9",
-              f"    if (code{k} & 0x7f) == {FLUID}:",
-              f"        h{k} = pull_cell_{tag}(A, flags, vel_cells, vel_u, n_vel, {tables}N, nx, x{k}, row, rowm, "
-              f"rowp, code{k})"]
-    stores = [layout.store(j) for j in range(Q)]
-    for k in range(cpt):
-        L += [f"    if (code{k} & 0x7f) == {FLUID}:",
-              f"        p = {col.format(h=f'h{k}', x=f'x{k}', y='y')}",
-              f"        x = x{k}",
-              "        cell = row + x"]
-        if layout.writes.shifted:
-            L += ["        xm = nx - 1 if x == 0 else x - 1", "        xp = 0 if x == nx - 1 else x + 1"]
-        if code.stochastic:     # the cell's seed from its pre-collision rest population (fp16c)
-            L.append("        " + code.seed("rs", f"h{k}[0]", "cell"))
-        L += [f"        store_at({layout.dst}, {stores[j]}, {code.encode_step(f'p[{j}]', j, 'rs')})" for j in range(Q)]
-        if layout.own_velocity == "table":
-            stored = ", ".join(code.decode(f"load_at(A, {stores[j]})") for j in range(Q))
-            L += [f"        if (code{k} & {BOUNDARY_BIT}) != 0:",
-                  "            t = outlet_index(out_cells, n_out, cell)",
-                  "            if t >= 0:   # the outlet rule's velocity at t + 1: moments of the populations just stored",
-                  f"                drho, ux, uy = moments(({stored}))",
-                  "                own_u[t] = ux",
-                  "                own_u[n_out + t] = uy"]
-    return "\n".join(L) + "\n"
+    """The fused step kernel of one step layout (``step_plan.step_kernel``), the twin of ``emit_cuda``'s."""
+    kernel = step_plan.step_kernel(layout, cpt, block_x, collision, layer)
+    return PythonPrinter(code, collision, layer).kernel_text(kernel)
 
 
-def _moments_python(state, name: str, code) -> str:
-    """drho, ux, uy (compute dtype) of the stored state in ``state`` layout (``kernel_plan.EVEN`` / ``ODD``);
-    non-fluid cells: 0. The twin of ``kernels_cupy._moments_c``."""
-    Q = lattice.Q
-    L = [f"def {name}(A, flags, out, nx, ny):",
-         "    cell = cuda.grid(1)",
-         "    N = nx * ny",
-         "    if cell >= N:",
-         "        return",
-         f"    if (flags[cell] & 0x7f) != {FLUID}:",
-         "        out[cell] = ZERO",
-         "        out[N + cell] = ZERO",
-         "        out[2 * N + cell] = ZERO",
-         "        return"]
-    if state.shifted:
-        L += ["    y = cell // nx", "    x = cell - y * nx", "    row = y * nx",
-              "    rowm = (ny - 1 if y == 0 else y - 1) * nx", "    rowp = (0 if y == ny - 1 else y + 1) * nx",
-              "    xm = nx - 1 if x == 0 else x - 1", "    xp = 0 if x == nx - 1 else x + 1"]
-    L += ["    drho, ux, uy = moments((" + ", ".join(code.decode(f"load_at(A, {state.own(i)})") for i in range(Q)) + "))",
-          "    out[cell] = drho", "    out[N + cell] = ux", "    out[2 * N + cell] = uy"]
-    return "\n".join(L) + "\n"
+def _moments_python(state, code) -> str:
+    """drho, ux, uy of the stored state in ``state`` layout (``step_plan.moments_kernel``)."""
+    return PythonPrinter(code).kernel_text(step_plan.moments_kernel(state))
+
+
+#: the pair kernel's locals after its pair index: the cell x, the grid and the (pair) rows, the neighbouring pairs
+_PAIR_LOCALS = ("    y = cuda.blockIdx.y",
+                "    x = 2 * px",
+                "    N = nx * ny",
+                "    NP = N >> 1",
+                "    row = y * nx",
+                "    rowm = (ny - 1 if y == 0 else y - 1) * nx",
+                "    rowp = (0 if y == ny - 1 else y + 1) * nx",
+                "    prow = row >> 1",
+                "    prowm = rowm >> 1",
+                "    prowp = rowp >> 1",
+                "    pm = npairs - 1 if px == 0 else px - 1",
+                "    pp = 0 if px == npairs - 1 else px + 1")
 
 
 def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer: bool = False) -> str:
@@ -231,18 +182,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
         a(f"    xch = cuda.shared.array({len(shifted) * block_x}, int32)")
         a("    edge_lo = tid == 0")
         a(f"    edge_hi = tid == {block_x - 1} or px == npairs - 1")
-    a("    y = cuda.blockIdx.y")
-    a("    x = 2 * px")
-    a("    N = nx * ny")
-    a("    NP = N >> 1")
-    a("    row = y * nx")
-    a("    rowm = (ny - 1 if y == 0 else y - 1) * nx")
-    a("    rowp = (0 if y == ny - 1 else y + 1) * nx")
-    a("    prow = row >> 1")
-    a("    prowm = rowm >> 1")
-    a("    prowp = rowp >> 1")
-    a("    pm = npairs - 1 if px == 0 else px - 1")
-    a("    pp = 0 if px == npairs - 1 else px + 1")
+    L += _PAIR_LOCALS
     base = {i: f"{i} * NP + {pulls[i].row}" for i in range(Q)}
     for i in range(Q):
         a(f"    u{i} = load_at(A32, {base[i]} + px)")
@@ -269,14 +209,14 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
 
     ha = [half(i, pulls[i].a) for i in range(Q)]
     hb = [half(i, pulls[i].b) for i in range(Q)]
-    col = _collision_call(collision, layer)
+    col = collision_call(collision, layer)
     a(f"        pa = {col.format(h='(' + ', '.join(ha) + ')', x='x', y='y')}")
     a(f"        pb = {col.format(h='(' + ', '.join(hb) + ')', x='x + 1', y='y')}")
     if code.stochastic:     # fp16c: stochastic rounding with the two cells' seeds
         a("        " + code.seed("sa", ha[0], "row + x"))
         a("        " + code.seed("sb", hb[0], "row + x + 1"))
         for i in range(Q):
-            a(f"        store_at(B32, {i} * NP + prow + px, FP16C_PACK_SR{i}({code.scale(f'pa[{i}]')}, {code.scale(f'pb[{i}]')}, sa, sb))")
+            a(f"        store_at(B32, {i} * NP + prow + px, {code.pack_step(f'pa[{i}]', f'pb[{i}]', i, 'sa', 'sb')})")
     else:
         for i in range(Q):
             a(f"        store_at(B32, {i} * NP + prow + px, "
@@ -296,45 +236,15 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
 def _helpers_python(code) -> str:
     """The device helpers of the step kernels (loads, the outlet rule's own velocity, the hash-table lookups)
     and the small kernels around them (velocity scaling, fill, perturbation, the finite check)."""
-    own = ", ".join(code.decode(f"load_at(A, {kernel_plan.EVEN.own(i)})") for i in range(lattice.Q))
+    printer = PythonPrinter(code)
+    helpers = "\n\n".join(printer.function_text(f) for f in (
+        step_plan.own_velocity(), helper_plan.table_home(), helper_plan.boundary_velocity(), helper_plan.outlet_index()))
     return f'''
 def load_pop(A, k):
     return {code.decode("load_at(A, k)")}
 
 
-def own_velocity(A, N, cell):
-    # velocity of this cell at time t: moments of its own stored populations (outlet rule, two-buffer step)
-    drho, ux, uy = moments(({own}))
-    return ux, uy
-
-
-def table_home(cell, size):
-    # home slot of a cell in a hash table of size slots (a power of two; gpu_common.cell_table)
-    return int64(((uint64(cell) * HASH_MULT) >> SHIFT32) & uint64(size - 1))
-
-
-def boundary_velocity(vel_cells, vel_u, n_vel, s):
-    # u_w of the VELOCITY cell s: its slot in the hash table vel_cells (linear probing); the home
-    # slot's values load with its key
-    k = table_home(s, n_vel)
-    ux = vel_u[k]
-    uy = vel_u[n_vel + k]
-    while vel_cells[k] != s:
-        k = (k + 1) & (n_vel - 1)
-        ux = vel_u[k]
-        uy = vel_u[n_vel + k]
-    return ux, uy
-
-
-def outlet_index(out_cells, n_out, cell):
-    # the outlet cell's slot in the hash table out_cells (-1: not an outlet cell)
-    k = table_home(cell, n_out)
-    key = out_cells[k]
-    while key != cell and key != -1:
-        k = (k + 1) & (n_out - 1)
-        key = out_cells[k]
-    return k if key == cell else -1
-
+{helpers}
 
 def lbm_scale_velocity(full, s, out, n):
     k = cuda.grid(1)
@@ -368,7 +278,7 @@ def lbm_perturb(A, flags, weights, N, amplitude, seed):
 def lbm_nonfinite(A, n, out):
     k = cuda.grid(1)
     if k < n:
-        v = float64({"load_pop(A, k)" if code.codec else "A[k]"})
+        v = float64({"load_pop(A, k)" if code.integer_codes else "A[k]"})
         if not (v - v == 0.0):
             out[0] = 1
 '''
@@ -393,7 +303,7 @@ def kernel_source(policy, collision: str, cpt: int = 1, block_x: int = 256, pair
     if pairs and not in_place:
         parts.append(_pair_kernel_python(collision, code, block_x, exchange, layer))
     for state in dict.fromkeys(layout.reads for layout in kernel_plan.step_layouts(in_place)):
-        parts.append(_moments_python(state, state.moments_kernel, code))
+        parts.append(_moments_python(state, code))
     parts.append(list_kernel_python(kernel_plan.FORCE_KERNEL, code))
     return "\n\n".join(parts)
 

@@ -21,6 +21,9 @@ From those two facts :meth:`StepLayout.pull` (f*_i(x - c_i) of a fluid neighbour
 
 The emitters take the positions, the boundary rules' kernel pieces (:class:`Op` sequences) and the
 physics (``physics.py``), and write their language; none of them spells a position or a rule itself.
+Whole kernel bodies are written in the statement vocabulary at the end of this module (:class:`Let`, :class:`If`,
+:class:`Unrolled`, :class:`Pop`, :class:`Collide`, ...; the step and moments kernels in ``step_plan.py``) and
+printed by each emitter's printer (``printer.Printer``: ``print_cuda`` / ``print_numba``).
 """
 
 from __future__ import annotations
@@ -237,3 +240,253 @@ def _pair_pull(i: int) -> PairPull:
 
 #: per direction i, where the pair kernel pulls f*_i from (:class:`PairPull`)
 PAIR_PULLS = tuple(_pair_pull(i) for i in range(Q))
+
+
+# ------------------------------------------------------------------------------------------------
+# kernel bodies: declarations, guards, loops, loads and stores, in neither language (printed by the
+# emitters' printers, ``printer.Printer``). Expressions are strings valid in C and Python (arithmetic,
+# comparisons, ``a[i]`` of a local array) or the nodes below, where the two languages differ.
+
+@dataclass(frozen=True)
+class Sel:
+    """``a`` where ``cond`` holds, else ``b`` (C ``?:``, Python ``a if cond else b``)."""
+
+    cond: object
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Cast:
+    """``value`` converted to the kernel type ``type`` (C: a cast; Python: the value, its type follows)."""
+
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Fmt:
+    """``text`` with its ``{}`` holes filled by the printed ``args``."""
+
+    text: str
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class And:
+    """``a`` and ``b`` (both conditions; C ``&&``, Python ``and``)."""
+
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Conv:
+    """``value`` converted to the integer type ``type`` (``int``, ``u64``) in both languages (C: a cast; Python: the
+    conversion function of that type)."""
+
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Pop:
+    """The decoded stored population ``array`` at position ``pos`` (compute dtype)."""
+
+    array: str
+    pos: object
+
+
+@dataclass(frozen=True)
+class At:
+    """A raw element ``array[index]`` of a device array (Python: through ``load_at``, no wraparound)."""
+
+    array: str
+    index: object
+
+
+@dataclass(frozen=True)
+class Named:
+    """A value every language spells its own way: ``zero``, ``block_x`` / ``block_y`` / ``thread_x`` (CUDA
+    indices), ``thread`` (the global 1D thread index)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class IDiv:
+    """Integer division ``a / b`` of non-negative integers."""
+
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Let:
+    """Bind ``name`` (kernel type ``type``: ``index``, ``int``, ``real``, ...) to ``value``, once."""
+
+    name: str
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Var:
+    """Declare the mutable local ``name`` (kernel type ``type``) with the first value ``value`` (later :class:`Set`)."""
+
+    name: str
+    type: str
+    value: object
+
+
+@dataclass(frozen=True)
+class While:
+    """``while cond: body``."""
+
+    cond: object
+    body: tuple
+
+
+@dataclass(frozen=True)
+class Decl:
+    """A local array ``name`` of ``shape``, written later; where the first axis is that of an unrolled loop (the
+    cells of a thread), ``init`` is the value each cell's entry starts from where a language needs one."""
+
+    type: str
+    name: str
+    shape: tuple
+    init: object = None
+
+
+@dataclass(frozen=True)
+class Set:
+    """``target = value`` (a local array entry or a device array element)."""
+
+    target: str
+    value: object
+
+
+@dataclass(frozen=True)
+class If:
+    """``if cond: then else orelse``; ``compact``: one guarded statement written on the line of its guard."""
+
+    cond: object
+    then: tuple
+    orelse: tuple = ()
+    compact: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Return:
+    """Leave the kernel, or a device function with the result ``value``."""
+
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Block:
+    """A scope of its own (its names do not leak)."""
+
+    body: tuple
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    """``for var in range(n)``, unrolled (``name[var]`` of a per-cell array is one local per iteration)."""
+
+    var: str
+    n: int
+    body: tuple
+
+
+@dataclass(frozen=True)
+class Call:
+    """``out = fn(*args)``; a device function whose result (a population array) is written into ``out``."""
+
+    fn: str
+    args: tuple
+    out: str | None = None
+
+
+@dataclass(frozen=True)
+class Physics:
+    """``out = physics.<fn>(*args)`` (an argument tuple: the populations), traced (C) or called (Python); ``tag``
+    names the trace's temporaries (default: the function's initial)."""
+
+    fn: str
+    args: tuple
+    out: tuple
+    tag: str = ""
+
+
+@dataclass(frozen=True)
+class Collide:
+    """``out`` = the collision of populations ``h`` of the cell (``x``, ``y``) (the layer coefficient's cell)."""
+
+    h: str
+    out: str
+    x: str
+    y: str = "y"
+
+
+@dataclass(frozen=True)
+class StoreStep:
+    """The step's store of direction ``i``'s post-collision value into ``array`` at ``pos`` (stochastic rounding
+    with the seed ``seed`` where the policy rounds so)."""
+
+    array: str
+    pos: str
+    value: str
+    i: int
+    seed: str = "rs"
+
+
+@dataclass(frozen=True)
+class Seed:
+    """``name`` = the cell's random seed from its pre-collision rest population ``h0`` and its index ``cell``;
+    nothing where the stores round to nearest."""
+
+    name: str
+    h0: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class CollideStore:
+    """Collide the populations ``h`` of the cell (``x``, ``y``) and store the nine results into ``array`` (the
+    even layout) at ``cell``."""
+
+    h: str
+    array: str
+    cell: str
+    x: str
+    y: str = "y"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel: arguments ``(name, kind)`` (see the emitters' argument types), its ``body``; ``bounds``: it
+    takes the step kernels' launch qualifier."""
+
+    name: str
+    doc: str
+    args: tuple
+    body: tuple
+    bounds: bool = False
+
+
+@dataclass(frozen=True)
+class Function:
+    """A device function: arguments as a :class:`Kernel`'s, its ``body``, the values it gives back ``returns``
+    (``(name, type)``, or ``(name, type, value)``: C writes ``value`` through the pointer ``name``); ``inline``: the
+    compiler is told to inline it; ``result``: the kernel type of the value a :class:`Return` gives back (C's return
+    type; ``""``: none)."""
+
+    name: str
+    doc: str
+    args: tuple
+    body: tuple
+    returns: tuple
+    inline: bool = True
+    result: str = ""

@@ -12,11 +12,13 @@ for it, each with one constructor:
 - :func:`numba_code` (the Python kernels of ``kernels_numba`` and ``bouzidi``): the names ``CT``,
   ``SCALE``, ``INV_SCALE``, bound in the kernel's namespace by :meth:`NumbaPopulationCode.namespace`.
 
-FP16C storage (``policy.codec``, hpcsolve/core/fp16c.py) widens and narrows through that module's device functions
-(CUDA C ``fp16c_decode`` / ``fp16c_encode``, Numba ``FP16C_DECODE`` / ``FP16C_ENCODE``); the step's stores of
-post-collision populations round stochastically (``Precision.encode_step``): :meth:`PopulationCode.seed` gives a
-cell's random seed from its pre-collision rest population and index, :meth:`PopulationCode.encode_step` the store
-of direction i with it (for every other policy: :meth:`PopulationCode.encode`, no seed).
+The conversions are the storage codec's (``policy.codec``, hpcsolve/core/codecs.py: casts, float16's, or FP16C's
+device functions CUDA C ``fp16c_decode`` / ``fp16c_encode``, Numba ``FP16C_DECODE`` / ``FP16C_ENCODE``); where the
+codec is :attr:`~hpcsolve.core.codecs.Codec.stochastic` (FP16C), the step's stores of post-collision populations
+round stochastically (``Precision.encode_step``): :meth:`PopulationCode.seed` gives a cell's random seed from its
+pre-collision rest population and index, :meth:`PopulationCode.encode_step` the store of direction i with it (for
+every other policy: :meth:`PopulationCode.encode`, no seed), :meth:`CudaPopulationCode.pack_step` the pair
+kernel's word; :attr:`CudaPopulationCode.pair_words` the pair kernel's 16-bit words (None: no pair kernel).
 
 The emitters pass an expression of a stored value (``A[k]``, ``load_at(A, k)``) or of a compute value
 and splice the result into their templates; none of them tests the policy's scale itself.
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcsolve.core import codecs
+from hpcsolve.core.codecs import Codec
+
 
 @dataclass(frozen=True)
 class PopulationCode:
@@ -37,6 +42,7 @@ class PopulationCode:
     narrow: str             # format: a compute-dtype expression -> the storage dtype ("{}": the store converts)
     scale_text: str | None  # the factor h -> g as the language spells it; None: stored unscaled
     inverse_text: str | None
+    storage_codec: Codec = codecs.FP64   # the policy's storage codec (hpcsolve/core/codecs.py): its pieces
 
     def unscale(self, value: str) -> str:
         """h from a stored value already in the compute dtype (e.g. one half of a widened word)."""
@@ -57,7 +63,12 @@ class PopulationCode:
     @property
     def stochastic(self) -> bool:
         """True where the step's stores round stochastically (FP16C: ``fp16c.encode_stochastic``)."""
-        return getattr(self, "codec", None) == "fp16c"
+        return self.storage_codec.stochastic
+
+    @property
+    def integer_codes(self) -> bool:
+        """True where stored values are integer codes (FP16C): a finiteness test decodes them first."""
+        return self.storage_codec.integer_codes
 
     def seed(self, name: str, h0: str, cell: str) -> str:
         """A statement binding ``name`` to the random seed of a cell (``fp16c.seed``) from the expressions of its
@@ -76,87 +87,78 @@ class CudaPopulationCode(PopulationCode):
     store_t: str = "double"  # C type of the storage dtype
     suffix: str = ""         # literal suffix of the compute dtype ('f' for float)
 
-    codec: str | None = None  # a custom 16-bit format ("fp16c"): its device functions go in the header
-
     def seed(self, name: str, h0: str, cell: str) -> str:
-        return f"const unsigned int {name} = fp16c_seed({h0}, (unsigned int)({cell}));" if self.stochastic else ""
+        return self.storage_codec.cuda_seed(name, h0, cell)
 
     def encode_step(self, h: str, i: int, seed: str) -> str:
         if not self.stochastic:
             return self.encode(h)
-        from hpcsolve.core import fp16c
+        return self.storage_codec.cuda_encode_step(self.scale(h), i, seed)
 
-        a, c = fp16c.STREAM[i]
-        return f"fp16c_encode_sr({self.scale(h)}, {a:#x}u * {seed} + {c:#x}u)"
+    def pack_step(self, a: str, b: str, i: int, seed_a: str, seed_b: str) -> str:
+        """The pair kernel's stored word of direction ``i``'s post-collision values a (low half) and b, rounded
+        stochastically with the two cells' seeds (:attr:`stochastic` only)."""
+        return self.storage_codec.cuda_pack_step(self.scale(a), self.scale(b), i, seed_a, seed_b)
+
+    @property
+    def pair_words(self) -> dict | None:
+        """The pair kernel's words of two stored values (``Codec.cuda_pair``); None: no pair kernel."""
+        return self.storage_codec.cuda_pair
 
     @property
     def header(self) -> str:
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
-
-            return fp16c.CUDA_SOURCE
-        return "#include <cuda_fp16.h>\n" if self.store_t == "__half" else ""
+        return self.storage_codec.cuda_header
 
 
-_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.float16): "__half",
-            np.dtype(np.uint16): "unsigned short"}
+#: C types of the compute dtypes (a stored value's C type is its codec's ``c_type``)
+_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
 
 
 def cuda_code(policy) -> CudaPopulationCode:
-    """CUDA C: ``__half2float`` / ``__float2half_rn`` (round to nearest) for 16-bit storage, C casts
-    otherwise; the scale as literals of the compute dtype."""
-    storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
-    real_t, store_t = _C_TYPES[compute], _C_TYPES[storage]
+    """CUDA C: the codec's conversions (``__half2float`` / ``__float2half_rn`` for float16, the FP16C device
+    functions, C casts otherwise); the scale as literals of the compute dtype."""
+    codec, compute = policy.codec, np.dtype(policy.compute)
+    real_t = _C_TYPES[compute]
     suffix = "f" if compute == np.float32 else ""
-    if policy.codec == "fp16c":
-        widen, narrow = "fp16c_decode({})", "fp16c_encode({})"
-    elif store_t == "__half":
-        widen, narrow = "__half2float({})", "__float2half_rn({})"
-    else:
-        widen, narrow = f"({real_t}){{}}", f"({store_t})({{}})"
     scale, inverse = _factors(policy)
-    return CudaPopulationCode(widen, narrow, scale and repr(scale) + suffix, inverse and repr(inverse) + suffix,
-                              real_t=real_t, store_t=store_t, suffix=suffix, codec=policy.codec)
+    return CudaPopulationCode(codec.cuda_widen(real_t), codec.cuda_narrow(), scale and repr(scale) + suffix,
+                              inverse and repr(inverse) + suffix, storage_codec=codec,
+                              real_t=real_t, store_t=codec.c_type, suffix=suffix)
 
 
 @dataclass(frozen=True)
 class NumbaPopulationCode(PopulationCode):
     compute: np.dtype = np.dtype(np.float64)
     population_scale: float = 1.0
-    codec: str | None = None
 
     def seed(self, name: str, h0: str, cell: str) -> str:
-        return f"{name} = FP16C_SEED({h0}, {cell})" if self.stochastic else ""
+        return self.storage_codec.numba_seed(name, h0, cell)
 
     def encode_step(self, h: str, i: int, seed: str) -> str:
-        return f"FP16C_ENCODE_SR{i}({self.scale(h)}, {seed})" if self.stochastic else self.encode(h)
+        return self.storage_codec.numba_encode_step(self.scale(h), i, seed) if self.stochastic else self.encode(h)
+
+    def pack_step(self, a: str, b: str, i: int, seed_a: str, seed_b: str) -> str:
+        """The pair kernel's stored word of direction ``i``'s post-collision values a (low half) and b, rounded
+        stochastically with the two cells' seeds (:attr:`stochastic` only)."""
+        return self.storage_codec.numba_pack_step(self.scale(a), self.scale(b), i, seed_a, seed_b)
 
     def namespace(self) -> dict:
-        """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``; with the
-        FP16C codec ``FP16C_DECODE`` / ``FP16C_ENCODE``, the device functions of hpcsolve/core/fp16c.py)."""
+        """The names the expressions use (``CT`` the compute scalar type, ``SCALE``, ``INV_SCALE``, and the codec's
+        device functions, e.g. FP16C's ``FP16C_DECODE`` / ``FP16C_ENCODE`` of hpcsolve/core/fp16c.py)."""
         ct = self.compute.type
         ns = {"CT": ct, "SCALE": ct(self.population_scale), "INV_SCALE": ct(1.0 / self.population_scale)}
-        if self.codec == "fp16c":
-            from hpcsolve.core import fp16c
-
-            ns["FP16C_DECODE"], ns["FP16C_ENCODE"] = fp16c.numba_functions()
-            seed, encoders, packers = fp16c.numba_stochastic_functions()
-            ns["FP16C_SEED"] = seed
-            for i, (enc, pack) in enumerate(zip(encoders, packers)):
-                ns[f"FP16C_ENCODE_SR{i}"], ns[f"FP16C_PACK_SR{i}"] = enc, pack
+        ns.update(self.storage_codec.numba_namespace())
         return ns
 
 
 def numba_code(policy) -> NumbaPopulationCode:
-    """Numba: loads of a narrower storage dtype widened by ``CT(...)``; stores convert by themselves."""
-    storage, compute = np.dtype(policy.storage), np.dtype(policy.compute)
-    if policy.codec == "fp16c":
-        widen, narrow = "FP16C_DECODE({})", "FP16C_ENCODE({})"
-    else:
-        widen, narrow = ("{}" if storage == compute else "CT({})"), "{}"
+    """Numba: the codec's conversions (loads of a narrower plain dtype widened by ``CT(...)``; stores convert by
+    themselves)."""
+    codec, compute = policy.codec, np.dtype(policy.compute)
     scale, inverse = _factors(policy)
-    return NumbaPopulationCode(widen, narrow, scale and "SCALE", inverse and "INV_SCALE",
-                               compute=compute, population_scale=float(policy.population_scale), codec=policy.codec)
+    return NumbaPopulationCode(codec.numba_widen(codec.storage == compute), codec.numba_narrow(),
+                               scale and "SCALE", inverse and "INV_SCALE", storage_codec=codec,
+                               compute=compute, population_scale=float(policy.population_scale))
 
 
 def _factors(policy) -> tuple[float | None, float | None]:

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from hpcsolve.core import backends, cudasim, fp16c
+from hpcsolve.core import backends, codecs, cudasim
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.boundaries import link_rules
@@ -47,64 +47,8 @@ from hpcsolve.lbm.kernels.population_code import numba_code
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
 
-@functools.lru_cache(maxsize=None)
-def _half_bits():
-    """(half_lo, half_hi, pack_halves): float16 halves of an int32 word <-> float32. On the GPU, Numba
-    intrinsics (LLVM trunc/bitcast/fpext, fptrunc = cvt.rn.f16.f32); under the simulator, NumPy views."""
-    if backends.cuda_simulator_enabled():
-        def half_lo(u):
-            return np.float32(np.array(int(u) & 0xFFFF, dtype=np.uint16).view(np.float16))
-
-        def half_hi(u):
-            return np.float32(np.array((int(u) >> 16) & 0xFFFF, dtype=np.uint16).view(np.float16))
-
-        def pack_halves(lo, hi):
-            bits = np.array([lo, hi], dtype=np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
-            return np.array(bits[0] | (bits[1] << 16), dtype=np.uint32).view(np.int32)[()]
-
-        return half_lo, half_hi, pack_halves
-
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    def _widen(builder, v16):
-        return builder.fpext(builder.bitcast(v16, ir.HalfType()), ir.FloatType())
-
-    @intrinsic
-    def half_lo(typingctx, u):
-        if not isinstance(u, types.Integer):
-            return None
-
-        def codegen(context, builder, sig, args):
-            return _widen(builder, builder.trunc(args[0], ir.IntType(16)))
-        return types.float32(u), codegen
-
-    @intrinsic
-    def half_hi(typingctx, u):
-        if not isinstance(u, types.Integer):
-            return None
-
-        def codegen(context, builder, sig, args):
-            v = builder.lshr(args[0], ir.Constant(args[0].type, 16))
-            return _widen(builder, builder.trunc(v, ir.IntType(16)))
-        return types.float32(u), codegen
-
-    @intrinsic
-    def pack_halves(typingctx, lo, hi):
-        if not (isinstance(lo, types.Float) and isinstance(hi, types.Float)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            # one <2 x float> -> <2 x half> fptrunc (sm_80+: a single cvt.rn.f16x2.f32), bitcast to i32
-            f2 = ir.VectorType(ir.FloatType(), 2)
-            v = builder.insert_element(ir.Constant(f2, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
-            v = builder.insert_element(v, args[1], ir.Constant(ir.IntType(32), 1))
-            h2 = builder.fptrunc(v, ir.VectorType(ir.HalfType(), 2))
-            return builder.bitcast(h2, ir.IntType(32))
-        return types.int32(lo, hi), codegen
-
-    return half_lo, half_hi, pack_halves
+#: float16 halves of an int32 word <-> float32 (the fp16s codec's pair functions, hpcsolve/core/codecs.py)
+_half_bits = codecs.half_pair_functions
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,8 +173,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
     src = kernel_source(policy, collision, cpt, block_x, pairs, exchange, in_place, characteristic, layer)
     if pairs and not in_place:
-        ns["half_lo"], ns["half_hi"], ns["pack_halves"] = (
-            fp16c.numba_pair_functions() if policy.codec == "fp16c" else _half_bits())
+        ns["half_lo"], ns["half_hi"], ns["pack_halves"] = policy.codec.numba_pair_functions()
     storage = np.dtype(policy.storage).str
     exec(compile(src, f"<hpcsolve.lbm.steppers.kernels_numba {storage}/{ct.str}/{collision}>", "exec"), ns)
     layouts = kernel_plan.step_layouts(in_place)

@@ -9,7 +9,6 @@ reference every other backend is compared with.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,17 +16,13 @@ import numpy as np
 from hpcsolve.core import backends
 from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.flags import FLAG_NAMES, FLUID, OUTLET, VELOCITY, WALL
+from hpcsolve.lbm.boundaries.force import momentum_exchange_force
+from hpcsolve.lbm.flags import FLAG_NAMES, FLUID, WALL
 from hpcsolve.core.precision import FP64, Precision
+from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
+from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 
-if TYPE_CHECKING:
-    from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
-    from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
-
-__all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations",
-           "momentum_exchange_force",
-           # the cell flags live in hpcsolve/lbm/flags.py; re-exported for callers that import them from here
-           "FLAG_NAMES", "FLUID", "OUTLET", "VELOCITY", "WALL"]
+__all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations"]
 
 COLLISIONS = ("bgk", "trt")
 #: a case's lattice.streaming -> LBMSetup.in_place (None: the GPU stepper chooses, gpu_common.auto_in_place)
@@ -75,7 +70,6 @@ class LBMSetup:
             raise CaseError.invalid("in_place", self.in_place, "True, False or None (the GPU stepper chooses)")
         self.in_place = None if self.in_place is None else bool(self.in_place)
         if self.absorbing_layer is not None:
-            from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 
             lay = self.absorbing_layer
             if not isinstance(lay, AbsorbingLayer) or not all(np.isfinite([lay.c0, lay.kx, lay.ky, lay.strength])) \
@@ -224,54 +218,6 @@ def macroscopic_from_populations(g: np.ndarray, setup: LBMSetup):
     uy = uy.astype(np.float64)
     rho[solid], ux[solid], uy[solid] = 1.0, 0.0, 0.0
     return rho, ux, uy
-
-
-def momentum_exchange_force(g: np.ndarray, setup: LBMSetup, mask: np.ndarray) -> tuple[float, float]:
-    """F = sum over links (x fluid, x + c_i in mask) of c_i (f*_i(x) + f_opp(i)(x, t+1)), where the
-    bounced population is f_opp(i)(x, t+1) = f*_i(x) - 6 w_i (c_i . u_w(x + c_i)); accumulated in float64.
-    Interpolated links (``setup.links``) into the mask bounce back f_opp(i)(x, t+1) = a f*_i(x) + b f*_partner
-    instead (resting walls), evaluated in float64 from the same state.
-
-    The stored state holds f*(t); the result is the force the body receives between t and t+1.
-    u_w is the setup's full boundary velocity: measured masks are obstacles (resting walls, u_w = 0);
-    a force on moving-wall cells during a smooth start (``ramp_steps``) would miss the ramp factor.
-    """
-    mask = np.asarray(mask, dtype=bool)
-    h = setup.policy.decode(np.asarray(g)).astype(np.float64)
-    fluid = setup.flags == FLUID
-    uw = setup.boundary_velocity
-    fx = fy = 0.0
-    interpolated = None
-    if setup.links is not None and len(setup.links):
-        lk = setup.links
-        into = mask.ravel()[lk.solid]
-        interpolated = np.zeros((lattice.Q,) + mask.shape, dtype=bool)
-        interpolated.reshape(lattice.Q, -1)[lk.direction[into], lk.cell[into]] = True
-    for i in range(1, lattice.Q):
-        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
-        # cells x whose neighbour x + c_i is in the mask: roll the mask by -c_i
-        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))
-        links = fluid & target
-        if interpolated is not None:
-            links &= ~interpolated[i]
-        if not links.any():
-            continue
-        f_out = h[i][links] + w
-        cu = cx * np.roll(uw[0], (-cy, -cx), (0, 1))[links] + cy * np.roll(uw[1], (-cy, -cx), (0, 1))[links]
-        f_back = f_out - 6.0 * w * cu
-        s = float(np.sum(f_out + f_back))
-        fx += cx * s
-        fy += cy * s
-    if interpolated is not None and into.any():
-        flat = h.reshape(-1)
-        w = np.asarray(lattice.WEIGHTS)[lk.direction[into]]
-        f_out = flat[lk.slot[into]] + w
-        f_back = physics.physics_for(np.float64).interpolated_bounce_back(
-            flat[lk.slot[into]], flat[lk.partner[into]], lk.a[into], lk.b[into]) + w
-        s = f_out + f_back
-        fx += float(np.sum(np.asarray(lattice.CX)[lk.direction[into]] * s))
-        fy += float(np.sum(np.asarray(lattice.CY)[lk.direction[into]] * s))
-    return fx, fy
 
 
 def get_stepper(backend, setup: LBMSetup, **options) -> Stepper:

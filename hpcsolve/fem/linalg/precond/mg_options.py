@@ -1,0 +1,79 @@
+"""The options of the multigrid preconditioners (:class:`MGOptions`, case section ``[solve.multigrid]``) and the
+precisions, smoothers and aggregation methods they choose from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from hpcsolve.core.errors import CaseError
+
+F64 = np.dtype(np.float64)
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+KINDS = ("mg", "amg")
+HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # name: (storage, compute)
+SMOOTHERS = ("chebyshev", "jacobi")
+AMG_METHODS = ("sa", "rs")
+LEVEL_FORMATS = ("auto", "dia", "csr")
+
+
+@dataclass
+class MGOptions:
+    """Options of the multigrid preconditioners (docs/fem_solvers.md, case section ``[solve.multigrid]``)."""
+
+    hierarchy: str = "fp32"        # precision of the level operators and V-cycle vectors: fp64 | fp32 | fp16
+    smoother: str = "chebyshev"    # chebyshev | jacobi (damped, weight jacobi_weight / lambda_max(D^-1 A))
+    degree: int = 2                # smoothing steps before and after the coarse correction (Chebyshev degree)
+    coarse_size: int = 400         # a level with at most this many unknowns is solved directly (dense inverse)
+    max_levels: int = 30
+    amg: str = "sa"                # aggregation of "amg" (and below the geometric levels): sa | rs
+    strength: float = 0.0          # pyamg strength threshold (sa: symmetric, 0 = pyamg's default; rs: classical 0.25)
+    cheby_lower: float = 0.3       # Chebyshev interval [cheby_lower, 1.1] x lambda_max(D^-1 A)
+    jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
+    power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
+    flexible: bool = True          # outer flexible CG (beta = -z.Aq / p.Aq); False: standard PCG beta
+    level_format: str = "auto"     # dia: levels with few diagonals (structured grids) stored by diagonals, the
+                                   # others CSR | csr | auto: dia on the GPU, csr on the CPU (SciPy's CSR product)
+
+    CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS,
+               "level_format": LEVEL_FORMATS}
+    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
+
+    def __post_init__(self):
+        for name, allowed in self.CHOICES.items():
+            v = getattr(self, name)
+            if not isinstance(v, str) or v.lower() not in allowed:
+                raise CaseError.invalid(f"multigrid.{name}", v, ", ".join(allowed))
+            setattr(self, name, v.lower())
+        for name, (lo, hi) in self.INTEGERS.items():
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+                raise CaseError.invalid(f"multigrid.{name}", v, f"an integer in [{lo}, {hi}]")
+            setattr(self, name, int(v))
+        for name, lo, hi in (("strength", 0.0, 1.0), ("cheby_lower", 1e-3, 0.9), ("jacobi_weight", 0.1, 2.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not lo <= v <= hi:
+                raise CaseError.invalid(f"multigrid.{name}", v, f"a number in [{lo:g}, {hi:g}]")
+            setattr(self, name, float(v))
+        if not isinstance(self.flexible, (bool, np.bool_)):
+            raise CaseError.invalid("multigrid.flexible", self.flexible, "true or false")
+        self.flexible = bool(self.flexible)
+
+    @classmethod
+    def from_dict(cls, d: dict | None, field_name: str = "multigrid") -> "MGOptions":
+        if d is not None and not isinstance(d, dict):
+            raise CaseError.invalid(field_name, d, "a dict of multigrid options (e.g. {'hierarchy': 'fp16'}) or "
+                                    "a hpcsolve.fem.linalg.precond.multigrid.MGOptions")
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        for k in d:
+            if k not in known:
+                raise CaseError.invalid(f"{field_name}.{k}", d[k], ", ".join(sorted(known)), why="unknown multigrid option")
+        return cls(**d)
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "flexible")
+

@@ -1,0 +1,48 @@
+"""The device helpers of the step sources in the plan's statement vocabulary (``kernel_plan``): the hash-table lookups
+of the boundary cells (``gpu_common.cell_table``) and the outlet rule's velocity table, printed by both emitters
+(``print_cuda.CPrinter``, ``print_numba.PythonPrinter``)."""
+
+from __future__ import annotations
+
+from hpcsolve.lbm.kernels.kernel_plan import And, Conv, Fmt, Function, Let, Named, Return, Sel, Set, Var, While
+
+
+def table_home() -> Function:
+    """The home slot of a cell in a hash table of ``size`` slots (``cell_table.table_home``)."""
+    home = Fmt("(({} * {}) >> {}) & {}", (Conv("u64", "cell"), Named("hash_mult"), Named("shift32"),
+                                          Conv("u64", "size - 1")))
+    return Function("table_home", "home slot of a cell in a hash table of `size` slots (a power of two; "
+                    "gpu_common.cell_table)", (("cell", "index_value"), ("size", "int")),
+                    (Return(Conv("int", home)),), (), result="int")
+
+
+def boundary_velocity() -> Function:
+    """u_w of a VELOCITY cell ``s`` from the hash table ``vel_cells`` / ``vel_u`` (linear probing)."""
+    body = (Var("k", "int", "table_home(s, n_vel)"),
+            Var("ux", "real", "vel_u[k]"), Var("uy", "real", "vel_u[n_vel + k]"),
+            While("vel_cells[k] != s", (Set("k", "(k + 1) & (n_vel - 1)"), Set("ux", "vel_u[k]"),
+                                        Set("uy", "vel_u[n_vel + k]"))))
+    doc = ("u_w of a VELOCITY cell s (boundary links only): its slot in the hash table vel_cells (n_vel slots,\n"
+           "linear probing); the values of the home slot load with its key, so one round trip when it is there")
+    return Function("boundary_velocity", doc,
+                    (("vel_cells", "index"), ("vel_u", "real"), ("n_vel", "int"), ("s", "index_value")), body,
+                    (("uwx", "real", "ux"), ("uwy", "real", "uy")))
+
+
+def outlet_index() -> Function:
+    """The slot of an outlet cell in the hash table ``out_cells`` (-1: not an outlet cell)."""
+    body = (Var("k", "int", "table_home(cell, n_out)"), Var("key", "index", "out_cells[k]"),
+            While(And("key != cell", "key != -1"), (Set("k", "(k + 1) & (n_out - 1)"), Set("key", "out_cells[k]"))),
+            Return(Sel("key == cell", "k", "-1")))
+    return Function("outlet_index", "the outlet cell's slot in the hash table out_cells (n_out slots; -1: not an "
+                    "outlet cell)", (("out_cells", "index"), ("n_out", "int"), ("cell", "index_value")), body, (),
+                    result="int")
+
+
+def outlet_velocity() -> Function:
+    """The velocity of an outlet cell at time t from the in-place table ``own_u`` (CUDA C; Numba inlines it)."""
+    return Function("outlet_velocity", "velocity of an outlet cell at time t from the in-place table own_u (outlet "
+                    "rule, in-place steps)",
+                    (("out_cells", "index"), ("own_u", "real_plain"), ("n_out", "int"), ("cell", "index_value")),
+                    (Let("k", "int", "outlet_index(out_cells, n_out, cell)"),),
+                    (("ux", "real", "own_u[k]"), ("uy", "real", "own_u[n_out + k]")))

@@ -1,0 +1,146 @@
+"""Monitor points of an LBM run: the series and checks taken every ``time.monitor_interval`` steps
+(``Monitor``), where a point's reductions run (``device_monitor``, ``point_fields``) and the written fields in
+physical units (``fields``, ``snapshot_fields``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hpcsolve.core.backends import get_array_module, to_host
+from hpcsolve.lbm import geometry as geom
+from hpcsolve.lbm import observables as obs, physics
+from hpcsolve.lbm.case import Derived, LBMCase
+from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
+
+
+class Monitor:
+    """Series and checks at monitor points."""
+
+    def __init__(self, case: LBMCase, derived: Derived, geo: geom.Geometry):
+        self.case, self.derived, self.geo = case, derived, geo
+        self.fluid = geo.fluid
+        # physical units: kinetic energy per metre of depth (J/m), speeds in m/s; coefficients are dimensionless
+        self.series: dict[str, list] = {"step": [], "time": [], "kinetic_energy": [], "max_speed": []}
+        if case.initial.condition == "taylor_green":
+            self.series["kinetic_energy_analytic"] = []
+        if case.steady.enabled:
+            self.series["steady_change"] = []
+        for k in geo.measured:
+            sfx = "" if k == geo.measured[0] else f"_{k}"
+            self.series[f"drag_coefficient{sfx}"] = []
+            self.series[f"lift_coefficient{sfx}"] = []
+        self.last_steady_u = None
+        self.last_steady_step = 0
+        self._fluid_device = None
+        self.steady_change = math.inf
+
+    def fluid_like(self, array):
+        """The fluid mask on the side of ``array`` (host, or a device copy made once)."""
+        xp = get_array_module(array)
+        if xp is np:
+            return self.fluid
+        if self._fluid_device is None:
+            self._fluid_device = xp.asarray(self.fluid)
+        return self._fluid_device
+
+    def fluid_velocity(self, ux, uy) -> np.ndarray:
+        """Host float64 (2, fluid cells): the steady check's state (kept as its reference and checkpointed)."""
+        fluid = self.fluid_like(ux)
+        return np.stack([to_host(ux[fluid]), to_host(uy[fluid])])
+
+    def peak(self, ux, uy) -> float:
+        """max |u| over the fluid in lattice units (the stability check)."""
+        return obs.peak_speed(ux, uy, self.fluid_like(ux))
+
+    def record(self, stepper, step: int, rho, ux, uy, peak: float | None = None) -> None:
+        """Append the point's series. rho, ux, uy: host arrays or (``stepper.fields_on_device()``) device
+        arrays, reduced on the device; ``peak``: the point's ``self.peak(ux, uy)`` where already known."""
+        s = self.series
+        s["step"].append(step)
+        s["time"].append(self.derived.units.time_of(step))
+        units = self.derived.units
+        to_ms = units.dx / units.dt
+        energy = units.density * to_ms**2 * units.dx**2      # lattice kinetic energy -> J per metre of depth
+        fluid = self.fluid_like(rho)
+        s["kinetic_energy"].append(obs.kinetic_energy(rho, ux, uy, fluid) * energy)
+        s["max_speed"].append((self.peak(ux, uy) if peak is None else peak) * to_ms)
+        if "kinetic_energy_analytic" in s:
+            ny, nx = self.geo.shape
+            X, Y = np.meshgrid(np.arange(nx) + 0.5, np.arange(ny) + 0.5)
+            ua, va = obs.taylor_green_velocity(X, Y, nx, self.case.lattice.velocity, units.lattice_viscosity, step)
+            s["kinetic_energy_analytic"].append(obs.kinetic_energy(np.ones_like(ua), ua, va, self.fluid) * energy)
+        for k in self.geo.measured:
+            sfx = "" if k == self.geo.measured[0] else f"_{k}"
+            f = stepper.force(self.geo.obstacles[k])
+            cd, cl = obs.force_coefficients(f, self.case.lattice.velocity, self.case.lattice.resolution)
+            s[f"drag_coefficient{sfx}"].append(cd)
+            s[f"lift_coefficient{sfx}"].append(cl)
+        if self.case.steady.enabled:
+            if self.last_steady_u is None or self.last_steady_step < self.derived.ramp_steps:
+                # compare only states from the end of the smooth start on (the boundary velocities rise before);
+                # a reference from inside the smooth start is replaced at the next point, so none is kept
+                self.last_steady_u = self.fluid_velocity(ux, uy) if step >= self.derived.ramp_steps else None
+                self.last_steady_step = step
+            elif step - self.last_steady_step >= self.case.steady.interval:
+                u = self.fluid_velocity(ux, uy)
+                self.steady_change = obs.relative_change(u, self.last_steady_u)
+                self.last_steady_u, self.last_steady_step = u, step
+            s["steady_change"].append(self.steady_change)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in self.series.items()}
+
+
+def fields(rho, ux, uy, derived: Derived, geo: geom.Geometry, step: int) -> dict[str, np.ndarray]:
+    """The written fields in physical units. Moving walls, inlets and outlets carry their velocity
+    (the lid row shows the lid); derivatives next to walls use the wall velocity at the half-way wall."""
+    u = derived.units
+    scale = u.dx / u.dt
+    wall_u = geo.boundary_velocity * physics.ramp_factor(step, derived.ramp_steps)
+    bx, by = obs.boundary_field_velocity(ux, uy, geo.flags, wall_u, FLUID, VELOCITY, OUTLET)
+    return {
+        "velocity": np.stack([bx * scale, by * scale], axis=-1),
+        "pressure": np.where(geo.fluid, u.pressure_to_physical(rho), 0.0),
+        "density_lattice": rho,
+        "vorticity": obs.vorticity(ux, uy, geo.fluid, wall_u[0], wall_u[1], geo.flags == OUTLET) / u.dt,
+        "flags": geo.flags.astype(np.int32),
+    }
+
+
+#: device memory a monitor point on the device takes beyond the run's estimate, per cell: float64 rho, ux, uy kept
+#: as the last good state (24) and a point's own (24 more, while the last are held) and its temporaries
+DEVICE_MONITOR_BYTES_PER_CELL = 96
+
+
+def device_monitor(backend, cells: int) -> bool:
+    """Reduce monitor points on the device only where the device has room for it now (free memory, CuPy's pool
+    not counted): otherwise the points copy the fields to the host as before, and the memory estimate of the run
+    (which does not count the device path) stays true."""
+    if not getattr(backend, "gpu", False):
+        return False
+    try:
+        free = backend.available_memory()
+    except Exception:                   # a backend that cannot say: the host path
+        return False
+    return free is not None and free >= 1.25 * DEVICE_MONITOR_BYTES_PER_CELL * cells
+
+
+def point_fields(stepper, on_device: bool = True):
+    """(rho, ux, uy) at a monitor point: on the device where the stepper has them there and ``on_device`` (the
+    point's reductions run there and scalars come back: Cylinder 2D-2's 4,800 points cost 4.3-7.3 ms each on
+    the H200 machine's host, where its 96,000 steps took 1.2 s), else the host copies."""
+    on_dev = stepper.fields_on_device() if on_device else None
+    return on_dev if on_dev is not None else stepper.macroscopic()
+
+
+def host(*arrays):
+    """The arrays as host NumPy arrays."""
+    return tuple(to_host(a) for a in arrays)
+
+
+def snapshot_fields(rho, ux, uy, derived, geo, step):
+    """The fields a snapshot keeps (velocity, pressure, vorticity) of ``fields``."""
+    f = fields(rho, ux, uy, derived, geo, step)
+    return {k: f[k] for k in ("velocity", "pressure", "vorticity")}

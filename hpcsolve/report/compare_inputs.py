@@ -1,0 +1,180 @@
+"""The inputs of a comparison, checked before anything runs: the ``--out`` folder (``check_out``, and the earlier
+comparison's files retired before the first run writes), the backends, precisions, tolerance and repeats, and
+the preconditioner dimension of a FEM case; and the configurations to run, the reference first."""
+
+from __future__ import annotations
+
+import math
+import typing
+from pathlib import Path
+
+from hpcsolve.core import backends as backends_mod
+from hpcsolve.core import outdir
+from hpcsolve.core import precision as precision_mod
+from hpcsolve.core.cases import CaseBase, load_case
+from hpcsolve.core.errors import CaseError, OutputError
+from hpcsolve.report.comparison import REFERENCE
+
+REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the case, per configuration
+
+
+COMPARISON_FILES = ("comparison.json", "comparison.md")
+COMPARISON_PLOTS = ("pareto", "drift", "residuals")       # plots/<name>.png of Comparison.write
+
+
+def check_out(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse, naming ``--out``, a comparison folder that is not a usable folder, or that already holds a
+    comparison (its files, or a run folder with a result or checkpoints) unless ``overwrite``: a second comparison into the
+    same folder used to replace the first one's files without being asked."""
+    outdir.check(out, overwrite=True)       # a file, a dangling link, no permission: one error naming --out
+    out = Path(out)
+    if overwrite or not out.is_dir():
+        return
+    try:
+        held = [n for n in COMPARISON_FILES if (out / n).exists()]
+        held += sorted(p.name + "/" for p in out.iterdir()
+                       if p.is_dir() and _run_folder_name(p.name)
+                       and (outdir.has_result(p) or outdir.has_checkpoints(p)))
+    except OSError as exc:
+        raise OutputError.invalid("--out", str(out), "a folder this user can read",
+                                  why=f"cannot look at it ({exc.strerror})") from None
+    if held:
+        names = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise OutputError.invalid("--out", str(out), "a new folder, or --overwrite (overwrite=True) to replace the "
+                                  "comparison there", why=f"already holds a comparison's files ({names})")
+
+
+def _retire_comparison(out: Path) -> None:
+    """An earlier comparison's own files go before the first run replaces one of its run folders: a comparison
+    stopped part way must not leave comparison.json / .md (and its plots) describing runs that are no longer there
+    (the new files are written when every run is done). A comparison refused before its first run keeps them."""
+    for name in COMPARISON_FILES + tuple(f"plots/{p}.png" for p in COMPARISON_PLOTS):
+        try:
+            (out / name).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise OutputError.invalid("--out", str(out), "a folder whose comparison files can be replaced",
+                                      why=f"cannot remove {name} ({exc.strerror})") from None
+
+
+def _run_folder_name(name: str) -> bool:
+    """``name`` is one compare gives a run's folder: <backend>-<precision>[-<preconditioner>]."""
+    for b in backends_mod.BACKENDS:
+        for p in precision_mod.POLICIES:
+            if name == f"{b}-{p}" or (name.startswith(f"{b}-{p}-") and name[len(b) + len(p) + 2:].isalpha()):
+                return True
+    return False
+
+
+PRECONDITIONERS_FIELD = "--preconditioners"
+
+
+def preconditioner_names() -> tuple[str, ...]:
+    """The names ``solve.preconditioner`` of a FEM case accepts (from the case model, so they stay in step)."""
+    try:
+        from hpcsolve.fem.case import SolverSection   # late: start-up cost (1.8 s, SciPy)
+
+        names = typing.get_args(SolverSection.model_fields["preconditioner"].annotation)
+    except (ImportError, KeyError, AttributeError):   # pragma: no cover - the model always has the field
+        names = ()
+    if not names:   # pragma: no cover - a model that validates the name another way
+        from hpcsolve.fem.linalg.precond import NAMES   # late: as SolverSection above
+
+        names = ("auto",) + tuple(NAMES)
+    return tuple(str(n) for n in names)
+
+
+def _check_preconditioners(case: CaseBase, preconditioners) -> list[str] | None:
+    """The preconditioner dimension, checked before anything runs: names known (lower case, duplicates
+    dropped), a FEM case only."""
+    if preconditioners is None:
+        return None
+    if isinstance(preconditioners, str):
+        preconditioners = [preconditioners]
+    if case.solver != "fem":
+        raise CaseError(f"{PRECONDITIONERS_FIELD} applies to FEM cases only: the preconditioner is a setting of "
+                        f"the FEM linear solve (solve.preconditioner), and {case.name} is an {case.solver.upper()} "
+                        f"case (solver = {case.solver!r}); leave {PRECONDITIONERS_FIELD} out",
+                        field=PRECONDITIONERS_FIELD, value=list(preconditioners), allowed="FEM cases only")
+    allowed = preconditioner_names()
+    names: list[str] = []
+    for p in preconditioners:
+        if not isinstance(p, str) or p.strip().lower() not in allowed:
+            raise CaseError.invalid(PRECONDITIONERS_FIELD, p, ", ".join(allowed))
+        if p.strip().lower() not in names:
+            names.append(p.strip().lower())
+    if not names:
+        raise CaseError.invalid(PRECONDITIONERS_FIELD, [], ", ".join(allowed), why="no preconditioner given")
+    return names
+
+
+def _with_preconditioner(case: CaseBase, name: str) -> CaseBase:
+    """``case`` with solve.preconditioner = ``name``, through the path ``--set`` takes."""
+    try:
+        return case.with_overrides(f"solve.preconditioner={name}")
+    except CaseError as exc:
+        raise CaseError(f"{name!r}: {exc}", field=PRECONDITIONERS_FIELD, value=name) from None
+
+
+def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as_names):
+    """The case (loaded, or validated again with ``overrides``), backends and precisions as names (None: every
+    one usable here), with the tolerance and repeats checked; CaseError naming the option otherwise.
+    ``as_names``: ``hpcsolve.run.as_names``."""
+    overrides = as_names(overrides, "overrides")
+    backends = None if backends is None else as_names(backends, "backends")
+    precisions = None if precisions is None else as_names(precisions, "precisions")
+    for name, value in (("backends", backends), ("precisions", precisions)):
+        if value == []:           # used to run the reference alone, as if nothing had been asked
+            raise CaseError.invalid(name, value, f"at least one name (None: every {name[:-1]} usable here)")
+    if not isinstance(case, CaseBase):
+        case = load_case(case, overrides)
+    else:       # validated again as a whole (edits in Python skip the rules across fields)
+        case = case.with_overrides(*overrides)
+    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and tolerance >= 0
+                                           and math.isfinite(tolerance)):
+        raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
+    if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)
+                                or not 1 <= repeats <= REPEATS_LIMIT):
+        raise CaseError.invalid("--repeats", repeats, f"an integer in [1, {REPEATS_LIMIT}]",
+                                why="each repeat is a whole timed run of the case, for every configuration"
+                                if isinstance(repeats, int) and repeats > REPEATS_LIMIT else None)
+    return case, backends, precisions
+
+
+def configurations(case: CaseBase, backends, precisions, pc_names) -> tuple[list, dict]:
+    """The configurations (backend, precision, preconditioner) to run, the CPU FP64 ones first (the reference:
+    the first of them that runs), and the case of each preconditioner (None: the case's own setting); every
+    name checked (backends asked for by name must not all be unusable here)."""
+    family = case.solver
+    explicit = backends is not None
+    if backends is None:
+        backends = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available
+                    and not backends_mod.probe(b).simulator]
+    for b in backends:
+        if str(b) not in backends_mod.BACKENDS:
+            raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))
+    backends = [str(b) for b in backends]   # Backend objects or names: compared and labelled by name
+    if explicit:
+        # asked for by name: when none of them can run here, the comparison would hold the reference alone
+        why = {b: backends_mod.probe(b).reason for b in backends if not backends_mod.probe(b).available}
+        if backends and len(why) == len(backends):
+            usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available]
+            raise CaseError.invalid("--backends", " ".join(backends), "backends usable here: " + ", ".join(usable),
+                                    why="none of them can run here (" + "; ".join(f"{b}: {r}" for b, r in why.items())
+                                        + ")")
+    if precisions is None:
+        precisions = precision_mod.names(family)
+    for p in precisions:
+        precision_mod.get_precision(p, family=family, field="--precisions")
+    # one case per preconditioner, validated now: a name the case model refuses stops before any run
+    if pc_names is None:
+        pc_cases: dict = {None: case}
+        ref_pcs: list = [None]
+    else:
+        pc_cases = {name: _with_preconditioner(case, name) for name in pc_names}
+        own = getattr(getattr(case, "solve", None), "preconditioner", None)
+        ref_pcs = ([own] if own in pc_names else []) + [n for n in pc_names if n != own]
+    configs = [(*REFERENCE, pc) for pc in ref_pcs]
+    configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != REFERENCE]
+    return configs, pc_cases

@@ -1,0 +1,354 @@
+"""The result of a comparison (``hpcsolve.report.compare.compare``): its runs (``Run``), the recommendation and
+every run's verdict, the table, the JSON and markdown files and the plots (``Comparison``). The rule the
+recommendation follows is in the docstring of ``hpcsolve.report.compare``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
+
+MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
+#                              between launch-bound GPU runs flipped the cavity's recommendation between runs
+MIN_TIMED = 3                # timings each run needs before one can be called faster than another (a spread)
+OK_STATUS = ("completed", "converged", "not_steady")   # not_steady: ran its full time (fields valid)
+REFERENCE = ("numpy", "fp64")
+
+
+@dataclass
+class Run:
+    backend: str
+    precision: str
+    status: str
+    preconditioner: str | None = None  # FEM, with the preconditioner dimension: the name asked for (part of the label)
+    wall_s: float = math.nan          # median solver time: LBM time stepping, FEM solve (without setup/output)
+    times: list = field(default_factory=list)   # every timed run's solver time
+    total_s: float = math.nan         # whole run including setup
+    throughput: dict = field(default_factory=dict)
+    memory_bytes: int | None = None
+    field_errors: dict = field(default_factory=dict)   # name -> {"rel_l2": .., "rel_max": ..}
+    drift: dict = field(default_factory=dict)          # {"time": [...], "rel_l2": [...]} (LBM)
+    reference_errors: dict = field(default_factory=dict)  # errors vs analytic/published refs from the run
+    residuals: dict = field(default_factory=dict)      # FEM: true residual, gap, iterations
+    speedup: float = math.nan
+    message: str = ""
+    preconditioner_used: str | None = None   # FEM: the preconditioner the run used (``auto`` resolved), from its metrics
+    preconditioner_info: dict = field(default_factory=dict)   # FEM multigrid: levels, complexity, setup time, cycles
+    reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
+    result: Result | None = field(default=None, repr=False)
+
+    @property
+    def is_reference(self) -> bool:
+        if self.reference_run is not None:
+            return self.reference_run
+        return (self.backend, self.precision) == REFERENCE
+
+    @property
+    def label(self) -> str:
+        """backend/precision, or backend/precision/preconditioner when the preconditioner is a dimension."""
+        base = f"{self.backend}/{self.precision}"
+        return base if self.preconditioner is None else f"{base}/{self.preconditioner}"
+
+    @property
+    def wall_min(self) -> float:
+        return min(self.times) if self.times else self.wall_s
+
+    @property
+    def wall_max(self) -> float:
+        return max(self.times) if self.times else self.wall_s
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the timed runs."""
+        return (self.wall_max - self.wall_min) / self.wall_s if self.wall_s > 0 else math.nan
+
+    def faster_than(self, other: "Run") -> bool:
+        """Faster beyond the measured spread (the slowest timed run beats the other's fastest) and by at
+        least MIN_GAIN of the other's median; with fewer than MIN_TIMED timings on either side there is no spread
+        to go beyond, and nothing counts as faster."""
+        if min(len(self.times), len(other.times)) < MIN_TIMED:
+            return False
+        return self.wall_max < other.wall_min and self.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
+
+    @property
+    def error(self) -> float:
+        """Largest relative L2 error over the fields against the FP64 reference run."""
+        vals = [e["rel_l2"] for e in self.field_errors.values()]
+        return max(vals) if vals else math.nan
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("result", "reference_run")}
+        d["label"] = self.label
+        d["error"] = self.error
+        d["reference"] = self.is_reference
+        d["wall_min_s"], d["wall_max_s"] = self.wall_min, self.wall_max
+        return _jsonable(d)
+
+
+def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
+    """Relative L2 and relative max error of ``a`` against ``ref``."""
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = a - ref
+    nref = float(np.linalg.norm(ref))
+    mref = float(np.max(np.abs(ref))) if ref.size else 0.0
+    return {"rel_l2": float(np.linalg.norm(diff) / nref) if nref > 0 else float(np.linalg.norm(diff)),
+            "rel_max": float(np.max(np.abs(diff)) / mref) if mref > 0 else float(np.max(np.abs(diff), initial=0.0))}
+
+
+def _error(r: "Run") -> float:
+    return 0.0 if r.is_reference else r.error
+
+
+@dataclass
+class Comparison:
+    case_name: str
+    solver: str
+    tolerance: float
+    runs: list[Run]
+    skipped: dict = field(default_factory=dict)   # label ("backend/precision[/preconditioner]") -> why
+    preconditioners: list | None = None           # FEM: the preconditioner dimension (None: the case's own setting)
+
+    @property
+    def reference(self) -> Run:
+        return next(r for r in self.runs if r.is_reference)
+
+    def acceptable(self, r: Run) -> bool:
+        return (r.status in OK_STATUS and math.isfinite(r.wall_s)
+                and (r.is_reference or (math.isfinite(r.error) and r.error <= self.tolerance)))
+
+    def recommendation(self) -> dict:
+        """The recommended run and why (see the module docstring for the rule)."""
+        ok = [r for r in self.runs if self.acceptable(r)]
+        if not ok:
+            others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
+            why = "no run finished within the tolerance"
+            if others:
+                closest = min(others, key=lambda r: r.error)
+                why += f"; the closest is {closest.label} with error {closest.error:.3g} ({closest.status})"
+            return {"backend": None, "precision": None, "preconditioner": None, "label": None, "why": why}
+        # from the most accurate run down: a less accurate run replaces the choice only when it is
+        # measurably faster than the choice so far
+        by_accuracy = sorted(ok, key=lambda r: (0.0 if r.is_reference else r.error, r.wall_s))
+        best = beaten = by_accuracy[0]
+        for r in by_accuracy[1:]:
+            if r.faster_than(best):
+                best, beaten = r, best
+        if best is by_accuracy[0]:
+            why = (f"no configuration is measurably faster than {best.label} "
+                   f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), the most accurate run")
+            if any(len(r.times) < MIN_TIMED for r in ok):
+                why += (f"; fewer than {MIN_TIMED} timings per run give no spread to compare speeds with "
+                        f"(--repeats {MIN_TIMED} or more)")
+        else:
+            why = (f"measurably faster than {beaten.label} "
+                   f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {beaten.wall_min:.3g}-"
+                   f"{beaten.wall_max:.3g} s) with field error {best.error:.3g} <= tolerance {self.tolerance:g}")
+        return {"backend": best.backend, "precision": best.precision, "preconditioner": best.preconditioner,
+                "label": best.label, "error": best.error, "wall_s": best.wall_s, "speedup": best.speedup, "why": why}
+
+    def verdicts(self) -> dict[str, str]:
+        """For every run (its label, "backend/precision[/preconditioner]"): why it is or is not the recommendation."""
+        rec = self.recommendation()
+        chosen = next((r for r in self.runs if r.label == rec["label"]), None)
+        out = {}
+        for r in self.runs:
+            key = r.label
+            if r is chosen:
+                out[key] = "recommended: " + rec["why"]
+            elif r.status == "not_converged":
+                true = r.residuals.get("true_residual")
+                out[key] = (f"not converged (true residual {true:.2e}): raise solve.maxiter, loosen solve.rtol, or "
+                            f"use precision 'mixed' for float64 accuracy" if isinstance(true, (int, float))
+                            else "not converged")
+            elif r.status not in OK_STATUS:
+                out[key] = f"{r.status}: {r.message[:200]}"
+            elif not self.acceptable(r):
+                out[key] = f"field error {r.error:.3g} above the tolerance {self.tolerance:g}"
+            elif chosen is not None and chosen.faster_than(r):
+                out[key] = (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
+                            f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s) within the tolerance")
+            elif chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
+                out[key] = (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
+                            f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
+            elif chosen is not None and not r.faster_than(chosen):
+                more = "more accurate, but " if _error(r) < _error(chosen) else ""
+                out[key] = (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
+                            f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
+                            f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
+            else:
+                out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
+        return out
+
+    # -- presentation -------------------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        rows = []
+        for r in self.runs:
+            thr = r.throughput
+            if "mlups" in thr:
+                throughput = f"{thr['mlups']:.1f} MLUPS"
+            elif "time_per_iteration_s" in thr:
+                throughput = f"{thr['time_per_iteration_s'] * 1e3:.3g} ms/it"
+            else:
+                throughput = ""
+            ref_err = ", ".join(f"{k}={v:.3g}" for k, v in list(r.reference_errors.items())[:3])
+            res = ""
+            if "true_residual" in r.residuals:
+                res = f"{r.residuals['true_residual']:.2e}"
+                if "residual_gap" in r.residuals:
+                    res += f" (gap {r.residuals['residual_gap']:.1e})"
+            pc = r.preconditioner or r.preconditioner_used or ""
+            if r.preconditioner and r.preconditioner_used and r.preconditioner_used != r.preconditioner:
+                pc += f" ({r.preconditioner_used})"          # auto -> what it resolved to
+            its = r.residuals.get("iterations")
+            pc_setup = r.preconditioner_info.get("setup_time_s")
+            rows.append({
+                "backend": r.backend, "precision": r.precision + (" (ref)" if r.is_reference else ""),
+                "preconditioner": pc,
+                "status": r.status, "time_s": (f"{r.wall_s:.3g} ({r.wall_min:.3g}-{r.wall_max:.3g}, n={len(r.times)})"
+                                               if r.times else f"{r.wall_s:.3g}" if math.isfinite(r.wall_s) else ""),
+                "throughput": throughput,
+                "speedup": f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "",
+                "iterations": str(int(its)) if isinstance(its, (int, float)) and math.isfinite(its) else "",
+                "pc_setup_s": f"{pc_setup:.3g}" if isinstance(pc_setup, (int, float)) else "",
+                "memory_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
+                "err_vs_fp64_L2": f"{r.error:.2e}" if math.isfinite(r.error) else "",
+                "err_vs_fp64_max": (f"{max(e['rel_max'] for e in r.field_errors.values()):.2e}"
+                                    if r.field_errors else ""),
+                "true_residual": res, "vs_published/analytic": ref_err,
+            })
+        return rows
+
+    def table(self) -> str:
+        rows = self.rows()
+        cols = [c for c in rows[0] if any(row[c] for row in rows)] if rows else []
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
+        rec = self.recommendation()
+        lines.append("")
+        lines.append("time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up.")
+        if any(row["pc_setup_s"] for row in rows):
+            lines.append("pc_setup_s: building the preconditioner (multigrid hierarchy), before the solve and not in time_s.")
+        lines.append("")
+        if rec["backend"]:
+            pc = f" / {rec['preconditioner']}" if rec.get("preconditioner") else ""
+            lines.append(f"Recommendation: **{rec['backend']} / {rec['precision']}{pc}** ({rec['why']}).")
+        else:
+            lines.append(f"Recommendation: none ({rec['why']}).")
+        lines.append("")
+        for k, why in self.verdicts().items():
+            lines.append(f"- {k}: {why}")
+        for k, why in self.skipped.items():
+            lines.append(f"- skipped {k}: {why}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict:
+        ref = next((r for r in self.runs if r.is_reference), None)
+        return _jsonable({"case": self.case_name, "solver": self.solver, "tolerance": self.tolerance,
+                          "reference": ref.label if ref is not None else "/".join(REFERENCE),
+                          "preconditioners": self.preconditioners, "recommendation": self.recommendation(),
+                          "verdicts": self.verdicts(),
+                          "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
+                          "error_definition": "largest relative L2 error over the fields vs the CPU FP64 run"})
+
+    def plot_pareto(self, path: str | Path) -> Path:
+        import matplotlib.pyplot as plt   # late: start-up cost (0.7 s), only when plotting
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        marked = False
+        for r in self.runs:
+            err = r.error if not r.is_reference else np.nan
+            if math.isfinite(err) and err > 0 and math.isfinite(r.wall_s):
+                ok = r.status in OK_STATUS
+                xerr = [[r.wall_s - r.wall_min], [r.wall_max - r.wall_s]]
+                ax.errorbar(r.wall_s, err, xerr=xerr, fmt="o" if ok else "x", ms=6 if ok else 9, capsize=3,
+                            color=None if ok else "red",
+                            label=None if ok or marked else "not converged / failed")
+                marked = marked or not ok
+                ax.annotate(r.label + ("" if ok else f" ({r.status})"), (r.wall_s, err),
+                            textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
+        ref = self.reference
+        ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
+        ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time (median, min-max)")
+        ax.set_xlabel("solver time [s] (median, bars: min-max of the timed runs)")
+        ax.set_ylabel("relative L2 error vs CPU fp64")
+        ax.set_title(f"{self.case_name}: accuracy vs speed")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def plot_drift(self, path: str | Path) -> Path | None:
+        runs = [r for r in self.runs if r.drift.get("time") and not r.is_reference]
+        if not runs:
+            return None
+        import matplotlib.pyplot as plt   # late: start-up cost, as in plot_pareto
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for r in runs:
+            err = np.asarray(r.drift["rel_l2"], dtype=float)
+            t = np.asarray(r.drift["time"], dtype=float)
+            keep = err > 0
+            ax.semilogy(t[keep], err[keep], "o-", label=r.label)
+        ax.set_xlabel("time [s]")
+        ax.set_ylabel("velocity relative L2 error vs CPU fp64")
+        ax.set_title(f"{self.case_name}: error drift over time")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def plot_residuals(self, path: str | Path) -> Path | None:
+        runs = [r for r in self.runs if r.result is not None and any("residual" in k for k in r.result.series)]
+        if not runs:
+            return None
+        import matplotlib.pyplot as plt   # late: start-up cost, as in plot_pareto
+
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for r in runs:
+            s = r.result.series
+            for key in sorted(k for k in s if "residual" in k and not k.endswith("_iterations")):
+                y = np.asarray(s[key], dtype=float)
+                xkey = key + "_iterations"
+                x = np.asarray(s[xkey]) if xkey in s else np.arange(y.size)
+                sparse = key == "residual_true"     # sampled at checks, not every iteration: markers, no line
+                ax.semilogy(x, y, "o" if sparse else "-", lw=1, ms=3, label=f"{r.label} {key}")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("relative residual")
+        ax.set_title(f"{self.case_name}: residual histories")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        return _save(fig, path)
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"json": write_json(self.to_dict(), out / "comparison.json")}
+        with atomic_path(out / "comparison.md") as tmp:
+            tmp.write_text(f"# {self.case_name}: accuracy vs speed\n\n{self.table()}\n", encoding="utf-8")
+        files["md"] = out / "comparison.md"
+        plots = out / "plots"
+        plots.mkdir(exist_ok=True)
+        files["pareto"] = self.plot_pareto(plots / "pareto.png")
+        for name, fn in (("drift", self.plot_drift), ("residuals", self.plot_residuals)):
+            p = fn(plots / f"{name}.png")
+            if p is not None:
+                files[name] = p
+        return files
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt   # late: start-up cost, as in Comparison.plot_pareto
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return Path(path)
