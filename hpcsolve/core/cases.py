@@ -84,6 +84,14 @@ def _tuple_fields_of(model: type[BaseModel]) -> frozenset[str]:
     return _tuple_fields(model)
 
 
+def _one_of(value: str, allowed) -> str:
+    """``value`` in lower case when it is one of ``allowed``; else the ValueError pydantic turns into a CaseError."""
+    value = value.lower()
+    if value not in allowed:
+        raise ValueError(f"allowed: {', '.join(allowed)}")
+    return value
+
+
 class RunSection(StrictModel):
     backend: str = Field("auto", description="auto, numpy, cupy or numba-cuda")
     precision: str = Field("fp64", description="fp64, fp32, fp16s or fp16c (LBM) or mixed (FEM)")
@@ -91,18 +99,12 @@ class RunSection(StrictModel):
     @field_validator("backend")
     @classmethod
     def _backend_known(cls, v: str) -> str:
-        v = v.lower()
-        if v not in backends.CHOICES:
-            raise ValueError(f"allowed: {', '.join(backends.CHOICES)}")
-        return v
+        return _one_of(v, backends.CHOICES)
 
     @field_validator("precision")
     @classmethod
     def _precision_known(cls, v: str) -> str:
-        v = v.lower()
-        if v not in precision.POLICIES:
-            raise ValueError(f"allowed: {', '.join(precision.POLICIES)}")
-        return v
+        return _one_of(v, tuple(precision.POLICIES))
 
 
 class CaseBase(StrictModel):

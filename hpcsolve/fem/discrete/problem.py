@@ -170,25 +170,24 @@ def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
     return coef
 
 
+def _selected(mesh: Mesh, bc, field: str, select, what: str) -> np.ndarray:
+    """The boundary entities ``select`` finds for ``bc.where`` of the case field ``field``; none is a CaseError."""
+    found = select(mesh, bc.where, field)
+    if found.size == 0:
+        raise CaseError.invalid(f"{field}.where", bc.where.model_dump(exclude_none=True),
+                                f"a selection with at least one {what} (tags: {', '.join(mesh.tag_names)})",
+                                why=f"selects no {what}")
+    return found
+
+
 def neumann_edges(mesh: Mesh, bc, i: int) -> np.ndarray:
     """The boundary edges of ``boundary.neumann[i]``; a selection of none is a CaseError."""
-    edges = select_edges(mesh, bc.where, f"boundary.neumann[{i}]")
-    if edges.size == 0:
-        raise CaseError.invalid(f"boundary.neumann[{i}].where", bc.where.model_dump(exclude_none=True),
-                                f"a selection with at least one boundary edge (tags: {', '.join(mesh.tag_names)})",
-                                why="selects no boundary edge")
-    return edges
+    return _selected(mesh, bc, f"boundary.neumann[{i}]", select_edges, "boundary edge")
 
 
 def dirichlet_nodes(mesh: Mesh, bc, i: int) -> np.ndarray:
     """The boundary nodes of ``boundary.dirichlet[i]``; a selection of none is a CaseError."""
-    nodes = select_boundary_nodes(mesh, bc.where, f"boundary.dirichlet[{i}]")
-    if nodes.size == 0:
-        raise CaseError.invalid(f"boundary.dirichlet[{i}].where", bc.where.model_dump(exclude_none=True),
-                                f"a selection with at least one boundary node (tags: {', '.join(mesh.tag_names)})",
-                                why="selects no boundary node")
-    return nodes
-
+    return _selected(mesh, bc, f"boundary.dirichlet[{i}]", select_boundary_nodes, "boundary node")
 
 def check_selections(case, mesh: Mesh) -> None:
     """Every boundary condition and region selects something on this mesh (raises CaseError otherwise);

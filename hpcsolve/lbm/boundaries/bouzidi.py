@@ -226,7 +226,7 @@ class NumpyPrepass:
 
 
 def force_terms(links: BouzidiLinks, mask: np.ndarray):
-    """The interpolated links' momentum-exchange terms (the rule's term; ``gpu_common.force_links`` adds the
+    """The interpolated links' momentum-exchange terms (the rule's term; ``force.force_links`` adds the
     simple links'): for a link into ``mask``, c_ib (f*_ib + a f*_ib + b f*_partner) -> two terms,
     pos = slot, m = 1 + a, k = 2 w_ib and pos = partner, m = b, k = 0. Returns (skip, (pos, cx, cy, m, k)
     lists): ``skip`` (9, N) marks the links the simple rule must leave out."""

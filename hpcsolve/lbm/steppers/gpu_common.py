@@ -6,7 +6,7 @@ host-side tables and decisions that do not depend on the kernel language.
 - the device flag array (:func:`device_flags`: the flag code plus :data:`BOUNDARY_BIT` on fluid cells
   next to a non-fluid cell, the branch both step kernels test) and the table of boundary velocities
   (:func:`velocity_table`);
-- observables: the momentum-exchange terms the device reduces (:func:`force_links`,
+- observables: the momentum-exchange terms the device reduces (``boundaries.force.force_links``,
   :class:`ForceTerms`) and the host conversion of device moments (:func:`host_macroscopic`);
 - in-place streaming: :class:`InPlaceTables` (outlet velocity table, odd-layout force terms and
   Bouzidi pre-pass, hpcsolve/lbm/steppers/inplace.py).
@@ -23,10 +23,9 @@ from hpcsolve.lbm.boundaries import bouzidi
 from hpcsolve.lbm.steppers import inplace
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.boundaries import outlet, velocity
-from hpcsolve.lbm.boundaries.outlet import characteristic_outlet  # noqa: F401 (the steppers' import)
-from hpcsolve.lbm.boundaries.velocity import velocity_table  # noqa: F401
-from hpcsolve.lbm.kernels.cell_table import HASH_MULT, cell_table, table_home, table_values  # noqa: F401
+from hpcsolve.lbm.boundaries import outlet
+from hpcsolve.lbm.boundaries.force import force_links
+from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.steppers.stepper import LBMSetup
 
@@ -140,22 +139,6 @@ def host_macroscopic(m: np.ndarray, flags: np.ndarray):
     ux, uy = m[1].astype(np.float64), m[2].astype(np.float64)
     rho[flags != FLUID] = 1.0
     return rho, ux, uy
-
-
-def force_links(setup: LBMSetup, mask: np.ndarray):
-    """Momentum-exchange terms on ``mask`` as a list the device reduces: F = sum_k c_k (m_k h[pos_k] + k_k),
-    h the stored shifted populations (positions i*N + x), float64 coefficients; each rule's terms from its
-    module (simple links: ``boundaries.velocity.force_terms``; interpolated links: ``bouzidi.force_terms``).
-    The same force as ``stepper.momentum_exchange_force`` (tests/lbm/test_force_links.py)."""
-    mask = np.asarray(mask, dtype=bool)
-    skip, extra = None, ([], [], [], [], [])
-    if bouzidi.has_links(setup):
-        skip, extra = bouzidi.force_terms(setup.links, mask)
-    terms = [a + b for a, b in zip(velocity.force_terms(setup, mask, skip), extra)]
-    if not terms[0]:
-        return None
-    return (np.concatenate(terms[0]).astype(np.int64),) + tuple(np.concatenate(a).astype(np.float64)
-                                                                for a in terms[1:])
 
 
 class ForceTerms:

@@ -38,7 +38,7 @@ values per slot, ``gpu_common.cell_table``, looked up by the few links that need
 
 Interpolated bounce-back (``setup.links``, hpcsolve/lbm/boundaries/bouzidi.py): the reference's pre-pass runs on
 the current buffer before each step launch, a gather/scatter over the link list only (no second
-pass over the domain); drag and lift include the interpolated links (``gpu_common.force_links``), reduced on
+pass over the domain); drag and lift include the interpolated links (``boundaries.force.force_links``), reduced on
 the device. Host tables shared with the Numba stepper (device flags, velocity table, force terms,
 in-place tables) are in ``gpu_common``.
 
@@ -56,11 +56,12 @@ import numpy as np
 
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.kernels.emit_cuda import bouzidi_source, kernel_source  # noqa: F401 (kernel_source: the tests' name)
+from hpcsolve.lbm.kernels.emit_cuda import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
-from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
-                                     device_flags, device_macroscopic, host_macroscopic, layer_args,
-                                     step_kernel_shape, velocity_table)
+from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
+from hpcsolve.lbm.boundaries.velocity import velocity_table
+from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags,
+                                              device_macroscopic, host_macroscopic, layer_args, step_kernel_shape)
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
@@ -213,10 +214,6 @@ class CupyStepper(PlanSteps, Stepper):
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
         g = self._check_loadable(g)
         self._loaded(lambda: self.cp.array(g, order="C"), self._fetch_cells, time_step)
-
-    def populations_device(self):
-        """The device population array (in place: in the layout of the current parity)."""
-        return self.a
 
     def macroscopic_device(self):
         """(drho, ux, uy) as one (3, ny, nx) device array in the compute dtype (non-fluid: 0)."""

@@ -40,9 +40,10 @@ from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.kernels.cell_table import HASH_MULT
 from hpcsolve.lbm.kernels.emit_numba import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
-from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, characteristic_outlet, cupy_stream_capture,
-                                     device_flags, device_macroscopic, host_macroscopic, layer_args,
-                                     step_kernel_shape, velocity_table)
+from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
+from hpcsolve.lbm.boundaries.velocity import velocity_table
+from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags,
+                                              device_macroscopic, host_macroscopic, layer_args, step_kernel_shape)
 from hpcsolve.lbm.kernels.population_code import numba_code
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
