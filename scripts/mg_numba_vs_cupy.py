@@ -9,12 +9,12 @@ from hpcsolve.fem.linalg import kernels_cupy
 from hpcsolve.fem import solve
 from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem.discrete import testproblems as tp
-from hpcsolve.report.bench_fem import _numba_view
+from hpcsolve.fem.linalg.kernels_numba import view_of
 
 for m in [int(a) for a in sys.argv[1:]] or [1023, 2047]:
     A = kernels_cupy.poisson_5point_device(m)
     b = np.random.default_rng(1).standard_normal(m * m)
-    for name, M in (("cupy", A), ("numba-cuda", _numba_view(A))):
+    for name, M in (("cupy", A), ("numba-cuda", view_of(A))):
         pc = mgm.Multigrid("mg", {"hierarchy": "fp32"}, grid=tp.fd_grid(m))
         times = []
         for i in range(4):

@@ -14,7 +14,8 @@ from hpcsolve.fem import solve
 from hpcsolve.fem.linalg.cg_engine import CGEngine
 from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem.discrete import testproblems as tp
-from hpcsolve.report.bench_fem import _numba_view, time_iterations
+from hpcsolve.fem.linalg.kernels_numba import view_of
+from hpcsolve.report.bench_fem import time_iterations
 from hpcsolve.report.bench_mg import _setup_time
 
 ap = argparse.ArgumentParser()
@@ -47,7 +48,7 @@ for m in args.sizes:
     A = kernels_cupy.poisson_5point_device(m)
     b = np.random.default_rng(1).standard_normal(m * m)
     for name in args.backends:
-        M = A if name == "cupy" else _numba_view(A)
+        M = A if name == "cupy" else view_of(A)
         low = M.low
         cg64 = time_iterations(M, np.float64, n_iter=100, k=50, repeats=3)["seconds_per_iteration"]
         for h in args.hierarchies:

@@ -312,7 +312,7 @@ def test_the_matrix_holds_every_configuration():
             for s in STREAMING:
                 assert any(label.startswith(f"channel-{bname}-") and label.endswith(f"/{policy.name}/{s}")
                            for label in labels), (bname, policy.name, s)
-    # every precision x streaming: the four collision functions (emit_cuda._collision_fn, traced from physics.py)
+    # every precision x streaming: the four collision functions (helper_plan.collide_values, traced from physics.py)
     # and both outlet rules (the characteristic one looks up a reference outflow, urx / ury), each in a source that
     # is taken to a CUBIN at one of the targets
     for policy in lbm_policies():

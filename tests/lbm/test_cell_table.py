@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.flags import VELOCITY
-from hpcsolve.lbm.steppers.gpu_common import cell_table, table_home, velocity_table
+from hpcsolve.lbm.boundaries.velocity import velocity_table
+from hpcsolve.lbm.kernels.cell_table import cell_table, table_home
 from hpcsolve.core.precision import FP32, FP64
 from hpcsolve.report.bench_lbm import cavity_setup
 

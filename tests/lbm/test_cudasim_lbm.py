@@ -276,7 +276,7 @@ def test_numba_fixed_pressure_outlet_matches_reference(in_place):
     lookup (drho_w = 0) and give the reference's populations."""
     import dataclasses
 
-    from hpcsolve.lbm.steppers.gpu_common import characteristic_outlet
+    from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
 
     setup = dataclasses.replace(channel(policy=FP64, characteristic=False), in_place=in_place)
     assert not characteristic_outlet(setup) and characteristic_outlet(channel(policy=FP64))

@@ -34,7 +34,7 @@ from hpcsolve.lbm.kernels.kernel_plan import link_constants
 from hpcsolve.lbm.kernels.population_code import cuda_code
 from hpcsolve.lbm.kernels import helper_plan, step_plan
 from hpcsolve.lbm.kernels.print_cuda import C_ARG, CPrinter, bounds
-from hpcsolve.lbm.kernels.trace_c import Sym as _Sym, Tracer as _Tracer, trace as _trace
+from hpcsolve.lbm.kernels.trace_c import Sym as _Sym, Tracer as _Tracer
 
 
 # Source generation
@@ -50,22 +50,6 @@ def _prelude_c(code) -> str:
     return (f"{code.header}\ntypedef {code.real_t} real_t;\ntypedef {code.store_t} store_t;\n"
             f"__device__ __forceinline__ real_t load_pop(const store_t v) {{ return {code.decode('v')}; }}\n"
             f"__device__ __forceinline__ store_t store_pop(const real_t v) {{ return {code.encode('v')}; }}\n")
-
-
-def _collision_fn(P, collision, layer: bool = False):
-    if layer and collision == "trt":       # the absorbing layer's extra bulk relaxation (boundaries/layer.py)
-        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus, layer):
-            return P.collide_trt_layer((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, omega_minus, layer)
-    elif layer:
-        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus, layer):
-            return P.collide_bgk_layer((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, layer)
-    elif collision == "trt":
-        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus):
-            return P.collide_trt((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus, omega_minus)
-    else:
-        def collide(h0, h1, h2, h3, h4, h5, h6, h7, h8, omega_plus, omega_minus):
-            return P.collide_bgk((h0, h1, h2, h3, h4, h5, h6, h7, h8), omega_plus)
-    return collide
 
 
 # ------------------------------------------------------------------------------------------------
@@ -170,15 +154,6 @@ __device__ __forceinline__ void pull_cell_{layout.tag}(const store_t* __restrict
 """
 
 
-def _collide_stores(code) -> str:
-    """The stores of ``collide_store``: a loop of ``store_pop``, or with stochastic rounding (fp16c) the cell's seed
-    from its pre-collision rest population hh[0] and one store per direction."""
-    if not code.stochastic:
-        return f"#pragma unroll\n  for (int i = 0; i < {lattice.Q}; ++i) B[i * N + cell] = store_pop(o[i]);"
-    return "  " + code.seed("rs", "hh[0]", "cell") + "\n  " + "\n  ".join(
-        f"B[{i} * N + cell] = {code.encode_step(f'o[{i}]', i, 'rs')};" for i in range(lattice.Q))
-
-
 def _layer_c(layer: bool) -> tuple[str, str, str]:
     """(kernel parameters, collide_values / collide_store parameter, its argument at cell (x, y)) of the absorbing
     layer (``boundaries.layer``), empty strings without one."""
@@ -207,38 +182,14 @@ extern "C" __global__ void {kernel.name}({args}, const long long n) {{
 def _helpers_c(code, P, collision: str, layer: bool) -> str:
     """The prelude of a step source: the population code, the hash-table lookups of the boundary cells, the outlet
     rule's own velocity, the absorbing layer's coefficient and the traced collision (``collide_values``,
-    ``collide_store``)."""
-    real_t, suffix, Q = code.real_t, code.suffix, lattice.Q
-    hnames = {f"h{i}": f"h{i}" for i in range(Q)}
-    col_lines, col_out = _trace(_collision_fn(P, collision, layer), real_t, suffix,
-                                {**hnames, "omega_plus": "omega_plus", "omega_minus": "omega_minus",
-                                 **({"layer": "layer"} if layer else {})}, "c_")
-    _, lay_param, _ = _layer_c(layer)
-    lay_pass = ", layer" if layer else ""
-    nl = "\n  "
+    ``collide_store``), described in ``helper_plan`` / ``step_plan``."""
     printer = CPrinter(P, code)
     helpers = "\n".join(printer.function_text(f) for f in (
         helper_plan.table_home(), helper_plan.boundary_velocity(), step_plan.own_velocity(),
         helper_plan.outlet_index(), helper_plan.outlet_velocity()))
-    return f"""{_prelude_c(code)}
-{helpers}
-{layer_source(layer)}
-// {collision.upper()} collision of one cell: post-collision populations out[0..8] from h[0..8].
-__device__ __forceinline__ void collide_values(const real_t* hh, real_t* out, const real_t omega_plus,
-                                               const real_t omega_minus{lay_param}) {{
-  {' '.join(f'const real_t h{i} = hh[{i}];' for i in range(Q))}
-  {nl.join(col_lines)}
-  {nl.join(f'out[{i}] = {col_out[i]};' for i in range(Q))}
-}}
-
-// {collision.upper()} collision of h[0..8] and the store of the 9 post-collision populations of one cell.
-__device__ __forceinline__ void collide_store(const real_t* hh, store_t* __restrict__ B, const long long N,
-    const long long cell, const real_t omega_plus, const real_t omega_minus{lay_param}) {{
-  real_t o[{Q}];
-  collide_values(hh, o, omega_plus, omega_minus{lay_pass});
-{_collide_stores(code)}
-}}
-"""
+    collide = "\n".join(CPrinter(P, code).function_text(f) for f in (
+        helper_plan.collide_values(collision, layer), helper_plan.collide_store(collision, layer, code.stochastic)))
+    return f"{_prelude_c(code)}\n{helpers}\n{layer_source(layer)}\n{collide}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -320,6 +271,7 @@ def _pair_kernel_c(block_x: int, code, layer: bool = False, max_registers: int |
     w = code.pair_words
     loads, stores, shifted = _pair_loads_stores_c(code, w)
     nl = "\n    "
+    pair_locals = "\n".join(CPrinter(None, code).block(helper_plan.pair_locals(), 1))
     return f"""{w['prelude']}
 // 16-bit storage, nx even: two adjacent cells per thread with {w['word']} loads and stores (see
 // kernels_cupy._pair_kernel_c). Bytes per cell per step as lbm_step: 18 * 2 + 1 = 37.
@@ -333,16 +285,7 @@ lbm_step_pair(const {w['elem']}* __restrict__ A, {w['elem']}* __restrict__ B, co
   const int px = active ? p_raw : npairs - 1;        // inactive lanes still join the shuffles
   const int lane = threadIdx.x & 31;
   const bool last = (lane == 31) || (px == npairs - 1);
-  const int y = blockIdx.y;
-  const int x = 2 * px;
-  const long long N = (long long)nx * ny;
-  const long long NP = N >> 1;
-  const long long row = (long long)y * nx;
-  const long long rowm = (long long)((y == 0) ? ny - 1 : y - 1) * nx;
-  const long long rowp = (long long)((y == ny - 1) ? 0 : y + 1) * nx;
-  const long long prow = row >> 1, prowm = rowm >> 1, prowp = rowp >> 1;
-  const int pm = (px == 0) ? npairs - 1 : px - 1;
-  const int pp = (px == npairs - 1) ? 0 : px + 1;
+{pair_locals}
   const {w['word']}* __restrict__ A2 = reinterpret_cast<const {w['word']}*>(A);
   real_t ha[{Q}], hb[{Q}];
   {w['word']} {', '.join(f'n{i}' for i in shifted)};

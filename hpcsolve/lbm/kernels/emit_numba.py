@@ -137,21 +137,6 @@ def _moments_python(state, code) -> str:
     return PythonPrinter(code).kernel_text(step_plan.moments_kernel(state))
 
 
-#: the pair kernel's locals after its pair index: the cell x, the grid and the (pair) rows, the neighbouring pairs
-_PAIR_LOCALS = ("    y = cuda.blockIdx.y",
-                "    x = 2 * px",
-                "    N = nx * ny",
-                "    NP = N >> 1",
-                "    row = y * nx",
-                "    rowm = (ny - 1 if y == 0 else y - 1) * nx",
-                "    rowp = (0 if y == ny - 1 else y + 1) * nx",
-                "    prow = row >> 1",
-                "    prowm = rowm >> 1",
-                "    prowp = rowp >> 1",
-                "    pm = npairs - 1 if px == 0 else px - 1",
-                "    pp = 0 if px == npairs - 1 else px + 1")
-
-
 def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer: bool = False) -> str:
     """Python source of ``lbm_step_pair`` (16-bit storage, nx even), the algorithm of
     ``kernels_cupy._pair_kernel_c``: two adjacent cells (x, x + 1) per thread, one aligned 4-byte
@@ -182,7 +167,7 @@ def _pair_kernel_python(collision: str, code, block_x: int, exchange: str, layer
         a(f"    xch = cuda.shared.array({len(shifted) * block_x}, int32)")
         a("    edge_lo = tid == 0")
         a(f"    edge_hi = tid == {block_x - 1} or px == npairs - 1")
-    L += _PAIR_LOCALS
+    L += PythonPrinter(code).block(helper_plan.pair_locals(), 1)     # y, x, N, the (pair) rows, pm / pp
     base = {i: f"{i} * NP + {pulls[i].row}" for i in range(Q)}
     for i in range(Q):
         a(f"    u{i} = load_at(A32, {base[i]} + px)")
@@ -238,7 +223,8 @@ def _helpers_python(code) -> str:
     and the small kernels around them (velocity scaling, fill, perturbation, the finite check)."""
     printer = PythonPrinter(code)
     helpers = "\n\n".join(printer.function_text(f) for f in (
-        step_plan.own_velocity(), helper_plan.table_home(), helper_plan.boundary_velocity(), helper_plan.outlet_index()))
+        step_plan.own_velocity(), helper_plan.table_home(), helper_plan.boundary_velocity(),
+        helper_plan.outlet_index()))
     return f'''
 def load_pop(A, k):
     return {code.decode("load_at(A, k)")}

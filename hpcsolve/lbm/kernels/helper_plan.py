@@ -1,10 +1,12 @@
 """The device helpers of the step sources in the plan's statement vocabulary (``kernel_plan``): the hash-table lookups
 of the boundary cells (``gpu_common.cell_table``) and the outlet rule's velocity table, printed by both emitters
-(``print_cuda.CPrinter``, ``print_numba.PythonPrinter``)."""
+(``print_cuda.CPrinter``, ``print_numba.PythonPrinter``), and the CUDA C collision helpers ``collide_values`` /
+``collide_store`` (the Numba kernels call the physics' collision directly), and the pair kernel's locals."""
 
 from __future__ import annotations
 
-from hpcsolve.lbm.kernels.kernel_plan import And, Conv, Fmt, Function, Let, Named, Return, Sel, Set, Var, While
+from hpcsolve.lbm.kernels.kernel_plan import (Q, And, Call, Cast, Conv, Decl, Fmt, Function, Let, Named, Physics,
+                                              Return, Seed, Sel, Set, StoreStep, Unrolled, Var, While)
 
 
 def table_home() -> Function:
@@ -46,3 +48,56 @@ def outlet_velocity() -> Function:
                     (("out_cells", "index"), ("own_u", "real_plain"), ("n_out", "int"), ("cell", "index_value")),
                     (Let("k", "int", "outlet_index(out_cells, n_out, cell)"),),
                     (("ux", "real", "own_u[k]"), ("uy", "real", "own_u[n_out + k]")))
+
+
+def _collision(collision: str, layer: bool) -> tuple[str, tuple]:
+    """The physics function of the collision and its arguments after the populations."""
+    if collision == "trt":
+        return ("collide_trt_layer", ("omega_plus", "omega_minus", "layer")) if layer else \
+            ("collide_trt", ("omega_plus", "omega_minus"))
+    return ("collide_bgk_layer", ("omega_plus", "layer")) if layer else ("collide_bgk", ("omega_plus",))
+
+
+def _collision_args(layer: bool) -> tuple:
+    return (("omega_plus", "real_value"), ("omega_minus", "real_value")) + ((("layer", "real_value"),) if layer else ())
+
+
+def collide_values(collision: str, layer: bool) -> Function:
+    """The collision of one cell as a device function (CUDA C; Numba calls the physics function itself):
+    ``out[0..8]`` from ``hh[0..8]``, traced."""
+    fn, params = _collision(collision, layer)
+    h = tuple(f"h{i}" for i in range(Q))
+    outs = tuple(f"collided{i}" for i in range(Q))
+    body = (*(Let(h[i], "real", f"hh[{i}]") for i in range(Q)), Physics(fn, (h, *params), outs, tag="c"),
+            *(Set(f"out[{i}]", outs[i]) for i in range(Q)))
+    return Function("collide_values", f"{collision.upper()} collision of one cell: post-collision populations "
+                    "out[0..8] from h[0..8].", (("hh", "real_plain"), ("out", "real_ptr")) + _collision_args(layer),
+                    body, ())
+
+
+def collide_store(collision: str, layer: bool, stochastic: bool) -> Function:
+    """The collision of ``hh[0..8]`` and the stores of the nine results of one cell (even layout; CUDA C): a loop of
+    ``store_pop``, or with stochastic rounding the cell's seed from its pre-collision rest population and one store
+    per direction."""
+    if stochastic:
+        stores = (Seed("rs", "hh[0]", "cell"), *(StoreStep("B", f"{i} * N + cell", f"o[{i}]", i) for i in range(Q)))
+    else:
+        stores = (Unrolled("i", Q, (StoreStep("B", "i * N + cell", "o[i]", "i"),), compact=True),)
+    body = (Decl("real", "o", (Q,)),
+            Call("collide_values", ("hh", "o", "omega_plus", "omega_minus") + (("layer",) if layer else ())), *stores)
+    return Function("collide_store", f"{collision.upper()} collision of h[0..8] and the store of the 9 post-collision "
+                    "populations of one cell.", (("hh", "real_plain"), ("B", "pop"), ("N", "index_value"),
+                                                 ("cell", "index_value")) + _collision_args(layer), body, ())
+
+
+def pair_locals() -> tuple:
+    """The pair kernel's locals after its pair index ``px``: the row y and even cell x, the grid size and the pair
+    grid's, the (pair) rows y, y - 1, y + 1 (periodic) and the neighbouring pairs (periodic)."""
+    return (Let("y", "int", Named("block_y")), Let("x", "int", "2 * px"),
+            Let("N", "index", Fmt("{} * ny", (Cast("index", "nx"),))), Let("NP", "index", "N >> 1"),
+            Let("row", "index", Fmt("{} * nx", (Cast("index", "y"),))),
+            Let("rowm", "index", Fmt("{} * nx", (Cast("index", Sel("y == 0", "ny - 1", "y - 1")),))),
+            Let("rowp", "index", Fmt("{} * nx", (Cast("index", Sel("y == ny - 1", "0", "y + 1")),))),
+            Let("prow", "index", "row >> 1"), Let("prowm", "index", "rowm >> 1"), Let("prowp", "index", "rowp >> 1"),
+            Let("pm", "int", Sel("px == 0", "npairs - 1", "px - 1")),
+            Let("pp", "int", Sel("px == npairs - 1", "0", "px + 1")))

@@ -200,7 +200,7 @@ class ListKernel:
     body: tuple
 
 
-#: momentum exchange on the device: out += c_k (m_k h[pos_k] + c_k) over the terms of ``gpu_common.force_links``
+#: momentum exchange on the device: out += c_k (m_k h[pos_k] + c_k) over the terms of ``boundaries.force.force_links``
 FORCE_KERNEL = ListKernel(
     "lbm_force", "momentum exchange: out[0:2] += (cx, cy) * (m * h[pos] + c), float64 (gpu_common.force_links)",
     (("A", "pop_in"), ("pos", "index"), ("cx", "f64"), ("cy", "f64"), ("m", "f64"), ("c", "f64"), ("out", "f64_out")),
@@ -393,11 +393,13 @@ class Block:
 
 @dataclass(frozen=True)
 class Unrolled:
-    """``for var in range(n)``, unrolled (``name[var]`` of a per-cell array is one local per iteration)."""
+    """``for var in range(n)``, unrolled (``name[var]`` of a per-cell array is one local per iteration);
+    ``compact``: C writes the one statement of the body on the line of the loop, without braces."""
 
     var: str
     n: int
     body: tuple
+    compact: bool = False
 
 
 @dataclass(frozen=True)

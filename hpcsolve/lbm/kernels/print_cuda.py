@@ -18,6 +18,7 @@ C_ARG = {"pop": "store_t* __restrict__", "pop_in": "const store_t* __restrict__"
          "index": "const long long* __restrict__", "index_in": "const long long* __restrict__",
          "real": "const real_t* __restrict__", "real_in": "const real_t* __restrict__", "real_value": "const real_t",
          "real_out": "real_t* __restrict__", "real_plain": "const real_t*",
+         "real_ptr": "real_t*",
          "index_value": "const long long",
          "real_io": "real_t* __restrict__", "flags": "const unsigned char* __restrict__", "int": "const int",
          "f64": "const double* __restrict__", "f64_out": "double* __restrict__"}
@@ -116,6 +117,9 @@ class CPrinter(Printer):
         return [f"{self.pad(depth)}{{"] + self.block(s.body, depth + 1) + [f"{self.pad(depth)}}}"]
 
     def unrolled(self, s, depth):
+        if s.compact:
+            (line,) = self.block(s.body, 0)
+            return ["#pragma unroll", f"{self.pad(depth)}for (int {s.var} = 0; {s.var} < {s.n}; ++{s.var}) {line}"]
         return (["#pragma unroll", f"{self.pad(depth)}for (int {s.var} = 0; {s.var} < {s.n}; ++{s.var}) {{"]
                 + self.block(s.body, depth + 1) + [f"{self.pad(depth)}}}"])
 
