@@ -102,7 +102,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     multigrid V-cycle, any SPD matrix), 'mg' (geometric: needs the structured grid, so pass
     ``hpcsolve.fem.linalg.precond.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free))``) or a
     :class:`hpcsolve.fem.linalg.precond.Preconditioner`; ``multigrid``: options of 'mg'/'amg'
-    (:class:`hpcsolve.fem.linalg.precond.multigrid.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
+    (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
     coarse_size, amg 'sa'|'rs', flexible, ...); report.preconditioner shows the hierarchy. backend: 'numpy' (default; for a prepared matrix, its
     backend), 'cupy', 'numba-cuda' or 'auto'. rtol: target on the float64 true relative residual.
     maxiter: total Krylov iterations (default 10 n). check_every: iterations per block between host

@@ -280,12 +280,7 @@ class Comparison:
         ref = self.reference
         ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
         ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time (median, min-max)")
-        ax.set_xlabel("solver time [s] (median, bars: min-max of the timed runs)")
-        ax.set_ylabel("relative L2 error vs CPU fp64")
-        ax.set_title(f"{self.case_name}: accuracy vs speed")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return _save(fig, path)
+        return _finish(fig, ax, path, "solver time [s] (median, bars: min-max of the timed runs)", "relative L2 error vs CPU fp64", f"{self.case_name}: accuracy vs speed", legend_size=8)
 
     def plot_drift(self, path: str | Path) -> Path | None:
         runs = [r for r in self.runs if r.drift.get("time") and not r.is_reference]
@@ -299,12 +294,7 @@ class Comparison:
             t = np.asarray(r.drift["time"], dtype=float)
             keep = err > 0
             ax.semilogy(t[keep], err[keep], "o-", label=r.label)
-        ax.set_xlabel("time [s]")
-        ax.set_ylabel("velocity relative L2 error vs CPU fp64")
-        ax.set_title(f"{self.case_name}: error drift over time")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return _save(fig, path)
+        return _finish(fig, ax, path, "time [s]", "velocity relative L2 error vs CPU fp64", f"{self.case_name}: error drift over time", legend_size=8)
 
     def plot_residuals(self, path: str | Path) -> Path | None:
         runs = [r for r in self.runs if r.result is not None and any("residual" in k for k in r.result.series)]
@@ -321,12 +311,7 @@ class Comparison:
                 x = np.asarray(s[xkey]) if xkey in s else np.arange(y.size)
                 sparse = key == "residual_true"     # sampled at checks, not every iteration: markers, no line
                 ax.semilogy(x, y, "o" if sparse else "-", lw=1, ms=3, label=f"{r.label} {key}")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("relative residual")
-        ax.set_title(f"{self.case_name}: residual histories")
-        ax.legend(fontsize=6)
-        fig.tight_layout()
-        return _save(fig, path)
+        return _finish(fig, ax, path, "iteration", "relative residual", f"{self.case_name}: residual histories", legend_size=6)
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         out = Path(out_dir)
@@ -343,6 +328,16 @@ class Comparison:
             if p is not None:
                 files[name] = p
         return files
+
+
+def _finish(fig, ax, path, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:
+    """Label the axes, title and legend of a comparison figure, then save it (:func:`_save`)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _save(fig, path) -> Path:
