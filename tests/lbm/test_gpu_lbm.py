@@ -333,11 +333,11 @@ def test_numba_step_source_indexes_without_wraparound():
     pair = kn._pair_kernel_python("trt", code, 64, "smem")
     helpers = kn._helpers_python(code)
     for src in (*steps.values(), pair, helpers.split("def lbm_scale_velocity")[0]):   # step kernels, helpers
-        assert not re.search(r"\b(A|B|A32|B32|xch)\[", src), src
+        assert not re.search(r"\b(A|B|AW|BW|xch)\[", src), src
     assert steps[kernel_plan.TWO_BUFFER].count("store_at(B, ") == 9
     assert all(steps[layout].count("store_at(A, ") == 9 for layout in kernel_plan.step_layouts(True))
-    assert pair.count("load_at(A32, ") == 9 + 6           # one word per population + the 6 edge halves
-    assert pair.count("store_at(B32, ") == 9              # one packed word per population
+    assert pair.count("load_at(AW, ") == 9 + 6           # one word per population + the 6 edge halves
+    assert pair.count("store_at(BW, ") == 9              # one packed word per population
     assert pair.count("store_at(xch, ") == 6 and pair.count("load_at(xch, ") == 6
 
 

@@ -1,11 +1,11 @@
 """The device helpers of the step sources in the plan's statement vocabulary (``kernel_plan``): the hash-table lookups
 of the boundary cells (``gpu_common.cell_table``) and the outlet rule's velocity table, printed by both emitters
 (``print_cuda.CPrinter``, ``print_numba.PythonPrinter``), and the CUDA C collision helpers ``collide_values`` /
-``collide_store`` (the Numba kernels call the physics' collision directly), and the pair kernel's locals."""
+``collide_store`` (the Numba kernels call the physics' collision directly)."""
 
 from __future__ import annotations
 
-from hpcsolve.lbm.kernels.kernel_plan import (Q, And, Call, Cast, Conv, Decl, Fmt, Function, Let, Named, Physics,
+from hpcsolve.lbm.kernels.kernel_plan import (Q, And, Call, Conv, Decl, Fmt, Function, Let, Named, Physics,
                                               Return, Seed, Sel, Set, StoreStep, Unrolled, Var, While)
 
 
@@ -89,15 +89,3 @@ def collide_store(collision: str, layer: bool, stochastic: bool) -> Function:
                     "populations of one cell.", (("hh", "real_plain"), ("B", "pop"), ("N", "index_value"),
                                                  ("cell", "index_value")) + _collision_args(layer), body, ())
 
-
-def pair_locals() -> tuple:
-    """The pair kernel's locals after its pair index ``px``: the row y and even cell x, the grid size and the pair
-    grid's, the (pair) rows y, y - 1, y + 1 (periodic) and the neighbouring pairs (periodic)."""
-    return (Let("y", "int", Named("block_y")), Let("x", "int", "2 * px"),
-            Let("N", "index", Fmt("{} * ny", (Cast("index", "nx"),))), Let("NP", "index", "N >> 1"),
-            Let("row", "index", Fmt("{} * nx", (Cast("index", "y"),))),
-            Let("rowm", "index", Fmt("{} * nx", (Cast("index", Sel("y == 0", "ny - 1", "y - 1")),))),
-            Let("rowp", "index", Fmt("{} * nx", (Cast("index", Sel("y == ny - 1", "0", "y + 1")),))),
-            Let("prow", "index", "row >> 1"), Let("prowm", "index", "rowm >> 1"), Let("prowp", "index", "rowp >> 1"),
-            Let("pm", "int", Sel("px == 0", "npairs - 1", "px - 1")),
-            Let("pp", "int", Sel("px == npairs - 1", "0", "px + 1")))

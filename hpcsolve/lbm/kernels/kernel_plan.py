@@ -107,7 +107,7 @@ class StepLayout:
 
     @property
     def tag(self) -> str:
-        """The suffix of this layout's device functions (``pull_cell_<tag>``, ``pull_boundary_<tag>``)."""
+        """The suffix of this layout's device functions (``pull_cell_<tag>``)."""
         return self.kernel.removeprefix("lbm_")
 
     def pull(self, i, s: str = "s") -> str:
@@ -467,15 +467,78 @@ class CollideStore:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """A boundary rule's kernel piece (``Op`` statements, ``LinkRule.piece``) on the link of direction ``i``: its link
+    constants ``w_i`` / ``cx_i`` / ``cy_i`` are direction i's, its value is the name ``h``; ``own``: where the cell's
+    velocity at time t is (:attr:`StepLayout.own_velocity`), fetched once per cell into ``own_ux`` / ``own_uy``
+    (flag ``have_own``); ``tag`` keeps the piece's temporaries apart from the other links'."""
+
+    ops: tuple
+    i: int
+    own: str
+    tag: str
+
+
+@dataclass(frozen=True)
+class Not:
+    """``a`` does not hold (C ``!``, Python ``not``)."""
+
+    a: object
+
+
+@dataclass(frozen=True)
+class PairExchange:
+    """The pair kernel's neighbouring words: for each direction i of :data:`PAIR_PULLS` with a neighbour, ``n<i>`` =
+    the word ``u<i>`` of the neighbouring pair (-1: the previous, +1: the next), passed between threads (warp
+    shuffles, or shared memory and one barrier); the thread at the edge of the warp / block, and the pair at the
+    periodic wrap, loads it itself from ``words`` at the pair ``pm`` / ``pp``. Every thread takes part."""
+
+    words: str
+    block_x: int
+
+
+@dataclass(frozen=True)
+class PairHalves:
+    """``a`` / ``b`` = the populations f*_i(x - c_i) of the pair's cells x / x + 1, widened (compute dtype) from the
+    halves of the words ``u<i>`` / ``n<i>`` (:data:`PAIR_PULLS`), unscaled by the policy."""
+
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class PairFlags:
+    """``a`` / ``b`` = the flags of the pair's cells x / x + 1 (C: one 2-byte load)."""
+
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class PairStores:
+    """Store the post-collision populations ``a`` (cell x, low halves) and ``b`` (x + 1) as packed words into
+    ``words`` at pair row ``prow``; with stochastic rounding, the seeds from the cells' rest populations ``ha0`` /
+    ``hb0`` (their pre-collision f*_0)."""
+
+    words: str
+    a: str
+    b: str
+    ha0: str
+    hb0: str
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A kernel: arguments ``(name, kind)`` (see the emitters' argument types), its ``body``; ``bounds``: it
-    takes the step kernels' launch qualifier."""
+    takes the step kernels' launch qualifier; ``views``: ``(name, array, kind)``, the 32-bit word views of population
+    arrays (C: a cast of the array; Python: one more argument, after the arrays)."""
 
     name: str
     doc: str
     args: tuple
     body: tuple
     bounds: bool = False
+    views: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -483,7 +546,8 @@ class Function:
     """A device function: arguments as a :class:`Kernel`'s, its ``body``, the values it gives back ``returns``
     (``(name, type)``, or ``(name, type, value)``: C writes ``value`` through the pointer ``name``); ``inline``: the
     compiler is told to inline it; ``result``: the kernel type of the value a :class:`Return` gives back (C's return
-    type; ``""``: none)."""
+    type; ``""``: none); ``out_array``: ``(name, n)``, an array of n compute-dtype values the function fills (C: the
+    last parameter, a pointer; Python: n locals given back as a tuple)."""
 
     name: str
     doc: str
@@ -492,3 +556,4 @@ class Function:
     returns: tuple
     inline: bool = True
     result: str = ""
+    out_array: tuple = ()

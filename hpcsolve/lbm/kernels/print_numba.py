@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS
+from hpcsolve.lbm.kernels.kernel_plan import PAIR_PULLS
 from hpcsolve.lbm.kernels.printer import Printer
 
-_NAMED = {"zero": "ZERO", "zero9": "ZERO9", "block_x": "cuda.blockIdx.x", "block_y": "cuda.blockIdx.y",
+_NAMED = {"zero": "ZERO", "false": "False", "zero9": "ZERO9", "block_x": "cuda.blockIdx.x", "block_y": "cuda.blockIdx.y",
           "thread_x": "cuda.threadIdx.x", "thread": "cuda.grid(1)", "hash_mult": "HASH_MULT", "shift32": "SHIFT32"}
 
 #: Numba's conversion functions of the plan's integer types (``kernel_plan.Conv``)
@@ -29,20 +30,62 @@ def collision_call(collision: str, layer: bool) -> str:
     return "collide_trt({h}, omega_plus, omega_minus)" if collision == "trt" else "collide_bgk({h}, omega_plus)"
 
 
+def emit_ops(ops, own: str | None, code, names: dict | None = None) -> list[str]:
+    """Python statements of a kernel piece (``kernel_plan.Op``s). Every name passes through as it is (the
+    piece's names, kernel locals, ``ZERO``: Python names of the kernel's namespace) except those ``names`` maps (the
+    link constants ``w_i`` / ``cx_i`` / ``cy_i`` to direction i's ``W<i>`` / ``CX<i>`` / ``CY<i>``); a ``physics`` op calls the
+    device function of that name (``physics.physics_for(..., jit=...)``, bound by ``kernels_numba.compiled_kernels``).
+    ``own``: where the cell's velocity at time t is (``StepLayout.own_velocity``), fetched once per cell (flag
+    ``have_own``); list kernels: None."""
+    out = []
+    for op in ops:
+        if op.kind == "lookup":
+            out.append(f"{op.out[0]}, {op.out[1]} = boundary_velocity(vel_cells, vel_u, n_vel, {op.args[0]})")
+        elif op.kind == "own_velocity":
+            ux, uy = op.out
+            fetch = ([f"{ux}, {uy} = own_velocity(A, N, cell)"] if own == "stored" else
+                     ["t = outlet_index(out_cells, n_out, cell)", f"{ux} = own_u[t]", f"{uy} = own_u[n_out + t]"])
+            out += ["if not have_own:", *("    " + line for line in fetch), "    have_own = True"]
+        elif op.kind == "physics":
+            out.append(f"{', '.join(op.out)} = {op.fn}({', '.join((names or {}).get(a, a) for a in op.args)})")
+        elif op.kind == "load":
+            out.append(f"{op.out[0]} = load_pop({op.args[0]}, {op.args[1]})")
+        elif op.kind == "widen":
+            out.append(f"{op.out[0]} = float64({op.args[0]})")
+        elif op.kind == "expr":
+            out.append(f"{op.out[0]} = " + (op.args[0] if op.fn == "double" else f"CT({op.args[0]})"))
+        elif op.kind == "store":
+            array, index, value = op.args
+            out.append(f"{array}[{index}] = {code.encode(value)}")
+        elif op.kind == "copy":
+            dst, di, src, si = op.args
+            out.append(f"{dst}[{di}] = {src}[{si}]")
+        elif op.kind == "atomic_add":
+            out.append(f"cuda.atomic.add({op.args[0]}, {op.args[1]}, {op.args[2]})")
+        else:
+            raise ValueError(f"unknown kernel op {op.kind!r}")
+    return out
+
+
 class PythonPrinter(Printer):
-    """Python of the plan's statements; ``code``: the population code, ``collision`` / ``layer``: the collision call."""
+    """Python of the plan's statements; ``code``: the population code, ``collision`` / ``layer``: the collision call,
+    ``exchange``: how the pair kernel passes words between threads (``"shfl"``: warp shuffles, GPU only; ``"smem"``:
+    shared memory and one barrier, also under the simulator, which has no shuffles)."""
 
     indent = "    "
 
-    def __init__(self, code, collision: str = "bgk", layer: bool = False):
-        self.code = code
+    def __init__(self, code, collision: str = "bgk", layer: bool = False, exchange: str = "smem"):
+        self.code, self.exchange = code, exchange
         self.col = collision_call(collision, layer)
         self.unroll: dict[str, int] = {}
+        self.out_array = ""           # the array a device function fills: name[j] is the local name_j
 
     def name(self, text):
         for var, k in self.unroll.items():
             text = re.sub(rf"\b(\w+)\[{var}\]", rf"\g<1>_{k}", text)
             text = re.sub(rf"\b{var}\b", str(k), text)
+        if self.out_array:
+            text = re.sub(rf"\b{self.out_array}\[(\d+)\]", rf"{self.out_array}_\1", text)
         return text
 
     def sel(self, e, nested):
@@ -58,6 +101,10 @@ class PythonPrinter(Printer):
 
     def conv(self, e, nested):
         return f"{_CONV[e.type]}({self.expr(e.value)})"
+
+    def not_(self, e, nested):
+        text = f"not {self.expr(e.a, True)}"
+        return f"({text})" if nested else text
 
     def pop(self, e, nested):
         return self.code.decode(f"load_at({e.array}, {self.expr(e.pos)})")
@@ -139,11 +186,68 @@ class PythonPrinter(Printer):
         return out + [f"{pad}store_at({s.array}, {j} * N + {s.cell}, {self.code.encode_step(f'p[{j}]', j, 'rs')})"
                       for j in range(9)]
 
+    def piece(self, s, depth):
+        """A boundary rule's piece on link ``s.i``: its link constants are direction i's names."""
+        names = {"w_i": f"W{s.i}", "cx_i": f"CX{s.i}", "cy_i": f"CY{s.i}"}
+        return [self.pad(depth) + line for line in emit_ops(s.ops, s.own, self.code, names)]
+
+    # the 16-bit pair kernel (pair_plan) ---------------------------------------------------------
+    def pair_exchange(self, s, depth):
+        """Warp shuffles, or shared memory and one barrier; the thread at the warp's / block's edge (and the last
+        pair) loads the neighbouring word itself. Every thread takes part (no shuffle inside a conditional)."""
+        pad, n = self.pad(depth), s.block_x
+        shifted = [i for i, pull in enumerate(PAIR_PULLS) if pull.neighbour]
+        if self.exchange == "shfl":
+            out = [f"{pad}edge_lo = (cuda.threadIdx.x & 31) == 0",
+                   f"{pad}edge_hi = (cuda.threadIdx.x & 31) == 31 or px == npairs - 1"]
+        else:
+            out = [f"{pad}xch = cuda.shared.array({len(shifted) * n}, int32)", f"{pad}edge_lo = cuda.threadIdx.x == 0",
+                   f"{pad}edge_hi = cuda.threadIdx.x == {n - 1} or px == npairs - 1"]
+            out += [f"{pad}store_at(xch, {j * n} + cuda.threadIdx.x, u{i})" for j, i in enumerate(shifted)]
+            out.append(f"{pad}cuda.syncthreads()")
+        for j, i in enumerate(shifted):
+            d = PAIR_PULLS[i].neighbour          # -1: the previous thread's word, +1: the next thread's
+            if self.exchange == "shfl":
+                out.append(f"{pad}s{i} = cuda.shfl_{'up' if d < 0 else 'down'}_sync(-1, u{i}, 1)")
+            nb = f"s{i}" if self.exchange == "shfl" else f"load_at(xch, {j * n + d} + cuda.threadIdx.x)"
+            own = f"load_at({s.words}, {i} * NP + {PAIR_PULLS[i].row} + {'pm' if d < 0 else 'pp'})"
+            out.append(f"{pad}n{i} = {own} if {'edge_lo' if d < 0 else 'edge_hi'} else {nb}")
+        return out
+
+    def pair_halves(self, s, depth):
+        def half(i, word_half):
+            word, hh = word_half
+            return self.code.unscale(f"half_{hh}({'u' if word == 'own' else 'n'}{i})")
+
+        return [f"{self.pad(depth)}{name} = ({', '.join(half(i, getattr(pull, side)) for i, pull in enumerate(PAIR_PULLS))})"
+                for name, side in ((s.a, "a"), (s.b, "b"))]
+
+    def pair_flags(self, s, depth):
+        return [f"{self.pad(depth)}{s.a} = load_at(flags, row + x)", f"{self.pad(depth)}{s.b} = load_at(flags, row + x + 1)"]
+
+    def pair_stores(self, s, depth):
+        pad, code, n = self.pad(depth), self.code, len(PAIR_PULLS)
+        if code.stochastic:
+            return ([pad + code.seed("sa", s.ha0, "row + x"), pad + code.seed("sb", s.hb0, "row + x + 1")]
+                    + [f"{pad}store_at({s.words}, {i} * NP + prow + px, "
+                       f"{code.pack_step(f'{s.a}[{i}]', f'{s.b}[{i}]', i, 'sa', 'sb')})" for i in range(n)])
+        return [f"{pad}store_at({s.words}, {i} * NP + prow + px, "
+                f"pack_halves({code.scale(f'{s.a}[{i}]')}, {code.scale(f'{s.b}[{i}]')}))" for i in range(n)]
+
     def kernel(self, k):
-        return ([f"def {k.name}({', '.join(name for name, _ in k.args)}):"]
+        names = [name for name, _ in k.args]
+        arrays = max((j + 1 for j, (_, kind) in enumerate(k.args) if kind in ("pop", "pop_in")), default=0)
+        names[arrays:arrays] = [name for name, _, _ in k.views]       # the word views follow the arrays
+        return ([f"def {k.name}({', '.join(names)}):"]
                 + [f"    # {line}" for line in k.doc.splitlines()] + self.block(k.body, 1))
 
     def function(self, f):
         outs = [f"    return {', '.join(self.expr(self.returned(r)) for r in f.returns)}"] if f.returns else []
+        if f.out_array:
+            name, n = f.out_array
+            outs = [f"    return ({', '.join(f'{name}_{j}' for j in range(n))})"]
+        self.out_array = f.out_array[0] if f.out_array else ""
+        body = self.block(f.body, 1)
+        self.out_array = ""
         return ([f"def {f.name}({', '.join(name for name, _ in f.args)}):"]
-                + [f"    # {line}" for line in f.doc.splitlines()] + self.block(f.body, 1) + outs)
+                + [f"    # {line}" for line in f.doc.splitlines()] + body + outs)

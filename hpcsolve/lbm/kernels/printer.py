@@ -24,7 +24,7 @@ class Printer:
             return f"({text})" if nested else text
         method = {kp.Sel: self.sel, kp.Cast: self.cast, kp.Pop: self.pop, kp.At: self.at, kp.Named: self.named,
                   kp.IDiv: self.idiv, kp.Conv: self.conv,
-                  kp.And: self.and_}[type(e)]
+                  kp.And: self.and_, kp.Not: self.not_}[type(e)]
         return method(e, nested)
 
     def name(self, text: str) -> str:
@@ -60,4 +60,6 @@ class Printer:
 _METHODS = {kp.Let: "let", kp.Var: "var", kp.While: "while_", kp.Decl: "decl", kp.Set: "set_", kp.If: "if_",
             kp.Return: "return_", kp.Block: "scope",
             kp.Unrolled: "unrolled", kp.Call: "call", kp.Physics: "physics", kp.Collide: "collide",
-            kp.StoreStep: "store_step", kp.Seed: "seed", kp.CollideStore: "collide_store"}
+            kp.StoreStep: "store_step", kp.Seed: "seed", kp.CollideStore: "collide_store", kp.Piece: "piece",
+            kp.PairExchange: "pair_exchange", kp.PairHalves: "pair_halves", kp.PairFlags: "pair_flags",
+            kp.PairStores: "pair_stores"}

@@ -11,9 +11,9 @@ from __future__ import annotations
 from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS
 from hpcsolve.lbm.flags import FLUID, WALL
-from hpcsolve.lbm.kernels.kernel_plan import (EVEN, At, Block, Call, Cast, Collide, CollideStore, Decl, Fmt,
-                                              Function, IDiv, If, Kernel, Let, Named, Physics, Pop, Return, Seed,
-                                              Sel, Set, StoreStep, Unrolled)
+from hpcsolve.lbm.kernels.kernel_plan import (EVEN, SOURCE, At, Block, Call, Cast, Collide, CollideStore, Decl,
+                                              Fmt, Function, IDiv, If, Kernel, Let, Named, Physics, Piece, Pop,
+                                              Return, Seed, Sel, Set, StoreStep, Unrolled, Var)
 from hpcsolve.lbm.steppers.gpu_common import BOUNDARY_BIT
 
 Q = lattice.Q
@@ -48,6 +48,37 @@ def columns() -> tuple:
 def fluid(code, test: str = "==") -> Fmt:
     """The cell whose flag is ``code`` (an expression) is (``==``) or is not (``!=``) a fluid cell."""
     return Fmt(f"({{}} & 0x7f) {test} {{}}", (code, FLUID))
+
+
+def _link(layout, rules, i: int) -> Block:
+    """h[i] of a boundary cell: the pull from a fluid source x - c_i, else the rule of the source's flag (tested in
+    the order of ``rules``; the last one is what remains) applied to ``hop`` = f*_opp(i)(x)."""
+    chain: tuple = ()
+    for r, rule in reversed(list(enumerate(rules))):
+        apply = (Piece(rule.piece, i, layout.own_velocity, f"{rule.name[0]}{i}_"), Set(f"h[{i}]", "h"))
+        chain = apply if r == len(rules) - 1 else (If(f"fs == {rule.flag}", apply, chain),)
+    return Block((Let("s", "index", SOURCE[i]), Let("fs", "int", Fmt("{} & 0x7f", (At("flags", "s"),))),
+                  If(f"fs == {FLUID}", (Set(f"h[{i}]", Pop("A", layout.pull(i))),),
+                     (Let("hop", "real", Pop("A", layout.hop(i))), *chain))))
+
+
+def pull_cell(layout, rules) -> Function:
+    """``pull_cell_<tag>``: h[0..8] = the populations arriving at fluid cell x of a step of ``layout``: pull streaming,
+    and on links from non-fluid cells their boundary rules (``boundaries.link_rules``); a cell without the boundary
+    bit pulls its nine populations unconditionally."""
+    table = layout.own_velocity == "table"
+    args = ((("A", "pop_in"), ("flags", "flags"), ("vel_cells", "index_in"), ("vel_u", "real_in"), ("n_vel", "int"))
+            + ((("out_cells", "index_in"), ("own_u", "real_in"), ("n_out", "int")) if table else ())
+            + (("N", "index_value"), ("nx", "int"), ("x", "int"), ("row", "index_value"), ("rowm", "index_value"),
+               ("rowp", "index_value"), ("code", "int")))
+    interior = tuple(Set(f"h[{i}]", Pop("A", layout.interior(i))) for i in range(Q))
+    boundary = (Var("have_own", "bool", Named("false")), Var("own_ux", "real", Named("zero")),
+                Var("own_uy", "real", Named("zero")), Set("h[0]", Pop("A", "cell")),
+                *(_link(layout, rules, i) for i in range(1, Q)))
+    body = (Let("cell", "index", "row + x"), *columns(),
+            If(Fmt("(code & {}) == 0", (BOUNDARY_BIT,)), interior, boundary))
+    return Function(f"pull_cell_{layout.tag}", f"Pull streaming + boundary rules for one fluid cell, {layout.name} "
+                    "step: h[0..8] = populations arriving at (x, y).", args, body, (), out_array=("h", Q))
 
 
 def moments_kernel(state) -> Kernel:

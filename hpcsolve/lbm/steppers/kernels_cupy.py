@@ -14,7 +14,7 @@ population comes from (wall / velocity bounce-back, outlet anti-bounce-back), th
 (BGK or TRT), and the store. Layout: structure of arrays ``g[i, y, x]``; one thread per cell,
 x fastest (coalesced), 2D launch (blockIdx.y = row). 16-bit storage on an even nx and more than ``PER_CELL_CELLS`` cells uses
 ``lbm_step_pair`` instead: two adjacent cells per thread, one 4-byte word (``__half2``; FP16C: two
-codes in an ``unsigned int``) per population loaded and stored, the neighbouring words passed by warp shuffles (``_pair_kernel_c``); on the H200 that
+codes in an ``unsigned int``) per population loaded and stored, the neighbouring words passed by warp shuffles (``kernels/pair_plan.py``); on the H200 that
 took fp16s from 78,969 to 93,784 MLUPS (71% -> 84% of the copy bandwidth, cavity 8192^2).
 
 Bytes moved per cell per step (the benchmark's count):

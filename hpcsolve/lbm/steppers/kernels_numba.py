@@ -12,7 +12,7 @@ compiled once per (policy, collision, kernel shape). The host tables are those o
 Layout and traffic are those of the CuPy kernel (``kernels_cupy``): structure of arrays
 ``g[i, y, x]`` viewed flat, one thread per cell, x fastest, 2D launch (16-bit storage on an even nx and more
 than ``PER_CELL_CELLS`` cells:
-``lbm_step_pair``, two cells per thread on int32 words of float16 or FP16C pairs, see ``_pair_kernel_python``);
+``lbm_step_pair``, two cells per thread on int32 words of float16 or FP16C pairs, see ``kernels/pair_plan.py``);
 bytes per cell per step = 9 reads + 9 writes of the storage dtype + 1 flag byte
 (fp64 145 B, fp32 73 B, fp16s 37 B). Population loads and stores go through ``load_at`` / ``store_at``
 (``_raw_access``): Numba's indexing adds a negative-index wraparound to every access, which cost the
@@ -180,7 +180,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     layouts = kernel_plan.step_layouts(in_place)
     for name in ("load_pop", "own_velocity", "table_home", "boundary_velocity", "outlet_index") + (
             ("layer_coefficient",) if layer else ()) + tuple(
-            f"pull_{part}_{layout.tag}" for layout in layouts for part in ("boundary", "cell")):
+            f"pull_cell_{layout.tag}" for layout in layouts):
         ns[name] = device(ns[name])
     step_opts = {} if max_registers is None or backends.cuda_simulator_enabled() else {"max_registers": max_registers}
     step = {layout: cuda.jit(**step_opts)(ns["lbm_step_pair" if pairs and not in_place else layout.kernel])
