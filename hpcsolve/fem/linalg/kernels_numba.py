@@ -64,59 +64,34 @@ def _kernel_decorator():
     return functools.partial(cuda.jit, launch_bounds=LAUNCH_BOUNDS)
 
 
+def _block_reduction_source(name: str, n: int, combine: str, atomic: str, sync_first: bool) -> str:
+    """Python source of the device function ``name(v0 .. v<n-1>, ws, i0 .. i<n-1>)``: a shared-memory tree over the
+    block of each of the n float64 values (``combine``: the step, ``{a}`` / ``{b}`` the two operands), then one
+    ``cuda.atomic.<atomic>`` of each block result into ``ws[i_k]`` (an index < 0 skips); ``sync_first``: wait for
+    the block's earlier reductions first (thread 0 reads their shared arrays)."""
+    k = range(n)
+    lines = [f"def {name}({', '.join(f'v{j}' for j in k)}, ws, {', '.join(f'i{j}' for j in k)}):"]
+    lines += ["    cuda.syncthreads()"] if sync_first else []
+    lines += [f"    s{j} = cuda.shared.array(THREADS, float64)" for j in k] + ["    t = cuda.threadIdx.x"]
+    lines += [f"    s{j}[t] = v{j}" for j in k] + ["    cuda.syncthreads()", "    s = cuda.blockDim.x // 2",
+                                                  "    while s > 0:", "        if t < s:"]
+    lines += [f"            s{j}[t] = " + combine.format(a=f"s{j}[t]", b=f"s{j}[t + s]") for j in k]
+    lines += ["        cuda.syncthreads()", "        s //= 2", "    if t == 0:"]
+    for j in k:
+        lines += [f"        if i{j} >= 0:", f"            cuda.atomic.{atomic}(ws, i{j}, s{j}[0])"]
+    return "\n".join(lines) + "\n"
+
+
 def _reductions():
     """The backend's block reductions (the kernels' ``block_add2`` / ``block_max3``, see ``fused``): a shared-memory
-    tree (it also runs under the CUDA simulator), then one float64 atomic per block."""
+    tree (it also runs under the CUDA simulator), then one float64 atomic per block; the maxima are of values >= 0."""
     from numba import float64
 
-    @cuda.jit(device=True, inline=True)
-    def block_add2(a, b, ws, ia, ib):
-        sa = cuda.shared.array(THREADS, float64)
-        sb = cuda.shared.array(THREADS, float64)
-        t = cuda.threadIdx.x
-        sa[t] = a
-        sb[t] = b
-        cuda.syncthreads()
-        s = cuda.blockDim.x // 2
-        while s > 0:
-            if t < s:
-                sa[t] += sa[t + s]
-                sb[t] += sb[t + s]
-            cuda.syncthreads()
-            s //= 2
-        if t == 0:
-            if ia >= 0:
-                cuda.atomic.add(ws, ia, sa[0])
-            if ib >= 0:
-                cuda.atomic.add(ws, ib, sb[0])
-
-    @cuda.jit(device=True, inline=True)
-    def block_max3(a, b, c, ws, ia, ib, ic):
-        # maxima of values >= 0 over the block (shared-memory tree), one atomic max per block; the block's
-        # earlier reductions finish first (thread 0 reads their shared arrays)
-        cuda.syncthreads()
-        sa = cuda.shared.array(THREADS, float64)
-        sb = cuda.shared.array(THREADS, float64)
-        sc = cuda.shared.array(THREADS, float64)
-        t = cuda.threadIdx.x
-        sa[t] = a
-        sb[t] = b
-        sc[t] = c
-        cuda.syncthreads()
-        s = cuda.blockDim.x // 2
-        while s > 0:
-            if t < s:
-                sa[t] = max(sa[t], sa[t + s])
-                sb[t] = max(sb[t], sb[t + s])
-                sc[t] = max(sc[t], sc[t + s])
-            cuda.syncthreads()
-            s //= 2
-        if t == 0:
-            cuda.atomic.max(ws, ia, sa[0])
-            cuda.atomic.max(ws, ib, sb[0])
-            cuda.atomic.max(ws, ic, sc[0])
-
-    return block_add2, block_max3
+    ns = {"cuda": cuda, "float64": float64, "THREADS": THREADS}
+    for name, n, combine, atomic, sync_first in (("block_add2", 2, "{a} + {b}", "add", False),
+                                                 ("block_max3", 3, "max({a}, {b})", "max", True)):
+        exec(compile(_block_reduction_source(name, n, combine, atomic, sync_first), f"<{name}>", "exec"), ns)
+    return tuple(cuda.jit(device=True, inline=True)(ns[name]) for name in ("block_add2", "block_max3"))
 
 
 @dataclasses.dataclass(frozen=True)

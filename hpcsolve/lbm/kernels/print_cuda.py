@@ -101,6 +101,8 @@ class CPrinter(Printer):
     """CUDA C of the plan's statements; ``P``: the traced physics, ``code``: the population code, ``layer``: the
     collision takes the absorbing layer's coefficient, ``block_x`` / ``max_registers``: the launch qualifier."""
 
+    NAMED = _NAMED
+
     def __init__(self, P, code, layer: bool = False, block_x: int = 256, max_registers: int | None = None):
         self.P, self.code, self.layer = P, code, layer
         self.block_x, self.max_registers = block_x, max_registers
@@ -111,33 +113,19 @@ class CPrinter(Printer):
 
     def sel(self, e, nested):
         text = f"({self.expr(e.cond)}) ? {self.expr(e.a)} : {self.expr(e.b)}"
-        return f"({text})" if nested else text
+        return self.group(text, nested)
 
     def cast(self, e, nested):
         return f"({C_TYPE[e.type]}){self.expr(e.value, True)}"
 
-    def and_(self, e, nested):
-        text = f"{self.expr(e.a)} && {self.expr(e.b)}"
-        return f"({text})" if nested else text
-
     def conv(self, e, nested):
         return f"({C_TYPE[e.type]}){self.expr(e.value, True)}"
-
-    def not_(self, e, nested):
-        return f"!{self.expr(e.a, True)}"
 
     def pop(self, e, nested):
         return f"load_pop({e.array}[{self.expr(e.pos)}])"
 
     def at(self, e, nested):
         return f"{e.array}[{self.expr(e.index)}]"
-
-    def named(self, e, nested):
-        return _NAMED[e.name]
-
-    def idiv(self, e, nested):
-        text = f"{self.expr(e.a, True)} / {self.expr(e.b, True)}"
-        return f"({text})" if nested else text
 
     def let(self, s, depth):
         return [f"{self.pad(depth)}const {C_TYPE[s.type]} {s.name} = {self.expr(s.value)};"]

@@ -73,6 +73,8 @@ class PythonPrinter(Printer):
     shared memory and one barrier, also under the simulator, which has no shuffles)."""
 
     indent = "    "
+    NAMED = _NAMED
+    AND, IDIV, NOT = "and", "//", "not "
 
     def __init__(self, code, collision: str = "bgk", layer: bool = False, exchange: str = "smem"):
         self.code, self.exchange = code, exchange
@@ -90,34 +92,19 @@ class PythonPrinter(Printer):
 
     def sel(self, e, nested):
         text = f"{self.expr(e.a)} if {self.expr(e.cond)} else {self.expr(e.b)}"
-        return f"({text})" if nested else text
+        return self.group(text, nested)
 
     def cast(self, e, nested):       # the value, grouped as the C cast groups it
         return self.expr(e.value, True)
 
-    def and_(self, e, nested):
-        text = f"{self.expr(e.a)} and {self.expr(e.b)}"
-        return f"({text})" if nested else text
-
     def conv(self, e, nested):
         return f"{_CONV[e.type]}({self.expr(e.value)})"
-
-    def not_(self, e, nested):
-        text = f"not {self.expr(e.a, True)}"
-        return f"({text})" if nested else text
 
     def pop(self, e, nested):
         return self.code.decode(f"load_at({e.array}, {self.expr(e.pos)})")
 
     def at(self, e, nested):
         return f"load_at({e.array}, {self.expr(e.index)})"
-
-    def named(self, e, nested):
-        return _NAMED[e.name]
-
-    def idiv(self, e, nested):
-        text = f"{self.expr(e.a, True)} // {self.expr(e.b, True)}"
-        return f"({text})" if nested else text
 
     def let(self, s, depth):
         return [f"{self.pad(depth)}{s.name} = {self.expr(s.value)}"]

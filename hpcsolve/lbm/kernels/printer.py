@@ -11,6 +11,9 @@ class Printer:
     """Prints a ``kernel_plan.Kernel`` or a statement list as lines of one language."""
 
     indent = "  "
+    #: the language's spelling of the ``kernel_plan.Named`` values and of the operators of ``And``, ``IDiv``, ``Not``
+    NAMED: dict = {}
+    AND, IDIV, NOT = "&&", "/", "!"
 
     # expressions ------------------------------------------------------------------------------
     def expr(self, e, nested: bool = False) -> str:
@@ -26,6 +29,23 @@ class Printer:
                   kp.IDiv: self.idiv, kp.Conv: self.conv,
                   kp.And: self.and_, kp.Not: self.not_}[type(e)]
         return method(e, nested)
+
+    @staticmethod
+    def group(text: str, nested: bool) -> str:
+        """``text`` parenthesized where it is the operand of a tighter operator."""
+        return f"({text})" if nested else text
+
+    def named(self, e, nested):
+        return self.NAMED[e.name]
+
+    def and_(self, e, nested):
+        return self.group(f"{self.expr(e.a)} {self.AND} {self.expr(e.b)}", nested)
+
+    def idiv(self, e, nested):
+        return self.group(f"{self.expr(e.a, True)} {self.IDIV} {self.expr(e.b, True)}", nested)
+
+    def not_(self, e, nested):
+        return self.group(f"{self.NOT}{self.expr(e.a, True)}", nested)
 
     def name(self, text: str) -> str:
         """A string expression as this language writes it (a value the printer has bound under that name)."""

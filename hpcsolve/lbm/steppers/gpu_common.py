@@ -245,6 +245,21 @@ class PlanSteps:
     :class:`StepGraphs` (``self.graphs``) can replay and the rest one launch at a time through the stepper's
     ``_launch_step(layout)``. ``self.a`` / ``self.b`` are the population buffers (``b`` None in place)."""
 
+    def _kernel_shape(self, setup: LBMSetup, tuning: tuple, l2_bytes: int, pairs, cells_per_thread, block_x) -> None:
+        """What a GPU stepper fixes before it compiles: the compute dtype ``ct``, ``nx`` / ``ny``, the kernel shape
+        (:func:`step_kernel_shape` with the backend's ``tuning``: its LAUNCH, LAUNCH_PAIRS, LAUNCH_SHORT and
+        PER_CELL_CELLS, and the device's ``l2_bytes``), the relaxation rates in the compute dtype, the absorbing
+        layer's arguments and the bytes per cell."""
+        launch, launch_pairs, launch_short, per_cell_cells = tuning
+        self.ct = ct = np.dtype(self.policy.compute)
+        self.ny, self.nx = setup.shape
+        self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
+            setup, launch, launch_pairs, pairs, cells_per_thread, block_x, l2_bytes, launch_short, per_cell_cells)
+        om_p, om_m = setup.omegas
+        self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
+        self._layer_args = layer_args(setup)
+        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(self.policy, self.in_place)
+
     def _plan(self, setup: LBMSetup, to_device, make_prepass) -> None:
         """The layouts, the pre-passes and the force terms; in place also the outlet velocity table
         (``self.own_u``, after ``self.a`` exists) from ``self._fetch_cells``."""
@@ -289,9 +304,14 @@ class PlanSteps:
             return ()
         return (self._aa.out_cells, self.own_u, self._index_type(self._aa.n_out))
 
-    def _force_links(self, mask):
-        """The force terms of ``mask`` on the positions of the current state layout (None: no links)."""
-        return self._forces[self.parity](mask)
+    def force(self, mask: np.ndarray) -> tuple[float, float]:
+        """The momentum-exchange force on the cells of ``mask``: the terms on the positions of the current state
+        layout, summed on the device (``lbm_force``, float64) by the stepper's ``_device_force``."""
+        links = self._forces[self.parity](mask)
+        if links is None:
+            return 0.0, 0.0
+        fx, fy = self._device_force(*links)
+        return float(fx), float(fy)
 
     def _even(self, g: np.ndarray) -> np.ndarray:
         """The even-layout state (what ``populations()`` returns) from the host copy ``g`` (9, ny, nx)."""

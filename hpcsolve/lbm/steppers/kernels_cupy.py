@@ -60,8 +60,8 @@ from hpcsolve.lbm.kernels.emit_cuda import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
 from hpcsolve.lbm.boundaries.velocity import velocity_table
-from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags,
-                                              device_macroscopic, host_macroscopic, layer_args, step_kernel_shape)
+from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream_capture, device_flags,
+                                              device_macroscopic, host_macroscopic)
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
@@ -150,13 +150,11 @@ class CupyStepper(PlanSteps, Stepper):
         self.graphs = StepGraphs(cupy_stream_capture(self._stream) if graphs else None,
                                  why_not="graphs switched off (graphs=False)")
         pol = self.policy
-        self.ct = ct = np.dtype(pol.compute)
-        ny, nx = setup.shape
         # 16-bit storage on an even nx and more than PER_CELL_CELLS cells: two adjacent cells per thread with
         # __half2 loads (lbm_step_pair)
-        self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
-            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cupy), LAUNCH_SHORT,
-            PER_CELL_CELLS)
+        self._kernel_shape(setup, (LAUNCH, LAUNCH_PAIRS, LAUNCH_SHORT, PER_CELL_CELLS), l2_cache_bytes(cupy), pairs,
+                           cells_per_thread, block_x)
+        ct, ny, nx = self.ct, self.ny, self.nx
         src = kernel_source(pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x,
                             self.in_place, characteristic_outlet(setup), setup.absorbing_layer is not None,
                             max_registers)
@@ -168,7 +166,6 @@ class CupyStepper(PlanSteps, Stepper):
                          for layout in layouts}
         self._k_moments = {layout.reads: module.get_function(layout.reads.moments_kernel) for layout in layouts}
         self._k_force = module.get_function(kernel_plan.FORCE_KERNEL.name)
-        self.nx, self.ny = nx, ny
         self.flags = cupy.asarray(device_flags(setup.flags))
         cells, uw = velocity_table(setup, ct)
         self.vel_cells, self.vel_u = cupy.asarray(cells), cupy.asarray(uw)
@@ -177,13 +174,9 @@ class CupyStepper(PlanSteps, Stepper):
         self.a = initial_state(setup, cupy)
         # non-fluid cells hold the initial value (0) in both buffers; in place: one array
         self.b = None if self.in_place else self.a.copy()
-        om_p, om_m = setup.omegas
-        self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
-        self._layer_args = layer_args(setup)
         per_block = self.block_x * self.cells_per_thread
         self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
         self.block = (self.block_x, 1)
-        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._plan(setup, cupy.asarray, lambda links: CupyBouzidi(links, pol))
         if self.in_place:
             self.own_u = self._aa.outlet_velocity(self._fetch_cells)
@@ -231,16 +224,10 @@ class CupyStepper(PlanSteps, Stepper):
             self._solid_device = self.cp.asarray(self.setup.flags != FLUID)
         return device_macroscopic(self.cp, self.macroscopic_device(), self._solid_device)
 
-    def force(self, mask: np.ndarray) -> tuple[float, float]:
-        cp = self.cp
-        links = self._force_links(mask)
-        if links is None:
-            return 0.0, 0.0
-        pos, cx, cy, m, k = links
-        f = cp.zeros(2, dtype=cp.float64)
-        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, k, f, np.int64(pos.size)))
-        f = f.get()
-        return float(f[0]), float(f[1])
+    def _device_force(self, pos, cx, cy, m, c) -> np.ndarray:
+        f = self.cp.zeros(2, dtype=np.float64)
+        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, c, f, np.int64(pos.size)))
+        return f.get()
 
     def finite(self) -> bool:
         return self.policy.all_finite(self.a)

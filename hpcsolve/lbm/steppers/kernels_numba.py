@@ -42,8 +42,8 @@ from hpcsolve.lbm.kernels.emit_numba import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
 from hpcsolve.lbm.boundaries.velocity import velocity_table
-from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, bytes_per_cell, cupy_stream_capture, device_flags,
-                                              device_macroscopic, host_macroscopic, layer_args, step_kernel_shape)
+from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream_capture, device_flags,
+                                              device_macroscopic, host_macroscopic)
 from hpcsolve.lbm.kernels.population_code import numba_code
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
@@ -267,19 +267,16 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         super().__init__(setup)
         self.cuda = cuda
         pol = self.policy
-        self.ct = ct = np.dtype(pol.compute)
-        ny, nx = setup.shape
         # 16-bit storage on an even nx and more than PER_CELL_CELLS cells: two adjacent cells per thread with
         # 4-byte loads (lbm_step_pair)
-        self.in_place, self.pairs, self.cells_per_thread, self.block_x = step_kernel_shape(
-            setup, LAUNCH, LAUNCH_PAIRS, pairs, cells_per_thread, block_x, l2_cache_bytes(cuda), LAUNCH_SHORT,
-            PER_CELL_CELLS)
+        self._kernel_shape(setup, (LAUNCH, LAUNCH_PAIRS, LAUNCH_SHORT, PER_CELL_CELLS), l2_cache_bytes(cuda), pairs,
+                           cells_per_thread, block_x)
+        ct, ny, nx = self.ct, self.ny, self.nx
         (self._k_step, self._k_moments, self._k_force, self._k_nonfinite, self._k_fill, self._k_perturb,
          self._k_scale, self.source) = compiled_kernels(
             pol, setup.collision, 1 if self.pairs else self.cells_per_thread, self.block_x, max_registers,
             self.pairs, exchange or PAIR_EXCHANGE, self.in_place, characteristic_outlet(setup),
             setup.absorbing_layer is not None)
-        self.nx, self.ny = nx, ny
         self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
         cells, uw = velocity_table(setup, ct)
@@ -301,11 +298,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             self.a = cuda.to_device(g0)
             if not self.in_place:
                 self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
-        om_p, om_m = setup.omegas
-        self.omega_plus, self.omega_minus = ct.type(om_p), ct.type(om_m)
-        self._layer_args = layer_args(setup)
         grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
-        self.bytes_per_cell_step, self.bytes_per_cell_resident = bytes_per_cell(pol, self.in_place)
         self._word_views: dict = {}
         self._plan(setup, lambda v: cuda.to_device(v, stream=self.stream),
                    lambda links: NumbaPrepass(links, pol, self.stream))
@@ -379,17 +372,11 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         self.stream.synchronize()          # CuPy's work below goes on its own current stream
         return device_macroscopic(cupy, cupy.asarray(m).reshape(3, self.ny, self.nx), self._solid_device)
 
-    def force(self, mask: np.ndarray) -> tuple[float, float]:
-        cuda = self.cuda
-        links = self._force_links(mask)
-        if links is None:
-            return 0.0, 0.0
-        pos, cx, cy, m, c = links
-        out = cuda.to_device(np.zeros(2), stream=self.stream)
+    def _device_force(self, pos, cx, cy, m, c) -> np.ndarray:
+        out = self.cuda.to_device(np.zeros(2), stream=self.stream)
         n = pos.shape[0]
         self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, out, np.int64(n))
-        f = out.copy_to_host(stream=self.stream)
-        return float(f[0]), float(f[1])
+        return out.copy_to_host(stream=self.stream)
 
     def perturb(self, amplitude: float = 1e-3, seed: int = 0) -> None:
         """Add amplitude * w_i * r (r in [-1, 1), hashed) to every fluid population (benchmarks:
