@@ -76,22 +76,29 @@ def _moments(T, jit):
         return drho, jx / rho, jy / rho
 
     @jit
-    def opposite_pair(w, drho, rho, cu, usq):
-        """The equilibria of the directions +c and -c of weight w, cu = c . u: w (drho +- rho 3 cu + b), with the
-        shared b = rho (4.5 cu^2 - usq)."""
-        b = rho * (C45 * cu * cu - usq)
-        return w * (drho + rho * THREE * cu + b), w * (drho - rho * THREE * cu + b)
-
-    @jit
     def equilibrium(drho, ux, uy):
-        """Shifted second-order equilibrium h_i^eq = w_i (drho + rho (3 cu + 4.5 cu^2 - 1.5 u^2))."""
+        """Shifted second-order equilibrium h_i^eq = w_i (drho + rho (3 cu + 4.5 cu^2 - 1.5 u^2)). The opposite
+        directions' pairs are written out: one device function for a pair cost the Numba
+        fp64 in-place step 4-5 % on the H200 (512^2, 3 interleaved rounds: 24,400 -> 22,800-23,700 MLUPS)."""
         rho = ONE + drho
         usq = C15 * (ux * ux + uy * uy)
         e0 = W0 * (drho - rho * usq)
-        e1, e3 = opposite_pair(W1, drho, rho, ux, usq)          # axis directions: cu = +-ux, +-uy
-        e2, e4 = opposite_pair(W1, drho, rho, uy, usq)
-        e5, e7 = opposite_pair(W2, drho, rho, ux + uy, usq)     # diagonals 5 (+,+) / 7 (-,-), 6 (-,+) / 8 (+,-)
-        e6, e8 = opposite_pair(W2, drho, rho, uy - ux, usq)
+        # axis directions 1..4: cu = +ux, +uy, -ux, -uy
+        a1 = rho * (C45 * ux * ux - usq)
+        a2 = rho * (C45 * uy * uy - usq)
+        e1 = W1 * (drho + rho * THREE * ux + a1)
+        e3 = W1 * (drho - rho * THREE * ux + a1)
+        e2 = W1 * (drho + rho * THREE * uy + a2)
+        e4 = W1 * (drho - rho * THREE * uy + a2)
+        # diagonals: 5 (+,+), 7 (-,-) share cu = ux + uy; 6 (-,+), 8 (+,-) share cu = uy - ux
+        s = ux + uy
+        d = uy - ux
+        bs = rho * (C45 * s * s - usq)
+        bd = rho * (C45 * d * d - usq)
+        e5 = W2 * (drho + rho * THREE * s + bs)
+        e7 = W2 * (drho - rho * THREE * s + bs)
+        e6 = W2 * (drho + rho * THREE * d + bd)
+        e8 = W2 * (drho - rho * THREE * d + bd)
         return (e0, e1, e2, e3, e4, e5, e6, e7, e8)
 
     return moments, equilibrium

@@ -25,9 +25,8 @@
   printed from one description (``step_plan.pull_cell``, ``pair_plan``, session 16: the CUDA pull differs only in
   nested else-ifs and whitespace; the CUDA pair kernel widens its halves inside the fluid branch and loads all
   words before the shuffles; the Numba pull is unrolled per direction instead of calling a generic
-  ``pull_boundary``, and fetches the outlet's own velocity once per cell; and the equilibrium's opposite
-  directions share one function, ``physics.opposite_pair``, which reorders the traced C lines, not their
-  operations; benchmarked before and after in one device run). A change to
+  ``pull_boundary``, and fetches the outlet's own velocity once per cell; benchmarked before and after in one
+  device run). A change to
   the physics or to a kernel template changes them on purpose: check the GPU tests and the benchmark,
   then print the new table with ``python tests/lbm/test_kernel_sources.py``.
 """
@@ -61,14 +60,14 @@ SOURCE_HASHES = {
     "cuda-bouzidi/fp16s": "f251b93365433e2fff5e",
     "cuda-bouzidi/fp32": "3c3e2a00692df047f5d2",
     "cuda-bouzidi/fp64": "708848745d8bac574d60",
-    "cuda/fp16c/bgk": "154271fb33c15cbf1f64",
-    "cuda/fp16c/trt": "5697b25ce0960d4660b5",
-    "cuda/fp16s/bgk": "9cf04a3d4e4cc5b1b170",
-    "cuda/fp16s/trt": "97573bea044b2d986b5e",
-    "cuda/fp32/bgk": "d01f56863890103008b6",
-    "cuda/fp32/trt": "f98bbe926261d4240327",
-    "cuda/fp64/bgk": "fbe095ba02558ead1892",
-    "cuda/fp64/trt": "3852d9e739b41e1386b3",
+    "cuda/fp16c/bgk": "a1012a2fddbd241b82fd",
+    "cuda/fp16c/trt": "39b949f4a19dd7b0744f",
+    "cuda/fp16s/bgk": "23751f2aaf57f64c8123",
+    "cuda/fp16s/trt": "71a87bd5d2aff77b720c",
+    "cuda/fp32/bgk": "065db2f25cbe7c1d625b",
+    "cuda/fp32/trt": "b77cec3694adb594a919",
+    "cuda/fp64/bgk": "d4a65aeecc12c3fa4160",
+    "cuda/fp64/trt": "b0108e0818d019cd69f3",
     "numba-bouzidi/fp16c": "25d3d319ad6137f56bf2",
     "numba-bouzidi/fp16s": "8e3c2341f6797777389b",
     "numba-bouzidi/fp32": "065372627fe34d0d1920",
