@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
+import os
 import platform
 import socket
 import warnings
@@ -37,9 +39,12 @@ def as_names(value, name: str) -> list:
 
 def out_folder_arg(out) -> Path | None:
     """The ``out`` argument of the Python API as a Path (None: none); an empty one is refused, since Path("") is
-    the working directory (the CLI refuses ``--out ''`` the same way)."""
+    the working directory (the CLI refuses ``--out ''`` the same way), and so is anything but a str or a Path."""
     if out is None:
         return None
+    if not isinstance(out, (str, os.PathLike)) or isinstance(os.fspath(out), bytes):
+        raise OutputError.invalid("out", repr(out), "a folder path (str or pathlib.Path)",
+                                  why=f"its type is {type(out).__name__}")
     if str(out).strip() == "":
         raise OutputError.invalid("out", str(out), "a folder path", why="it is empty")
     return Path(out)
@@ -53,6 +58,9 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
         if isinstance(value, str) and not value.strip():      # "" used to mean the case's own, silently
             raise CaseError.invalid(name, value, "a name, or None for the case's run." + name)
     if not isinstance(case, CaseBase):
+        if not isinstance(case, (str, os.PathLike)) or isinstance(os.fspath(case), bytes):
+            raise CaseError.invalid("case", repr(case), "a case file path (str or pathlib.Path) or a loaded case "
+                                    "(hpcsolve.load_case)", why=f"its type is {type(case).__name__}")
         case = load_case(case, overrides)
     else:       # validated again as a whole: edits to a loaded case's fields skip the rules across fields
         case = case.with_overrides(*overrides)
@@ -104,7 +112,27 @@ def plan(case, backend=None, precision=None, overrides=()):
     """(case, Backend, Precision, Description): a run chosen and described once; pass the description
     to ``run_case`` (several times, e.g. a warm-up and a timed run) so its setup is built once."""
     case, backend, policy = prepare(case, backend, precision, overrides)
-    return case, backend, policy, families.get(case.solver).describe(case, backend, policy)
+    desc = families.get(case.solver).describe(case, backend, policy)
+    desc.made_for = _run_key(case, backend, policy)
+    return case, backend, policy, desc
+
+
+def _run_key(case, backend, policy) -> str:
+    """What a description was made for: the case's effective values, the backend and the precision."""
+    text = "\n".join([case.effective_json(), backends.get(backend).name, policy.name])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_description(description, case, backend, policy) -> None:
+    """A ``description`` passed to ``run_case`` must be a Description made (``plan``) for this case, backend and
+    precision: another run's setup (its mesh or geometry) would be run silently."""
+    if not isinstance(description, Description):
+        raise CaseError.invalid("description", repr(description)[:80], "the Description of run.plan(...)",
+                                why=f"its type is {type(description).__name__}")
+    if description.made_for and description.made_for != _run_key(case, backend, policy):
+        raise CaseError.invalid("description", f"made for another run ({description.made_for})",
+                                "the Description that run.plan returned for this case, backend and precision",
+                                why="its setup (mesh, geometry) belongs to a different case, backend or precision")
 
 
 def memory_needed(info: dict) -> int | None:
@@ -276,6 +304,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     if out_path is not None:
         check_out_dir(out_path, overwrite, resume=resume is not None)
     family = families.get(case.solver)
+    if description is not None:
+        _check_description(description, case, backend, policy)
     desc = description if description is not None else family.describe(case, backend, policy)
     check_memory(desc, backend)
     caps = family.capabilities

@@ -39,6 +39,7 @@ class Description:
     estimate: Any = None                   #: hpcsolve.core.memory.MemoryEstimate: peak host and device memory
     setup: Any = None                      #: what describe built (geometry, mesh); run() reuses it
     note: str = ""                         #: why the setup was not built (too large), if it was not
+    made_for: str = ""                     #: the run it describes (``run.plan``'s key of case, backend, precision)
 
     @property
     def memory_bytes(self) -> int:
