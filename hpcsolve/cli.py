@@ -253,6 +253,10 @@ def cmd_compare(args) -> int:
         raise
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
+    if comp.reference_failed:           # nobody could be judged: a failed comparison, not a success
+        print(f"hpcsolve: error: {case.name}: failed reference: {comp.reference_failed}; no run is judged against it",
+              file=sys.stderr)
+        return 3
     return 0
 
 

@@ -406,7 +406,9 @@ def small_overrides(path: Path) -> tuple[str, ...]:
     u = tomllib.loads(path.read_text()).get("lattice", {}).get("velocity", 0.05)
     problems = []
     for resolution in range(SMALL_RESOLUTION, 8 * SMALL_RESOLUTION):
-        over = (f"lattice.resolution={resolution}", f"physics.reynolds={3 * u * resolution / (SMALL_TAU - 0.5)!r}")
+        # the Reynolds number set for the small tau: the benchmark's reference no longer describes the flow
+        over = (f"lattice.resolution={resolution}", f"physics.reynolds={3 * u * resolution / (SMALL_TAU - 0.5)!r}",
+                "validation.reference=none")
         try:
             derive(load_case(path, over))
         except CaseError as exc:

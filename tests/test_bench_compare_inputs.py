@@ -220,7 +220,7 @@ def test_compare_into_a_folder_holding_a_comparison_needs_overwrite(capsys, tmp_
 def test_compare_overwrite_stopped_part_way_leaves_no_stale_comparison(capsys, tmp_path, monkeypatch):
     """An --overwrite comparison that stops after replacing one run folder must not leave the earlier
     comparison.json / .md describing runs that are no longer there (a killed one used to): they go before the
-    first run, and the new ones are written when every run is done."""
+    first run; a stopped comparison writes its own, marked interrupted, without plots."""
     from hpcsolve import run as cmp      # compare imports run_case from here when it runs
 
     out = tmp_path / "cmp"
@@ -243,7 +243,11 @@ def test_compare_overwrite_stopped_part_way_leaves_no_stale_comparison(capsys, t
 
     monkeypatch.setattr(cmp, "run_case", stop_at_second_written_run)
     assert cli.main(args + ["--overwrite"]) == 130      # as after Ctrl-C
-    assert not (out / "comparison.json").exists() and not (out / "comparison.md").exists()
+    # the earlier comparison is gone; the one written is this one's, marked interrupted (issue 37 item 3)
+    stopped = json.loads((out / "comparison.json").read_text())
+    assert stopped["status"] == "interrupted" and (out / "comparison.md").is_file()
+    assert [(r["backend"], r["precision"], r["status"]) for r in stopped["runs"]][-1][:2] == ("numpy", "fp32")
+    assert stopped["runs"][-1]["status"] == "interrupted"
     assert not (out / "plots" / "pareto.png").exists()
     assert json.loads((out / "numpy-fp64" / "summary.json").read_text())["run_id"] != first_ids["numpy-fp64"]
     monkeypatch.setattr(cmp, "run_case", real)

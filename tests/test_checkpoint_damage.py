@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hpcsolve import cli
+from hpcsolve.core import checkpoint
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_checkpoint
 from hpcsolve.core.errors import CaseError, RunInterrupted
@@ -164,10 +165,15 @@ DAMAGE = {
 RESTORED = {k for k, (_, field) in DAMAGE.items() if field.startswith(("state.", "arrays/"))}
 
 
-def damage_files(out: Path, damage, names=(OLDER, NEWEST)) -> None:
+def damage_files(out: Path, damage, names=(OLDER, NEWEST), sealed: bool = True) -> None:
+    """``damage`` each file; ``sealed``: then write its checksum record anew, as if it had been written so (the
+    checks of each field behind the checksum; unsealed, the checksum finds the damage first)."""
     for name in names:
         with h5py.File(out / "checkpoints" / name, "r+") as f:
             damage(f)
+            if sealed and isinstance(f.attrs.get("meta"), str) and isinstance(f.attrs.get("state"), str) \
+                    and isinstance(f.get("arrays"), h5py.Group):
+                checkpoint.seal(f)
 
 
 def files(out: Path) -> dict[str, bytes]:
@@ -282,7 +288,6 @@ def test_a_truncated_newest_checkpoint_is_passed_over_with_a_warning(folder, cap
 def test_each_checkpoint_passed_over_is_warned_once_whichever_check_found_it(tmp_path, monkeypatch, capsys):
     """Checkpoints 30 (state damaged: found as the run restores it), 20 (truncated: found as the fallback reads it)
     and 10 (good): one warning for each of the two passed over, and the run resumes from 10."""
-    from hpcsolve.core import checkpoint
 
     monkeypatch.setattr(checkpoint.write_checkpoint, "__defaults__", (10,))   # keep every checkpoint
     out = tmp_path / "run"

@@ -29,9 +29,14 @@ def _cli_compare(out, *args) -> int:
 
 
 def test_none_and_jacobi_are_two_rows_of_the_same_solution(tmp_path):
-    comp = compare(POISSON, precisions=["fp64"], overrides=TINY, preconditioners=["none", "JACOBI", "none"],
+    with pytest.raises(CaseError) as exc:                       # a name twice: refused, not dropped (issue 37)
+        compare(POISSON, precisions=["fp64"], overrides=TINY, preconditioners=["none", "JACOBI", "none"],
+                out=tmp_path, **FAST)
+    assert exc.value.field == "--preconditioners" and "'none' is given more than once" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []
+    comp = compare(POISSON, precisions=["fp64"], overrides=TINY, preconditioners=["none", "JACOBI"],
                    out=tmp_path, **FAST)
-    assert comp.preconditioners == ["none", "jacobi"]           # lower case, duplicates dropped, order kept
+    assert comp.preconditioners == ["none", "jacobi"]           # lower case, order kept
     assert [r.label for r in comp.runs] == ["numpy/fp64/none", "numpy/fp64/jacobi"]
     none, jacobi = comp.runs
     assert none.is_reference and not jacobi.is_reference

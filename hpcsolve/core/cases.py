@@ -71,12 +71,25 @@ class StrictModel(BaseModel):
                 data = {k: tuple(v) if k in names and isinstance(v, list) else v for k, v in data.items()}
         return data
 
-    @field_validator("*", mode="after")
+    @field_validator("*", mode="before")
     @classmethod
     def _integers_in_range(cls, v):
-        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
-            raise ValueError(f"allowed: an integer of magnitude at most 2^53 = {MAX_INT}")
+        # before the field's own validation: a float field turns an integer literal into the nearest float
+        # (9007199254740993 -> 9007199254740992.0), so an after-check would no longer see it
+        if _big_integer(v):
+            raise ValueError(f"allowed: integer literals of magnitude at most 2^53 = {MAX_INT} (beyond it an "
+                             f"integer is not exact as a float; a float field takes a float literal, e.g. 1e16)")
         return v
+
+
+def _big_integer(v, depth: int = 0) -> bool:
+    """Whether ``v``, or an element of a (nested) array ``v``, is an integer (not a boolean) beyond 2^53;
+    tables are sections, checked by their own model."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return abs(v) > MAX_INT
+    if isinstance(v, (list, tuple)) and depth <= MAX_DEPTH:
+        return any(_big_integer(x, depth + 1) for x in v)
+    return False
 
 
 @functools.cache

@@ -3,12 +3,20 @@
 A checkpoint records the effective case (text and validated JSON), backend, precision and
 hpcsolve version; resuming with different ones is refused unless forced. Files live in
 ``<out>/checkpoints/checkpoint_<step>.h5``.
+
+Integrity: the attribute ``checksum`` holds a SHA-256 digest of the ``meta`` and ``state`` texts and of each
+array (its dtype, shape and bytes), and one digest over all of them, which binds the arrays to the metadata
+(an older checkpoint's array swapped in, with or without its digest, does not match). Reading checks them: a
+mismatch is damage, as a truncated file is (``resume`` passes over it for the previous checkpoint). A checkpoint
+written before checksums (no ``checksum``, no ``meta.checksum``) is read unchecked, with one note.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +71,7 @@ class Checkpoint:
     state: dict = field(default_factory=dict)  # JSON-able loop state (series so far, counters)
     meta: dict = field(default_factory=dict)   # case_text, case_json, backend, precision, version
     path: Path | None = None
+    checked: bool = True                       # False: read from a file written before checksums (not checked)
 
     def error(self, field: str, value=MISSING, allowed: str = "", why: str | None = None) -> CheckpointError:
         """The error for a missing (no ``value``) or malformed field of this checkpoint."""
@@ -104,14 +113,17 @@ def write_checkpoint(out_dir: str | Path, ckpt: Checkpoint, keep: int = KEEP) ->
     and leaves the earlier checkpoints as they were."""
     d = checkpoint_dir(out_dir)
     path = d / f"checkpoint_{ckpt.step:010d}.h5"
-    meta = {"hpcsolve_version": __version__, **ckpt.meta, "step": int(ckpt.step)}
+    meta = {"hpcsolve_version": __version__, **ckpt.meta, "step": int(ckpt.step), "checksum": HASH}
 
     def fill(f):
-        f.attrs["meta"] = json.dumps(_jsonable(meta))
-        f.attrs["state"] = json.dumps(_jsonable(ckpt.state))
+        meta_text, state_text = json.dumps(_jsonable(meta)), json.dumps(_jsonable(ckpt.state))
+        arrays = {name: np.asarray(a) for name, a in ckpt.arrays.items()}
+        f.attrs["meta"] = meta_text
+        f.attrs["state"] = state_text
         g = f.create_group("arrays")
-        for name, a in ckpt.arrays.items():
-            g.create_dataset(name, data=np.asarray(a))
+        for name, a in arrays.items():
+            g.create_dataset(name, data=a)
+        f.attrs[CHECKSUM] = json.dumps(checksum_record(meta_text, state_text, arrays))
 
     with deferred():
         try:
@@ -163,10 +175,82 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             if not isinstance(item, h5py.Dataset):
                 raise CheckpointError(path, f"arrays/{k}", type(item).__name__, "an HDF5 dataset")
             arrays[k] = item[()]
-    ckpt = Checkpoint(step=0, arrays=arrays, state=state, meta=meta, path=path)
+        checked = _verify(f, path, meta, arrays)
+    ckpt = Checkpoint(step=0, arrays=arrays, state=state, meta=meta, path=path, checked=checked)
     ckpt.step = ckpt.whole("meta.step", maximum=MAX_STEP)
     _check_meta(ckpt)
     return ckpt
+
+
+#: the attribute holding the checksum record, and its hash (hashlib: one pass over each array's bytes)
+CHECKSUM = "checksum"
+HASH = "sha256"
+
+
+def _text_digest(text) -> str:
+    return hashlib.new(HASH, text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)).hexdigest()
+
+
+def _array_digest(a: np.ndarray) -> str:
+    """The digest of an array's dtype, shape and bytes (C order)."""
+    a = np.ascontiguousarray(a)
+    h = hashlib.new(HASH, f"{a.dtype.str} {a.shape}".encode())
+    h.update(a.reshape(-1).view(np.uint8))
+    return h.hexdigest()
+
+
+def _binding(meta: str, state: str, arrays: dict) -> str:
+    """One digest over the digests of the metadata, the state and every array (by name)."""
+    return _text_digest(json.dumps({"meta": meta, "state": state, "arrays": arrays}, sort_keys=True))
+
+
+def checksum_record(meta_text: str, state_text: str, arrays: dict[str, np.ndarray]) -> dict:
+    """The checksum record written with a checkpoint: the digests of the ``meta`` and ``state`` texts and of each
+    array, and their ``binding`` digest."""
+    meta, state = _text_digest(meta_text), _text_digest(state_text)
+    digests = {name: _array_digest(a) for name, a in arrays.items()}
+    return {"algorithm": HASH, "meta": meta, "state": state, "arrays": digests,
+            "binding": _binding(meta, state, digests)}
+
+
+def seal(f) -> None:
+    """Write the checksum record of the open checkpoint file ``f`` (h5py, writable) from what it holds now: for a
+    tool that edits checkpoints on purpose (and tests of the field checks behind the checksum)."""
+    arrays = {k: f["arrays"][k][()] for k in f["arrays"]}
+    f.attrs[CHECKSUM] = json.dumps(checksum_record(f.attrs["meta"], f.attrs["state"], arrays))
+
+
+def _verify(f, path: Path, meta: dict, arrays: dict) -> bool:
+    """Check ``f``'s contents against its checksum record (a mismatch: a CheckpointError naming what differs).
+    False for a checkpoint written before checksums (neither the record nor ``meta.checksum``)."""
+    if CHECKSUM not in f.attrs and "checksum" not in meta:
+        return False
+    allowed = f"the {HASH} digests of meta, state and each array written with the checkpoint"
+    record = _json_object(f, path, CHECKSUM) if CHECKSUM in f.attrs else None
+    if record is None:
+        raise CheckpointError(path, CHECKSUM, allowed=allowed + f" (meta.checksum says {shown(meta['checksum'])})")
+    digests = record.get("arrays")
+    if (record.get("algorithm") != HASH or not isinstance(digests, dict)
+            or not all(isinstance(record.get(k), str) for k in ("meta", "state", "binding"))):
+        raise CheckpointError(path, CHECKSUM, record, allowed)
+    why = "the file is damaged or was changed: its {} does not match the checksum written with it ({} now, {} recorded)"
+    for name in ("meta", "state"):
+        now = _text_digest(f.attrs[name])
+        if now != record[name]:
+            raise CheckpointError(path, name, why=why.format("text", now[:16], record[name][:16]))
+    if set(digests) != set(arrays):
+        raise CheckpointError(path, "arrays", sorted(arrays), f"the arrays written: {', '.join(sorted(digests))}",
+                              why="the file is damaged or was changed: other arrays than the checksum lists")
+    for name, a in arrays.items():
+        now = _array_digest(a)
+        if now != digests[name]:
+            raise CheckpointError(path, f"arrays/{name}",
+                                  why=why.format("data", now[:16], str(digests[name])[:16]))
+    if _binding(record["meta"], record["state"], digests) != record["binding"]:
+        raise CheckpointError(path, CHECKSUM, why="the file is damaged or was changed: the digests of meta, state "
+                                                  "and arrays do not match their binding digest (an array or digest "
+                                                  "from another checkpoint?)")
+    return True
 
 
 def _json_object(f, path: Path, name: str) -> dict:
@@ -228,7 +312,7 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
     passed = []                              # (path, why) of each checkpoint passed over
     for path in reversed(files):
         try:
-            ckpt = read_checkpoint(path)
+            ckpt = found = read_checkpoint(path)
         except CheckpointError as exc:       # names the file and the field
             passed.append((path, str(exc)))
             continue
@@ -238,7 +322,7 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
         if use is None:
             break
         try:
-            ckpt = use(ckpt)
+            ckpt = use(found)
             break
         except CheckpointError as exc:
             passed.append((path, str(exc)))
@@ -248,6 +332,9 @@ def latest_checkpoint(out_dir: str | Path, use=None, skipped: list | None = None
                         field="--resume", value=str(out_dir), allowed="a folder with a readable checkpoint")
     if skipped is not None:
         skipped.extend(passed)
+    if not found.checked:
+        warnings.warn(f"checkpoint {clip(str(found.path), 300)}: no checksum (written before checkpoints carried "
+                      f"one): its contents cannot be checked for damage", stacklevel=2)
     return ckpt
 
 

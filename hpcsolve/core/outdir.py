@@ -45,6 +45,7 @@ PLOT_DIR = "plots"
 STAGING_PREFIX = ".staging-"
 PREVIOUS_PREFIX = ".previous-"
 JOURNAL_SUFFIX = ".journal"       # a hidden file is PREVIOUS_PREFIX<id>-<name>, never ending so
+COMPARISON_FILES = ("comparison.json", "comparison.md")   # a comparison's own files (hpcsolve.report.compare)
 
 
 def _refuse(out: Path, why: str, allowed: str) -> OutputError:
@@ -60,8 +61,23 @@ def has_checkpoints(out: Path) -> bool:
     return d.is_dir() and any(d.glob("checkpoint_*.h5"))
 
 
-def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
-    """Refuse a target that is not a folder, or that holds another run's files without --overwrite."""
+def _not_a_file(out: Path) -> str | None:
+    """The first name hpcsolve writes as a file in ``out`` (marker, result files, owner file) that is there as
+    something else (a folder, a pipe): such a folder is refused before anything moves. A folder named
+    ``manifest.json`` used to be set aside by --overwrite and then never deleted (a journal left behind, and every
+    later run into the folder failed with "Is a directory")."""
+    for name in (MARKER, *RESULT_FILES, OWNER_NAME):
+        p = out / name
+        if p.exists() and not p.is_file():
+            return name
+    return None
+
+
+def check(out: Path, *, overwrite: bool = False, resume: bool = False, comparison: bool = False) -> None:
+    """Refuse a target that is not a folder, that holds another run's files without --overwrite, or where a file
+    hpcsolve writes is something else (a folder named ``manifest.json``). A run is refused a folder holding a
+    comparison (``comparison.json``); a comparison (``comparison``) is refused one holding a run's result or
+    checkpoints, --overwrite or not (a comparison's runs are its subfolders: the two never share a folder)."""
     problem = path_problem(out)
     if problem:
         raise _refuse(out, problem, "a folder this user can write")
@@ -73,10 +89,24 @@ def check(out: Path, *, overwrite: bool = False, resume: bool = False) -> None:
         exists, is_dir = out.exists(), out.is_dir()
         holds_result = is_dir and has_result(out)
         holds_checkpoints = is_dir and has_checkpoints(out)
+        odd = _not_a_file(out) if is_dir else None
+        holds_comparison = is_dir and any((out / n).exists() for n in COMPARISON_FILES)
     except OSError as exc:
         raise _refuse(out, f"cannot look at it ({exc.strerror})", "a folder this user can write") from None
     if exists and not is_dir:
         raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite)")
+    if odd is not None:
+        raise OutputError.invalid("--out", str(out / odd), f"a folder where {odd} is a file or absent",
+                                  why=f"{clip(str(out / odd))} is not a file (hpcsolve writes a file of that name "
+                                      "there); move it away")
+    if comparison:
+        if holds_result or holds_checkpoints:
+            raise _refuse(out, "holds the result or checkpoints of a run",
+                          "a folder of its own for the comparison (its runs are written into subfolders)")
+        return
+    if holds_comparison and not resume:
+        raise _refuse(out, "holds a comparison (comparison.json)",
+                      "a folder of its own for the run (a comparison's runs are its subfolders)")
     if not is_dir or overwrite or resume:
         return
     if holds_result:
@@ -241,6 +271,10 @@ def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
                     os.replace(out / hidden, out / n)
         else:
             for _, hidden in pairs:
+                if (out / hidden).is_dir() and not (out / hidden).is_symlink():
+                    with contextlib.suppress(OSError):   # set aside by a version that moved a folder: empty only
+                        (out / hidden).rmdir()
+                    continue
                 (out / hidden).unlink(missing_ok=True)
             for d in (CHECKPOINT_DIR, PLOT_DIR):
                 with contextlib.suppress(OSError):
@@ -354,10 +388,11 @@ def remove_unused(out: str | Path) -> bool:
 
 
 @contextlib.contextmanager
-def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
-    """Create, check and lock ``out`` for one run; yields the folder. See the module docstring."""
+def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False, comparison: bool = False):
+    """Create, check and lock ``out`` for one run (or, with ``comparison``, for a comparison: same lock, no files set
+    aside, :func:`check`); yields the folder. See the module docstring."""
     out = Path(out)
-    check(out, overwrite=overwrite, resume=resume)
+    check(out, overwrite=overwrite, resume=resume, comparison=comparison)
     allowed = "a folder this user can write, on a file system with free space"
     try:
         fresh = not out.exists() or not any(out.iterdir())   # made for this run: removed again if it stays unused
@@ -378,8 +413,8 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False):
             probe_writable(out)
             write_atomic(out / OWNER_NAME, _owner_text().encode())
             remove_stale(out)
-            check(out, overwrite=overwrite, resume=resume)   # again, now that no other run can write
-            if overwrite and not resume:
+            check(out, overwrite=overwrite, resume=resume, comparison=comparison)   # again, now no other can write
+            if overwrite and not resume and not comparison:
                 journal = set_aside(out)
         except OSError as exc:
             raise _refuse(out, f"cannot write into it ({exc.strerror})", allowed) from None

@@ -206,6 +206,7 @@ def gmsh_counts(path: str | os.PathLike, field: str, allowed: str) -> dict[str, 
                     break
             if _gmsh_ascii(head):
                 _refuse_negative_ids(m, path, field, allowed)
+                _refuse_zero_node_ids(m, head, path, field, allowed)
     return counts
 
 
@@ -228,6 +229,98 @@ def _refuse_negative_ids(m, path, field: str, allowed: str) -> None:
         raise CaseError.invalid(field, clip(str(path)), allowed,
                                 why=f"a negative number in $Elements ({clip(line, 60)}); "
                                     f"gmsh numbers nodes and elements from 1")
+
+
+#: the $Elements section is scanned for node id 0 in pieces of about this size (bounded memory)
+_SCAN_CHUNK_BYTES = 32 * 2**20
+
+
+def _refuse_zero_node_ids(m, head: bytes, path, field: str, allowed: str) -> None:
+    """Refuse node id 0 in an ASCII $Elements section (gmsh 2 and 4). meshio subtracts one from each node id
+    and looks the result up in a table, so 0 becomes index -1: silently the file's last node."""
+    start, end = m.find(b"$Elements"), m.find(b"$EndElements")
+    if not 0 <= start < end:
+        return
+    words = head.split(b"\n", 2)[1].split()
+    start = m.find(b"\n", start, end) + 1                   # the section's first line: its counts
+    hit = _zero_node_line(m, start, end, gmsh4=words[0].startswith(b"4"))
+    if hit is not None:
+        line = m[hit:m.find(b"\n", hit, end) if m.find(b"\n", hit, end) >= 0 else end]
+        raise CaseError.invalid(field, clip(str(path)), allowed,
+                                why=f"node id 0 in $Elements ({clip(line.decode(errors='replace').strip(), 60)}); "
+                                    f"gmsh numbers nodes from 1 (meshio would read 0 as another node)")
+
+
+def _zero_node_line(m, start: int, end: int, *, gmsh4: bool) -> int | None:
+    """Byte offset of the first line of ``m[start:end]`` (an ASCII $Elements body, counts line first) that
+    has node id 0, or None. gmsh 2 lines are "id type ntags tags... nodes..."; gmsh 4 has block headers
+    "dim entity type count" before each block of "id nodes..." lines (their zeros are not node ids).
+    Vectorized over pieces of whole lines."""
+    pos, line_base = start, 0
+    next_header = 1 if gmsh4 else -1                        # gmsh 4: the body's line index of the next block header
+    while pos < end:
+        cut = end
+        if pos + _SCAN_CHUNK_BYTES < end:                  # cut after a newline
+            nl = m.rfind(b"\n", pos, pos + _SCAN_CHUNK_BYTES)
+            nl = m.find(b"\n", pos + _SCAN_CHUNK_BYTES, end) if nl < 0 else nl
+            cut = end if nl < 0 else nl + 1
+        c = np.frombuffer(m, dtype=np.uint8, count=cut - pos, offset=pos)
+        newlines = np.flatnonzero(c == 10)
+        line_starts = np.concatenate(([0], newlines + 1, [len(c)]))
+        n_lines = len(newlines) + (0 if c[-1] == 10 else 1)
+        headers = []
+        while gmsh4 and 0 <= next_header - line_base < n_lines:
+            local = next_header - line_base
+            fields = bytes(c[line_starts[local]:line_starts[local + 1]]).split()
+            if len(fields) != 4 or not fields[3].isdigit():
+                return None                                # not laid out one element per line: meshio decides
+            headers.append(local)
+            next_header += 1 + int(fields[3])
+        bad = _zero_tokens_at_nodes(c, newlines, headers, first_line=line_base == 0, gmsh4=gmsh4)
+        if bad is not None:
+            return pos + int(line_starts[bad])
+        line_base += len(newlines)
+        pos = cut
+    return None
+
+
+def _zero_tokens_at_nodes(c: np.ndarray, newlines: np.ndarray, headers: list, *, first_line: bool, gmsh4: bool):
+    """Local line index of the first line of ``c`` (whole lines of bytes) with a zero token where a node id
+    stands, or None."""
+    space = c <= 32
+    begin = ~space
+    begin[1:] &= space[:-1]
+    ts = np.flatnonzero(begin)                              # token starts
+    if not ts.size:
+        return None
+    has_zero = np.logical_or.reduceat(c == 48, ts)          # a token (and the spaces after it) with a 0 ...
+    nonzero = np.logical_or.reduceat((c >= 49) & (c <= 57), ts)   # ... and no other digit: the number 0
+    zero = np.flatnonzero(has_zero & ~nonzero)
+    if not zero.size:
+        return None
+    tline = np.searchsorted(newlines, ts)                   # line of each token
+    first = np.searchsorted(tline, tline[zero])             # first token of the line of each zero
+    place = zero - first                                    # place of the zero in its line
+    line = tline[zero]
+    keep = ~np.isin(line, headers) & ~((line == 0) & first_line)
+    if gmsh4:
+        node = keep & (place >= 1)                          # "id nodes..."
+    else:
+        k = np.minimum(first + 2, len(ts) - 1)              # "id type ntags tags... nodes...": ntags is third
+        ntags = _small_ints(c, ts[k])
+        node = keep & (tline[k] == line) & (place >= 3 + ntags)
+    return int(line[np.argmax(node)]) if node.any() else None
+
+
+def _small_ints(c: np.ndarray, starts: np.ndarray, digits: int = 9) -> np.ndarray:
+    """The unsigned decimal numbers starting at ``starts`` in ``c`` (at most ``digits`` digits read)."""
+    value = np.zeros(len(starts), dtype=np.int64)
+    active = np.ones(len(starts), dtype=bool)
+    for k in range(digits):
+        ch = c[np.minimum(starts + k, len(c) - 1)].astype(np.int64)
+        active &= (ch >= 48) & (ch <= 57) & (starts + k < len(c))
+        value = np.where(active, value * 10 + ch - 48, value)
+    return value
 
 
 # ------------------------------------------------------------------------------------------------

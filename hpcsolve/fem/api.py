@@ -116,7 +116,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     method = _method_for(policy, method)
     opts = _options(rtol, maxiter, check_every, true_every, options)
     if method == "pcg-jacobi" and preconditioner not in (None, "jacobi", "none"):
-        raise CaseError.invalid("preconditioner", preconditioner, "jacobi (or none)",
+        raise CaseError.invalid("preconditioner", getattr(preconditioner, "name", preconditioner), "jacobi (or none)",
                                 why="method 'pcg-jacobi' is CG with the Jacobi preconditioner; use method 'cg'")
     pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner, multigrid=multigrid)
     if method == "cg" and isinstance(pc, precond.Jacobi):

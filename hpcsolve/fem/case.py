@@ -226,7 +226,16 @@ class OutputSection(StrictModel):
     probe: tuple[float, float] | None = Field(None, description="report the solution at the node nearest this point")
     probe_component: Literal["u", "ux", "uy", "magnitude"] = Field(
         "u", description="which value probe_value is: u (poisson; uy for elasticity), ux, uy, magnitude")
-    probe_reference: float | None = Field(None, description="published value at the probe (reported error)")
+    probe_reference: float | None = Field(None, description="published value at the probe (its relative error is "
+                                          "reported): not 0")
+
+    @field_validator("probe_reference")
+    @classmethod
+    def _reference_not_zero(cls, v):
+        if v == 0.0:      # probe_rel_error = |value - reference| / |reference|
+            raise ValueError("allowed: a non-zero number (the probe's relative error |value - reference| / "
+                             "|reference| needs a reference other than 0), or leave output.probe_reference out")
+        return v
 
 
 class FEMCase(CaseBase):

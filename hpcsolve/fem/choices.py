@@ -39,11 +39,15 @@ def preconditioner_name(case, mesh, policy: Precision) -> str:
     points = mesh.n_points if mesh is not None else fem_mesh_size(case)[0]
     if points * (1 if case.problem.kind == "poisson" else 2) < AUTO_MULTIGRID_UNKNOWNS:
         return "jacobi"
-    if mesh is None:     # from the case alone: the generators number their nodes on a grid, refinement does not
-        structured = case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
-    else:
-        structured = bool(mesh.info.get("grid"))
-    return "mg" if structured else "amg"
+    return "mg" if structured_mesh(case, mesh) else "amg"
+
+
+def structured_mesh(case, mesh) -> bool:
+    """Whether the mesh's nodes are numbered on a structured grid (what geometric multigrid, "mg", needs).
+    ``mesh`` None: from the case alone: the generators number their nodes on a grid, refinement does not."""
+    if mesh is None:
+        return case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
+    return bool(mesh.info.get("grid"))
 
 
 def fem_mesh_size(case) -> tuple[int, int]:

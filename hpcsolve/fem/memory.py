@@ -4,7 +4,7 @@ docs/reliability.md for the measured table)."""
 from __future__ import annotations
 
 from hpcsolve.core import backends
-from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots
+from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots, gpu_import_bytes
 from hpcsolve.fem.choices import fem_mesh_size, preconditioner_name
 
 
@@ -29,6 +29,23 @@ DEVICE_VECTORS = 10
 #: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
 MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
 AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
+#: mg / amg: the coarsest level (at most ``solve.multigrid.coarse_size`` rows, the bound counted) is inverted dense
+#: on the host (``aggregation.coarse_inverse``: the dense matrix, its symmetric part, the pivoted Cholesky factor,
+#: its inverse, the result) and stored as a dense CSR level (``layout.dense``: values and int32 indices): at the peak
+#: this many float64 copies of rows^2. Measured: VmHWM of ``poisson_manufactured`` mesh.nx = 142 (coarsest level
+#: 4,900 rows), numpy, reference off, with coarse_size 5000 against the default 400: 919 MiB more = 5.0 copies
+#: (tracemalloc of coarse_inverse + layout.dense at 1,444 rows: 6.3; 2-core development machine)
+COARSE_DENSE_COPIES = 5.0
+#: ... and on the device, the dense level: float64 values at most and int32 column indices per entry
+COARSE_DENSE_DEVICE_BYTES = 8 + 4
+
+
+def coarse_dense_rows(case, unknowns: int, pc: str) -> int:
+    """Rows of the dense coarsest level counted for preconditioner ``pc``: coarse_size (or all the unknowns where
+    fewer) for mg and amg, else 0."""
+    if pc not in ("mg", "amg"):
+        return 0
+    return min(int(case.solve.multigrid.coarse_size), unknowns)
 
 
 def estimate(case, backend: str, policy) -> MemoryEstimate:
@@ -50,15 +67,20 @@ def estimate(case, backend: str, policy) -> MemoryEstimate:
     pc = preconditioner_name(case, None, policy)
     if pc == "amg":                       # pyamg's hierarchy on the host
         host += unknowns * AMG_HOST_BYTES_PER_UNKNOWN
+    coarse_rows = coarse_dense_rows(case, unknowns, pc)
+    coarse = int(COARSE_DENSE_COPIES * coarse_rows**2 * 8)
     reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
     device = None
-    base = FEM_BASE_BYTES
-    if backends.get(backend).gpu:
-        base = FEM_BASE_GPU_BYTES
+    gpu = backends.get(backend).gpu
+    items = {"base": FEM_BASE_GPU_BYTES if gpu else FEM_BASE_BYTES,
+             "imports": 0 if gpu else gpu_import_bytes(),     # a GPU backend's libraries are in its base
+             "mesh and solve": int(host), "coarse dense level": coarse}
+    if gpu:
         nnz = unknowns * (7 if ncomp == 1 else 14)
         device = int(nnz * (policy.storage_bytes + 4 + (8 + 4 if policy.storage_bytes != 8 else 0))
                      + (unknowns + 1) * 4 + DEVICE_VECTORS * unknowns * 8)
         if pc in ("mg", "amg"):           # the hierarchy, and the Galerkin products while it is built
-            device += int(unknowns * MG_DEVICE_BYTES_PER_UNKNOWN[ncomp])
-    basis = (f"{triangles:,} triangles x {per_triangle} B" + (", float64 reference (SuperLU)" if reference else ""))
-    return MemoryEstimate(int(base + host), device, reduce, basis)
+            device += int(unknowns * MG_DEVICE_BYTES_PER_UNKNOWN[ncomp] + coarse_rows**2 * COARSE_DENSE_DEVICE_BYTES)
+    basis = (f"{triangles:,} triangles x {per_triangle} B" + (", float64 reference (SuperLU)" if reference else "")
+             + (f", dense coarse level of at most {coarse_rows:,} rows" if coarse_rows else ""))
+    return MemoryEstimate(int(sum(items.values())), device, reduce, basis, items)

@@ -10,7 +10,7 @@ import numpy as np
 
 from hpcsolve.core import backends, memory, parallel
 from hpcsolve.fem import memory as fem_memory
-from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name
+from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name, structured_mesh
 from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
@@ -37,23 +37,35 @@ def check_method(case, policy: Precision) -> None:
         raise CaseError.invalid("solve.preconditioner", case.solve.preconditioner,
                                 "auto, jacobi or none with solve.method = 'pcg-jacobi' (or solve.method = 'cg' with "
                                 "mg or amg)", why="solve.method 'pcg-jacobi' is CG with the Jacobi preconditioner")
+    if method == "spsolve" and case.solve.preconditioner not in ("auto", "none"):
+        raise CaseError.invalid("solve.preconditioner", case.solve.preconditioner,
+                                "auto or none with solve.method = 'spsolve' (or a CG method, e.g. solve.method = 'cg', "
+                                "with jacobi, mg or amg)",
+                                why="solve.method 'spsolve' is a direct solve (SuperLU), which takes no preconditioner")
+
+
+def check_preconditioner(case, mesh, policy: Precision) -> str:
+    """The preconditioner's name (``choices.preconditioner_name``); "mg" on a mesh without a structured grid (a
+    mesh file, or mesh.refine) is a CaseError. ``mesh`` None: judged from the case (the mesh not built)."""
+    name = preconditioner_name(case, mesh, policy)
+    if name == "mg" and not structured_mesh(case, mesh):
+        source = mesh.source if mesh is not None else f"mesh.kind {case.mesh.kind!r}, mesh.refine {case.mesh.refine}"
+        raise CaseError.invalid("solve.preconditioner", "mg", "amg (or auto) for this mesh",
+                                why=f"geometric multigrid needs a structured generator mesh (mesh.kind rectangle or "
+                                    f"cook_membrane without mesh.refine); this mesh is {source!r}")
+    return name
 
 
 def make_preconditioner(case, disc, policy: Precision):
     """The preconditioner object (or name) for ``solve``: a Multigrid with the mesh's grid or the rigid-body
     modes where it needs them."""
-    name = preconditioner_name(case, disc.mesh, policy)
+    name = check_preconditioner(case, disc.mesh, policy)
     if name not in ("mg", "amg"):
         return name
     opts = case.solve.multigrid.options()
-    if name == "mg":
-        grid = disc.mesh.info.get("grid")
-        if not grid:
-            raise CaseError.invalid("solve.preconditioner", "mg", "amg (or auto) for this mesh",
-                                    why=f"geometric multigrid needs a structured generator mesh (mesh.kind rectangle or "
-                                        f"cook_membrane without mesh.refine); this mesh is {disc.mesh.source!r}")
     nns = rigid_body_modes(disc.mesh.points, disc.free) if disc.kind == "elasticity" else None
     if name == "mg":      # the rigid-body modes serve the aggregation levels below the last halvable grid
+        grid = disc.mesh.info["grid"]
         return Multigrid("mg", opts, grid=StructuredGrid(grid[0], grid[1], disc.free, disc.ncomp),
                             near_nullspace=nns, field="solve.multigrid")
     return Multigrid("amg", opts, near_nullspace=nns, field="solve.multigrid")
@@ -76,28 +88,33 @@ class FEMFamily:
         free = backends.host_memory_available()
         if free is not None and estimate.host_bytes > free:
             points, triangles = fem_mesh_size(case)
-            info.update(points=points, triangles=triangles, unknowns=points * ncomp)
+            info.update(points=points, triangles=triangles, unknowns=points * ncomp,
+                        preconditioner=check_preconditioner(case, None, policy))
             return Description(info, estimate=estimate,
                                note="mesh not built (the run does not fit in host memory); sizes are from the case")
         mesh = prob.build_mesh(case)
         prob.check_selections(case, mesh)
         info.update(mesh=mesh.source, points=mesh.n_points, triangles=mesh.n_triangles, unknowns=mesh.n_points * ncomp,
-                    h_max=mesh.h_max(), boundary_tags=mesh.tag_names)
+                    h_max=mesh.h_max(), boundary_tags=mesh.tag_names,
+                    preconditioner=check_preconditioner(case, mesh, policy))
         return Description(info, estimate=estimate, setup=mesh)
 
     def check_inputs(self, case, backend, policy: Precision, description: Description) -> dict:
         """What ``validate`` checks beyond ``describe``: the assembled system's number range
         (:func:`problem.check_scales`, as the run does after assembly: an overflowing coefficient or load is a
-        CaseError naming its field), on meshes of up to VALIDATE_ASSEMBLY_UNKNOWNS unknowns."""
+        CaseError naming its field) and the multigrid hierarchy's set-up (too few solve.multigrid.max_levels, a
+        coarsening that stalls: the run's CaseError), on meshes of up to VALIDATE_ASSEMBLY_UNKNOWNS unknowns."""
         n = description.parameters.get("unknowns")
+        later = {"preconditioner_setup": "not checked (the run sets it up after assembly)"}
         if description.setup is None:
-            return {"system_range": "not checked: the mesh was not built (the run checks it after assembly)"}
+            return {"system_range": "not checked: the mesh was not built (the run checks it after assembly)", **later}
         if n is not None and n > VALIDATE_ASSEMBLY_UNKNOWNS:
             return {"system_range": f"not checked: {n:,} unknowns > {VALIDATE_ASSEMBLY_UNKNOWNS:,} (the run checks "
-                                    "it after assembly)"}
-        prob.check_scales(prob.build(case, mesh=description.setup), policy.storage_bytes)
+                                    "it after assembly)", **later}
+        disc = prob.build(case, mesh=description.setup)
+        prob.check_scales(disc, policy.storage_bytes)
         return {"system_range": f"checked: matrix, loads and solution bound within {8 * policy.storage_bytes}-bit "
-                                "floats"}
+                                "floats", "preconditioner_setup": _check_hierarchy(case, disc, policy)}
 
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
@@ -177,6 +194,19 @@ class FEMFamily:
             progress: bool = False, stop=None, checkpoint_dir=None, resume=None) -> Result:
         return run(case, backend, policy, progress=progress,
                    mesh=description.setup if description is not None else None)
+
+
+def _check_hierarchy(case, disc, policy: Precision) -> str:
+    """The multigrid hierarchy the run would build, set up on the host (its levels, hence its errors, do not
+    depend on the backend): a CaseError of the set-up is the run's. What validate reports about it."""
+    pc = make_preconditioner(case, disc, policy)
+    if isinstance(pc, str):
+        return f"{pc}: nothing to set up"
+    A = prepare_matrix(disc.A)
+    A.ensure(policy.compute)
+    pc.setup(A)
+    info = pc.info()
+    return f"checked: {pc.name} hierarchy of {info['levels']} levels, coarsest {info['rows'][-1]:,} unknowns"
 
 
 PROBE_SECONDS = 0.3            # the run-time probe solves this long at most (after a cold first call)

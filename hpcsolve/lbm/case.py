@@ -17,10 +17,14 @@ from pydantic import Field, field_validator, model_validator
 
 from hpcsolve.core.cases import CaseBase, StrictModel
 from hpcsolve.core.errors import CaseError
+from hpcsolve.lbm import observables as obs
 from hpcsolve.lbm.units import Units
 
 #: refuse tau <= 0.5 + TAU_MARGIN (viscosity too close to zero: BGK and TRT go unstable)
 TAU_MARGIN = 0.01
+#: refuse tau above this (or not finite: a tiny physics.reynolds overflows nu_lb = u N / Re); tau and the collision
+#: rate 1 / tau stay normal float32 numbers (the fp32/fp16 kernels take them in float32), with margin
+TAU_MAX = 1e30
 #: warn above this peak lattice velocity (compressibility error ~ Ma^2), refuse above the second
 U_WARN, U_REFUSE = 0.1, 0.3
 #: most time steps a run may take, and most cells along one side (kernels index a side with int32)
@@ -275,6 +279,23 @@ def _check_units(case: LBMCase, units: Units) -> None:
               "physics.density", p.density)
 
 
+def _check_tau_finite(case: LBMCase, units: Units) -> float:
+    """The relaxation time, refused (naming physics.reynolds, the field that makes it so) unless finite and at
+    most TAU_MAX: a tiny Reynolds number gives tau = inf (nu_lb = u N / Re overflows) and a run that blows up."""
+    tau = units.relaxation_time
+    if not (math.isfinite(tau) and tau <= TAU_MAX):
+        uN3 = 3.0 * case.lattice.velocity * case.lattice.resolution
+        raise CaseError.invalid(
+            "physics.reynolds", case.physics.reynolds,
+            f"physics.reynolds >= {uN3 / (TAU_MAX - 0.5):.6g} (tau <= {TAU_MAX:g}) and < {uN3 / TAU_MARGIN:.6g} "
+            f"(tau > {0.5 + TAU_MARGIN}) at lattice.velocity = {case.lattice.velocity:g} and lattice.resolution = "
+            f"{case.lattice.resolution}",
+            why=f"the relaxation time tau = 0.5 + 3 * lattice.velocity * lattice.resolution / physics.reynolds would "
+                f"be {tau:.6g} (at most {TAU_MAX:g} keeps tau and the collision rate 1 / tau normal float32 "
+                f"numbers)")
+    return tau
+
+
 def _steps(units: Units, seconds: float, field: str, limit: int = MAX_STEPS) -> int:
     """Steps covering ``seconds``, refused (naming ``field``) beyond ``limit``."""
     n = _in_range(seconds / units.dt, f"the number of steps {field} / dt", field, seconds, high=limit + 0.5,
@@ -289,7 +310,7 @@ def derive(case: LBMCase) -> Derived:
                   lattice_velocity=case.lattice.velocity)
     _check_units(case, units)
     warnings: list[str] = []
-    tau = units.relaxation_time
+    tau = _check_tau_finite(case, units)
     if tau <= 0.5 + TAU_MARGIN:
         raise CaseError.invalid("lattice.resolution", case.lattice.resolution, f"tau > {0.5 + TAU_MARGIN}",
                                 why=f"relaxation time tau = {tau:.5f} is too close to 1/2 (unstable); "
@@ -354,11 +375,12 @@ def _cells(units: Units, length: float, field_name: str) -> int:
 
 
 def _check_reference(case: LBMCase) -> None:
+    """A reference applies only to the flow it describes: its benchmark's geometry, boundary conditions and
+    parameters (lengths and parameters within a relative REFERENCE_RTOL); another flow needs 'none'."""
     ref, b = case.validation.reference, case.boundaries
     sides = (b.left, b.right, b.bottom, b.top)
-    if ref == "taylor_green" and (set(sides) != {"periodic"} or case.initial.condition != "taylor_green"):
-        raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
-                                why="taylor_green needs all boundaries periodic and initial.condition = 'taylor_green'")
+    if ref == "taylor_green":
+        _check_taylor_green(case)
     if ref == "poiseuille" and (sides != ("inlet", "outlet", "wall", "wall") or case.obstacles):
         raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
                                 why="poiseuille needs left = 'inlet', right = 'outlet', bottom = top = 'wall', no obstacles")
@@ -376,6 +398,74 @@ def _check_reference(case: LBMCase) -> None:
                     why="Ghia et al.'s data are for a square cavity (domain.height = domain.length) of side "
                         "physics.length with the lid moving at +physics.velocity (moving_wall_velocity = 1); "
                         "another flow needs validation.reference = 'none'")
-    if ref.startswith("schafer_turek") and not any(o.shape == "circle" for o in case.obstacles):
-        raise CaseError.invalid("validation.reference", ref, "a reference matching the flow",
-                                why="schafer_turek needs a circle obstacle (the cylinder)")
+    if ref.startswith("schafer_turek"):
+        _check_schafer_turek(case, ref)
+
+
+#: lengths and parameters of a case match its reference's benchmark within this relative tolerance
+REFERENCE_RTOL = 1e-6
+
+
+def _off(value: float, want: float) -> bool:
+    return not math.isclose(value, want, rel_tol=REFERENCE_RTOL)
+
+
+def _refuse_reference(ref: str, needs: str, got: list[str]) -> None:
+    if got:
+        raise CaseError.invalid("validation.reference", ref, "'none' for another flow",
+                                why=f"{ref} needs {needs}, each length and parameter within a relative "
+                                    f"{REFERENCE_RTOL:g}; this case differs: {'; '.join(got)}")
+
+
+def _check_taylor_green(case: LBMCase) -> None:
+    """The analytic vortex has period physics.length (the box side) in x and y: the case's box must be that square,
+    periodic, free of obstacles and started from the vortex."""
+    b, d, p = case.boundaries, case.domain, case.physics
+    got = [f"boundaries.{s} = {getattr(b, s)!r}" for s in ("left", "right", "bottom", "top")
+           if getattr(b, s) != "periodic"]
+    if case.initial.condition != "taylor_green":
+        got.append(f"initial.condition = {case.initial.condition!r}")
+    got += [f"domain.{n} = {v:g} (physics.length = {p.length:g})" for n, v in (("length", d.length),
+                                                                               ("height", d.height))
+            if _off(v, p.length)]
+    if case.obstacles:
+        got.append(f"{len(case.obstacles)} obstacle(s)")
+    _refuse_reference("taylor_green", "a square box of side physics.length (domain.length = domain.height = "
+                      "physics.length), periodic on all four sides, no obstacles and initial.condition = "
+                      "'taylor_green'", got)
+
+
+def _check_schafer_turek(case: LBMCase, ref: str) -> None:
+    """Schafer & Turek's channel, cylinder, inflow, walls and Reynolds number (hpcsolve/data/schafer_turek_1996.toml);
+    the coefficients are made with physics.length as the diameter and physics.velocity as the mean inflow."""
+    st = obs.schafer_turek()
+    g, bench = st["geometry"], st["case_2d1" if ref.endswith("2d1") else "case_2d2"]
+    (cx, cy), dia, u_max = g["cylinder_center"], g["cylinder_diameter"], bench["U_max"]
+    b, d, p = case.boundaries, case.domain, case.physics
+    got = [f"boundaries.{s} = {getattr(b, s)!r}" for s, want in
+           (("left", "inlet"), ("right", "outlet"), ("bottom", "wall"), ("top", "wall")) if getattr(b, s) != want]
+    if b.inlet_profile != "parabolic":
+        got.append(f"boundaries.inlet_profile = {b.inlet_profile!r}")
+    got += [f"domain.{n} = {v:g}" for n, v, want in (("length", d.length, g["channel_length"]),
+                                                      ("height", d.height, g["channel_height"])) if _off(v, want)]
+    circles = [o for o in case.obstacles if o.shape == "circle"]
+    others = [o.shape for o in case.obstacles if o.shape != "circle"]
+    if others:
+        got.append("an extra " + " and an extra ".join(others) + " obstacle")
+    if len(circles) != 1:
+        got.append(f"{len(circles)} circles")
+    elif _off(circles[0].diameter, dia) or _off(circles[0].center[0], cx) or _off(circles[0].center[1], cy):
+        c = circles[0]
+        got.append(f"a circle of diameter {c.diameter:g} at ({c.center[0]:g}, {c.center[1]:g})")
+    got += [f"physics.{n} = {v:g}{what}" for n, v, want, what in (
+        ("length", p.length, dia, " (the diameter)"),
+        ("velocity", p.velocity, u_max / 1.5, f" (U_max 1.5 * physics.velocity = {1.5 * p.velocity:g})"),
+        ("reynolds", p.reynolds, bench["Re"], ""),
+        ("density", p.density, g["density"], "")) if _off(v, want)]
+    if ref.endswith("2d2") and case.steady.enabled:
+        got.append("steady.enabled = true (2D-2 is periodic)")
+    _refuse_reference(ref, f"a channel of {g['channel_length']:g} x {g['channel_height']:g} m with one circle of "
+                      f"diameter {dia:g} m at ({cx:g}, {cy:g}) (physics.length = {dia:g}), a parabolic inlet on the "
+                      f"left of U_max {u_max:g} m/s (physics.velocity = {u_max / 1.5:g}, the mean), an outlet on the "
+                      f"right, no-slip walls at bottom and top, density {g['density']:g} and Re {bench['Re']:g}"
+                      + (", not steady" if ref.endswith("2d2") else ""), got)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.core import backends
-from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots
+from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots, gpu_import_bytes
 from hpcsolve.lbm import lattice
 
 
@@ -64,13 +64,16 @@ def estimate(case, derived, backend: str, policy) -> MemoryEstimate:
     if not backends.get(backend).gpu:
         # the peak is while stepping, or while the result is written and plotted (the steps' memory is free then)
         step = lbm_numpy_step_bytes(policy, cells) / cells
-        host = LBM_BASE_BYTES + kept + max(step * cells, RESULT_BYTES_PER_CELL * cells + plots)
-        return MemoryEstimate(int(host), None, reduce,
+        items = {"base": LBM_BASE_BYTES, "imports": gpu_import_bytes(), "snapshots": kept,
+                 "peak arrays": int(max(step * cells, RESULT_BYTES_PER_CELL * cells + plots))}
+        return MemoryEstimate(int(sum(items.values())), None, reduce,
                               f"{step:.0f} B/cell (2 population arrays, gather index, step temporaries) "
-                              f"+ {snapshots} snapshots x {SNAPSHOT_BYTES_PER_CELL} B/cell")
+                              f"+ {snapshots} snapshots x {SNAPSHOT_BYTES_PER_CELL} B/cell"
+                              + (" + the GPU libraries the backend probe loaded" if items["imports"] else ""), items)
     arrays = 1 if case.lattice.streaming == "in-place" else 2
     device = cells * (arrays * q * storage + max(q, 3 * compute) + GPU_DEVICE_EXTRA_PER_CELL)
-    host = LBM_BASE_GPU_BYTES + kept + max(GPU_HOST_BYTES_PER_CELL * cells, RESULT_BYTES_PER_CELL * cells + plots)
-    return MemoryEstimate(int(host), int(device), reduce,
+    items = {"base": LBM_BASE_GPU_BYTES, "snapshots": kept,     # the GPU libraries are in the base
+             "peak arrays": max(GPU_HOST_BYTES_PER_CELL * cells, RESULT_BYTES_PER_CELL * cells + plots)}
+    return MemoryEstimate(int(sum(items.values())), int(device), reduce,
                           f"device: {arrays} population array{'s' if arrays > 1 else ''} of {q} x {storage} B "
-                          f"+ flags, moments; host: setup, fields, {snapshots} snapshots")
+                          f"+ flags, moments; host: setup, fields, {snapshots} snapshots", items)

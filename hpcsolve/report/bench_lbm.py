@@ -34,7 +34,7 @@ import numpy as np
 
 from hpcsolve.core import backends
 from hpcsolve.core.errors import CaseError
-from hpcsolve.core.precision import get_precision
+from hpcsolve.core.precision import get_precision, names
 from hpcsolve.lbm import memory as lbm_memory
 from hpcsolve.lbm import physics
 from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
@@ -310,6 +310,19 @@ def _bench_one(backend: str, precision: str, sizes, in_place, fits: dict, bw: di
                        "largest_square": _largest_square(mem[0], resident)})
 
 
+def _check_timed(precisions, cpu_precisions, skipped: dict) -> None:
+    """Without a GPU backend to time, only the NumPy reference runs, and only the precisions it runs natively: a
+    precision asked for by name that it does not run is refused (it used to give an empty table, exit 0, replacing
+    an earlier bench_lbm.json / .md)."""
+    for p in precisions:
+        if p not in cpu_precisions:
+            gpus = "; ".join(f"{b}: {why}" for b, why in skipped.items()) or "none asked for (--backends)"
+            native = [n for n in names("lbm") if get_precision(n).storage == get_precision(n).compute]
+            raise CaseError.invalid("--precisions", p, ", ".join(native) + " without a GPU backend to time",
+                                    why=f"no backend here runs it in the bench: the NumPy reference runs only the "
+                                        f"precisions it computes in natively, and no GPU backend is timed ({gpus})")
+
+
 def main(args) -> int:
     quick = bool(getattr(args, "quick", False))
     # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
@@ -328,6 +341,8 @@ def main(args) -> int:
     cpu_sizes = list(dict.fromkeys(sizes)) if not gpu and getattr(args, "sizes", None) else [64 if quick else CPU_SIZE]
     cpu_precisions = [p for p in precisions   # NumPy runs these natively
                       if get_precision(p, "lbm").storage == get_precision(p, "lbm").compute]
+    if not gpu and getattr(args, "precisions", None):   # asked for by name: each must be timed by someone
+        _check_timed(precisions, cpu_precisions, skipped)
     _host_fit(cpu_precisions, cpu_sizes)
     out = out_folder(args)
     steps = 20 if quick else 100

@@ -19,6 +19,15 @@ that configuration fail (e.g. "mg" on a mesh that is not a structured generator 
 one is the reference. Without ``preconditioners`` the case's own setting is used (one run per
 backend x precision), and the label has no preconditioner part.
 
+A reference that runs but does not finish well (status not completed / converged / not_steady, e.g. not_converged at
+``solve.maxiter``) is a failed reference: ``Comparison.reference_failed`` says why (table, comparison.json, and the
+CLI exits 3), no run gets an error or speedup against it (``Run.error_note`` says why), and nothing is recommended.
+
+The ``out`` folder is claimed for the whole comparison as a run claims its own (``outdir.claim``: one lock, so a
+second comparison or a run into it is refused naming the holder; a folder holding a run's result is refused). A
+SIGINT/SIGTERM stops the comparison: the configuration it stopped is an 'interrupted' row, comparison.json / .md are
+written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit 130) follows.
+
 Recommendation: the FP64 reference is a candidate like every other run. A run is *acceptable* when it
 finished (completed or converged) and its field error (the largest relative L2 error over the fields)
 is within the tolerance. A run is recommended over a more accurate one only when it is faster beyond
@@ -31,6 +40,7 @@ Every run gets a verdict saying why it is or is not recommended.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -39,13 +49,14 @@ import numpy as np
 
 from hpcsolve import run as runmod   # (its run_case looked up at call time: tests stop a comparison through it)
 from hpcsolve.core import backends as backends_mod
+from hpcsolve.core import interrupts, outdir
 from hpcsolve.core.cases import CaseBase
-from hpcsolve.core.errors import HpcsolveError
+from hpcsolve.core.errors import HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report.compare_inputs import (_check_preconditioners, _retire_comparison, check_out, checked_inputs,
                                             configurations)
-from hpcsolve.report.comparison import REFERENCE, Comparison, Run, field_error
+from hpcsolve.report.comparison import OK_STATUS, REFERENCE, Comparison, Run, field_error
 
 __all__ = ["DEFAULT_TOLERANCE", "compare"]
 
@@ -85,40 +96,81 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     out_path = runmod.out_folder_arg(out)
     if out_path is not None:
         check_out(out_path, overwrite)
+    # the folder claimed as a run claims its own (one lock: a second comparison or a run into it is refused naming
+    # this one); the signal handlers outermost, as in run.run_case: a signal stops the comparison, and its files and
+    # the folder's release are written as writes (a late signal only requests a stop)
+    claim = (outdir.claim(out_path, overwrite=overwrite, comparison=True) if out_path is not None
+             else contextlib.nullcontext())
+    with interrupts.stop_on_signals(graceful=False), interrupts.exit_deferred(claim):
+        if out_path is not None:
+            check_out(out_path, overwrite)      # again under the lock: a comparison that finished meanwhile counts
+        comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names)
+        try:
+            _run_all(comp, configs, pc_cases, out_path, overwrite, dict(progress=progress, warmup=warmup,
+                                                                        repeats=repeats, time_budget_s=time_budget_s))
+        except (RunInterrupted, KeyboardInterrupt):
+            with interrupts.deferred():
+                comp.interrupted = comp.interrupted or "interrupted by a signal between two runs"
+                where = f"; the runs done so far are in {out_path}/comparison.json" if out_path is not None else ""
+                if out_path is not None:
+                    comp.write(out_path, plots=False)
+            raise RunInterrupted(f"{case.name}: comparison stopped: {comp.interrupted}{where}") from None
+        with interrupts.deferred():
+            if out_path is not None:
+                comp.write(out_path)
+    return comp
+
+
+def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, timing: dict) -> None:
+    """Every configuration in turn, its Run appended to ``comp`` (the first CPU FP64 one that runs is the reference;
+    one that does not finish well is a failed reference, ``comp.reference_failed``, and nobody is judged against
+    it). A signal (RunInterrupted, KeyboardInterrupt) ends the comparison: the configuration it stopped is an
+    'interrupted' row, ``comp.interrupted`` says so, and the exception goes on."""
     retire = out_path is not None and overwrite      # the earlier comparison's files: before the first run writes
-    skipped: dict = {}
-    runs: list[Run] = []
-    ref_result = None
+    ref_result: Result | None = None
     ref_run: Run | None = None
     for i, (backend, prec, pc) in enumerate(configs):
         key = f"{backend}/{prec}" + (f"/{pc}" if pc is not None else "")
         status = backends_mod.probe(backend)
         if not status.available:
-            skipped[key] = status.reason
+            comp.skipped[key] = status.reason
             continue
         name = f"{backend}-{prec}" + (f"-{pc}" if pc is not None else "")
         run_dir = out_path / name if out_path is not None else None
         try:
-            res, times, desc = _timed_runs(pc_cases[pc], backend, prec, run_dir, progress, warmup, repeats,
-                                           time_budget_s, out_path if retire else None)
+            res, times, desc = _timed_runs(pc_cases[pc], backend, prec, run_dir, timing["progress"],
+                                           timing["warmup"], timing["repeats"], timing["time_budget_s"],
+                                           out_path if retire else None)
             retire = False
+        except (RunInterrupted, KeyboardInterrupt) as exc:
+            why = str(exc) if isinstance(exc, RunInterrupted) else "interrupted by a signal"
+            comp.runs.append(Run(backend, prec, status="interrupted", preconditioner=pc, message=why,
+                                 reference_run=False))
+            comp.interrupted = f"{key} was interrupted by a signal; the configurations after it did not run"
+            raise
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
             # no reference yet: only another CPU FP64 configuration still to come may take its place
             if ref_result is None and not any((b, p) == REFERENCE for b, p, _ in configs[i + 1:]):
                 raise
-            runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
-                            preconditioner=pc, message=str(exc), reference_run=False))
+            comp.runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
+                                 preconditioner=pc, message=str(exc), reference_run=False))
             continue
-        run = _run_record(backend, prec, pc, res, times, desc, ref_result)
-        if ref_result is None:
+        if ref_result is None:          # the reference: judged against itself only when it finished well
+            finished = res.status in OK_STATUS
+            run = _run_record(backend, prec, pc, res, times, desc, res if finished else None, reference=True)
             ref_result, ref_run = res, run
-        run.speedup = ref_run.wall_s / run.wall_s if run.wall_s > 0 else math.nan
-        runs.append(run)
-    comp = Comparison(case.name, case.solver, float(tolerance), runs, skipped, preconditioners=pc_names)
-    if out_path is not None:
-        comp.write(out_path)
-    return comp
+            if not finished:
+                comp.reference_failed = (f"the reference {run.label} ended {res.status}"
+                                         + (f" ({res.message})" if res.message else ""))
+        else:
+            run = _run_record(backend, prec, pc, res, times, desc, None if comp.reference_failed else ref_result)
+        if comp.reference_failed:
+            run.error_note = ("the failed reference: no error or speedup is measured against it" if run is ref_run else
+                              f"not judged: {comp.reference_failed}, so no error or speedup is measured against it")
+        else:
+            run.speedup = ref_run.wall_s / run.wall_s if run.wall_s > 0 else math.nan
+        comp.runs.append(run)
 
 
 def _timed_runs(case: CaseBase, backend, prec, run_dir, progress, warmup, repeats, time_budget_s, retire_in):
@@ -143,9 +195,10 @@ def _timed_runs(case: CaseBase, backend, prec, run_dir, progress, warmup, repeat
     return res, times, desc
 
 
-def _run_record(backend, prec, pc, res: Result, times, desc, ref_result: Result | None) -> Run:
-    """The Run of a configuration that ran: its times, throughput, memory, errors against the reference result
-    (``ref_result``; None: this run is the reference)."""
+def _run_record(backend, prec, pc, res: Result, times, desc, ref_result: Result | None, *,
+                reference: bool = False) -> Run:
+    """The Run of a configuration that ran: its times, throughput, memory, and its errors against ``ref_result``
+    (None: none measured, a failed reference); ``reference``: this run is the reference."""
     used = res.metrics.get("preconditioner")
     run = Run(backend, prec, status=res.status, preconditioner=pc, wall_s=float(np.median(times)), times=times,
               total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
@@ -153,8 +206,9 @@ def _run_record(backend, prec, pc, res: Result, times, desc, ref_result: Result 
               residuals=_residuals(res), message=res.message,
               preconditioner_used=used if isinstance(used, str) else None,
               preconditioner_info=dict(res.metrics.get("preconditioner_info") or {}),
-              reference_run=ref_result is None, result=res)
-    ref_result = res if ref_result is None else ref_result
+              reference_run=reference, result=res)
+    if ref_result is None:
+        return run
     for fname, ref in ref_result.fields.items():
         if fname in SKIP_FIELDS or fname not in res.fields or not np.issubdtype(np.asarray(ref).dtype, np.floating):
             continue

@@ -18,7 +18,7 @@ from hpcsolve.report.comparison import REFERENCE
 REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the case, per configuration
 
 
-COMPARISON_FILES = ("comparison.json", "comparison.md")
+COMPARISON_FILES = outdir.COMPARISON_FILES
 COMPARISON_PLOTS = ("pareto", "drift", "residuals")       # plots/<name>.png of Comparison.write
 
 
@@ -26,7 +26,8 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
     """Refuse, naming ``--out``, a comparison folder that is not a usable folder, or that already holds a
     comparison (its files, or a run folder with a result or checkpoints) unless ``overwrite``: a second comparison into the
     same folder used to replace the first one's files without being asked."""
-    outdir.check(out, overwrite=True)       # a file, a dangling link, no permission: one error naming --out
+    # a file, a dangling link, no permission, a run's result: one error naming --out
+    outdir.check(out, overwrite=True, comparison=True)
     out = Path(out)
     if overwrite or not out.is_dir():
         return
@@ -86,8 +87,8 @@ def preconditioner_names() -> tuple[str, ...]:
 
 
 def _check_preconditioners(case: CaseBase, preconditioners) -> list[str] | None:
-    """The preconditioner dimension, checked before anything runs: names known (lower case, duplicates
-    dropped), a FEM case only."""
+    """The preconditioner dimension, checked before anything runs: names known (lower case), none twice, a FEM
+    case only."""
     if preconditioners is None:
         return None
     if isinstance(preconditioners, str):
@@ -102,11 +103,31 @@ def _check_preconditioners(case: CaseBase, preconditioners) -> list[str] | None:
     for p in preconditioners:
         if not isinstance(p, str) or p.strip().lower() not in allowed:
             raise CaseError.invalid(PRECONDITIONERS_FIELD, p, ", ".join(allowed))
-        if p.strip().lower() not in names:
-            names.append(p.strip().lower())
+        if p.strip().lower() in names:
+            raise _repeated(PRECONDITIONERS_FIELD, p, names[names.index(p.strip().lower())])
+        names.append(p.strip().lower())
     if not names:
         raise CaseError.invalid(PRECONDITIONERS_FIELD, [], ", ".join(allowed), why="no preconditioner given")
     return names
+
+
+def _repeated(option: str, value, first) -> CaseError:
+    """A name given twice to ``option``: two rows of one configuration, the second writing over the first's run
+    folder (``first``: how it was given the first time)."""
+    same = "" if str(first) == str(value) else f" (the same as {first!r})"
+    return CaseError.invalid(option, value, "each name once",
+                             why=f"{value!r} is given more than once{same}: the configuration would run twice and "
+                                 "its second run replace the first's folder")
+
+
+def _no_repeats(option: str, values, key) -> None:
+    """Refuse (``_repeated``) a value of ``option`` whose ``key`` (its normalized name) an earlier one has."""
+    seen: dict = {}
+    for v in values:
+        k = key(v)
+        if k in seen:
+            raise _repeated(option, v, seen[k])
+        seen[k] = v
 
 
 def _with_preconditioner(case: CaseBase, name: str) -> CaseBase:
@@ -156,6 +177,8 @@ def configurations(case: CaseBase, backends, precisions, pc_names) -> tuple[list
             raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))
     backends = [str(b) for b in backends]   # Backend objects or names: compared and labelled by name
     if explicit:
+        _no_repeats("--backends", backends, str)
+    if explicit:
         # asked for by name: when none of them can run here, the comparison would hold the reference alone
         why = {b: backends_mod.probe(b).reason for b in backends if not backends_mod.probe(b).available}
         if backends and len(why) == len(backends):
@@ -167,6 +190,7 @@ def configurations(case: CaseBase, backends, precisions, pc_names) -> tuple[list
         precisions = precision_mod.names(family)
     for p in precisions:
         precision_mod.get_precision(p, family=family, field="--precisions")
+    _no_repeats("--precisions", precisions, lambda p: precision_mod.get_precision(p, family=family).name)
     # one case per preconditioner, validated now: a name the case model refuses stops before any run
     if pc_names is None:
         pc_cases: dict = {None: case}

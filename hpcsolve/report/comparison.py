@@ -38,6 +38,7 @@ class Run:
     message: str = ""
     preconditioner_used: str | None = None   # FEM: the preconditioner the run used (``auto`` resolved), from its metrics
     preconditioner_info: dict = field(default_factory=dict)   # FEM multigrid: levels, complexity, setup time, cycles
+    error_note: str = ""              # why no error is measured (a failed reference), where none is
     reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
     result: Result | None = field(default=None, repr=False)
 
@@ -83,7 +84,7 @@ class Run:
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("result", "reference_run")}
         d["label"] = self.label
-        d["error"] = self.error
+        d["error"] = None if self.error_note and not math.isfinite(self.error) else self.error
         d["reference"] = self.is_reference
         d["wall_min_s"], d["wall_max_s"] = self.wall_min, self.wall_max
         return _jsonable(d)
@@ -112,18 +113,29 @@ class Comparison:
     runs: list[Run]
     skipped: dict = field(default_factory=dict)   # label ("backend/precision[/preconditioner]") -> why
     preconditioners: list | None = None           # FEM: the preconditioner dimension (None: the case's own setting)
+    reference_failed: str | None = None           # why the reference did not finish well: nobody is judged against it
+    interrupted: str | None = None                # a signal stopped the comparison part way: what it stopped
+
+    @property
+    def status(self) -> str:
+        """'interrupted', 'reference_failed' or 'complete'."""
+        return "interrupted" if self.interrupted else "reference_failed" if self.reference_failed else "complete"
 
     @property
     def reference(self) -> Run:
         return next(r for r in self.runs if r.is_reference)
 
     def acceptable(self, r: Run) -> bool:
-        return (r.status in OK_STATUS and math.isfinite(r.wall_s)
+        return (self.status == "complete" and r.status in OK_STATUS and math.isfinite(r.wall_s)
                 and (r.is_reference or (math.isfinite(r.error) and r.error <= self.tolerance)))
 
     def recommendation(self) -> dict:
         """The recommended run and why (see the module docstring for the rule)."""
         ok = [r for r in self.runs if self.acceptable(r)]
+        if self.status != "complete":
+            why = (f"the comparison was interrupted ({self.interrupted})" if self.interrupted
+                   else f"failed reference: {self.reference_failed}; no run is judged against it")
+            return {"backend": None, "precision": None, "preconditioner": None, "label": None, "why": why}
         if not ok:
             others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
             why = "no run finished within the tolerance"
@@ -160,6 +172,9 @@ class Comparison:
             key = r.label
             if r is chosen:
                 out[key] = "recommended: " + rec["why"]
+            elif r.is_reference and self.reference_failed:
+                out[key] = (f"failed reference: it ended {r.status}" + (f" ({r.message[:200]})" if r.message else "")
+                            + "; no run is judged against it")
             elif r.status == "not_converged":
                 true = r.residuals.get("true_residual")
                 out[key] = (f"not converged (true residual {true:.2e}): raise solve.maxiter, loosen solve.rtol, or "
@@ -167,6 +182,10 @@ class Comparison:
                             else "not converged")
             elif r.status not in OK_STATUS:
                 out[key] = f"{r.status}: {r.message[:200]}"
+            elif self.interrupted:
+                out[key] = "no verdict: the comparison was interrupted before every configuration ran"
+            elif r.error_note:
+                out[key] = r.error_note
             elif not self.acceptable(r):
                 out[key] = f"field error {r.error:.3g} above the tolerance {self.tolerance:g}"
             elif chosen is not None and chosen.faster_than(r):
@@ -230,6 +249,11 @@ class Comparison:
         lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
         rec = self.recommendation()
         lines.append("")
+        if self.reference_failed:
+            lines += [f"**Failed reference**: {self.reference_failed}; no run is judged against it (error and "
+                      f"speedup columns empty).", ""]
+        if self.interrupted:
+            lines += [f"**Interrupted**: {self.interrupted}.", ""]
         lines.append("time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up.")
         if any(row["pc_setup_s"] for row in rows):
             lines.append("pc_setup_s: building the preconditioner (multigrid hierarchy), before the solve and not in time_s.")
@@ -252,6 +276,8 @@ class Comparison:
     def to_dict(self) -> dict:
         ref = next((r for r in self.runs if r.is_reference), None)
         return _jsonable({"case": self.case_name, "solver": self.solver, "tolerance": self.tolerance,
+                          "status": self.status, "reference_failed": self.reference_failed,
+                          "interrupted": self.interrupted,
                           "reference": ref.label if ref is not None else "/".join(REFERENCE),
                           "preconditioners": self.preconditioners, "recommendation": self.recommendation(),
                           "verdicts": self.verdicts(),
@@ -313,18 +339,21 @@ class Comparison:
                 ax.semilogy(x, y, "o" if sparse else "-", lw=1, ms=3, label=f"{r.label} {key}")
         return _finish(fig, ax, path, "iteration", "relative residual", f"{self.case_name}: residual histories", legend_size=6)
 
-    def write(self, out_dir: str | Path) -> dict[str, Path]:
+    def write(self, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
+        """comparison.json and .md, and with ``plots`` the plots (an interrupted comparison writes without)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = {"json": write_json(self.to_dict(), out / "comparison.json")}
         with atomic_path(out / "comparison.md") as tmp:
             tmp.write_text(f"# {self.case_name}: accuracy vs speed\n\n{self.table()}\n", encoding="utf-8")
         files["md"] = out / "comparison.md"
-        plots = out / "plots"
-        plots.mkdir(exist_ok=True)
-        files["pareto"] = self.plot_pareto(plots / "pareto.png")
+        if not plots or not self.runs:
+            return files
+        folder = out / "plots"
+        folder.mkdir(exist_ok=True)
+        files["pareto"] = self.plot_pareto(folder / "pareto.png")
         for name, fn in (("drift", self.plot_drift), ("residuals", self.plot_residuals)):
-            p = fn(plots / f"{name}.png")
+            p = fn(folder / f"{name}.png")
             if p is not None:
                 files[name] = p
         return files

@@ -258,7 +258,8 @@ def test_cylinder_2d2_sheds_at_the_published_strouhal_number():
 
     D, u = 20, 0.15
     case = load_case(Path(__file__).resolve().parents[2] / "cases" / "cylinder_2d2.toml", [f"lattice.resolution={D}", f"lattice.velocity={u}", "domain.length=0.6",
-                                                 "boundaries.outlet=characteristic", "lattice.bounce_back=simple"])
+                                                 "boundaries.outlet=characteristic", "lattice.bounce_back=simple",
+                                                 "validation.reference=none"])   # a shortened channel: not 2D-2's
     derived, geo, setup = build_setup(case, FP64)
     x, y = geo.cell_centres()
     X, Y = np.meshgrid(x, y)

@@ -232,6 +232,7 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
     remap[used] = np.arange(len(used))
     pts = pts[used]
     tris = remap[tris].astype(np.int32)
+    check_extent(pts, field_name, str(path))
     check_triangles(pts, tris, field_name, str(path))
     check_conforming(pts, tris, field_name, str(path))
     p = pts[tris]
@@ -246,7 +247,13 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
         for data, t in line_blocks:
             if t is None:
                 continue
-            d = remap[np.asarray(data)]
+            data = np.asarray(data)
+            if data.size and (data.min() < 0 or data.max() >= len(remap)):   # -1: meshio found no such node
+                bad = data[(data < 0) | (data >= len(remap))]
+                raise CaseError.invalid(field_name, clip(str(path)), "line elements whose nodes are in the file",
+                                        why=f"a line element refers to node index {int(bad[0])}, not one of the "
+                                            f"{len(remap)} nodes")
+            d = remap[data]
             ok = (d >= 0).all(axis=1)
             for (a, b), v in zip(np.sort(d[ok], axis=1), np.asarray(t)[ok]):
                 ekey[int(a) * n + int(b)] = names.get((1, int(v)), str(int(v)))
@@ -265,7 +272,8 @@ def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, wher
     from scipy.spatial import cKDTree
 
     span = float(np.ptp(points, axis=0).max()) if len(points) else 0.0
-    pairs = cKDTree(points).query_pairs(r=1e-12 * span, output_type="ndarray") if span > 0 else np.zeros((0, 2))
+    tree = cKDTree(points) if span > 0 else None
+    pairs = tree.query_pairs(r=1e-12 * span, output_type="ndarray") if tree is not None else np.zeros((0, 2))
     if len(pairs):
         a, b = (int(v) for v in pairs[0])
         raise CaseError.invalid(field_name, where, "a conforming mesh: one node per position",
@@ -294,6 +302,63 @@ def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, wher
         raise CaseError.invalid(field_name, where, "a conforming mesh: triangles that do not overlap",
                                 why=f"at {over.size} node(s) the triangles around it cover more than a full turn "
                                     f"(overlapping triangles), first: the node at ({points[a, 0]:g}, {points[a, 1]:g})")
+    _refuse_hanging_nodes(points, tris, tree, field_name, where)   # after the overlaps, which also put nodes on edges
+
+
+#: node coordinates of a mesh file: within +-MAX_EXTENT, spanning at least MIN_EXTENT and at least
+#: MIN_EXTENT_RATIO of their magnitude (squared lengths and areas stay finite, normal and resolved in float64)
+MAX_EXTENT = 1e100
+MIN_EXTENT = 1e-100
+MIN_EXTENT_RATIO = 1e-9
+
+
+def check_extent(points: np.ndarray, field_name: str, where: str) -> None:
+    """Refuse node coordinates beyond the documented extent: beyond +-1e100 or spanning more than 1e100 (squared
+    lengths overflow), spanning less than 1e-100 (areas underflow), or less than 1e-9 of their magnitude (an
+    offset that leaves the triangles unresolved in float64). Non-finite coordinates are left to check_triangles."""
+    if not len(points) or not np.all(np.isfinite(points)):
+        return
+    with np.errstate(over="ignore"):                       # a span beyond the float range is inf: refused
+        extent = float(np.hypot(*np.ptp(points, axis=0)[:2]))
+    magnitude = float(np.abs(points).max())
+    if not (magnitude <= MAX_EXTENT and MIN_EXTENT <= extent <= MAX_EXTENT and extent >= MIN_EXTENT_RATIO * magnitude):
+        raise CaseError.invalid(field_name, where, f"node coordinates within +-{MAX_EXTENT:g}, an extent from "
+                                                   f"{MIN_EXTENT:g} to {MAX_EXTENT:g} and at least {MIN_EXTENT_RATIO:g} "
+                                                   "of the coordinates' magnitude (rescale or shift the mesh)",
+                                why=f"the mesh has extent {extent:g} at coordinates up to {magnitude:g}")
+
+
+def _refuse_hanging_nodes(points: np.ndarray, tris: np.ndarray, tree, field_name: str, where: str) -> None:
+    """Refuse a node inside an edge used by one triangle (a hanging node, T-junction): the long edge on one side
+    and its two halves on the other are all "boundary" edges, so the two sides are not coupled there. A node
+    inside a true boundary edge is as wrong (an overlap). Only the nodes within half an edge length of each
+    boundary edge's midpoint are looked at: O(n log n)."""
+    edges = boundary_edges_of(tris)
+    if tree is None or not len(edges):
+        return
+    a, b = points[edges[:, 0]], points[edges[:, 1]]
+    d = b - a
+    length = np.hypot(d[:, 0], d[:, 1])
+    near = tree.query_ball_point(0.5 * (a + b), r=0.5 * length * (1 + 1e-9), return_sorted=False)
+    counts = np.fromiter((len(v) for v in near), dtype=np.int64, count=len(near))
+    if not counts.sum():
+        return
+    e = np.repeat(np.arange(len(edges)), counts)
+    node = np.concatenate([np.asarray(v, dtype=np.int64) for v in near])
+    rel = points[node] - a[e]
+    along = (rel * d[e]).sum(axis=1) / length[e] ** 2
+    off = np.abs(d[e, 0] * rel[:, 1] - d[e, 1] * rel[:, 0]) / length[e]
+    inside = ((node != edges[e, 0]) & (node != edges[e, 1]) & (along > 0) & (along < 1)
+              & (off <= 1e-9 * length[e]))
+    if inside.any():
+        k = int(np.flatnonzero(inside)[0])
+        (px, py), (ax, ay), (bx, by) = points[node[k]], a[e[k]], b[e[k]]
+        raise CaseError.invalid(field_name, where, "a conforming triangulation: neighbouring triangles share whole "
+                                                   "edges, no node inside another triangle's edge",
+                                why=f"{int(np.unique(node[inside]).size)} hanging node(s) (T-junctions), first: the "
+                                    f"node at ({px:g}, {py:g}) lies inside the edge from ({ax:g}, {ay:g}) to ({bx:g}, "
+                                    f"{by:g}) without being one of its ends; split that edge's triangle at the node "
+                                    "or remesh conformingly (e.g. gmsh Coherence)")
 
 
 def check_triangles(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:

@@ -190,13 +190,107 @@ def dirichlet_nodes(mesh: Mesh, bc, i: int) -> np.ndarray:
     return _selected(mesh, bc, f"boundary.dirichlet[{i}]", select_boundary_nodes, "boundary node")
 
 def check_selections(case, mesh: Mesh) -> None:
-    """Every boundary condition and region selects something on this mesh (raises CaseError otherwise);
-    cheap, no assembly: what `hpcsolve validate` checks."""
+    """Every boundary condition and region selects something on this mesh, the Dirichlet conditions agree where
+    they overlap and hold every part of the body (:func:`fixed_dofs`); raises CaseError otherwise. Cheap, no
+    assembly: what the run and `hpcsolve validate` check before anything is solved."""
     coefficient_per_cell(case, mesh)
     for i, bc in enumerate(case.boundary.neumann):
         neumann_edges(mesh, bc, i)
+    fixed_dofs(case, mesh)
+
+
+def _dirichlet_parts(case, mesh: Mesh):
+    """(index, dofs, values, component names) of each Dirichlet condition, in the order of the case."""
+    p = case.problem
     for i, bc in enumerate(case.boundary.dirichlet):
-        dirichlet_nodes(mesh, bc, i)
+        nodes = dirichlet_nodes(mesh, bc, i)
+        if p.kind == "poisson":
+            yield i, nodes, np.full(nodes.size, float(bc.value)), "u"
+            continue
+        ux = bc.displacement[0] if bc.displacement is not None else bc.ux
+        uy = bc.displacement[1] if bc.displacement is not None else bc.uy
+        for c, (name, v) in enumerate((("u_x", ux), ("u_y", uy))):
+            if v is not None:
+                yield i, 2 * nodes + c, np.full(nodes.size, float(v)), name
+
+
+def fixed_dofs(case, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+    """(fixed DOFs in increasing order, their values) of the case's Dirichlet conditions on this mesh. Refused
+    (CaseError): two conditions that fix a node to different values (one of them would silently win), a
+    manufactured solution's mesh or boundary that does not fit it, a part of a mesh file without a Dirichlet
+    node, and an elastic body whose fixed displacements leave a rigid-body motion free (a singular matrix)."""
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    owner = np.full(mesh.n_points * ncomp, -1, dtype=np.int64)
+    value = np.zeros(owner.size)
+    for i, dofs, vals, name in _dirichlet_parts(case, mesh):
+        prev = owner[dofs]
+        clash = (prev >= 0) & (value[dofs] != vals)
+        if clash.any():
+            j = int(prev[clash][0])
+            sel = clash & (prev == j)
+            _refuse_overlap(case, mesh, i, j, dofs, sel, name, float(value[dofs[sel][0]]), float(vals[0]))
+        owner[dofs], value[dofs] = i, vals
+    fixed = np.flatnonzero(owner >= 0)
+    if case.problem.manufactured:
+        _check_manufactured_mesh(case, mesh, fixed)
+    # the generated meshes are one piece by construction
+    label = _check_every_part_fixed(case, mesh, fixed // ncomp) if case.mesh.kind == "file" else None
+    if ncomp == 2:
+        _check_rigid_modes(case, mesh, fixed, label)
+    return fixed, value[fixed]
+
+
+def _refuse_overlap(case, mesh: Mesh, i: int, j: int, dofs, sel, name: str, old: float, new: float) -> None:
+    """boundary.dirichlet[i] fixes ``name`` (to ``new``) on the DOFs ``dofs[sel]`` that boundary.dirichlet[j] fixed
+    to ``old``."""
+    nodes = np.unique(dofs[sel] // (1 if case.problem.kind == "poisson" else 2))
+    x, y = mesh.points[nodes[0]]
+    bcs = case.boundary.dirichlet
+    where_i, where_j = (bcs[k].where.model_dump(exclude_none=True, exclude_defaults=True) for k in (i, j))
+    raise CaseError.invalid(
+        f"boundary.dirichlet[{i}]", _dirichlet_values(case)[i],
+        f"conditions that agree on the nodes they share (or boundary.dirichlet[{i}].where and "
+        f"boundary.dirichlet[{j}].where that share no node)",
+        why=f"boundary.dirichlet[{j}] (where {where_j}) fixes {name} = {old:g} and boundary.dirichlet[{i}] (where "
+            f"{where_i}) {name} = {new:g} on the same {nodes.size} node(s), first at ({x:g}, {y:g}); the later one "
+            "would silently win")
+
+
+def _check_rigid_modes(case, mesh: Mesh, fixed: np.ndarray, label: np.ndarray | None) -> None:
+    """In plane elasticity the fixed DOFs of each connected part must stop its three rigid-body motions (two
+    translations, one rotation: the null space of its stiffness matrix, exact in P1): the (fixed x 3) matrix of
+    those motions at the fixed DOFs has rank 3. Otherwise the matrix is singular (CG runs to maxiter, multigrid
+    reports it not SPD): refused naming the motion left free."""
+    node, comp = fixed // 2, fixed % 2
+    part = label[node] if label is not None else np.zeros(node.size, dtype=np.int64)
+    scale = mesh.size()
+    for k in np.unique(part):
+        n_k, c_k = node[part == k], comp[part == k]
+        xy = mesh.points[n_k]
+        centre = xy.mean(axis=0)
+        d = (xy - centre) / scale
+        modes = np.zeros((max(n_k.size, 3), 3))       # at least 3 rows: the SVD gives all three right vectors
+        rows = modes[:n_k.size]
+        rows[c_k == 0, 0] = 1.0
+        rows[c_k == 1, 1] = 1.0
+        rows[:, 2] = np.where(c_k == 0, -d[:, 1], d[:, 0])      # an infinitesimal rotation (-y, x) about the centre
+        _, s, vt = np.linalg.svd(modes, full_matrices=False)
+        if s[2] > 1e-9 * s[0]:
+            continue
+        if not (c_k == 0).any() or not (c_k == 1).any():
+            free = f"a translation along {'x (no u_x is fixed)' if not (c_k == 0).any() else 'y (no u_y is fixed)'}"
+        else:
+            a, b, c = vt[-1]      # a x-translation + b y-translation + c rotation vanishes at every fixed DOF
+            pivot = centre + scale * np.array([-b, a]) / c + 0.0      # + 0.0: no "-0" in the message
+            free = f"a rotation about ({pivot[0]:g}, {pivot[1]:g})"
+        where = "" if label is None or len(np.unique(label)) == 1 else \
+            f" (in the mesh part of node {int(n_k[0])})"
+        raise CaseError.invalid(
+            "boundary.dirichlet", _dirichlet_values(case),
+            "conditions that hold the body: some u_x fixed, some u_y fixed, and the rotation pinned (both components "
+            "at two distinct nodes, u_x at two nodes of different y, or u_y at two nodes of different x)",
+            why=f"the fixed displacements{where} leave {free} free, so the stiffness matrix is singular (no unique "
+                "solution)")
 
 
 def build(case, mesh: Mesh | None = None) -> Discrete:
@@ -254,32 +348,7 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
         scales[f"boundary.neumann[{i}]"] = _scale(part, f"boundary.neumann[{i}]", given, "its boundary load")
         b += part
 
-    fixed_arr = np.zeros(0, dtype=np.int64)
-    vals_arr = np.zeros(0)
-    for i, bc in enumerate(case.boundary.dirichlet):
-        nodes = dirichlet_nodes(mesh, bc, i)
-        if p.kind == "poisson":
-            dofs, vals = [nodes], [np.full(nodes.size, bc.value)]
-        else:
-            ux = bc.displacement[0] if bc.displacement is not None else bc.ux
-            uy = bc.displacement[1] if bc.displacement is not None else bc.uy
-            dofs, vals = [], []
-            if ux is not None:
-                dofs.append(2 * nodes)
-                vals.append(np.full(nodes.size, ux))
-            if uy is not None:
-                dofs.append(2 * nodes + 1)
-                vals.append(np.full(nodes.size, uy))
-        fixed_arr = np.concatenate([fixed_arr, *dofs])
-        vals_arr = np.concatenate([vals_arr, *vals])
-    # later conditions win where they overlap
-    order = np.arange(len(fixed_arr))[::-1]
-    fixed, first = np.unique(fixed_arr[order], return_index=True)
-    values = vals_arr[order][first]
-    if exact is not None:
-        _check_manufactured_mesh(case, mesh, fixed)
-    if case.mesh.kind == "file":       # the generated meshes are one piece by construction
-        _check_every_part_fixed(case, mesh, fixed // ncomp)
+    fixed, values = fixed_dofs(case, mesh)
     A, rhs, free = assembly.condense(K, b, fixed, values)
     if free.size == 0:
         raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
@@ -291,9 +360,10 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
                     scales=scales)
 
 
-def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> None:
+def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> np.ndarray:
     """Each connected part of the mesh needs a Dirichlet condition of its own: a part without one has no unique
-    solution (its matrix block is singular), and a solver would return one of many answers as converged."""
+    solution (its matrix block is singular), and a solver would return one of many answers as converged. Returns
+    each node's part."""
     from scipy.sparse.csgraph import connected_components
 
     t = mesh.triangles
@@ -302,7 +372,7 @@ def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> None:
     graph = sp.coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(mesh.n_points,) * 2)
     parts, label = connected_components(graph, directed=False)
     if parts == 1:
-        return
+        return label
     loose = np.setdiff1d(np.arange(parts), np.unique(label[fixed_nodes]))
     if loose.size:
         nodes = np.flatnonzero(label == loose[0])
@@ -312,6 +382,7 @@ def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> None:
                                 why=f"the mesh has {parts} separate parts and {loose.size} of them have no Dirichlet "
                                     f"node (their solution is not unique), first: {nodes.size} nodes in "
                                     f"[{lo[0]:g}, {hi[0]:g}] x [{lo[1]:g}, {hi[1]:g}]")
+    return label
 
 
 def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:

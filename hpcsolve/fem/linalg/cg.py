@@ -77,6 +77,8 @@ def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, prec
     report.preconditioner = precond.info()
     if low.graphs and getattr(low, "graph_error", None):
         report.notes.append(f"CUDA graphs: {low.graph_error}")
+    if report.preconditioner.get("scaling"):      # a multigrid hierarchy scaled or widened for its range
+        report.notes.append(report.preconditioner["scaling"])
     if report.preconditioner.get("flexible"):
         report.notes.append("flexible CG (beta = -z.Aq / p.Aq): the V-cycle need not be exactly symmetric")
     return x_host, report

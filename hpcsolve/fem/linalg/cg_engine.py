@@ -57,20 +57,26 @@ class CGEngine:
         self.alpha: list[float] = []
         self.beta: list[float] = []
         self.rho_host = 0.0
+        # r holds rscale (b - A x64) and x the correction times rscale: a power of two (exact) that keeps a float32
+        # residual of a tiny or huge right-hand side in range (set_residual_from's ``scale``); r64: its float64 scratch
+        self.rscale = 1.0
+        self.r64 = None
 
     def reset(self, zero_x: bool) -> None:
         """Forget a previous solve (the vectors, and the graphs that use them, are kept)."""
         self.iterations = 0
         self.alpha, self.beta = [], []
         self.rho_host = 0.0
+        self.rscale = 1.0
         if zero_x:
             self.low.fill_zero(self.x)
 
     # -- state
     def _read_slots(self) -> float:
+        """rho (of the scaled r) kept; returns r.r of the unscaled residual."""
         h = self.low.to_host(self.ws)
         self.rho_host = float(h[self.RHO])
-        return float(h[self.RR])
+        return float(h[self.RR]) / self.rscale ** 2
 
     def start_from_r(self) -> float:
         """p = M^-1 r, rho = r.z, rr = r.r from the residual already in self.r; returns r.r (syncs)."""
@@ -89,12 +95,24 @@ class CGEngine:
             low.precondition_init(self.r, self.p, self.dinv, self.ws, self.RHO, self.RR)
         return self._read_slots()
 
-    def set_residual_from(self, x64, b64, precondition: bool = True) -> float:
-        """r = b - A64 x64 (float64, stored in dtype), rho/rr slots reset; returns r.r (syncs).
-        ``precondition`` False: z = M^-1 r is not formed (``start_from_r`` follows and forms it)."""
+    def set_residual_from(self, x64, b64, precondition: bool = True, scale: float | None = None) -> float:
+        """r = rscale (b - A64 x64) (float64, stored in dtype), rho/rr slots reset; returns the unscaled r.r (syncs).
+        ``precondition`` False: z = M^-1 r is not formed (``start_from_r`` follows and forms it). ``scale``: a new
+        rscale (a power of two; the correction in x must have been folded first)."""
         low = self.low
+        if scale is not None:
+            self.rscale = float(scale)
         low.fill_zero(self.ws)
-        low.residual(self.A, x64, b64, self.r, self.dinv64, self.ws, self.RHO, self.RR)
+        if self.rscale == 1.0:
+            low.residual(self.A, x64, b64, self.r, self.dinv64, self.ws, self.RHO, self.RR)
+        else:       # b - A x64 in float64, scaled while cast (scale_copy computes in the wider type); r.r, r.D^-1 r
+            if self.r64 is None:
+                self.r64 = low.zeros(self.A.n, F64)
+            low.residual(self.A, x64, b64, self.r64, None, self.scratch, -1, 0)
+            low.scale_copy(self.r64, self.r, self.rscale)
+            low.dot(self.r, self.r, self.ws, self.RR)
+            if self.dinv is not None:          # q is scratch here (the next iteration's A p overwrites it)
+                low.precondition(self.dinv, self.r, self.q, self.ws, self.RHO)
         if self.general is not None and precondition:
             self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
             self.general.cycles += 1
@@ -104,6 +122,11 @@ class CGEngine:
         """Reliable update: r = b - A64 x64 and p += M^-1 (r_true - r_rec), as if p had been formed from the
         true residual (p = z_true + beta p_old); returns r.r (syncs)."""
         low = self.low
+        if self.general is None and self.rscale != 1.0:      # the fused kernel's r_true is unscaled: in two steps
+            low.axpy((-1, -1, -1.0), self.apply_m(self.r, self.q), self.p, self.scratch)
+            rr = self.set_residual_from(x64, b64)
+            low.axpy((-1, -1, 1.0), self.apply_m(self.r, self.q), self.p, self.scratch)
+            return rr
         if self.general is None:
             low.fill_zero(self.ws)
             low.replace_residual(self.A, x64, b64, self.r, self.p, self.dinv64, self.ws, self.RHO, self.RR)
@@ -112,6 +135,14 @@ class CGEngine:
         rr = self.set_residual_from(x64, b64)          # z = M^-1 r_true
         low.axpy((-1, -1, 1.0), self.z, self.p, self.scratch)
         return rr
+
+    def fold_into(self, x64) -> None:
+        """x64 += x / rscale (in float64); x = 0."""
+        if self.rscale == 1.0:
+            self.low.fold(x64, self.x)
+            return
+        self.low.axpy((-1, -1, 1.0 / self.rscale), self.x, x64, self.scratch)
+        self.low.fill_zero(self.x)
 
     def apply_m(self, r, out):
         """The vector holding M^-1 r: ``out`` (written) with a preconditioner, r itself without."""
@@ -190,14 +221,23 @@ class CGEngine:
             i = int(bad_nf[0])
             self._keep_coefficients(first + i)
             raise Breakdown(it0 + i + 1, f"p.Ap = {pq[i]:.3e}, r.r = {rr[i]:.3e} at iteration {it0 + i + 1} "
-                            f"(overflow or NaN in {self.dtype.name})", "nonfinite")
+                            f"(overflow or NaN in {self._nonfinite_where()})", "nonfinite")
         if bad_ind.size:
             i = int(bad_ind[0])
             self._keep_coefficients(first + i)
             raise Breakdown(it0 + i + 1, f"p.Ap = {pq[i]:.3e} <= 0 at iteration {it0 + i + 1}: the matrix is not "
                             "symmetric positive definite (indefinite, or singular with an inconsistent "
                             "right-hand side)", "indefinite")
-        return rr
+        return rr / self.rscale ** 2
+
+    def _nonfinite_where(self) -> str:
+        """Where an overflow or NaN can come from: the working dtype, and a general preconditioner (its hierarchy's
+        precision, where it has one), which computes in its own dtype."""
+        if self.general is None:
+            return self.dtype.name
+        hierarchy = getattr(getattr(self.general, "options", None), "hierarchy", None)
+        return f"{self.dtype.name} or in the {self.general.name} preconditioner" + (
+            f" ({hierarchy} hierarchy)" if hierarchy else "")
 
     def _keep_coefficients(self, m: int) -> None:
         """Keep the kappa estimate of the valid coefficients only."""

@@ -13,15 +13,16 @@ import numpy as np
 
 from hpcsolve.fem.linalg.cg_decisions import Breakdown, RefinementWatch
 from hpcsolve.fem.linalg.cg_options import F32
-from hpcsolve.fem.linalg.cg_run import SolveState, fallback_fp64, short_block
+from hpcsolve.fem.linalg.cg_run import SolveState, fallback_fp64, residual_scale, short_block
 
 
 def solve_ir(run: SolveState):
     """ir-restarted from run.x64: (x, reason); x64 is the solution."""
     low, opts, rep = run.low, run.opts, run.report
     eng = run.engine(F32)
-    rr = eng.set_residual_from(run.x64, run.b, precondition=False)
-    res = math.sqrt(max(rr, 0.0)) / run.bnorm
+    # each inner solve solves for r scaled to about unit norm (a power of two) and its correction is scaled back
+    res = run.true_residual(run.x64)
+    eng.set_residual_from(run.x64, run.b, precondition=False, scale=residual_scale(res * run.bnorm))
     run.rec.append(res)
     run.add_true(0, res)
     watch = RefinementWatch(opts, res)
@@ -62,8 +63,9 @@ def solve_ir(run: SolveState):
             return run.x64, reason                 # float64 CG would break down too
         if reason:
             break
-        low.fold(run.x64, eng.x)
-        new = math.sqrt(max(eng.set_residual_from(run.x64, run.b, precondition=False), 0.0)) / run.bnorm
+        eng.fold_into(run.x64)
+        new = run.true_residual(run.x64)
+        eng.set_residual_from(run.x64, run.b, precondition=False, scale=residual_scale(new * run.bnorm))
         run.add_true(total, new)
         done, reason = watch.after(outer, tol, eng.iterations, new, rep.notes)
         if done:

@@ -17,7 +17,7 @@ import numpy as np
 from hpcsolve.fem.linalg.cg_decisions import Breakdown, ReplacementWatch, RoundingEstimate, lanczos_extremes
 from hpcsolve.fem.linalg.cg_engine import CGEngine
 from hpcsolve.fem.linalg.cg_options import F32, F64, U32
-from hpcsolve.fem.linalg.cg_run import SolveState, fallback_fp64, promote, run_cg, short_block
+from hpcsolve.fem.linalg.cg_run import SolveState, fallback_fp64, promote, residual_scale, run_cg, short_block
 
 SHORT_WINDOW = 1e-5    # cg-reliable with a V-cycle: replace once the recursive residual fell this far
 
@@ -49,7 +49,11 @@ def solve_reliable(run: SolveState):
     """cg-reliable from run.x64: (x, reason); x64 is the solution."""
     x_fp64 = run.opts.accumulate == "fp64"
     eng = run.engine(F32, x=run.x64 if x_fp64 else None)    # eng.x is y: the float32 partial solution
-    rr = eng.set_residual_from(run.x64, run.b, precondition=False)                # (or x64 itself, accumulate="fp64")
+    # (or x64 itself, accumulate="fp64"). The float32 residual is scaled to about unit norm (a power of two, kept for
+    # the whole solve; y is scaled back when folded): a tiny or huge b would under- or overflow in float32
+    res = run.true_residual(run.x64)
+    scale = 1.0 if x_fp64 else residual_scale(res * run.bnorm)
+    rr = eng.set_residual_from(run.x64, run.b, precondition=False, scale=scale)
     res = math.sqrt(max(rr, 0.0)) / run.bnorm
     run.rec.append(res)
     run.add_true(0, res)
@@ -83,7 +87,7 @@ class _ReliableLoop:
 
     def fold(self) -> None:
         if not self.x_fp64:
-            self.low.fold(self.run.x64, self.eng.x)
+            self.eng.fold_into(self.run.x64)
 
     def phase(self, name: str, t_start: float) -> None:
         self.rep.phase_time_s[name] = self.rep.phase_time_s.get(name, 0.0) + time.perf_counter() - t_start
@@ -162,7 +166,7 @@ class _ReliableLoop:
             t_phase = time.perf_counter()
             low.fill_zero(self.ytmp)
             low.dot(eng.x, eng.x, self.ytmp, 0)
-            ynorm = math.sqrt(max(float(low.to_host(self.ytmp)[0]), 0.0)) / run.bnorm
+            ynorm = math.sqrt(max(float(low.to_host(self.ytmp)[0]), 0.0)) / run.bnorm / eng.rscale
             self.phase("y_norm", t_phase)
         if self.rate is None:
             hi = lanczos_extremes(eng.alpha, eng.beta)[1] if run.precond.identity else math.nan

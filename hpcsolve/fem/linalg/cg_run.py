@@ -15,6 +15,16 @@ from hpcsolve.fem.linalg.cg_options import F64, CGOptions
 from hpcsolve.fem.linalg.report import SolveReport
 
 FIRST_SHORT_BLOCK = 4  # a V-cycle preconditioner, before the rate is known: blocks of this many iterations
+SCALE_FREE_RANGE = 2.0 ** 20   # a float32 residual of norm within [1 / this, this] is kept unscaled (tiny residuals
+                               # and their squares underflow float32 below it: 1e-20 b ended in "not SPD")
+
+
+def residual_scale(norm: float) -> float:
+    """The power of two that brings a residual of 2-norm ``norm`` to about 1 for a float32 engine (``rscale``); 1.0
+    where ``norm`` is within SCALE_FREE_RANGE (or not a positive finite number)."""
+    if not (math.isfinite(norm) and norm > 0) or 1.0 / SCALE_FREE_RANGE <= norm <= SCALE_FREE_RANGE:
+        return 1.0
+    return 2.0 ** -round(math.log2(norm))
 
 
 class SolveState:
@@ -189,10 +199,10 @@ def promote(run: SolveState, eng32: CGEngine, why: str):
     """Continue from the float32 recurrences in float64: x64 += y, r = b - A x64, p kept (cast)."""
     low = run.low
     if eng32.x is not run.x64:
-        low.fold(run.x64, eng32.x)
+        eng32.fold_into(run.x64)
     eng64 = run.engine(F64, x=run.x64)
-    low.scale_copy(eng32.p, eng64.p, 1.0)
-    low.scale_copy(eng32.r, eng64.r, 1.0)
+    low.scale_copy(eng32.p, eng64.p, 1.0 / eng32.rscale)         # the float32 vectors carry rscale
+    low.scale_copy(eng32.r, eng64.r, 1.0 / eng32.rscale)
     eng64.iterations = eng32.iterations
     eng64.alpha, eng64.beta = list(eng32.alpha), list(eng32.beta)
     rr = eng64.replace_residual(run.x64, run.b)

@@ -140,6 +140,16 @@ def upload(low, M, storage, compute, scaled: bool = False, dia_layout=None) -> L
                     put(data.astype(storage)), compute, rowscale=rowscale)
 
 
+def scale_rows_cols(M, left, right):
+    """diag(left) M diag(right) as a new CSR matrix of M's kind (SciPy or CuPy); ``left`` / ``right``: float64
+    NumPy vectors (moved to M's device where M is a CuPy matrix). Array-module generic."""
+    M = M.tocsr()
+    xp = np if isinstance(M.data, np.ndarray) else _cupy()
+    left, right = xp.asarray(left), xp.asarray(right)
+    data = M.data * left[_entry_rows(M, xp)] * right[M.indices]
+    return type(M)((data, M.indices.copy(), M.indptr.copy()), shape=M.shape)
+
+
 def dense(low, M: np.ndarray, compute) -> LevelCSR:
     """A dense matrix as a LevelCSR (every entry stored)."""
     rows, cols = M.shape

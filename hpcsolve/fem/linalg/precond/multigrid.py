@@ -34,7 +34,10 @@ symmetric M. ``symmetry_defect`` measures |x.My - y.Mx| / (|x| |My|) of the actu
 
 Hierarchy precision (``hierarchy``): "fp64", "fp32" (the default: a preconditioner only has to be
 approximately right) or "fp16" (16-bit storage of the level operators, rows scaled to a unit diagonal,
-float32 arithmetic). The outer CG converges on the float64 true residual in every case.
+float32 arithmetic). The outer CG converges on the float64 true residual in every case. A matrix whose diagonal
+spreads beyond what the hierarchy's dtype holds (max / min a_ii above sqrt(float32 max), a conductivity contrast of
+1e20 or more) gets unit-diagonal levels (``_unit_diagonals``: the same V-cycle in exact arithmetic, built in float64
+and scaled before the cast), and beyond ``SCALED_RANGE_LIMIT`` a float64 hierarchy; the report's note says which.
 
 This module is the preconditioner (:class:`Multigrid`: set-up orchestration, the cache on the matrix, ``apply``,
 the report); the pieces live beside it by job: ``mg_options`` (:class:`MGOptions`, precisions), ``geometric``
@@ -70,6 +73,18 @@ __all__ = ["Multigrid"]
 
 HOST_BUILD_ROWS = 1 << 12   # a level this small is built on the host: on a GPU its set-up is launches, not work
 HOST_PRODUCTS_ROWS = 1 << 17  # a hierarchy built on the host (Numba) runs its probe products on the host below this
+
+
+def diagonal_range_limit(compute) -> float:
+    """The largest max / min of a matrix's positive diagonal that a hierarchy computing in ``compute`` takes as it
+    stands: sqrt of the dtype's largest number (1.8e19 for float32). Beyond it a_ii and 1 / a_ii of one level leave
+    the dtype's range together (1e40 coefficient contrasts broke the float32 V-cycle with NaN)."""
+    return math.sqrt(float(np.finfo(compute).max))
+
+
+#: beyond this max / min of the diagonal even the unit-diagonal levels' transfers (entries up to the ratio's square
+#: root) and scales leave float32: such a hierarchy is built in float64 instead (with a note)
+SCALED_RANGE_LIMIT = 1e64
 
 
 class _Phases:
@@ -121,6 +136,8 @@ class Multigrid(Preconditioner):
         self.level_time_s: list[float] = []
         self._A = None
         self._scale = 1.0
+        self._dscale = None        # unit-diagonal hierarchy: sqrt(sigma / a_ii) of the finest level (compute dtype)
+        self.scaling = ""          # the note saying so (or that the hierarchy went to float64)
         self._coarse_rank = 0
         self.coarsening = ""
 
@@ -151,16 +168,13 @@ class Multigrid(Preconditioner):
                                                       "symmetry_defect", "_A",
                                                       "level_time_s", "symmetry_check_s", "_scale",
                                                       "_coarse_rows", "_coarse_nnz", "_coarse_rank", "_coarse_b",
-                                                      "_coarse_x", "coarsening")}
+                                                      "_coarse_x", "_coarse_t", "_coarse_d", "coarsening", "_dscale", "scaling")}
         A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
 
     def _check_grid(self, A) -> None:
         """The grid (and near-null space) must describe A's unknowns; a CaseError names what does not fit."""
         if self.near_nullspace is not None:
-            B = np.asarray(self.near_nullspace)
-            if B.ndim != 2 or B.shape[0] != A.n or not np.all(np.isfinite(B)):
-                raise CaseError.invalid("near_nullspace", f"shape {B.shape}", f"a finite ({A.n}, k) array",
-                                        why="one row per unknown of the matrix")
+            _check_near_nullspace(self.near_nullspace, A.n)
         if self.kind != "mg":
             return
         g = self.grid
@@ -179,6 +193,7 @@ class Multigrid(Preconditioner):
         low = A.low
         opts = self.options
         storage, compute = HIERARCHIES[opts.hierarchy]
+        storage, compute = self._range_fallback(A, storage, compute)
         ph = _Phases(low)
         cur = self._fine_matrix(A)
         nns = None if self.near_nullspace is None else np.asarray(self.near_nullspace, dtype=np.float64)
@@ -194,6 +209,8 @@ class Multigrid(Preconditioner):
                     Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
                 mats.append((Al, Pl, "aggregation", None))
             ph.done("aggregation")
+        cur = self._unit_diagonals(low, mats, cur, compute)
+        ph.done("unit diagonals")
         self._device_levels(A, mats, sparse, storage, compute, ph)
         self._coarsest(low, cur, len(mats), compute)
         ph.done("coarse inverse")
@@ -201,6 +218,9 @@ class Multigrid(Preconditioner):
             alloc_buffers(low, lvl, compute)
         self._coarse_b = low.zeros(self._coarse_rows, compute)
         self._coarse_x = low.zeros(self._coarse_rows, compute)
+        # the unit-diagonal scaling's scratch where the coarsest level is the whole hierarchy
+        self._coarse_t = low.zeros(self._coarse_rows, compute) if not self.levels else None
+        self._coarse_d = low.zeros(self._coarse_rows, compute) if not self.levels else None
         ph.done("buffers")
         for lvl, (Al, *_) in zip(self.levels, mats):
             lvl.lam = lambda_max(low, lvl, compute, opts.power_iterations) if Al.shape[0] > HOST_BUILD_ROWS \
@@ -223,6 +243,48 @@ class Multigrid(Preconditioner):
             cur = sparse.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
         if self._scale != 1.0:
             cur = cur * (1.0 / self._scale)     # a new matrix; A itself is untouched
+        return cur
+
+    def _range_fallback(self, A, storage, compute):
+        """(storage, compute) of the hierarchy: float64 with a note where A's diagonal spreads beyond what even a
+        unit-diagonal float32 hierarchy holds (``SCALED_RANGE_LIMIT``), else those of the options."""
+        self.scaling, self._dscale = "", None
+        if compute == F64:
+            return storage, compute
+        ratio = _diagonal_ratio(A.low.to_host(A.dinv(F64)))       # 1 / a_ii spreads as a_ii does
+        if not ratio > SCALED_RANGE_LIMIT:
+            return storage, compute
+        self.scaling = (f"multigrid hierarchy {self.options.hierarchy} built in fp64 instead: the matrix's diagonal "
+                        f"spans a ratio of {ratio:.3g} (max / min), beyond the {SCALED_RANGE_LIMIT:.0e} a "
+                        f"{np.dtype(compute).name} hierarchy holds")
+        return F64, F64
+
+    def _unit_diagonals(self, low, mats: list, cur, compute):
+        """Where the finest diagonal spreads beyond :func:`diagonal_range_limit` of ``compute``, every level (float64,
+        built) is made unit-diagonal: A_l' = S_l A_l S_l, P_l' = S_l^-1 P_l S_(l+1), R_l' = P_l'^T, S_l = diag(a_ii)^-1/2
+        (the same V-cycle in exact arithmetic, its levels in range). ``apply`` then forms z = s (M' (s r)) / sigma with
+        s = sqrt(sigma) S_0, sigma a power of two near the diagonal's geometric middle. Returns the coarsest level."""
+        if compute == F64:          # float64 levels hold any diagonal: no copy of it to the host
+            return cur
+        d0 = host(mats[0][0].diagonal() if mats else cur.diagonal()).astype(F64)
+        ratio = _diagonal_ratio(d0)
+        if compute == F64 or not ratio > diagonal_range_limit(compute):
+            return cur
+        pos = d0[d0 > 0]
+        sigma = 2.0 ** round(0.5 * (math.log2(float(pos.min())) + math.log2(float(pos.max()))))
+        diags = [d0] + [host(m[0].diagonal()).astype(F64) for m in mats[1:]] + ([host(cur.diagonal()).astype(F64)]
+                                                                               if mats else [])
+        s = [np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 1.0) for d in diags]
+        for l, (Al, Pl, kind, Rl) in enumerate(mats):
+            Al = layout.scale_rows_cols(Al, s[l], s[l])
+            Rl = None if Rl is None else layout.scale_rows_cols(Rl, s[l + 1], 1.0 / s[l])
+            mats[l] = (Al, layout.scale_rows_cols(Pl, 1.0 / s[l], s[l + 1]), kind, Rl)
+        cur = layout.scale_rows_cols(cur, s[-1], s[-1])
+        self._dscale = low.to_device((math.sqrt(sigma) * s[0]).astype(compute))
+        self._scale *= sigma
+        self.scaling = (f"multigrid levels scaled to a unit diagonal: the matrix's diagonal spans a ratio of {ratio:.3g} "
+                        f"(max / min), beyond the {diagonal_range_limit(compute):.2g} a {np.dtype(compute).name} "
+                        f"hierarchy holds unscaled")
         return cur
 
     def _geometric_levels(self, low, cur, nns, mats: list, ph):
@@ -262,7 +324,7 @@ class Multigrid(Preconditioner):
         for l, (Al, Pl, kind, Rl) in enumerate(mats):
             dia = layout.dia_layout(Al, storage) if fmt == "dia" else None
             ph.done("dia layout")
-            if l == 0 and storage == compute and self._scale == 1.0 and dia is None:   # the solve's own arrays
+            if l == 0 and storage == compute and self._scale == 1.0 and self._dscale is None and dia is None:   # the solve's own arrays
                 op = LevelCSR(A.n, A.n, A.indptr, A.indices, A.ensure(compute), compute)
             else:
                 op = layout.upload(low, Al, storage, compute, scaled=storage == F16, dia_layout=dia)
@@ -322,16 +384,26 @@ class Multigrid(Preconditioner):
         v_cycle(low, self.levels, self.coarse, self._coarse_b, self._coarse_x, l, recurse)
 
     def apply(self, low, A, r, z, ws, i_rz) -> None:
-        """z = M^-1 r (one V-cycle) and ws[i_rz] += r.z; launches only (graph-capturable)."""
+        """z = M^-1 r (one V-cycle) and ws[i_rz] += r.z; launches only (graph-capturable). A unit-diagonal
+        hierarchy (``_dscale``) takes s r and gives back s x: two more elementwise launches on the device."""
         if not self.levels:
-            low.scale_copy(r, self._coarse_b, 1.0)
-            low.csr_apply(self.coarse, self._coarse_b, self._coarse_x)
-            low.scale_copy(self._coarse_x, z, 1.0 / self._scale)
+            b, x, t, d, M = self._coarse_b, self._coarse_x, self._coarse_t, self._coarse_d, self.coarse
         else:
             top = self.levels[0].bufs
-            low.scale_copy(r, top["b"], 1.0)
+            b, x, t, d, M = top["b"], top[f"x{final_slot(self.levels)}"], top["r"], top["d"], self.levels[0].A
+        if self._dscale is None:
+            low.scale_copy(r, b, 1.0)
+        else:                       # b = s r: r cast into the scratch t, then the product (mg_smooth's first step)
+            low.scale_copy(r, t, 1.0)
+            low.mg_smooth(M, None, t, self._dscale, d, b, 0.0, 1.0, True)
+        if not self.levels:
+            low.csr_apply(self.coarse, b, x)
+        else:
             self._cycle(low, 0)
-            low.scale_copy(top[f"x{final_slot(self.levels)}"], z, 1.0 / self._scale)
+        if self._dscale is not None:    # x = s x, through the scratch t
+            low.mg_smooth(M, None, x, self._dscale, d, t, 0.0, 1.0, True)
+            x = t
+        low.scale_copy(x, z, 1.0 / self._scale)
         if i_rz >= 0:
             low.dot(r, z, ws, i_rz)
 
@@ -388,6 +460,7 @@ class Multigrid(Preconditioner):
             # the coarsest level's numerical rank: below its rows where it is singular (coarse_inverse)
             "coarse_rank": self._coarse_rank,
             "coarsening": self.coarsening,     # why the coarsest level is above coarse_size ("": it is not)
+            "scaling": self.scaling,           # unit-diagonal levels or a float64 hierarchy, and why ("": neither)
             "level_formats": [lvl.A.format for lvl in self.levels] + ["dense"],
             "operator_complexity": float(sum(nnz) / nnz[0]) if nnz and nnz[0] else float("nan"),
             "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
@@ -398,3 +471,32 @@ class Multigrid(Preconditioner):
             "level_time_s": list(self.level_time_s),
         }
 
+
+def _diagonal_ratio(d) -> float:
+    """max / min of the positive entries of a host diagonal (1.0 where there are none)."""
+    pos = np.asarray(d, dtype=F64)
+    pos = pos[pos > 0]
+    return float(pos.max() / pos.min()) if pos.size else 1.0
+
+
+def _check_near_nullspace(value, n: int) -> None:
+    """A CaseError naming ``near_nullspace`` unless it is a real, finite (n, k) array, k >= 1, without a zero column
+    (smoothed aggregation fits its coarse space to these columns: an empty or zero one leaves it nothing to fit)."""
+    allowed = f"a finite real ({n}, k) array, k >= 1, no column all zeros (e.g. rigid_body_modes)"
+    try:
+        B = host(value)
+    except Exception as exc:        # any object NumPy cannot make an array of (the message names its type)
+        raise CaseError.invalid("near_nullspace", type(value).__name__, allowed,
+                                why=f"not an array ({type(exc).__name__})") from None
+    if B.dtype.kind not in "biuf":
+        raise CaseError.invalid("near_nullspace", f"{B.dtype} entries", allowed, why="not real numbers")
+    if B.ndim != 2 or B.shape[0] != n:
+        raise CaseError.invalid("near_nullspace", f"shape {B.shape}", allowed, why="one row per unknown of the matrix")
+    if B.shape[1] == 0:
+        raise CaseError.invalid("near_nullspace", f"shape {B.shape}", allowed, why="no column: nothing to fit")
+    if not np.all(np.isfinite(B)):
+        raise CaseError.invalid("near_nullspace", "NaN or Inf entries", allowed)
+    zero = np.flatnonzero(~np.any(B != 0, axis=0))
+    if zero.size:
+        raise CaseError.invalid("near_nullspace", f"column {int(zero[0])} all zeros", allowed,
+                                why="a zero candidate vector spans nothing")
