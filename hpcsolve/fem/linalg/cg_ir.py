@@ -16,13 +16,23 @@ from hpcsolve.fem.linalg.cg_options import F32
 from hpcsolve.fem.linalg.cg_run import SolveState, fallback_fp64, residual_scale, short_block
 
 
+def _scaled_residual(eng, run: SolveState) -> float:
+    """r = b - A x64 into the float32 engine, scaled by the power of two that keeps its norm near 1
+    (``residual_scale``); returns ||r|| / ||b|| (float64). One residual pass where the scale stays (the usual case:
+    no extra pass over A per outer step), a second where it changes."""
+    norm = math.sqrt(max(eng.set_residual_from(run.x64, run.b, precondition=False), 0.0))
+    scale = residual_scale(norm)
+    if scale != eng.rscale:
+        eng.set_residual_from(run.x64, run.b, precondition=False, scale=scale)
+    return norm / run.bnorm
+
+
 def solve_ir(run: SolveState):
     """ir-restarted from run.x64: (x, reason); x64 is the solution."""
     low, opts, rep = run.low, run.opts, run.report
     eng = run.engine(F32)
     # each inner solve solves for r scaled to about unit norm (a power of two) and its correction is scaled back
-    res = run.true_residual(run.x64)
-    eng.set_residual_from(run.x64, run.b, precondition=False, scale=residual_scale(res * run.bnorm))
+    res = _scaled_residual(eng, run)
     run.rec.append(res)
     run.add_true(0, res)
     watch = RefinementWatch(opts, res)
@@ -64,8 +74,7 @@ def solve_ir(run: SolveState):
         if reason:
             break
         eng.fold_into(run.x64)
-        new = run.true_residual(run.x64)
-        eng.set_residual_from(run.x64, run.b, precondition=False, scale=residual_scale(new * run.bnorm))
+        new = _scaled_residual(eng, run)
         run.add_true(total, new)
         done, reason = watch.after(outer, tol, eng.iterations, new, rep.notes)
         if done:
