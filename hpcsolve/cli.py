@@ -34,8 +34,9 @@ class _Parser(argparse.ArgumentParser):
         for old, new in REMOVED_OPTIONS.items():
             if message.startswith("unrecognized arguments:") and old in message.split():
                 message += f" ({old} was removed: use {new})"
-        self.print_usage(sys.stderr)
-        print(f"hpcsolve: error: {message}", file=sys.stderr)
+        if _rank() == 0:   # under mpiexec every rank parses the same arguments: rank 0 says it once
+            self.print_usage(sys.stderr)
+            _say(f"hpcsolve: error: {message}")
         raise SystemExit(2)
 
 
@@ -46,14 +47,25 @@ def _folder_arg(text: str) -> Path:
     return Path(text)
 
 
-def _add_case_args(p, optional: bool = False):
+def _say(line: str) -> None:
+    """One line on stderr in one write, newline included (under mpiexec the ranks' streams are merged: a message
+    and its newline written apart ran into another rank's line), flushed at once."""
+    sys.stderr.write(line.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+def _add_case_args(p, optional: bool = False, single: bool = True):
+    """The case and its options; ``single=False`` (compare) hides --backend/--precision from the help: compare
+    takes --backends/--precisions, and says so (a note) when given the singular ones."""
     if optional:
         p.add_argument("case", nargs="?", help="path to a .toml case file (see cases/); "
                        "with --resume, optional (the checkpoint's case is used)")
     else:
         p.add_argument("case", help="path to a .toml case file (see cases/)")
-    p.add_argument("--backend", choices=backends.CHOICES, help="override run.backend (default: the case's, else auto)")
-    p.add_argument("--precision", choices=list(precision.POLICIES), help="override run.precision")
+    p.add_argument("--backend", choices=backends.CHOICES,
+                   help="override run.backend (default: the case's, else auto)" if single else argparse.SUPPRESS)
+    p.add_argument("--precision", choices=list(precision.POLICIES),
+                   help="override run.precision" if single else argparse.SUPPRESS)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override any case value, e.g. --set physics.reynolds=400 (repeatable)")
 
@@ -83,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="accuracy vs speed of a case across backends x precisions (x preconditioners, "
                        "FEM), vs the CPU FP64 reference")
-    _add_case_args(p)
+    _add_case_args(p, single=False)
     p.add_argument("--backends", nargs="+", choices=backends.BACKENDS,
                    help="backends to compare (default: every one usable here)")
     p.add_argument("--precisions", nargs="+", choices=list(precision.POLICIES),
@@ -93,16 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "(auto, none, jacobi, mg, amg); default: the case's own setting only")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
+    p.add_argument("--fields", nargs="+", metavar="NAME", default=None,
+                   help="fields or scalar metrics the error is judged on (e.g. velocity, or a metric such as "
+                        "drag_coefficient); default: the largest error over every field")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-compare-<time>)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a comparison already in --out (its comparison files and the run folders it "
                         "writes again; folders of configurations it does not run stay)")
     p.add_argument("--no-warmup", action="store_true",
-                   help="time each configuration's first run (by default one untimed run comes first)")
+                   help="skip the untimed warm-up run of each configuration, so its first run is timed (start-up, "
+                        "compilation and caches included); default: one untimed run first")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed runs per configuration, at most 1000 (default: at least 3, up to 10 while the "
                         "spread is above 5%%)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars or progress lines (the table, the results folder and errors are still "
+                        "printed)")
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
     p.add_argument("--json", action="store_true")
@@ -123,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-robustness", action="store_true", help="fem: skip the robustness table (anisotropy, jumps, Cook)")
     p.add_argument("--streaming", choices=("auto", "two-buffer", "in-place"), default=None,
                    help="lbm: the GPU steppers' streaming, as a case's lattice.streaming (default auto: in place where "
-                   "the one-array lattice fits the L2 cache, fp32/fp64)")
+                   "the one-array lattice fits the L2 cache, fp32/fp64); replaces the removed --in-place")
     return parser
 
 
@@ -207,13 +225,12 @@ def _report(args, case, result, out) -> int:
     if _rank() != 0:                  # rank 0 reports (and wrote the results) for every rank
         return 3 if failed else 0
     if not args.quiet:
-        derived = {("planned_steps" if k == "steps" else k): v for k, v in result.derived.items()}
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
-                  {**derived, **result.metrics, **{f"time_{k}": v for k, v in result.timings.items()}})
+                  result.console_rows())
     plots = ", plots/" if (Path(out) / "plots").is_dir() else ""
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json{plots})")
     if failed:
-        print(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}", file=sys.stderr)
+        _say(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}")
         return 3
     return 0
 
@@ -235,7 +252,7 @@ def cmd_compare(args) -> int:
     from hpcsolve.report.compare_inputs import check_out   # late: start-up cost (with compare)
 
     if args.backend or args.precision:
-        print("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored", file=sys.stderr)
+        _say("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored")
     case = load_case(args.case, args.overrides)
     if args.out is not None:   # unusable, or holding a comparison without --overwrite: exit 2 before any run
         check_out(args.out, args.overwrite)
@@ -246,7 +263,7 @@ def cmd_compare(args) -> int:
     try:
         comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
                        warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners,
-                       overwrite=args.overwrite)
+                       overwrite=args.overwrite, fields=args.fields)
     except BaseException:
         if args.out is None:              # the default folder reserved above: removed again while still unused
             outdir.remove_unused(out)
@@ -254,8 +271,7 @@ def cmd_compare(args) -> int:
     print(comp.table())
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     if comp.reference_failed:           # nobody could be judged: a failed comparison, not a success
-        print(f"hpcsolve: error: {case.name}: failed reference: {comp.reference_failed}; no run is judged against it",
-              file=sys.stderr)
+        _say(f"hpcsolve: error: {case.name}: failed reference: {comp.reference_failed}; no run is judged against it")
         return 3
     return 0
 
@@ -357,19 +373,18 @@ def main(argv=None) -> int:
         # an unexpected exception: called from Python (tests, notebooks), the caller's handlers come back
         _set_handlers(previous if argv is not None else signal.SIG_IGN)
         if argv is None:
-            _end_ranks(1, unexpected=True)
+            _end_ranks(1, None, unexpected=True)
         raise
     _set_handlers(signal.SIG_IGN)
     if code == SIGPIPE_EXIT and argv is None:
         # stdout's reader is gone: what is still buffered (and flushed at interpreter exit) goes nowhere
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if message:
-        rank = _rank()
-        print(message if rank == 0 else f"[rank {rank}] {message}", file=sys.stderr)
     if argv is None:
-        _end_ranks(code)
-    if argv is not None:   # called from Python (tests, notebooks): put the caller's handlers back
+        _end_ranks(code, message)      # says the message (once, under mpiexec)
+    else:                              # called from Python (tests, notebooks): put the caller's handlers back
+        if message:
+            _say(message)
         _set_handlers(previous)
     return code
 
@@ -387,31 +402,48 @@ def _rank() -> int:
         return 0
 
 
-def _end_ranks(code: int, unexpected: bool = False) -> None:
-    """Under ``mpiexec -n N`` (N > 1): the ranks end together. A rank meets the others in a barrier; when they
-    do not all come (a rank failed alone, e.g. rank 0 could not claim the output folder, while the others wait
-    in a halo exchange), it ends the whole job with its exit code after RANKS_WAIT_S (MPI Abort) instead of
-    leaving them waiting for ever. A rank whose code is the run's shared outcome waits as long as it takes,
-    so that rank 0 finishes writing. An unexpected exception ends the job at once (its traceback first)."""
+def _end_ranks(code: int, message: str | None, unexpected: bool = False) -> None:
+    """Say ``message`` (the command's error line, or None) and, under ``mpiexec -n N`` (N > 1), end the ranks
+    together. A rank meets the others in a barrier; when they do not all come (a rank failed alone, e.g. rank 0
+    could not claim the output folder, while the others wait in a halo exchange), it ends the whole job with its
+    exit code after RANKS_WAIT_S (MPI Abort) instead of leaving them waiting for ever. A rank whose code is the
+    run's shared outcome waits as long as it takes, so that rank 0 finishes writing. An unexpected exception ends
+    the job at once (its traceback first).
+
+    The message is said once: rank 0 says its own at once; another rank says its own (``[rank r]`` first) only
+    when it ends the job alone, and otherwise rank 0 says, after the barrier, those of other ranks that differ
+    from its own. Every rank meeting the same error (a bad case, a refused option) prints one line, not N."""
     try:
         comm = parallel.world()
     except Exception:   # noqa: BLE001 (no usable MPI: nothing to coordinate)
+        comm = None
+    if comm is None or parallel.ranks(comm) < 2:
+        if message:
+            _say(message)
         return
-    if parallel.ranks(comm) < 2:
-        return
+    rank = comm.Get_rank()
+    if rank == 0 and message:
+        _say(message)
     sys.stdout.flush()
     if unexpected:
         traceback.print_exc()
         sys.stderr.flush()
         comm.Abort(code or 1)
     sys.stderr.flush()
-    patient = comm.Get_rank() != 0 and code in SHARED_EXIT_CODES
+    patient = rank != 0 and code in SHARED_EXIT_CODES
     request = comm.Ibarrier()
     deadline = time.monotonic() + RANKS_WAIT_S
     while not request.Test():
         if not patient and time.monotonic() > deadline:
+            if rank != 0 and message:     # it fails alone: rank 0 cannot say why
+                _say(f"[rank {rank}] {message}")
             comm.Abort(code or 1)
         time.sleep(0.005)
+    seen = comm.gather(message, root=0)   # every rank is here: rank 0 says what the others met and it did not
+    if rank == 0:
+        for r, other in enumerate(seen[1:], start=1):
+            if other and other != message:
+                _say(f"[rank {r}] {other}")
 
 
 def _one_process_only(args) -> None:

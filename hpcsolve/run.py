@@ -20,7 +20,7 @@ from hpcsolve.core.checkpoint import MISSING, CheckpointError, check_compatible,
 from hpcsolve.core.errors import BackendError, CaseError, HpcsolveError, OutputError, RunInterrupted
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision, get_precision
-from hpcsolve.core.results import Result
+from hpcsolve.core.results import Result, human_duration
 
 RESULT_FILES = outdir.RESULT_FILES
 
@@ -88,7 +88,7 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     if check:
         info.update(family.check_inputs(case, backend, policy, desc))
     if estimate:
-        free = available_memory(backend)
+        free = available_memory(backend) if backend.gpu else None       # a CPU run has no device memory
         if free is not None:
             info["device_memory_free_bytes"] = free
         try:
@@ -99,13 +99,23 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
         if not desc.note:   # a case too large to describe fully is not probed either
             try:
                 with backend.run_context():     # the threads the run itself is pinned to (BLAS, OpenMP)
-                    info.update(family.estimate_runtime(case, backend, policy, desc))
+                    info.update(_with_duration(family.estimate_runtime(case, backend, policy, desc)))
             except Exception as exc:
                 err = _gpu_error(exc, backend)
                 if err is None:
                     raise
                 raise err from exc
     return info
+
+
+def _with_duration(estimate: dict) -> dict:
+    """The estimate with ``estimated_duration`` (e.g. '4 h 01 min') right after ``estimated_seconds``."""
+    out = {}
+    for k, v in estimate.items():
+        out[k] = v
+        if k == "estimated_seconds":
+            out["estimated_duration"] = human_duration(v)
+    return out
 
 
 def plan(case, backend=None, precision=None, overrides=()):
@@ -317,7 +327,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
              else contextlib.nullcontext())
     # the signal handlers outermost, the folder's release and the thread pools' reset held like writes (a late
     # signal cannot turn an interrupted result into a bare interruption while they run)
-    with interrupts.stop_on_signals(graceful="graceful_stop" in caps) as stop, interrupts.exit_deferred(claim), \
+    notice = None if ("graceful_stop" in caps or not progress) else interrupts.ABANDON_NOTICE
+    with interrupts.stop_on_signals(graceful="graceful_stop" in caps, notice=notice) as stop, interrupts.exit_deferred(claim), \
             interrupts.exit_deferred(backend.run_context()):
         kwargs = {"description": desc, "progress": progress,
                   "stop": stop if "graceful_stop" in caps else None,

@@ -120,12 +120,19 @@ class RunSection(StrictModel):
         return _one_of(v, tuple(precision.POLICIES))
 
 
+class CompareSection(StrictModel):
+    fields: tuple[str, ...] | None = Field(
+        None, min_length=1, description="what `hpcsolve compare` judges: field names (e.g. velocity) or scalar "
+        "metrics of the run (e.g. drag_coefficient); default: the largest error over every field (--fields overrides)")
+
+
 class CaseBase(StrictModel):
     solver: str
     name: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$",
                       description="short identifier, used for output directory names")
     description: str = ""
     run: RunSection = Field(default_factory=RunSection)
+    compare: CompareSection = Field(default_factory=CompareSection)
 
     _text: str = PrivateAttr(default="")
     _path: Path | None = PrivateAttr(default=None)

@@ -11,7 +11,7 @@
   resume, a kill: the next claim settles the journal), so a failed --overwrite loses nothing. Only files
   hpcsolve writes move: the result files, the plots the previous marker names and
   ``checkpoints/checkpoint_*.h5``; anything else in the folder stays. The lock is held until the result
-  is written. A --resume settles such a journal before it chooses a checkpoint (:func:`settle_idle`).
+  is written; its file is removed on release (:func:`release_lock`), so a finished folder holds no ``.hpcsolve.lock``. A --resume settles such a journal before it chooses a checkpoint (:func:`settle_idle`).
 
 A result folder is complete when its marker ``manifest.json`` exists: it is written last and names
 the files of the result and the run id that ``result.h5`` and ``summary.json`` carry too.
@@ -130,6 +130,39 @@ def holder(out: Path) -> str:
                 f"{clip(str(info.get('command', '')), 200)}")
     except (ValueError, KeyError, TypeError):   # CaseError is a ValueError: no readable owner file
         return "holder unknown"
+
+
+def take_lock(out: Path) -> FileLock:
+    """The lock of ``out`` (``LOCK_NAME``, a flock), taken without waiting (``Timeout`` when a run holds it).
+
+    A holder removes the lock file while it still holds it (:func:`release_lock`). A process that opened the file
+    just before that and locks it just after holds a lock on a file no longer in the folder, which a third run would
+    not see: so a lock whose file is gone is let go and taken once more, on a new file. (Recent filelock releases
+    refuse an unlinked file themselves; that refusal, a ``Timeout`` with the file gone, is retried once too.)"""
+    path = out / LOCK_NAME
+    for _ in range(2):
+        lock = FileLock(str(path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            if path.exists():          # held by a live run
+                raise
+            continue                   # its holder has just released and removed it
+        if path.exists():
+            return lock
+        lock.release()
+    raise Timeout(str(path))
+
+
+def release_lock(out: Path, lock: FileLock) -> None:
+    """Let go of the lock of ``out`` and leave no ``.hpcsolve.lock`` behind. The file is removed while the lock is
+    still held, so it never goes from under another holder: a run waiting for it (none does: hpcsolve never waits)
+    or one that opened it meanwhile takes a fresh file (:func:`take_lock`)."""
+    try:
+        with contextlib.suppress(OSError):     # a read-only folder keeps the file: harmless, the next run takes it
+            (out / LOCK_NAME).unlink(missing_ok=True)
+    finally:
+        lock.release()
 
 
 def remove_stale(out: Path) -> list[str]:
@@ -300,8 +333,7 @@ def settle_idle(out: str | Path) -> list[str]:
     try:
         if not out.is_dir() or not any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
             return []
-        lock = FileLock(str(out / LOCK_NAME), timeout=0)
-        lock.acquire()
+        lock = take_lock(out)
     except Timeout:                # in use: the checkpoints may be hidden by that run's --overwrite
         raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
                                   why=f"another hpcsolve run is writing into it ({holder(out)})") from None
@@ -312,7 +344,7 @@ def settle_idle(out: str | Path) -> list[str]:
     except OSError:
         return []
     finally:
-        lock.release()
+        release_lock(out, lock)
 
 
 def clear_result(out: Path) -> None:
@@ -369,7 +401,7 @@ def new_folder(base: str | Path, attempts: int = 1000) -> Path:
 
 
 def remove_unused(out: str | Path) -> bool:
-    """Remove ``out`` if it holds nothing but the lock file a claim leaves (a folder that was new or empty when
+    """Remove ``out`` if it holds nothing (or only a lock file, as an older version's claim left it) (a folder that was new or empty when
     :func:`claim` took it, or that :func:`new_folder` reserved, for a run that was then refused), and the parent
     new_folder made for it while that is empty. Returns whether ``out`` was removed."""
     out = Path(out)
@@ -397,8 +429,7 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False, com
     try:
         fresh = not out.exists() or not any(out.iterdir())   # made for this run: removed again if it stays unused
         out.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(out / LOCK_NAME), timeout=0)
-        lock.acquire()
+        lock = take_lock(out)
     except Timeout:
         if resume:
             raise OutputError.invalid("--resume", str(out), "a folder no other run is using: wait for that run",
@@ -427,6 +458,6 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False, com
     finally:
         with contextlib.suppress(OSError):
             (out / OWNER_NAME).unlink(missing_ok=True)
-        lock.release()
+        release_lock(out, lock)
         if fresh:                     # a run refused before it wrote anything leaves no folder behind
             remove_unused(out)

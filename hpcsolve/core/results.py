@@ -107,6 +107,22 @@ class Result:
             "provenance": _jsonable(self.provenance),
         }
 
+    def console_rows(self) -> dict:
+        """The run's summary table for a reader (``hpcsolve run`` prints it; summary.json keeps every value as
+        it is): the derived parameters (``steps`` as ``planned_steps``), the metrics and the timings
+        (``time_``-prefixed), without empty rows, with a nested multigrid ``preconditioner_info`` as a few rows of
+        levels, sizes, complexity and set-up (:func:`preconditioner_rows`), and a probe value shown once."""
+        rows = {("planned_steps" if k == "steps" else k): v for k, v in self.derived.items()}
+        for k, v in self.metrics.items():
+            if k == "preconditioner_info" and isinstance(v, dict):
+                rows.update(preconditioner_rows(v))
+            elif k == "probe_u" and v == self.metrics.get("probe_value"):
+                continue                  # an older result's duplicate of probe_value
+            else:
+                rows[k] = v
+        rows.update({f"time_{k}": v for k, v in self.timings.items()})
+        return {k: v for k, v in rows.items() if v not in ("", None, [], {})}
+
     def write(self, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
         """Write result.h5, result.xdmf, summary.json, plots and, last, the marker into ``out_dir``.
 
@@ -122,6 +138,38 @@ class Result:
                     "--out", str(out), "a folder with free space that this user can write",
                     why=f"cannot write the result ({exc.strerror or exc}); the earlier result and "
                         f"checkpoints in it are kept") from None
+
+
+def preconditioner_rows(info: dict) -> dict:
+    """A multigrid's ``preconditioner_info`` (about 1,000 characters of JSON) as a few readable rows: its levels
+    and their unknowns, the complexities, the set-up time and the cycles; summary.json keeps the whole object."""
+    rows_ = info.get("rows") or []
+    kinds = info.get("level_kinds") or []
+    out = {"preconditioner_levels": info.get("levels"),
+           "preconditioner_unknowns_per_level": " > ".join(f"{r:,}" for r in rows_) if rows_ else None,
+           "preconditioner_level_kinds": ", ".join(map(str, kinds)) if kinds else None,
+           "preconditioner_hierarchy": " ".join(str(info[k]) for k in ("hierarchy", "smoother") if info.get(k)),
+           "preconditioner_operator_complexity": info.get("operator_complexity"),
+           "preconditioner_grid_complexity": info.get("grid_complexity"),
+           "preconditioner_setup_s": info.get("setup_time_s"),
+           "preconditioner_cycles": info.get("cycles")}
+    return {k: v for k, v in out.items() if v not in ("", None)}
+
+
+def human_duration(seconds: float) -> str:
+    """'14469.6' seconds as '4 h 01 min', '95' as '1 min 35 s', '2.5' as '2.5 s' (beside the seconds a table
+    prints, for a reader)."""
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        return str(seconds)
+    if seconds < 60:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes + (secs >= 30), 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    return f"{hours / 24:.1f} days"
 
 
 def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:

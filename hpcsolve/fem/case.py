@@ -228,6 +228,9 @@ class OutputSection(StrictModel):
         "u", description="which value probe_value is: u (poisson; uy for elasticity), ux, uy, magnitude")
     probe_reference: float | None = Field(None, description="published value at the probe (its relative error is "
                                           "reported): not 0")
+    field_label: str | None = Field(None, min_length=1, max_length=80,
+                                    description="what the solution is, for plot labels (e.g. 'temperature (K)'); "
+                                    "default: u")
 
     @field_validator("probe_reference")
     @classmethod

@@ -19,9 +19,9 @@ from hpcsolve.fem.linalg.distributed import prepare_distributed
 from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
-from hpcsolve.core.plotstyle import colorbar
+from hpcsolve.core.plotstyle import colorbar, new_figure, run_label, save_png, symmetric_limits
 from hpcsolve.core.precision import Precision
-from hpcsolve.core.results import Result, TriangleMesh, atomic_path
+from hpcsolve.core.results import Result, TriangleMesh
 
 
 def check_method(case, policy: Precision) -> None:
@@ -71,6 +71,13 @@ def make_preconditioner(case, disc, policy: Precision):
     return Multigrid("amg", opts, near_nullspace=nns, field="solve.multigrid")
 
 
+def reported_method(case, policy: Precision, preconditioner: str) -> str:
+    """The method as the run's report names it (``hpcsolve.fem.api.solve``): "cg" with the Jacobi preconditioner is
+    "pcg-jacobi" there, so validate and dry runs say so too."""
+    method = method_of(case, policy)
+    return "pcg-jacobi" if method == "cg" and preconditioner == "jacobi" else method
+
+
 class FEMFamily:
     """The finite-element family (``hpcsolve.core.family.Family``): one linear solve, no checkpoints."""
 
@@ -90,6 +97,7 @@ class FEMFamily:
             points, triangles = fem_mesh_size(case)
             info.update(points=points, triangles=triangles, unknowns=points * ncomp,
                         preconditioner=check_preconditioner(case, None, policy))
+            info["method"] = reported_method(case, policy, info["preconditioner"])
             return Description(info, estimate=estimate,
                                note="mesh not built (the run does not fit in host memory); sizes are from the case")
         mesh = prob.build_mesh(case)
@@ -97,6 +105,7 @@ class FEMFamily:
         info.update(mesh=mesh.source, points=mesh.n_points, triangles=mesh.n_triangles, unknowns=mesh.n_points * ncomp,
                     h_max=mesh.h_max(), boundary_tags=mesh.tag_names,
                     preconditioner=check_preconditioner(case, mesh, policy))
+        info["method"] = reported_method(case, policy, info["preconditioner"])   # as the run's report names it
         return Description(info, estimate=estimate, setup=mesh)
 
     def check_inputs(self, case, backend, policy: Precision, description: Description) -> dict:
@@ -244,6 +253,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         metrics.update(_reference_metrics(disc, x, s, timings))
     metrics.update(_probe_metrics(case.output, disc, u))
     timings["total_s"] = time.perf_counter() - t_all
+    metrics = _after(metrics, "time_per_iteration_s", _per_iteration(report, timings))    # the figures side by side
     return _result(case, backend, policy, disc, A, report, fields, metrics, timings)
 
 
@@ -274,6 +284,28 @@ def _solve_metrics(report, pc) -> dict:
     if report.preconditioner:
         metrics["preconditioner_info"] = report.preconditioner
     return metrics
+
+
+#: what the run's time figures hold (the summary's timing_basis): a reader of the table can tell them apart
+TIMING_BASIS = "per iteration: the solve alone, cold (GPU compilation, graph capture in); wall: the whole run"
+
+
+def _per_iteration(report, timings: dict) -> dict:
+    """The solve-alone and the wall figure per iteration, and what each includes (TIMING_BASIS)."""
+    its = report.iterations
+    wall = timings["total_s"] / its if its else float("nan")
+    return {"wall_time_per_iteration_s": wall, "timing_basis": TIMING_BASIS}
+
+
+def _after(mapping: dict, key: str, more: dict) -> dict:
+    """``mapping`` with ``more`` inserted right after ``key`` (at the end without it)."""
+    out = {}
+    for k, v in mapping.items():
+        out[k] = v
+        if k == key:
+            out.update(more)
+    out.update(more)
+    return out
 
 
 def _timings(disc, report) -> dict:
@@ -308,8 +340,7 @@ def _probe_metrics(out, disc, u) -> dict:
         k = int(np.argmin(np.hypot(mesh.points[:, 0] - out.probe[0], mesh.points[:, 1] - out.probe[1])))
         metrics["probe_point"] = mesh.points[k].tolist()
         if disc.kind == "poisson":
-            metrics["probe_u"] = float(u[k])
-            value = metrics["probe_u"]
+            value = float(u[k])          # probe_value (probe_u used to repeat it)
         else:
             metrics["probe_ux"], metrics["probe_uy"] = float(u[k, 0]), float(u[k, 1])
             value = {"ux": u[k, 0], "uy": u[k, 1], "u": u[k, 1], "magnitude": float(np.hypot(*u[k]))}[out.probe_component]
@@ -329,6 +360,10 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
     derived = {"problem": disc.kind, "mesh": mesh.source, "points": mesh.n_points, "triangles": mesh.n_triangles,
                "unknowns": disc.n_dofs, "free_unknowns": disc.A.shape[0], "matrix_nnz": int(disc.A.nnz),
                "h_max": mesh.h_max(), "boundary_tags": mesh.tag_names, "rtol": s.rtol}
+    # the solution's name and unit in the plots (output.field_label, e.g. "temperature (K)")
+    label = case.output.field_label
+    if label:
+        derived["field_label"] = label
     result = Result(
         case_name=case.name, solver="fem", backend=backend, precision=policy.name,
         grid=TriangleMesh(points=mesh.points.copy(), triangles=mesh.triangles.astype(np.int64)),
@@ -369,17 +404,17 @@ def _advice(report, policy: Precision, solve_opts) -> str:
 
 
 def plot_result(result: Result, plot_dir: Path) -> list[Path]:
-    """solution.png (tripcolor on the mesh; deformed for elasticity), residuals.png, error.png if known."""
-    import matplotlib    # late: matplotlib and pyplot cost about 1.1 s to import (measured), for plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """solution.png (tripcolor on the mesh; deformed for elasticity), residuals.png, error.png if known.
+    Figures without pyplot, PNGs quickly compressed (hpcsolve.core.plotstyle): the 3 figures of the 64 x 64
+    Poisson case in 0.5-0.7 s after matplotlib's import (2-core machine)."""
+    # late: matplotlib costs about 0.5 s to import (measured), for plots only
     import matplotlib.tri as mtri
 
     files = []
     g = result.grid
     pts = np.asarray(g.points)
     elastic = "displacement" in result.fields
+    name = result.derived.get("field_label") or "u"
     if elastic:
         d = result.fields["displacement"]
         mag = np.hypot(d[:, 0], d[:, 1])
@@ -388,17 +423,15 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         shown = pts + scale * d
         values, label = mag, f"|u| (mesh deformed x{scale:.3g})"
     else:
-        shown, values, label = pts, result.fields["u"], "u"
+        shown, values, label = pts, result.fields["u"], name
     tri = mtri.Triangulation(shown[:, 0], shown[:, 1], np.asarray(g.triangles))
+    run = run_label(result)
 
-    def save(fig, name):
-        path = plot_dir / name
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-        plt.close(fig)
-        files.append(path)
+    def save(fig, fname):
+        files.append(save_png(fig, plot_dir / fname, dpi=120))
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig = new_figure((6.4, 4.8))
+    ax = fig.add_subplot()
     pc = ax.tripcolor(tri, values, shading="gouraud", cmap="viridis")
     if len(g.triangles) <= 5000:
         ax.triplot(tri, lw=0.2, color="k", alpha=0.4)
@@ -406,22 +439,26 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     colorbar(fig, ax, pc, label)
     ax.set_xlabel("x (mesh units)")
     ax.set_ylabel("y (mesh units)")
-    ax.set_title(f"{result.case_name}: {result.precision} on {result.backend}")
+    ax.set_title(f"{result.case_name}: {label if elastic else name} ({run})")
     save(fig, "solution.png")
 
     if "error" in result.fields:
-        fig, ax = plt.subplots(figsize=(6.4, 4.8))
-        pc = ax.tripcolor(tri, result.fields["error"], shading="gouraud", cmap="RdBu_r")
+        err = np.asarray(result.fields["error"])
+        lo, hi = symmetric_limits(err)      # RdBu centred on zero: white is no error
+        fig = new_figure((6.4, 4.8))
+        ax = fig.add_subplot()
+        pc = ax.tripcolor(tri, err, shading="gouraud", cmap="RdBu_r", vmin=lo, vmax=hi)
         ax.set_aspect("equal")
-        colorbar(fig, ax, pc, "u_h - u_exact at the nodes")
+        colorbar(fig, ax, pc, f"{name}_h - {name}_exact at the nodes")
         ax.set_xlabel("x (mesh units)")
         ax.set_ylabel("y (mesh units)")
-        ax.set_title(f"error: L2 {result.metrics.get('error_l2', float('nan')):.3e}")
+        ax.set_title(f"{result.case_name}: error, L2 {result.metrics.get('error_l2', float('nan')):.3e} ({run})")
         save(fig, "error.png")
 
     rec = np.asarray(result.series.get("residual_recursive", []))
     if rec.size:
-        fig, ax = plt.subplots(figsize=(6.4, 4.8))
+        fig = new_figure((6.4, 4.8))
+        ax = fig.add_subplot()
         ax.semilogy(np.arange(rec.size), np.maximum(rec, 1e-300), lw=1, label="recursive residual")
         ti = np.asarray(result.series.get("residual_true_iterations", []))
         tv = np.asarray(result.series.get("residual_true", []))
@@ -430,7 +467,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         ax.axhline(result.derived.get("rtol", np.nan), color="gray", ls="--", lw=0.8, label="rtol")
         ax.set_xlabel("Krylov iteration")
         ax.set_ylabel("||r|| / ||b||")
-        ax.set_title(f"{result.metrics.get('method', '')} in {result.precision}: {result.status}")
+        ax.set_title(f"{result.case_name}: {result.metrics.get('method', '')}, {result.status} ({run})")
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
         save(fig, "residuals.png")

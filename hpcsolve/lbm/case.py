@@ -228,10 +228,19 @@ class Derived:
     warnings: list[str] = field(default_factory=list)
     ramp_steps: int = 0          # smooth start of the boundary velocities (boundaries.ramp_time)
 
+    def grid_text(self) -> str:
+        """The lattice as a reader wants it: the array size and, where the sides carry boundary layers, the domain's
+        cells and the layers (a 64-cell cavity is a 66 x 66 array: one wall layer on each side)."""
+        left, right, bottom, top = self.pad
+        if not any(self.pad):
+            return f"{self.nx} x {self.ny}"
+        return (f"{self.nx} x {self.ny} ({self.nx - left - right} x {self.ny - bottom - top} domain cells + "
+                f"boundary layers)")
+
     def summary(self) -> dict:
         u = self.units
         return {
-            "reynolds": u.reynolds, "grid": f"{self.nx} x {self.ny}", "nx": self.nx, "ny": self.ny,
+            "reynolds": u.reynolds, "grid": self.grid_text(), "nx": self.nx, "ny": self.ny,
             "relaxation_time": u.relaxation_time, "lattice_viscosity": u.lattice_viscosity,
             "lattice_velocity": u.lattice_velocity, "peak_lattice_velocity": self.peak_lattice_velocity,
             "lattice_mach": self.peak_lattice_velocity / math.sqrt(1.0 / 3.0),

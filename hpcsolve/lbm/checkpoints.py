@@ -27,7 +27,8 @@ def make_checkpoint(case, backend, policy, stepper, monitor, result, step, mass0
         snaps.append({"time": snap.time, "step": snap.step, "fields": list(snap.fields)})
     state = {"series": monitor.series, "mass0": mass0, "step_seconds": step_seconds, "snapshots": snaps,
              "total_seconds": total_seconds,
-             "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change}
+             "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change,
+             "steady_checks": [[int(k), float(c)] for k, c in monitor.steady_checks]}
     meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
             "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
             "case_file": str(case.path) if case.path else ""}
@@ -46,6 +47,7 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
                          f"floating-point numbers of shape (2, {n_fluid})")
     last_steady_step = ckpt.whole("state.last_steady_step", maximum=ckpt.step)
     steady_change = ckpt.number("state.steady_change", finite=False)
+    steady_checks = _restored_steady_checks(ckpt)
     mass0 = ckpt.number("state.mass0")
     if not mass0 > 0:
         raise ckpt.error("state.mass0", ckpt.state["mass0"], "a finite number > 0 (the initial fluid mass)")
@@ -63,6 +65,7 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     monitor.last_steady_u = steady_u
     monitor.last_steady_step = last_steady_step
     monitor.steady_change = steady_change
+    monitor.steady_checks = steady_checks
     result.snapshots.extend(snapshots)
     return ckpt.step, mass0, step_seconds, total_seconds
 
@@ -90,6 +93,23 @@ def restored_populations(ckpt: Checkpoint, policy: Precision) -> np.ndarray:
     if old is not policy:
         populations = policy.encode(old.decode(populations).astype(policy.compute))
     return populations
+
+
+def _restored_steady_checks(ckpt: Checkpoint) -> list[tuple[int, float]]:
+    """``state.steady_checks``: [step, change] of each steady check (the stall test's history); a checkpoint from
+    before it was kept has none (the stall test then starts afresh)."""
+    checks = ckpt.state.get("steady_checks", [])
+    allowed = "a list of [step, change] pairs (step a whole number up to the checkpoint's, change a number)"
+    if not isinstance(checks, list):
+        raise ckpt.error("state.steady_checks", checks, allowed)
+    out = []
+    for pair in checks:
+        ok = isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] <= ckpt.step
+        change = as_number(pair[1]) if ok else None
+        if change is None:
+            raise ckpt.error("state.steady_checks", pair, allowed)
+        out.append((pair[0], change))
+    return out
 
 
 def _restored_series(ckpt: Checkpoint, keys: list[str]) -> dict[str, list[float]]:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve.core.plotstyle import colorbar
-from hpcsolve.core.results import atomic_path
+from hpcsolve.core.plotstyle import colorbar, new_figure, run_label, save_png
 from hpcsolve.lbm.observables import ghia_data
 
 
@@ -18,11 +17,7 @@ PLOT_CELLS = 1000
 
 def plot_result(result, plot_dir: Path) -> list[Path]:
     """The PNG plots of ``result`` in ``plot_dir`` (those its fields and series allow); their paths."""
-    import matplotlib   # late: start-up cost (0.7 s), paid only by a run that plots
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt   # late: as matplotlib above
-
+    plt = _Figures()     # figures without pyplot (hpcsolve.core.plotstyle): its import and figure manager cost
     plot_dir = Path(plot_dir)
     files: list[Path] = []
     if "velocity" in result.fields and result.grid is not None:
@@ -67,7 +62,7 @@ def _plot_fields(plt, result, plot_dir: Path) -> list[Path]:
     ax.set_aspect("equal")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
-    ax.set_title(f"{result.case_name}: velocity magnitude and streamlines ({result.backend}, {result.precision})")
+    ax.set_title(f"{result.case_name}: velocity magnitude and streamlines ({run_label(result)})")
     files.append(_save(fig, plot_dir / "velocity.png"))
 
     if "vorticity" in f:
@@ -79,7 +74,7 @@ def _plot_fields(plt, result, plot_dir: Path) -> list[Path]:
         colorbar(fig, ax, im, "vorticity (1/s)")
         ax.set_xlabel("x (m)")
         ax.set_ylabel("y (m)")
-        ax.set_title(f"{result.case_name}: vorticity")
+        ax.set_title(f"{result.case_name}: vorticity ({run_label(result)})")
         files.append(_save(fig, plot_dir / "vorticity.png"))
     return files
 
@@ -101,7 +96,7 @@ def _plot_series(plt, result, monitored: list[str], plot_dir: Path) -> Path:
             ax.legend(fontsize=7)
         ax.set_ylabel(SERIES_LABELS.get(k, k.replace("_", " ")), fontsize=8)
     axes[-1, 0].set_xlabel("time (s)")
-    fig.suptitle(f"{result.case_name}: monitored series")
+    fig.suptitle(f"{result.case_name}: monitored series ({run_label(result)})")
     return _save(fig, plot_dir / "series.png")
 
 
@@ -124,7 +119,7 @@ def _plot_centerlines(plt, result, plot_dir: Path) -> Path:
     a2.set_ylabel("v / U_lid at y = 0.5")
     a1.legend(fontsize=8)
     a2.legend(fontsize=8)
-    fig.suptitle(f"{result.case_name}: cavity centerlines")
+    fig.suptitle(f"{result.case_name}: cavity centerlines ({run_label(result)})")
     return _save(fig, plot_dir / "centerlines.png")
 
 
@@ -137,7 +132,7 @@ def _plot_profile(plt, result, plot_dir: Path) -> Path:
     ax.set_xlabel("u / U_mean")
     ax.set_ylabel("y / H")
     ax.legend(fontsize=8)
-    ax.set_title(f"{result.case_name}: velocity profile")
+    ax.set_title(f"{result.case_name}: velocity profile ({run_label(result)})")
     return _save(fig, plot_dir / "profile.png")
 
 
@@ -146,10 +141,16 @@ SERIES_LABELS = {"kinetic_energy": "kinetic energy\n(J per m depth)", "max_speed
                  "steady_change": "relative change\nper interval (-)"}
 
 
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt   # late: as in plot_result
+class _Figures:
+    """``subplots`` as pyplot's, on a Figure of hpcsolve.core.plotstyle (no pyplot)."""
 
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    plt.close(fig)
-    return path
+    @staticmethod
+    def subplots(nrows=1, ncols=1, figsize=None, **kwargs):
+        fig = new_figure(figsize)
+        axes = fig.subplots(nrows, ncols, **kwargs)
+        return fig, axes
+
+
+def _save(fig, path: Path) -> Path:
+    """The PNG (fast compression); bbox 'tight' keeps the colorbars and suptitles of these layouts inside it."""
+    return save_png(fig, path, dpi=110, tight=True)

@@ -33,7 +33,8 @@ from hpcsolve.lbm import memory as lbm_memory
 from hpcsolve.lbm.case import LBMCase, derive
 from hpcsolve.lbm.checkpoints import make_checkpoint, restore
 from hpcsolve.lbm.distributed import SlabStepper
-from hpcsolve.lbm.monitor import Monitor, device_monitor, fields, host, point_fields, snapshot_fields
+from hpcsolve.lbm.monitor import (Monitor, device_monitor, fields, host, point_fields, snapshot_fields,
+                                  storage_resolution)
 from hpcsolve.lbm.plots import plot_result
 from hpcsolve.lbm.reference import reference_metrics
 from hpcsolve.lbm.setup import bounce_back_summary, build_setup
@@ -112,10 +113,13 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     result = _new_result(case, backend, policy, derived, geo, stepper, ranks)
     loop = _Loop(case, backend, policy, derived, geo, stepper, result, comm, t_start, checkpoint_dir, resume)
     bar = tqdm(total=derived.steps, initial=loop.step, disable=not progress, delay=2, unit="step", desc=case.name)
+    if progress and hasattr(stop, "notice"):     # a StopRequest (hpcsolve.core.interrupts) says so on a first signal
+        stop.notice = loop.stop_notice
     try:
         loop.advance(bar, stop)
     finally:
         bar.close()
+        loop.next_point = None            # stepping is over: a signal now finds the result being made
     return loop.finish(resume)
 
 
@@ -163,6 +167,7 @@ class _Loop:
         self.fields = (rho, ux, uy)
         self.last_good = (rho, ux, uy, self.step)
         self.status, self.message = "completed", ""
+        self.next_point = self.step       # the monitor point the loop steps towards (a requested stop comes there)
 
     def checkpoint(self) -> None:
         elapsed = self.earlier_seconds + _time.perf_counter() - self.t_start
@@ -179,6 +184,7 @@ class _Loop:
             for interval in (self.derived.output_every, self.ckpt_every):
                 if interval:
                     nxt = min(nxt, (self.step // interval + 1) * interval)
+            self.next_point = nxt
             with self.backend.timer() as timer:
                 self.stepper.step(nxt - self.step)
             self.step_seconds += timer.seconds
@@ -193,6 +199,8 @@ class _Loop:
                                 f"{self.monitor.steady_change:.3g} per {case.steady.interval} steps "
                                 f"< {case.steady.tolerance:g}")
                 break
+            if case.steady.enabled and self._stalled():
+                break
             if self.ckpt_every and self.step % self.ckpt_every == 0 and self.step < total:
                 self.checkpoint()
             if self._stop_requested(stop):
@@ -203,6 +211,32 @@ class _Loop:
                     if self.checkpoint_dir is not None:      # the rank that writes knows where
                         self.message += f"; resume with: hpcsolve run --resume {Path(self.checkpoint_dir)}"
                 break
+
+    def stop_notice(self) -> str:
+        """What a first SIGINT/SIGTERM makes the run do (printed at once by ``hpcsolve.core.interrupts``)."""
+        writes = "writing checkpoint and result" if self.ckpt_on_stop else "writing the result"
+        if self.next_point is None:
+            return "the run has ended; finishing its result and plots (a second signal stops at once)"
+        return (f"stopping at the next monitor point (step {self.next_point}); {writes} "
+                f"(a second signal stops at once)")
+
+    def _stalled(self) -> bool:
+        """The steady change stalled above the tolerance at the storage's resolution (``Monitor.steady_stall``):
+        the run stops here as not_steady, since more steps cannot bring it lower; True where it does."""
+        tol, policy = self.case.steady.tolerance, self.policy
+        resolution = storage_resolution(policy)
+        stall = self.monitor.steady_stall(tol, resolution)
+        if stall is None:
+            return False
+        exp = math.floor(math.log10(stall["highest"]))
+        suggest = math.ceil(stall["highest"] / 10.0**exp * (1 - 1e-9)) * 10.0**exp
+        wider = " or use fp64" if resolution > 1e3 * np.finfo(np.float64).eps else ""
+        self.status = "not_steady"
+        self.message = (f"steady change stalled at {stall['level']:.2g} from step {stall['from_step']}, above "
+                        f"steady.tolerance {tol:g}: {policy.name} cannot resolve a smaller change here; raise "
+                        f"steady.tolerance to >= {suggest:.1g}{wider} (stopped at step {self.step} of "
+                        f"{self.derived.steps})")
+        return True
 
     def _point(self) -> None:
         """A monitor point: the state checks (a blow-up raises), the series and, at output times, a snapshot."""

@@ -28,9 +28,21 @@ second comparison or a run into it is refused naming the holder; a folder holdin
 SIGINT/SIGTERM stops the comparison: the configuration it stopped is an 'interrupted' row, comparison.json / .md are
 written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit 130) follows.
 
+Fields judged: a run's *field error* is the largest relative L2 error over the fields it shares with the reference
+(``fields`` selects which: field names such as ``velocity``, or scalar metrics of the run such as ``probe_value``
+or ``drag_coefficient``, whose error is |run - reference| / |reference|); every verdict names the field the error is
+in, comparison.md lists every field's error (``err_L2_by_field``) and the plots say what they show.
+
+Memory: ``state_MiB`` is the solver state of each configuration (LBM: populations, 2 x 9 x cells x storage bytes, 1 x
+with in-place streaming; FEM: the matrix at storage precision with int32 indices, 10 Krylov vectors, and the
+multigrid hierarchy's levels), which changes with precision; ``process_peak_est_MiB`` (``memory_bytes``) is the
+estimated peak of the whole process (hpcsolve.core.memory), which mostly does not.
+
 Recommendation: the FP64 reference is a candidate like every other run. A run is *acceptable* when it
-finished (completed or converged) and its field error (the largest relative L2 error over the fields)
-is within the tolerance. A run is recommended over a more accurate one only when it is faster beyond
+finished (completed or converged) and its field error is within the tolerance. Errors are compared in accuracy
+classes (``comparison.accuracy_bin``): at or below tolerance/100 they count as equal (round-off), above that one
+class per decade; within a class the lower median time (FEM: solve + preconditioner set-up) is preferred. A run
+of a less accurate class is recommended over a more accurate one only when it is faster beyond
 the measured spread (its slowest timed run is faster than the other's fastest; both timed at least 3 times)
 and by at least 10% of the other's median time; otherwise the more
 accurate one is recommended. So the answer is never a run slower than the reference, and when no
@@ -42,6 +54,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +65,7 @@ from hpcsolve import run as runmod   # (its run_case looked up at call time: tes
 from hpcsolve.core import backends as backends_mod
 from hpcsolve.core import interrupts, outdir
 from hpcsolve.core.cases import CaseBase
-from hpcsolve.core.errors import HpcsolveError, RunInterrupted
+from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report.compare_inputs import (_check_preconditioners, _retire_comparison, check_out, checked_inputs,
@@ -66,13 +80,16 @@ MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREA
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
+PROGRESS_EVERY_S = 10.0      # a progress line at least this often while a configuration runs (unless quiet)
+LBM_Q = 9                    # D2Q9 populations per cell
+FEM_VECTORS = 10             # Krylov vectors counted in the FEM state (as hpcsolve.fem.memory.DEVICE_VECTORS)
 
 
 def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
             tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
             progress: bool = False, warmup: bool = True, repeats: int | None = None,
             time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None,
-            overwrite: bool = False) -> Comparison:
+            overwrite: bool = False, fields: list[str] | None = None) -> Comparison:
     """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare.
 
     With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
@@ -87,11 +104,21 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     whose run refuses its preconditioner (e.g. "mg" on a mesh that is not a structured generator mesh)
     is recorded as failed with the reason, and the others still run.
 
+    ``fields``: what the field error (tolerance, verdicts, recommendation, Pareto plot) is taken over: names of
+    fields (e.g. ``["velocity"]``: the pressure error is still shown, but does not reject a run) or of scalar metrics
+    the run reports (e.g. ``probe_value``, ``drag_coefficient``: relative difference to the reference's value). Default:
+    the case's ``compare.fields`` where its model has one, else every field. A name the reference run does not have
+    is refused (CaseError naming ``--fields``, with the names it has) once the reference has run.
+
+    ``progress``: a line on stderr when each configuration starts and ends, after each timed run, and at least every
+    PROGRESS_EVERY_S (10 s) while one runs (the ``--quiet`` of the CLI turns them off).
+
     ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
     holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
     case, backends, precisions = checked_inputs(case, backends, precisions, tolerance, repeats, overrides,
                                                 runmod.as_names)
     pc_names = _check_preconditioners(case, preconditioners)
+    fields = _check_fields(fields if fields is not None else getattr(getattr(case, "compare", None), "fields", None))
     configs, pc_cases = configurations(case, backends, precisions, pc_names)
     out_path = runmod.out_folder_arg(out)
     if out_path is not None:
@@ -104,10 +131,12 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     with interrupts.stop_on_signals(graceful=False), interrupts.exit_deferred(claim):
         if out_path is not None:
             check_out(out_path, overwrite)      # again under the lock: a comparison that finished meanwhile counts
-        comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names)
+        comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names, fields=fields)
         try:
-            _run_all(comp, configs, pc_cases, out_path, overwrite, dict(progress=progress, warmup=warmup,
-                                                                        repeats=repeats, time_budget_s=time_budget_s))
+            with _Progress(progress, len(configs)) as report:
+                _run_all(comp, configs, pc_cases, out_path, overwrite,
+                         dict(progress=progress, warmup=warmup, repeats=repeats, time_budget_s=time_budget_s,
+                              report=report))
         except (RunInterrupted, KeyboardInterrupt):
             with interrupts.deferred():
                 comp.interrupted = comp.interrupted or "interrupted by a signal between two runs"
@@ -137,10 +166,10 @@ def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, tim
             continue
         name = f"{backend}-{prec}" + (f"-{pc}" if pc is not None else "")
         run_dir = out_path / name if out_path is not None else None
+        timing["report"].start(i, key)
         try:
-            res, times, desc = _timed_runs(pc_cases[pc], backend, prec, run_dir, timing["progress"],
-                                           timing["warmup"], timing["repeats"], timing["time_budget_s"],
-                                           out_path if retire else None)
+            res, times, desc, extra = _timed_runs(pc_cases[pc], backend, prec, run_dir, timing,
+                                                  out_path if retire else None)
             retire = False
         except (RunInterrupted, KeyboardInterrupt) as exc:
             why = str(exc) if isinstance(exc, RunInterrupted) else "interrupted by a signal"
@@ -155,71 +184,154 @@ def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, tim
                 raise
             comp.runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
                                  preconditioner=pc, message=str(exc), reference_run=False))
+            timing["report"].line(f"{key}: {comp.runs[-1].status}")
             continue
+        extra["judged"] = comp.fields
         if ref_result is None:          # the reference: judged against itself only when it finished well
             finished = res.status in OK_STATUS
-            run = _run_record(backend, prec, pc, res, times, desc, res if finished else None, reference=True)
+            if finished:
+                _fields_in(comp.fields, res)
+            run = _run_record(backend, prec, pc, res, times, desc, extra, res if finished else None, reference=True)
             ref_result, ref_run = res, run
             if not finished:
                 comp.reference_failed = (f"the reference {run.label} ended {res.status}"
                                          + (f" ({res.message})" if res.message else ""))
         else:
-            run = _run_record(backend, prec, pc, res, times, desc, None if comp.reference_failed else ref_result)
+            run = _run_record(backend, prec, pc, res, times, desc, extra, None if comp.reference_failed else ref_result)
         if comp.reference_failed:
             run.error_note = ("the failed reference: no error or speedup is measured against it" if run is ref_run else
                               f"not judged: {comp.reference_failed}, so no error or speedup is measured against it")
         else:
             run.speedup = ref_run.wall_s / run.wall_s if run.wall_s > 0 else math.nan
         comp.runs.append(run)
+        timing["report"].done(run)
 
 
-def _timed_runs(case: CaseBase, backend, prec, run_dir, progress, warmup, repeats, time_budget_s, retire_in):
+def _timed_runs(case: CaseBase, backend, prec, run_dir, timing: dict, retire_in):
     """One configuration: planned once (the setup built once), a warm-up run, the written run and the further
-    timed runs (``_more_repeats``); (the written run's result, the solver times, the description).
+    timed runs (``_more_repeats``); (the written run's result, the solver times, the description, and a dict of
+    the ``policy`` and the ``setup_times``: each timed run's preconditioner set-up, FEM).
     ``retire_in``: the --overwrite folder whose earlier comparison files go before this first written run."""
+    report, repeats = timing["report"], timing["repeats"]
     cfg_case, backend_obj, policy, desc = runmod.plan(case, backend, prec)
-    if warmup:
+    if timing["warmup"]:
+        report.phase("warm-up run (untimed)")
         runmod.run_case(cfg_case, backend_obj, policy, progress=False, description=desc)
     if retire_in is not None:       # the first run that will write: unless it is refused before it starts
         runmod.check_memory(desc, backend_obj)
         _retire_comparison(retire_in)
-    res = runmod.run_case(cfg_case, backend_obj, policy, out=run_dir, progress=progress, overwrite=True,
+    report.phase("timed run 1 (written)")
+    res = runmod.run_case(cfg_case, backend_obj, policy, out=run_dir, progress=timing["progress"], overwrite=True,
                           description=desc)
     times, extra = [_solver_seconds(res)], 0.0
-    while _more_repeats(times, repeats, time_budget_s, extra):
+    setup_times = [_setup_seconds(res)]
+    report.timed(1, times[0])
+    while _more_repeats(times, repeats, timing["time_budget_s"], extra):
         t0 = time.perf_counter()
-        times.append(_solver_seconds(runmod.run_case(cfg_case, backend_obj, policy, progress=False,
-                                                     description=desc)))
+        report.phase(f"timed run {len(times) + 1}")
+        more = runmod.run_case(cfg_case, backend_obj, policy, progress=False, description=desc)
+        times.append(_solver_seconds(more))
+        setup_times.append(_setup_seconds(more))
+        report.timed(len(times), times[-1])
         if len(times) > DEFAULT_REPEATS:
             extra += time.perf_counter() - t0
-    return res, times, desc
+    return res, times, desc, {"policy": policy, "setup_times": setup_times}
 
 
-def _run_record(backend, prec, pc, res: Result, times, desc, ref_result: Result | None, *,
+def _run_record(backend, prec, pc, res: Result, times, desc, extra: dict, ref_result: Result | None, *,
                 reference: bool = False) -> Run:
     """The Run of a configuration that ran: its times, throughput, memory, and its errors against ``ref_result``
-    (None: none measured, a failed reference); ``reference``: this run is the reference."""
+    (None: none measured, a failed reference); ``reference``: this run is the reference. ``extra``: the policy,
+    the set-up times and the ``judged`` selection."""
+    judged = extra.get("judged")
     used = res.metrics.get("preconditioner")
     run = Run(backend, prec, status=res.status, preconditioner=pc, wall_s=float(np.median(times)), times=times,
               total_s=float(res.timings.get("total_s", math.nan)), throughput=_throughput(res),
-              memory_bytes=desc.memory_bytes, reference_errors=_reference_errors(res),
+              memory_bytes=desc.memory_bytes, reference_errors=_reference_errors(res), judged=judged,
+              setup_times=[t for t in extra["setup_times"] if math.isfinite(t)],
               residuals=_residuals(res), message=res.message,
               preconditioner_used=used if isinstance(used, str) else None,
               preconditioner_info=dict(res.metrics.get("preconditioner_info") or {}),
               reference_run=reference, result=res)
+    run.state_bytes, run.state_basis = state_memory(res, extra["policy"])
     if ref_result is None:
         return run
     for fname, ref in ref_result.fields.items():
         if fname in SKIP_FIELDS or fname not in res.fields or not np.issubdtype(np.asarray(ref).dtype, np.floating):
             continue
         run.field_errors[fname] = field_error(res.fields[fname], ref)
-    run.drift = _drift(res, ref_result)
+    for name in judged or ():             # selected scalar metrics: relative difference to the reference's
+        if name not in run.field_errors and _number(res.metrics.get(name)) and _number(ref_result.metrics.get(name)):
+            a, b = float(res.metrics[name]), float(ref_result.metrics[name])
+            rel = abs(a - b) / abs(b) if b != 0 else abs(a - b)
+            run.field_errors[name] = {"rel_l2": rel, "rel_max": rel}
+    run.drift = _drift(res, ref_result, judged)
     return run
 
 
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_fields(fields) -> list[str] | None:
+    """The ``fields`` selection as a list of names, checked before anything runs (a list of names, each once)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        fields = [fields]
+    names = []
+    for f in fields:
+        if not isinstance(f, str) or not f.strip():
+            raise CaseError.invalid("--fields", f, "names of fields (velocity, pressure, ...) or scalar metrics")
+        if f.strip() in names:
+            raise CaseError.invalid("--fields", f, "each name once")
+        names.append(f.strip())
+    if not names:
+        raise CaseError.invalid("--fields", [], "at least one field or metric name (None: every field)")
+    return names
+
+
+def _fields_in(fields, ref: Result) -> None:
+    """Every name of the ``fields`` selection is a field or a scalar metric of the reference run, else CaseError."""
+    have = [f for f, v in ref.fields.items() if f not in SKIP_FIELDS and np.issubdtype(np.asarray(v).dtype, np.floating)]
+    metrics = sorted(k for k, v in ref.metrics.items() if _number(v))
+    unknown = [f for f in fields or () if f not in have and f not in metrics]
+    if unknown:
+        raise CaseError.invalid("--fields", " ".join(unknown), "fields: " + ", ".join(have) + "; metrics: "
+                                + ", ".join(metrics), why="the reference run has no field or scalar metric of that name")
+
+
+def state_memory(res: Result, policy) -> tuple[int | None, str]:
+    """(bytes, basis) of the solver state of a run, from its own derived values: LBM populations (2 x 9 x cells x
+    storage bytes; 1 x in place), FEM matrix (values at storage precision + int32 indices + row pointers), Krylov
+    vectors (FEM_VECTORS at compute precision) and the multigrid hierarchy's levels (preconditioner_info)."""
+    d, storage = res.derived, int(policy.storage_bytes)
+    if "nx" in d and "ny" in d:
+        arrays = 1 if d.get("streaming") == "in-place" else 2
+        cells = int(d["nx"]) * int(d["ny"])
+        return arrays * LBM_Q * cells * storage, f"{arrays} x {LBM_Q} x {cells:,} cells x {storage} B populations"
+    if "matrix_nnz" in d:
+        rows, nnz = int(d.get("free_unknowns", d.get("unknowns", 0))), int(d["matrix_nnz"])
+        compute = np.dtype(policy.compute).itemsize
+        total = nnz * (storage + 4) + (rows + 1) * 4 + FEM_VECTORS * rows * compute
+        basis = f"matrix {nnz:,} nnz x ({storage}+4) B, {FEM_VECTORS} vectors x {rows:,} x {compute} B"
+        info = res.metrics.get("preconditioner_info") or {}
+        if isinstance(info.get("nnz"), list) and isinstance(info.get("rows"), list):
+            hb = {"fp64": 8, "fp32": 4, "fp16": 2}.get(str(info.get("hierarchy")), storage)
+            total += sum(int(n) for n in info["nnz"]) * (hb + 4) + sum(int(r) for r in info["rows"]) * 4
+            basis += f", hierarchy {len(info['rows'])} levels x {hb} B"
+        return int(total), basis
+    return None, ""
+
+
 def _solver_seconds(res: Result) -> float:
-    """The run's solver time (``family.SOLVER_SECONDS``)."""
+    """The run's solver time (``family.SOLVER_SECONDS``; FEM: the solve and its preconditioner set-up)."""
     return float(res.timings.get(SOLVER_SECONDS, math.nan))
+
+
+def _setup_seconds(res: Result) -> float:
+    """The run's preconditioner set-up time (FEM), part of its solver time; nan where it has none."""
+    return float(res.timings.get("preconditioner_setup_s", math.nan))
 
 
 
@@ -262,13 +374,71 @@ def _residuals(res: Result) -> dict:
 
 
 
-def _drift(res: Result, ref: Result) -> dict:
-    """The velocity (or first field) error against the reference at each common output time (LBM)."""
-    times, errs = [], []
+def _drift(res: Result, ref: Result, judged=None) -> dict:
+    """The error of the first selected field (default velocity, else the first field) against the reference at each
+    common output time (LBM), with the field's name."""
+    times, errs, key = [], [], None
     for s, r in zip(res.snapshots, ref.snapshots):
-        key = "velocity" if "velocity" in r.fields else next(iter(r.fields), None)
+        key = next((f for f in (judged or ()) if f in r.fields),
+                   "velocity" if "velocity" in r.fields else next(iter(r.fields), None))
         if key is None or key not in s.fields or s.step != r.step:
             continue
         times.append(r.time)
         errs.append(field_error(s.fields[key], r.fields[key])["rel_l2"])
-    return {"time": times, "rel_l2": errs} if times else {}
+    return {"field": key, "time": times, "rel_l2": errs} if times else {}
+
+
+class _Progress:
+    """Progress lines of a comparison on stderr (nothing when not ``enabled``): each configuration's start and end,
+    each timed run, and a "still running" line whenever PROGRESS_EVERY_S passed without one (a daemon thread)."""
+
+    def __init__(self, enabled: bool, total: int, write=None, clock=time.monotonic):
+        self.enabled, self.total, self.clock = enabled, total, clock
+        self.write = write or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.key, self.what, self.t_config = "", "", 0.0
+        self.last = clock()
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._beat, name="compare-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        return False
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            self.last = self.clock()
+            self.write(f"compare: {text}")
+
+    def start(self, i: int, key: str) -> None:
+        self.key, self.t_config = key, self.clock()
+        self.line(f"[{i + 1}/{self.total}] {key}: started")
+
+    def phase(self, what: str) -> None:
+        self.what = what
+        self.line(f"{self.key}: {what}")
+
+    def timed(self, n: int, seconds: float) -> None:
+        self.line(f"{self.key}: timed run {n}: {seconds:.3g} s")
+
+    def done(self, run: Run) -> None:
+        err = f", error {run.error_text()}" if math.isfinite(run.error) else ""
+        self.line(f"{self.key}: done in {self.clock() - self.t_config:.1f} s ({run.status}, median {run.wall_s:.3g} s{err})")
+
+    def tick(self) -> bool:
+        """One check of the heartbeat: a "still running" line when PROGRESS_EVERY_S passed since the last line."""
+        if not (self.enabled and self.key) or self.clock() - self.last < PROGRESS_EVERY_S:
+            return False
+        self.line(f"{self.key}: still running ({self.what}), {self.clock() - self.t_config:.0f} s so far")
+        return True
+
+    def _beat(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()

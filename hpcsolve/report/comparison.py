@@ -15,6 +15,9 @@ from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
 #                              between launch-bound GPU runs flipped the cavity's recommendation between runs
 MIN_TIMED = 3                # timings each run needs before one can be called faster than another (a spread)
+#: errors at or below tolerance x EQUAL_BELOW count as equally accurate (round-off: 4e-13 and 7e-13 are the same
+#: answer); above it, errors in the same decade (tol/100-tol/10, tol/10-tol, ...) count as equal, and time decides
+EQUAL_BELOW = 0.01
 OK_STATUS = ("completed", "converged", "not_steady")   # not_steady: ran its full time (fields valid)
 REFERENCE = ("numpy", "fp64")
 
@@ -29,7 +32,11 @@ class Run:
     times: list = field(default_factory=list)   # every timed run's solver time
     total_s: float = math.nan         # whole run including setup
     throughput: dict = field(default_factory=dict)
-    memory_bytes: int | None = None
+    memory_bytes: int | None = None   # estimated peak of the whole process (hpcsolve.core.memory), same for every precision
+    state_bytes: int | None = None    # the solver state: LBM populations, FEM matrix + vectors (+ hierarchy)
+    state_basis: str = ""             # how state_bytes is counted, in one line
+    setup_times: list = field(default_factory=list)   # FEM: preconditioner set-up of each timed run (part of times)
+    judged: list | None = None        # the fields / metrics the error is taken over (None: every field)
     field_errors: dict = field(default_factory=dict)   # name -> {"rel_l2": .., "rel_max": ..}
     drift: dict = field(default_factory=dict)          # {"time": [...], "rel_l2": [...]} (LBM)
     reference_errors: dict = field(default_factory=dict)  # errors vs analytic/published refs from the run
@@ -76,15 +83,37 @@ class Run:
         return self.wall_max < other.wall_min and self.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
 
     @property
+    def judged_errors(self) -> dict:
+        """name -> relative L2 error of the fields (and metrics) the error is taken over (``judged``)."""
+        return {k: e["rel_l2"] for k, e in self.field_errors.items() if self.judged is None or k in self.judged}
+
+    @property
     def error(self) -> float:
-        """Largest relative L2 error over the fields against the FP64 reference run."""
-        vals = [e["rel_l2"] for e in self.field_errors.values()]
+        """Largest relative L2 error over the judged fields (``judged``; default every field) against the FP64
+        reference run."""
+        vals = list(self.judged_errors.values())
         return max(vals) if vals else math.nan
+
+    @property
+    def error_field(self) -> str:
+        """The field (or metric) whose error is ``error`` ("" when none is measured)."""
+        errs = self.judged_errors
+        return max(errs, key=errs.get) if errs and max(errs.values()) > 0 else ""
+
+    def error_text(self) -> str:
+        """The error with the field it is in: "0.00561 in pressure"."""
+        return f"{self.error:.3g}" + (f" in {self.error_field}" if self.error_field else "")
+
+    @property
+    def setup_s(self) -> float:
+        """Median preconditioner set-up time of the timed runs (FEM; nan where none)."""
+        return float(np.median(self.setup_times)) if self.setup_times else math.nan
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("result", "reference_run")}
         d["label"] = self.label
         d["error"] = None if self.error_note and not math.isfinite(self.error) else self.error
+        d["error_field"] = self.error_field
         d["reference"] = self.is_reference
         d["wall_min_s"], d["wall_max_s"] = self.wall_min, self.wall_max
         return _jsonable(d)
@@ -105,6 +134,19 @@ def _error(r: "Run") -> float:
     return 0.0 if r.is_reference else r.error
 
 
+def accuracy_bin(error: float, tolerance: float) -> float:
+    """The accuracy class of ``error``: 0 at or below tolerance x EQUAL_BELOW (equally accurate), then one class
+    per decade above it; runs of one class count as equally accurate and the faster is preferred. With tolerance 0
+    there are no classes (the error itself)."""
+    limit = tolerance * EQUAL_BELOW
+    if limit <= 0:
+        return error
+    k = 0
+    while error > limit * (1 + 1e-9) and k < 400:
+        limit, k = limit * 10, k + 1
+    return float(k)
+
+
 @dataclass
 class Comparison:
     case_name: str
@@ -115,6 +157,17 @@ class Comparison:
     preconditioners: list | None = None           # FEM: the preconditioner dimension (None: the case's own setting)
     reference_failed: str | None = None           # why the reference did not finish well: nobody is judged against it
     interrupted: str | None = None                # a signal stopped the comparison part way: what it stopped
+    fields: list | None = None                    # the fields / metrics judged (None: every field)
+
+    def _bin(self, r: Run) -> float:
+        return accuracy_bin(_error(r), self.tolerance)
+
+    def _judged_text(self) -> str:
+        """What the error is taken over, for legends and labels."""
+        if self.fields:
+            return ", ".join(self.fields) if len(self.fields) == 1 else "largest over " + ", ".join(self.fields)
+        names = sorted({k for r in self.runs for k in r.field_errors})
+        return "largest over fields" + (f" ({', '.join(names)})" if names else "")
 
     @property
     def status(self) -> str:
@@ -129,6 +182,13 @@ class Comparison:
         return (self.status == "complete" and r.status in OK_STATUS and math.isfinite(r.wall_s)
                 and (r.is_reference or (math.isfinite(r.error) and r.error <= self.tolerance)))
 
+    def preferred(self, r: Run, other: Run) -> bool:
+        """``r`` is preferred to ``other`` (at least as accurate a class): of the same accuracy class (equally
+        accurate) with a median at least MIN_GAIN lower, both timed MIN_TIMED times; else measurably faster."""
+        if self._bin(r) == self._bin(other) and min(len(r.times), len(other.times)) >= MIN_TIMED:
+            return r.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
+        return r.faster_than(other)
+
     def recommendation(self) -> dict:
         """The recommended run and why (see the module docstring for the rule)."""
         ok = [r for r in self.runs if self.acceptable(r)]
@@ -141,25 +201,33 @@ class Comparison:
             why = "no run finished within the tolerance"
             if others:
                 closest = min(others, key=lambda r: r.error)
-                why += f"; the closest is {closest.label} with error {closest.error:.3g} ({closest.status})"
+                why += f"; the closest is {closest.label} with error {closest.error_text()} ({closest.status})"
             return {"backend": None, "precision": None, "preconditioner": None, "label": None, "why": why}
-        # from the most accurate run down: a less accurate run replaces the choice only when it is
-        # measurably faster than the choice so far
-        by_accuracy = sorted(ok, key=lambda r: (0.0 if r.is_reference else r.error, r.wall_s))
+        # from the most accurate run down, by accuracy class (accuracy_bin: errors far below the tolerance are equal):
+        # a run of the same class replaces the choice when its median is MIN_GAIN lower, one of a less accurate
+        # class only when measurably faster (beyond the spread)
+        by_accuracy = sorted(ok, key=lambda r: (self._bin(r), _error(r), r.wall_s))
         best = beaten = by_accuracy[0]
         for r in by_accuracy[1:]:
-            if r.faster_than(best):
+            if self.preferred(r, best):
                 best, beaten = r, best
         if best is by_accuracy[0]:
+            equal = [r for r in ok if r is not best and self._bin(r) == self._bin(best)]
+            most = "the most accurate run" + (f"; none as accurate (same accuracy class: errors at or below tolerance/"
+                                              f"{1 / EQUAL_BELOW:g} count as equal) is {MIN_GAIN:.0%} faster"
+                                              if equal else "")
             why = (f"no configuration is measurably faster than {best.label} "
-                   f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), the most accurate run")
+                   f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), {most}")
             if any(len(r.times) < MIN_TIMED for r in ok):
                 why += (f"; fewer than {MIN_TIMED} timings per run give no spread to compare speeds with "
                         f"(--repeats {MIN_TIMED} or more)")
+        elif self._bin(best) == self._bin(beaten):
+            why = (f"as accurate as {beaten.label} (accuracy class {self._bin(best):g}: errors {best.error_text()} and "
+                   f"{_error(beaten):.2g}) and faster: median {best.wall_s:.3g} s against {beaten.wall_s:.3g} s")
         else:
             why = (f"measurably faster than {beaten.label} "
                    f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {beaten.wall_min:.3g}-"
-                   f"{beaten.wall_max:.3g} s) with field error {best.error:.3g} <= tolerance {self.tolerance:g}")
+                   f"{beaten.wall_max:.3g} s) with field error {best.error_text()} <= tolerance {self.tolerance:g}")
         return {"backend": best.backend, "precision": best.precision, "preconditioner": best.preconditioner,
                 "label": best.label, "error": best.error, "wall_s": best.wall_s, "speedup": best.speedup, "why": why}
 
@@ -187,15 +255,23 @@ class Comparison:
             elif r.error_note:
                 out[key] = r.error_note
             elif not self.acceptable(r):
-                out[key] = f"field error {r.error:.3g} above the tolerance {self.tolerance:g}"
+                others = ", ".join(f"{k} {v:.2g}" for k, v in r.judged_errors.items() if k != r.error_field)
+                out[key] = (f"field error {r.error_text()} above the tolerance {self.tolerance:g}"
+                            + (f" ({others})" if others else ""))
+            elif chosen is not None and self._bin(r) == self._bin(chosen) and self.preferred(chosen, r):
+                out[key] = (f"as accurate as {chosen.label} (same accuracy class), but slower: median "
+                            f"{r.wall_s:.3g} s against {chosen.wall_s:.3g} s")
             elif chosen is not None and chosen.faster_than(r):
                 out[key] = (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
                             f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s) within the tolerance")
             elif chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
                 out[key] = (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
                             f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
+            elif chosen is not None and self._bin(r) == self._bin(chosen):
+                out[key] = (f"as accurate as {chosen.label} (same accuracy class) and not faster by {MIN_GAIN:.0%}: "
+                            f"median {r.wall_s:.3g} s against {chosen.wall_s:.3g} s, so the more accurate is kept")
             elif chosen is not None and not r.faster_than(chosen):
-                more = "more accurate, but " if _error(r) < _error(chosen) else ""
+                more = "more accurate, but " if self._bin(r) < self._bin(chosen) else ""
                 out[key] = (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
                             f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
                             f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
@@ -224,7 +300,7 @@ class Comparison:
             if r.preconditioner and r.preconditioner_used and r.preconditioner_used != r.preconditioner:
                 pc += f" ({r.preconditioner_used})"          # auto -> what it resolved to
             its = r.residuals.get("iterations")
-            pc_setup = r.preconditioner_info.get("setup_time_s")
+            pc_setup = r.setup_s if r.setup_times else r.preconditioner_info.get("setup_time_s")
             rows.append({
                 "backend": r.backend, "precision": r.precision + (" (ref)" if r.is_reference else ""),
                 "preconditioner": pc,
@@ -234,8 +310,13 @@ class Comparison:
                 "speedup": f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "",
                 "iterations": str(int(its)) if isinstance(its, (int, float)) and math.isfinite(its) else "",
                 "pc_setup_s": f"{pc_setup:.3g}" if isinstance(pc_setup, (int, float)) else "",
-                "memory_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
-                "err_vs_fp64_L2": f"{r.error:.2e}" if math.isfinite(r.error) else "",
+                "state_MiB": f"{r.state_bytes / 2**20:.3g}" if r.state_bytes else "",
+                "process_peak_est_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
+                "err_vs_fp64_L2": (f"{r.error:.2e}" + (f" ({r.error_field})" if r.error_field else "")
+                                   if math.isfinite(r.error) else ""),
+                "err_L2_by_field": ", ".join(f"{k} {e['rel_l2']:.2e}" for k, e in r.field_errors.items()),
+                "accuracy_class": (f"{self._bin(r):g}" if math.isfinite(_error(r)) and self.tolerance > 0
+                                   and self.status == "complete" else ""),
                 "err_vs_fp64_max": (f"{max(e['rel_max'] for e in r.field_errors.values()):.2e}"
                                     if r.field_errors else ""),
                 "true_residual": res, "vs_published/analytic": ref_err,
@@ -254,9 +335,7 @@ class Comparison:
                       f"speedup columns empty).", ""]
         if self.interrupted:
             lines += [f"**Interrupted**: {self.interrupted}.", ""]
-        lines.append("time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up.")
-        if any(row["pc_setup_s"] for row in rows):
-            lines.append("pc_setup_s: building the preconditioner (multigrid hierarchy), before the solve and not in time_s.")
+        lines += self._legend(rows)
         lines.append("")
         if rec["backend"]:
             pc = f" / {rec['preconditioner']}" if rec.get("preconditioner") else ""
@@ -270,6 +349,26 @@ class Comparison:
             lines.append(f"- skipped {k}: {why}")
         return "\n".join(lines)
 
+    def _legend(self, rows: list[dict]) -> list[str]:
+        """What the columns of the table mean (and how the recommendation weighs them)."""
+        setup = any(row["pc_setup_s"] for row in rows)
+        lines = ["time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up"
+                 + ("; FEM: the solve plus the preconditioner set-up (pc_setup_s), the time to solution the "
+                    "recommendation decides on." if setup else ".")]
+        if setup:
+            lines.append("pc_setup_s: median time building the preconditioner (multigrid hierarchy), included in time_s.")
+        lines.append(f"err_vs_fp64_L2: relative L2 error vs the CPU fp64 run, {self._judged_text()}, with the field it "
+                     "is in; err_L2_by_field: every field (and selected metric) compared.")
+        if self.tolerance > 0:
+            lines.append(f"accuracy_class: 0 for errors at or below tolerance/{1 / EQUAL_BELOW:g} "
+                         f"({self.tolerance * EQUAL_BELOW:.3g}), then one class per decade above; runs of one class "
+                         "count as equally accurate, and among them the faster time_s is preferred.")
+        if any(row["state_MiB"] for row in rows):
+            lines.append("state_MiB: the solver state of this configuration (LBM: the population arrays; FEM: matrix, "
+                         "Krylov vectors and preconditioner hierarchy); process_peak_est_MiB: the estimated peak of "
+                         "the whole process (interpreter, libraries, set-up, output), much the same for every precision.")
+        return lines
+
     def __str__(self) -> str:
         return self.table()
 
@@ -282,7 +381,11 @@ class Comparison:
                           "preconditioners": self.preconditioners, "recommendation": self.recommendation(),
                           "verdicts": self.verdicts(),
                           "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
-                          "error_definition": "largest relative L2 error over the fields vs the CPU FP64 run"})
+                          "fields": self.fields, "accuracy_equal_below": self.tolerance * EQUAL_BELOW,
+                          "error_definition": f"relative L2 error vs the CPU fp64 run, {self._judged_text()}",
+                          "memory_definition": {"state_bytes": "the solver state of the configuration (LBM populations;"
+                                                " FEM matrix, vectors, hierarchy)",
+                                                "memory_bytes": "estimated peak of the whole process"}})
 
     def plot_pareto(self, path: str | Path) -> Path:
         import matplotlib.pyplot as plt   # late: start-up cost (0.7 s), only when plotting
@@ -298,7 +401,7 @@ class Comparison:
                             color=None if ok else "red",
                             label=None if ok or marked else "not converged / failed")
                 marked = marked or not ok
-                ax.annotate(r.label + ("" if ok else f" ({r.status})"), (r.wall_s, err),
+                ax.annotate(r.label + f" [{r.error_field}]" + ("" if ok else f" ({r.status})"), (r.wall_s, err),
                             textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -306,7 +409,9 @@ class Comparison:
         ref = self.reference
         ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
         ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time (median, min-max)")
-        return _finish(fig, ax, path, "solver time [s] (median, bars: min-max of the timed runs)", "relative L2 error vs CPU fp64", f"{self.case_name}: accuracy vs speed", legend_size=8)
+        return _finish(fig, ax, path, "solver time [s] (median, bars: min-max of the timed runs)",
+                       f"relative L2 error vs CPU fp64\n({self._judged_text()})", f"{self.case_name}: accuracy vs speed",
+                       legend_size=8)
 
     def plot_drift(self, path: str | Path) -> Path | None:
         runs = [r for r in self.runs if r.drift.get("time") and not r.is_reference]
@@ -320,7 +425,9 @@ class Comparison:
             t = np.asarray(r.drift["time"], dtype=float)
             keep = err > 0
             ax.semilogy(t[keep], err[keep], "o-", label=r.label)
-        return _finish(fig, ax, path, "time [s]", "velocity relative L2 error vs CPU fp64", f"{self.case_name}: error drift over time", legend_size=8)
+        name = runs[0].drift.get("field", "velocity")
+        return _finish(fig, ax, path, "time [s]", f"{name} relative L2 error vs CPU fp64",
+                       f"{self.case_name}: {name} error drift over time", legend_size=8)
 
     def plot_residuals(self, path: str | Path) -> Path | None:
         runs = [r for r in self.runs if r.result is not None and any("residual" in k for k in r.result.series)]

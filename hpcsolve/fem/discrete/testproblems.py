@@ -93,7 +93,8 @@ def jumps(n: int, contrast: float = 1e6, blocks: int = 4, seed: int = 1) -> Prob
 
 
 def cook(n: int, poisson_ratio: float = 0.3333333333333333, seed: int = 1) -> Problem:
-    """Plane-strain elasticity on Cook's membrane (n x n cells), clamped at x = 0, random load."""
+    """Plane-strain elasticity on Cook's membrane (n x n cells), clamped at x = 0, random load: a solver test matrix,
+    not the benchmark (cases/cook_membrane.toml: plane stress, shear load 1 on x = 48, u_y(48, 52) -> 23.96)."""
     m = meshmod.cook_membrane(n)
     K = assembly.elasticity_stiffness(m, 1.0, poisson_ratio, "plane_strain")
     left = np.flatnonzero(np.abs(m.points[:, 0]) <= 1e-12)
