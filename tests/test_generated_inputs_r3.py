@@ -31,8 +31,6 @@ first DEFAULT_* chunks of each family, the soak (``-m slow``) the rest. The gene
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import random

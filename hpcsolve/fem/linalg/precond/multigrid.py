@@ -252,14 +252,12 @@ class Multigrid(Preconditioner):
         if compute == F64:
             return storage, compute
         ratio = _diagonal_ratio(A.low.to_host(A.dinv(F64)))       # 1 / a_ii spreads as a_ii does
-        # the unit-diagonal levels' transfers hold entries up to sqrt(ratio): they must fit the storage dtype too
-        # (float16: ratios up to 4.3e9; a 1.6e55 contrast broke an fp16 hierarchy with NaN)
-        limit = min(SCALED_RANGE_LIMIT, float(np.finfo(storage).max) ** 2)
+        limit = SCALED_RANGE_LIMIT
         if not ratio > limit:
             return storage, compute
         self.scaling = (f"multigrid hierarchy {self.options.hierarchy} built in fp64 instead: the matrix's diagonal "
                         f"spans a ratio of {ratio:.3g} (max / min), beyond the {limit:.2g} a "
-                        f"{np.dtype(storage).name} hierarchy holds")
+                        f"{np.dtype(compute).name} hierarchy holds")
         return F64, F64
 
     def _unit_diagonals(self, low, mats: list, cur, compute):
