@@ -117,3 +117,26 @@ def test_lbm_plot_titles_name_backend_and_precision(monkeypatch, tmp_path):
     assert {"velocity.png", "vorticity.png", "series.png"} <= set(titles)
     for name, texts in titles.items():
         assert any("(numpy, fp64)" in t for t in texts), (name, texts)
+
+
+def test_a_stalled_float64_solve_does_not_advise_more_iterations():
+    """rtol below what float64 reaches on the matrix: the true residual stalls, and the message says that more
+    iterations cannot help and what rtol is reachable (it used to say 'raise solve.maxiter', issue 33)."""
+    res = runmod.run_case(POISSON, "numpy", "fp64", progress=False, plots=False,
+                          overrides=["mesh.nx=64", "solve.rtol=1e-16"])
+    assert res.status == "not_converged" and "stalled" in res.message
+    assert "more iterations cannot help" in res.message and "raise solve.maxiter" not in res.message
+    reachable = float(res.message.split("loosen solve.rtol to about ")[1].split()[0])
+    assert res.metrics["true_residual"] <= reachable * 1.5 and reachable > 1e-16
+
+
+def test_compare_passes_on_the_runs_own_advice(tmp_path):
+    """A compare row of an fp32 run that cannot reach rtol gives the run's own advice (use 'mixed' or loosen rtol to
+    the reachable value), not 'raise solve.maxiter'."""
+    from hpcsolve.report.compare import compare
+
+    comp = compare(POISSON, backends=["numpy"], precisions=["fp32"], repeats=1, warmup=False,
+                   overrides=["mesh.nx=16"])
+    verdict = comp.verdicts()["numpy/fp32"]
+    assert comp.runs[1].status == "not_converged" and "cannot reach rtol" in verdict
+    assert "raise solve.maxiter" not in verdict

@@ -400,6 +400,10 @@ def _advice(report, policy: Precision, solve_opts) -> str:
         looser = (f" to about {max(report.true_residual, 1e-16):.0e}" if math.isfinite(report.true_residual) else "")
         return (f"; {policy.name} cannot reach rtol {solve_opts.rtol:g} on this problem: use precision 'mixed' "
                 f"(float32 work, float64 accuracy) or loosen solve.rtol{looser}")
+    if "stalled" in report.reason and math.isfinite(report.true_residual):
+        # the float64 true residual cannot go lower (about kappa x unit roundoff): more iterations cannot help
+        return (f"; more iterations cannot help (float64 reaches about kappa x unit roundoff on this matrix): loosen "
+                f"solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
     return "; raise solve.maxiter or loosen solve.rtol"
 
 

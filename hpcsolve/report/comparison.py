@@ -245,9 +245,10 @@ class Comparison:
                             + "; no run is judged against it")
             elif r.status == "not_converged":
                 true = r.residuals.get("true_residual")
-                out[key] = (f"not converged (true residual {true:.2e}): raise solve.maxiter, loosen solve.rtol, or "
-                            f"use precision 'mixed' for float64 accuracy" if isinstance(true, (int, float))
-                            else "not converged")
+                head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
+                    "not converged"
+                # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual)
+                out[key] = f"{head}: {r.message[:240]}" if r.message else head
             elif r.status not in OK_STATUS:
                 out[key] = f"{r.status}: {r.message[:200]}"
             elif self.interrupted:
