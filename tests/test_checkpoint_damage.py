@@ -20,26 +20,19 @@ from hpcsolve.core.errors import CaseError, RunInterrupted
 from hpcsolve.lbm import runner
 from hpcsolve.core.precision import get_precision
 from hpcsolve.core.results import read_result_folder
-from stopping import StopAfter
+from stopping import CAVITY, NEWEST, OLDER, StopAfter, interrupted_run
 
 ROOT = Path(__file__).parent.parent
-CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
 # an 8x8 cavity, 40 steps, a checkpoint and a snapshot every 10, the steady check on (its state is checkpointed too)
 TINY = ["lattice.resolution=8", "time.steps=40", "time.monitor_interval=10", "time.checkpoint_interval=10",
         "time.output_interval=0.125", "steady.enabled=true", "steady.interval=10", "steady.tolerance=1e-12"]
-NEWEST, OLDER = "checkpoint_0000000020.h5", "checkpoint_0000000010.h5"
 DELETE = object()
 
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory) -> Path:
     """A run folder of a run interrupted at step 20 of 40: checkpoints at steps 10 and 20."""
-    out = tmp_path_factory.mktemp("damage") / "run"
-    with pytest.raises(RunInterrupted):
-        runner.run(load_case(CAVITY, TINY), "numpy", get_precision("fp64"), progress=False, stop=StopAfter(2),
-                   checkpoint_dir=out)
-    assert [p.name for p in list_checkpoints(out)] == [OLDER, NEWEST]
-    return out
+    return interrupted_run(tmp_path_factory.mktemp("damage") / "run", TINY)
 
 
 @pytest.fixture

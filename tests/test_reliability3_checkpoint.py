@@ -18,28 +18,17 @@ from hpcsolve import cli
 from hpcsolve.core import checkpoint
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.checkpoint import CheckpointError, list_checkpoints, read_checkpoint
-from hpcsolve.core.errors import RunInterrupted
 from hpcsolve.core.precision import get_precision
 from hpcsolve.core.results import read_result_folder
-from hpcsolve.lbm import runner
-from stopping import StopAfter
+from stopping import CAVITY, NEWEST, OLDER, interrupted_run
 
 ROOT = Path(__file__).parent.parent
-CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
-TINY = ["lattice.resolution=8", "time.steps=40", "time.monitor_interval=10", "time.checkpoint_interval=10",
-        "time.output_interval=0.125"]
-NEWEST, OLDER = "checkpoint_0000000020.h5", "checkpoint_0000000010.h5"
 
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory) -> Path:
     """A run folder of a run interrupted at step 20 of 40: checkpoints at steps 10 and 20."""
-    out = tmp_path_factory.mktemp("integrity") / "run"
-    with pytest.raises(RunInterrupted):
-        runner.run(load_case(CAVITY, TINY), "numpy", get_precision("fp64"), progress=False, stop=StopAfter(2),
-                   checkpoint_dir=out)
-    assert [p.name for p in list_checkpoints(out)] == [OLDER, NEWEST]
-    return out
+    return interrupted_run(tmp_path_factory.mktemp("integrity") / "run")
 
 
 @pytest.fixture
