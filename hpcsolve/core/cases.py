@@ -108,6 +108,16 @@ def _one_of(value: str, allowed) -> str:
 class RunSection(StrictModel):
     backend: str = Field("auto", description="auto, numpy, cupy or numba-cuda")
     precision: str = Field("fp64", description="fp64, fp32, fp16s or fp16c (LBM) or mixed (FEM)")
+    strict_validation: bool = Field(False, description="a value outside its published or analytic reference range "
+                                    "(the summary's `validation` verdicts) makes the run exit 3 instead of warning")
+    precision_guard: str = Field("warn", description="LBM fp16s/fp16c: what to do when a float32 shadow window shows "
+                                 "the 16-bit storage no longer carries the flow: warn, error (exit 3) or off; no effect "
+                                 "in other precisions")
+
+    @field_validator("precision_guard")
+    @classmethod
+    def _guard_known(cls, v: str) -> str:
+        return _one_of(v, ("warn", "error", "off"))
 
     @field_validator("backend")
     @classmethod
@@ -124,6 +134,9 @@ class CompareSection(StrictModel):
     fields: tuple[str, ...] | None = Field(
         None, min_length=1, description="what `hpcsolve compare` judges: field names (e.g. velocity) or scalar "
         "metrics of the run (e.g. drag_coefficient); default: the largest error over every field (--fields overrides)")
+    reference: str = Field("auto", description="the configuration every other is judged against, BACKEND/PRECISION "
+                           "(e.g. numpy/fp64, cupy/fp64) or auto: fp64 on the fastest usable backend, cross-checked "
+                           "against numpy/fp64 on a reduced copy of the case (--reference overrides)")
 
 
 class CaseBase(StrictModel):
