@@ -104,8 +104,10 @@ def _steady_basis(steady: dict | None, steps: int, derived) -> str:
     if steady.get("predicted_steps"):
         return (f"; steady state predicted at step {steps} of {derived.steps} by the case at resolution "
                 f"{steady['surrogate_resolution']} ("
-                + ("stopped" if steady.get("basis") != "extrapolated" else "its steady change's decay extrapolated")
-                + f" at step {steady['surrogate_steps']}, {steady['surrogate_seconds']:.2g} s)")
+                + (f"stopped at step {steady['surrogate_steps']}" if steady.get("basis") != "extrapolated" else
+                   f"stopped at step {steady['surrogate_steps_run']} and its steady change's decay extrapolated to step "
+                   "{} (exponential) to {} (power law, taken)".format(*steady["surrogate_steps_range"]))
+                + f", {steady['surrogate_seconds']:.2g} s)")
     return f"; an upper bound: steady state stops the run early ({steady.get('why', '')})"
 
 
@@ -220,11 +222,11 @@ def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run)
             took, stop_step, basis = _time.perf_counter() - t0, int(res_s.metrics["steps"]), "ran to its stop"
         except RunInterrupted as exc:   # the shared wall time is over: the decay so far says when it would stop
             took = _time.perf_counter() - t0
-            stop_step = extrapolated_stop(getattr(exc, "result", None), small.steady.tolerance)
-            if stop_step is None:
+            span = extrapolated_stop(getattr(exc, "result", None), small.steady.tolerance)
+            if span is None:
                 return {"why": f"the case at resolution {nres} did not reach steady state within "
                                f"{SURROGATE_SECONDS:g} s, and " + extrapolation_problem(getattr(exc, "result", None))}
-            res_s, basis = exc.result, "extrapolated"
+            res_s, basis, stop_step = exc.result, "extrapolated", span[1]
         except (HpcsolveError, FloatingPointError, ValueError) as exc:    # e.g. tau too close to 1/2: a finer one
             why = f"resolution {nres}: {str(exc).splitlines()[0][:120]}"
             k //= 2
@@ -235,8 +237,10 @@ def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run)
             why = f"the case at resolution {nres} ended '{res_s.status}' in {took:.2g} s"
             k //= 2
             continue
+        extra = {} if basis != "extrapolated" else {"surrogate_steps_range": list(span),
+                                                      "surrogate_steps_run": int(res_s.metrics["steps"])}
         return {"surrogate_resolution": nres, "surrogate_steps": stop_step, "surrogate_seconds": took,
-                "basis": basis, **_fine_steps(case, derived, float(res_s.derived.get("dt_s", math.nan)) * stop_step)}
+                "basis": basis, **extra, **_fine_steps(case, derived, float(res_s.derived.get("dt_s", math.nan)) * stop_step)}
     return {"why": why or f"no coarser case reached steady state within {SURROGATE_SECONDS:g} s"}
 
 
@@ -261,14 +265,16 @@ def _fine_steps(case: LBMCase, derived, t_stop: float) -> dict:
     return {"stop_time_s": t_stop, "predicted_steps": int(steps)}
 
 
-def extrapolated_stop(result, tolerance: float) -> int | None:
-    """The step at which a run stopped early (``result``: its Result, with the series ``step`` and
-    ``steady_change``) would reach ``tolerance``: log(change) fitted linearly in log(step) over its last
-    ``EXTRAPOLATION_CHECKS`` steady checks, carried on from the last check. A power law, not an exponential: the
-    change's decay rate itself slows (the Re 1000 cavity at 64 cells: a factor 0.75 per 1,000 steps at step 20,000,
-    0.885 at 53,000); from its checks up to step 22,000 the power law predicts the stop at 59,400 steps, an
-    exponential at 23,000, and the copy run on stopped at 54,000. None with fewer than 3 checks or a change not
-    decreasing over them (``extrapolation_problem`` says which)."""
+def extrapolated_stop(result, tolerance: float) -> tuple[int, int] | None:
+    """(low, high): the steps at which a run stopped early (``result``: its Result, with the series ``step`` and
+    ``steady_change``) would reach ``tolerance``, its last ``EXTRAPOLATION_CHECKS`` steady checks carried on from
+    the last one as an exponential decay (log(change) linear in the step: low) and as a power law (linear in
+    log(step): high). A short window cannot tell them apart, and the decay rate of a flow spinning up slows: the
+    Re 1000 cavity at 64 cells lost a factor 0.75 per 1,000 steps from step 17,000 to 22,000, as steadily as an
+    exponential, and 0.885 at step 53,000; from those checks the exponential gives 23,000, the power law 59,400,
+    and the copy run on stopped at 54,000. Poiseuille's change decays exponentially (checks to step 2,500: 3,500
+    against a power law's 4,700, stop at 3,500). None with fewer than 3 checks or a change not decreasing over
+    them (``extrapolation_problem`` says which)."""
     series = getattr(result, "series", None) or {}
     steps = np.asarray(series.get("step", ()), dtype=np.float64)
     change = np.asarray(series.get("steady_change", ()), dtype=np.float64)
@@ -276,15 +282,16 @@ def extrapolated_stop(result, tolerance: float) -> int | None:
         return None
     ok = np.isfinite(change) & (change > 0) & (steps > 0)
     new = np.r_[True, change[1:] != change[:-1]] & ok      # the points where a check gave a new change
-    s, c = np.log(steps[new][-EXTRAPOLATION_CHECKS:]), np.log(change[new][-EXTRAPOLATION_CHECKS:])
+    s, c = steps[new][-EXTRAPOLATION_CHECKS:], np.log(change[new][-EXTRAPOLATION_CHECKS:])
     if s.size < 3:
         return None
-    slope = float(np.polyfit(s, c, 1)[0])
-    if not slope < 0:
-        return None
     if c[-1] <= math.log(tolerance):
-        return int(round(math.exp(s[-1])))
-    return int(math.ceil(math.exp(s[-1] + (math.log(tolerance) - c[-1]) / slope)))
+        return int(s[-1]), int(s[-1])
+    rate, power = float(np.polyfit(s, c, 1)[0]), float(np.polyfit(np.log(s), c, 1)[0])
+    if not (rate < 0 and power < 0):
+        return None
+    gap = math.log(tolerance) - c[-1]
+    return (int(math.ceil(s[-1] + gap / rate)), int(math.ceil(s[-1] * math.exp(gap / power))))
 
 
 def extrapolation_problem(result) -> str:
