@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcsolve.core import backends, memory, parallel
+from hpcsolve.core import backends, heartbeat, memory, parallel
 from hpcsolve.fem import memory as fem_memory
 from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name, structured_mesh
 from hpcsolve.core.errors import BackendError, CaseError
@@ -234,9 +234,12 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     """Build the case's system, solve it, measure it against the exact solution, the float64 reference and the
     probe, and return the Result."""
     t_all = time.perf_counter()
+    heartbeat.phase("building the system (mesh, assembly, boundary conditions)")
     disc = prob.build(case, mesh=mesh)
     prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     s = case.solve
+    heartbeat.phase(f"setting up the preconditioner ({case.solve.preconditioner}) and solving "
+                    f"{disc.A.shape[0]:,} unknowns")
     A, pc = _distribute(case, disc, backend, policy, make_preconditioner(case, disc, policy))
     x, report = solve(A, disc.b, precision=policy, backend=backend, rtol=s.rtol, maxiter=s.maxiter,
                       method=method_of(case, policy), preconditioner=pc, check_every=s.check_every,
@@ -245,11 +248,13 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     metrics = _solve_metrics(report, pc)
     fields: dict[str, np.ndarray] = {"u" if disc.kind == "poisson" else "displacement": u}
     timings = _timings(disc, report)
+    heartbeat.phase("error norms against the exact solution, the reference and the probe")
     if disc.exact is not None:
         m, f = _exact_errors(disc, u)
         metrics.update(m)
         fields.update(f)
     if s.reference == "always" or (s.reference == "auto" and disc.A.shape[0] <= s.reference_max_dofs):
+        heartbeat.phase("the float64 reference solve (SciPy spsolve)")
         metrics.update(_reference_metrics(disc, x, s, timings))
     metrics.update(_probe_metrics(case.output, disc, u))
     timings["total_s"] = time.perf_counter() - t_all

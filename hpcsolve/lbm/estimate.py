@@ -12,7 +12,7 @@ from itertools import combinations
 
 import numpy as np
 
-from hpcsolve.core import backends
+from hpcsolve.core import backends, heartbeat
 from hpcsolve.core.errors import HpcsolveError, RunInterrupted
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision
@@ -64,10 +64,13 @@ def estimate_runtime(case: LBMCase, backend, policy: Precision, description: Des
     one monitor point (state check, moments, series, forces) times the number of them; a steady case's
     steps from ``predict_steady_stop`` (which runs the coarser case with ``run``)."""
     backend = backends.get(backend)
+    heartbeat.phase("probing the run time: timing steps and monitor points")
     c = probe(case, backend, policy, description)
     derived, ramp = c.derived, c.ramp
     steps, steady = derived.steps, None
     if case.steady.enabled:
+        heartbeat.phase("probing the run time: a coarser copy towards its steady stop "
+                        f"(at most {SURROGATE_SECONDS:g} s)")
         steady = predict_steady_stop(case, backend, policy, derived, run)
         if steady.get("predicted_steps"):
             steps = max(min(steady["predicted_steps"], derived.steps), ramp)

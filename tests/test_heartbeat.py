@@ -1,0 +1,69 @@
+"""Progress lines at least every 10 s in every command (hpcsolve.core.heartbeat): the line's cadence on a fake
+clock, and the phases a FEM run and an LBM estimate name."""
+
+from pathlib import Path
+
+from hpcsolve import run as runmod
+from hpcsolve.core import heartbeat
+
+CASES = Path(__file__).parent.parent / "cases"
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Recording(heartbeat.Heartbeat):
+    """A heartbeat without its thread that records every phase named."""
+
+    def __init__(self):
+        super().__init__("test", enabled=False)
+        self.phases: list[str] = []
+
+    def phase(self, what: str) -> None:
+        super().phase(what)
+        self.phases.append(what)
+
+
+def test_a_line_every_ten_seconds_unless_progress_was_shown():
+    clock, lines = _Clock(), []
+    hb = heartbeat.Heartbeat("run cavity", write=lines.append, clock=clock)
+    hb.phase("assembling")
+    clock.now = 9.9
+    assert not hb.tick()
+    clock.now = 10.0
+    assert hb.tick() and lines == ["hpcsolve: run cavity: assembling (10 s so far)"]
+    clock.now = 15.0
+    hb.touch()                  # a progress bar moved at 15 s: the next line is due at 25 s
+    clock.now = 24.0
+    assert not hb.tick()
+    clock.now = 25.0
+    assert hb.tick() and lines[-1].endswith("(25 s so far)") and len(lines) == 2
+
+
+def test_phase_and_touch_do_nothing_without_an_open_heartbeat():
+    heartbeat.phase("nobody listens")
+    heartbeat.touch()
+    with heartbeat.Heartbeat("x", enabled=False) as hb:
+        heartbeat.phase("listened to")
+    heartbeat.phase("after")
+    assert hb.what == "listened to"
+
+
+def test_a_fem_run_names_its_phases():
+    with _Recording() as hb:
+        runmod.run_case(CASES / "poisson_manufactured.toml", "numpy", overrides=["mesh.nx=8"], progress=False,
+                        plots=False)
+    assert [p.split(" ")[0] for p in hb.phases[:4]] == ["building", "setting", "error", "the"], hb.phases
+    assert "49 unknowns" in hb.phases[1], hb.phases[1]     # 8 x 8 elements: 7 x 7 interior nodes
+
+
+def test_an_lbm_estimate_names_its_phases():
+    with _Recording() as hb:
+        runmod.describe(CASES / "poiseuille.toml", "numpy", estimate=True)
+    assert hb.phases[0].startswith("probing the run time: timing steps")
+    assert "coarser copy towards its steady stop" in hb.phases[1]
