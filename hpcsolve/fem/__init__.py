@@ -5,8 +5,8 @@ returns ``(x, SolveReport)``; ``prepare_matrix(A, backend=...)`` uploads and che
 for repeated solves; see docs/fem_solvers.md.
 """
 
-from hpcsolve.fem.api import METHODS, check_system, prepare_matrix, solve
+from hpcsolve.fem.api import METHODS, check_system, prepare_matrix, solve, update_matrix
 from hpcsolve.fem.linalg.cg_options import CGOptions
 from hpcsolve.fem.linalg.report import SolveReport
 
-__all__ = ["solve", "prepare_matrix", "check_system", "SolveReport", "CGOptions", "METHODS"]
+__all__ = ["solve", "prepare_matrix", "update_matrix", "check_system", "SolveReport", "CGOptions", "METHODS"]

@@ -95,6 +95,32 @@ class DeviceCSR:
         other._dinv.update({d: convert(v) for d, v in self._dinv.items()})
         return other
 
+    def update_values(self, A, field: str = "A") -> "DeviceCSR":
+        """New values with the same sparsity (a time loop, a nonlinear iteration): uploaded and checked as
+        ``prepare`` does, the other precisions' values made again; everything derived from the old values is
+        dropped from ``cache`` except entries keyed ("structure", ...), which depend on the sparsity only (the
+        aggregates of smoothed aggregation: the next multigrid set-up is numeric only). A CaseError where the
+        sparsity differs."""
+        if self.distributed:
+            raise CaseError.invalid(field, "a distributed matrix", "a matrix on one device",
+                                    why="values-only updates of a distributed matrix are not implemented")
+        csr = as_csr(A, field)
+        low = self.low
+        same = csr.shape == self.shape and csr.nnz == self.nnz and np.array_equal(low.to_host(self.indptr), csr.indptr) \
+            and np.array_equal(low.to_host(self.indices), csr.indices)
+        if not same:
+            raise CaseError.invalid(field, f"shape {csr.shape}, {csr.nnz} nonzeros, another sparsity",
+                                    f"the sparsity of the prepared matrix ({self.n} x {self.n}, {self.nnz} nonzeros)",
+                                    why="a values-only update keeps the structure; prepare_matrix the new matrix")
+        fresh = _checked(low, self.n, self.indptr, self.indices, low.to_device(csr.data), field, host=csr)
+        others = [d for d in self.vals if d != F64]
+        self.vals, self._dinv = {F64: fresh.vals[F64]}, {F64: fresh._dinv[F64]}
+        self.max_abs, self.max_diag = fresh.max_abs, fresh.max_diag
+        for d in others:
+            self.ensure(d)
+        self.cache = {k: v for k, v in self.cache.items() if isinstance(k, tuple) and k[:1] == ("structure",)}
+        return self
+
     def to_scipy(self) -> sp.csr_matrix:
         """A host copy (float64), e.g. for the direct solver or an error message."""
         low = self.low

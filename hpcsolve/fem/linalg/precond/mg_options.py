@@ -18,6 +18,7 @@ HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # n
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 LEVEL_FORMATS = ("auto", "dia", "csr")
+AMG_SETUPS = ("auto", "device", "pyamg")
 
 
 @dataclass
@@ -37,9 +38,13 @@ class MGOptions:
     flexible: bool = True          # outer flexible CG (beta = -z.Aq / p.Aq); False: standard PCG beta
     level_format: str = "auto"     # dia: levels with few diagonals (structured grids) stored by diagonals, the
                                    # others CSR | csr | auto: dia on the GPU, csr on the CPU (SciPy's CSR product)
+    amg_setup: str = "auto"        # where smoothed aggregation is set up: device (sa_device: vectorized MIS(2)
+                                   # aggregation and SpGEMM with the backend's array module; NumPy/SciPy where it has
+                                   # no sparse library) | pyamg (pyamg's pieces on the host, the CPU reference) |
+                                   # auto: device where the backend's arrays have a sparse library (CuPy), else pyamg
 
     CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS,
-               "level_format": LEVEL_FORMATS}
+               "level_format": LEVEL_FORMATS, "amg_setup": AMG_SETUPS}
     INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
 
     def __post_init__(self):

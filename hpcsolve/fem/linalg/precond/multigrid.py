@@ -66,6 +66,7 @@ from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, coarse_rows_in
     geometric_prolongation
 from hpcsolve.fem.linalg.precond.layout import canonical, host, host_csr
 from hpcsolve.fem.linalg.precond.mg_options import F16, F64, HIERARCHIES, KINDS, MGOptions
+from hpcsolve.fem.linalg.precond.sa_device import sa_levels_xp
 
 # the public face of the multigrid preconditioners: the class, its options, the structured grid "mg" needs and the
 # near-null space of elasticity that "amg" takes
@@ -140,6 +141,9 @@ class Multigrid(Preconditioner):
         self.scaling = ""          # the note saying so (or that the hierarchy went to float64)
         self._coarse_rank = 0
         self.coarsening = ""
+        self.setup_kind = ""               # "full", or "numeric" (a values-only update: the aggregates reused)
+        self.full_setup_time_s = float("nan")   # the full set-up's seconds (where this one was numeric: the earlier)
+        self.amg_setup = ""                # where the aggregation levels were set up: device (sa_device) | pyamg
 
     # ---- set-up
     def setup(self, A) -> None:
@@ -157,10 +161,16 @@ class Multigrid(Preconditioner):
             old.release(A)
         t0 = time.perf_counter()
         self._A = A
+        self.setup_kind, self.full_setup_time_s, self.amg_setup = "full", float("nan"), ""
         with A.low.context():       # CuPy set-up work on the stream of the kernels it feeds (no races)
             self._build(A)
         A.low.sync()
         self.setup_time_s = time.perf_counter() - t0
+        if self.setup_kind == "full":
+            self.full_setup_time_s = self.setup_time_s
+            kept = A.cache.get(("structure",) + key)
+            if kept is not None:
+                kept["full_setup_time_s"] = self.setup_time_s
         t0 = time.perf_counter()
         self.symmetry_defect = self._symmetry_defect()       # a diagnostic, timed apart from the set-up
         self.symmetry_check_s = time.perf_counter() - t0
@@ -168,7 +178,8 @@ class Multigrid(Preconditioner):
                                                       "symmetry_defect", "_A",
                                                       "level_time_s", "symmetry_check_s", "_scale",
                                                       "_coarse_rows", "_coarse_nnz", "_coarse_rank", "_coarse_b",
-                                                      "_coarse_x", "_coarse_t", "_coarse_d", "coarsening", "_dscale", "scaling")}
+                                                      "_coarse_x", "_coarse_t", "_coarse_d", "coarsening", "_dscale", "scaling",
+                                                      "setup_kind", "full_setup_time_s", "amg_setup")}
         A.cache[key].update(_grid=self.grid, _nns=self.near_nullspace)
 
     def _check_grid(self, A) -> None:
@@ -201,13 +212,8 @@ class Multigrid(Preconditioner):
         mats: list = []       # (A_l, P_l, kind, R_l or None) in float64, SciPy or CuPy sparse
         cur, nns, xp, sparse = self._geometric_levels(low, cur, nns, mats, ph)
         if cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
-            # aggregation from here on (pyamg, host); the near-null space applies on the finest level only
-            pairs, cur = pyamg_levels(host_csr(cur), opts, nns, opts.max_levels - len(mats))
-            for Al, Pl in pairs:
-                Al, Pl = canonical(sp.csr_matrix(Al), sp), canonical(sp.csr_matrix(Pl), sp)
-                if xp is not np:
-                    Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
-                mats.append((Al, Pl, "aggregation", None))
+            # aggregation from here on; the near-null space applies on the finest level only
+            cur = self._aggregation_levels(A, cur, nns, mats, xp, sparse)
             ph.done("aggregation")
         cur = self._unit_diagonals(low, mats, cur, compute)
         ph.done("unit diagonals")
@@ -228,6 +234,44 @@ class Multigrid(Preconditioner):
             lvl.coefs = smoother_coefficients(opts, lvl.lam)
         ph.done("lambda_max")
         self.setup_phases_s = ph.seconds
+
+    def _device_setup(self, xp) -> bool:
+        """Smoothed aggregation by :mod:`sa_device` (with ``xp``) rather than by pyamg's pieces on the host."""
+        opts = self.options
+        return opts.amg == "sa" and (opts.amg_setup == "device" or (opts.amg_setup == "auto" and xp is not np))
+
+    def _aggregation_levels(self, A, cur, nns, mats: list, xp, sparse):
+        """Append the aggregation levels below ``cur`` to ``mats``; returns the coarsest level. Smoothed aggregation
+        on the device (:func:`sa_device.sa_levels_xp`) keeps its aggregates on A (key ("structure", ...), which a
+        values-only update of A keeps): a later set-up of A with new values reuses them (numeric part only)."""
+        opts = self.options
+        left = opts.max_levels - len(mats)
+        self.amg_setup = "device" if self._device_setup(xp) else "pyamg"
+        if self.amg_setup == "pyamg":
+            pairs, cur = pyamg_levels(host_csr(cur), opts, nns, left)
+            for Al, Pl in pairs:
+                Al, Pl = canonical(sp.csr_matrix(Al), sp), canonical(sp.csr_matrix(Pl), sp)
+                if xp is not np:
+                    Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
+                mats.append((Al, Pl, "aggregation", None))
+            return cur
+        skey = ("structure",) + self._key
+        kept = A.cache.get(skey)
+        if kept is not None and (kept["grid"] is not self.grid or kept["nns"] is not self.near_nullspace):
+            kept = None
+        B = None if nns is None else xp.asarray(nns)
+        pairs, cur, structure = sa_levels_xp(cur, opts, B, left, xp, sparse,
+                                             structure=None if kept is None else kept["structure"])
+        for Al, Pl in pairs:
+            mats.append((canonical(Al, sparse), canonical(Pl, sparse), "aggregation", None))
+        if kept is None:
+            A.cache[skey] = {"structure": structure, "grid": self.grid, "nns": self.near_nullspace,
+                             "full_setup_time_s": float("nan")}
+            self.setup_kind = "full"
+        else:
+            self.setup_kind = "numeric"
+            self.full_setup_time_s = kept["full_setup_time_s"]
+        return cur
 
     def _fine_matrix(self, A):
         """A in float64 as a SciPy (NumPy backends) or CuPy sparse matrix, divided by ``self._scale``."""
@@ -467,6 +511,8 @@ class Multigrid(Preconditioner):
             "grid_complexity": float(sum(rows) / rows[0]) if rows and rows[0] else float("nan"),
             "lambda_max": [lvl.lam for lvl in self.levels],
             "setup_time_s": self.setup_time_s, "setup_phases_s": dict(self.setup_phases_s), "cycles": self.cycles,
+            "setup_kind": self.setup_kind, "full_setup_time_s": self.full_setup_time_s,
+            "amg_setup": self.amg_setup,       # where the aggregation levels were set up: device | pyamg | ""
             "flexible": self.flexible, "symmetry_defect": self.symmetry_defect,
             "symmetry_check_s": self.symmetry_check_s,
             "level_time_s": list(self.level_time_s),

@@ -1,0 +1,290 @@
+"""Smoothed aggregation set up with array-module-generic sparse code: the same functions run with
+``xp, sparse = numpy, scipy.sparse`` (CI, the CPU) and ``cupy, cupyx.scipy.sparse`` (the GPU, the whole set-up on
+the device; only the coarsest level's dense inverse is formed on the host).
+
+The steps of one level (Bell, Dalton, Olson 2012, "Exposing fine-grained parallelism in algebraic multigrid
+methods"), every one a vector operation, a sparse matrix-vector product or a sparse matrix product:
+
+- strength of connection: the symmetric rule |a_ij| >= theta sqrt(|a_ii a_jj|) (theta 0: every off-diagonal
+  nonzero), on the nodes of the level (a coarse level with k candidates has k unknowns per node: its blocks are
+  amalgamated by their Frobenius norms first);
+- MIS(2) aggregation: random priorities (a permutation), each node's (state, priority) key maxed twice over its
+  strong neighbours (the distance-2 maximum) per round; an undecided node that is its own distance-2 maximum
+  joins the independent set, one with a set member within distance 2 leaves. The members are the roots; every
+  other node joins the aggregate of a root within distance 1, else within distance 2 (two more max steps). Nodes
+  without a strong connection stay unaggregated (as in pyamg: a zero row of the tentative prolongator);
+- the tentative prolongator from the near-null space B: a QR factorization of each aggregate's rows of B by
+  modified Gram-Schmidt vectorized over all aggregates (segment sums are a product with the aggregation matrix),
+  a column whose norm falls below ``QR_RTOL`` of its start is dropped (zero), the coarse B is R;
+- on the finest level only, B is first smoothed by ``IMPROVE_STEPS`` weighted Jacobi steps (pyamg does 4 symmetric
+  Gauss-Seidel sweeps, which are sequential);
+- P = (I - omega / rho D^-1 A) T, rho(D^-1 A) by 20 Lanczos steps on D^-1/2 A D^-1/2 (:func:`rho_dinv_a_xp`), the
+  Galerkin product A_c = P^T (A P) by two sparse matrix products (cuSPARSE SpGEMM through cupyx on the GPU).
+
+:func:`sa_levels_xp` returns the levels and an :class:`SAStructure` (the aggregates of every level): with it a
+matrix with the same sparsity and new values is set up again without strength or aggregation
+(``structure=``), the numeric part only.
+
+The one step with no array-module spelling is the row maximum over a CSR graph (a max-semiring SpMV): NumPy's
+``maximum.reduceat`` on the host, one small RawKernel with CuPy (:func:`_row_max`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SA_OMEGA = 4.0 / 3.0
+LANCZOS_STEPS = 20
+IMPROVE_STEPS = 4          # Jacobi steps smoothing the finest level's near-null space
+QR_RTOL = 1e-10            # a candidate whose norm in an aggregate falls below this of its start: dropped there
+MIS_MAX_ROUNDS = 64        # rounds of the MIS(2) (each decides at least the largest undecided key: O(log n) seen)
+SEED = 0
+
+
+@dataclass
+class SAStructure:
+    """What a values-only update keeps: each level's aggregate of every unknown (-1: unaggregated), the number of
+    aggregates, the unknowns per node of the aggregation graph, and the rows of every level."""
+
+    aggregates: list = field(default_factory=list)
+    counts: list = field(default_factory=list)
+    blocks: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- row maximum over a CSR graph
+_ROW_MAX_SRC = r"""
+extern "C" __global__ void row_max(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+                                   const long long* __restrict__ key, long long* __restrict__ out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long m = key[i];
+    for (int k = indptr[i]; k < indptr[i + 1]; ++k) { long long v = key[indices[k]]; m = v > m ? v : m; }
+    out[i] = m;
+}
+"""
+_KERNELS: dict = {}
+
+
+def _row_max(xp, indptr, indices, key):
+    """out_i = max(key_i, max over the graph's row i of key_j) (int64 keys; rows may be empty)."""
+    n = key.shape[0]
+    if xp is np:
+        out = key.copy()
+        counts = np.diff(indptr)
+        rows = np.flatnonzero(counts)
+        if rows.size:
+            red = np.maximum.reduceat(key[indices], indptr[:-1][rows])
+            out[rows] = np.maximum(out[rows], red)
+        return out
+    kern = _KERNELS.get("row_max")
+    if kern is None:
+        kern = _KERNELS["row_max"] = xp.RawKernel(_ROW_MAX_SRC, "row_max")
+    out = xp.empty_like(key)
+    threads = 256
+    kern(((n + threads - 1) // threads,), (threads,), (np.int32(n), indptr, indices, key, out))
+    return out
+
+
+# --------------------------------------------------------------------------- strength, aggregation
+def entry_rows(M, xp):
+    """The row of every stored entry of CSR M (int32)."""
+    return M.tocoo().row.astype(xp.int32)
+
+
+def node_graph(A, block: int, xp, sparse):
+    """The matrix whose strength graph is aggregated: A itself (block 1), or its k x k blocks amalgamated by their
+    Frobenius norms (a coarse level with k candidates per node), as CSR."""
+    if block == 1:
+        return A
+    coo = A.tocoo()
+    nn = A.shape[0] // block
+    N = sparse.coo_matrix(((coo.data * coo.data).astype(xp.float64), (coo.row // block, coo.col // block)),
+                          shape=(nn, nn)).tocsr()
+    N.sum_duplicates()
+    return sparse.csr_matrix((xp.sqrt(N.data), N.indices, N.indptr), shape=N.shape)
+
+
+def strength_graph(A, theta: float, xp):
+    """(indptr, indices) int32 of the strong connections of square CSR A (no diagonal): i ~ j where
+    |a_ij| >= theta sqrt(|a_ii a_jj|) and a_ij != 0, rows in A's order."""
+    n = A.shape[0]
+    rows = entry_rows(A, xp)
+    cols = A.indices.astype(xp.int32)
+    d = xp.abs(A.diagonal())
+    a = xp.abs(A.data)
+    keep = (rows != cols) & (a > 0) & (a >= theta * xp.sqrt(d[rows] * d[cols]))
+    counts = xp.bincount(rows[keep], minlength=n)
+    indptr = xp.zeros(n + 1, dtype=xp.int32)
+    indptr[1:] = xp.cumsum(counts).astype(xp.int32)
+    return indptr, cols[keep]
+
+
+def mis2_aggregate(indptr, indices, xp, seed: int = SEED):
+    """(aggregate of every node, -1 for nodes without a strong connection; the number of aggregates) by MIS(2)
+    (see the module docstring). Deterministic for a seed."""
+    n = indptr.shape[0] - 1
+    connected = xp.diff(indptr) > 0
+    prio = xp.asarray(np.random.default_rng(seed).permutation(n).astype(np.int64))
+    state = xp.where(connected, 1, 0).astype(xp.int64)       # 0 out, 1 undecided, 2 root
+    for _ in range(MIS_MAX_ROUNDS):
+        key = (state << 32) | prio
+        m2 = _row_max(xp, indptr, indices, _row_max(xp, indptr, indices, key))
+        undecided = state == 1
+        state = xp.where(undecided & (m2 == key), 2, xp.where(undecided & ((m2 >> 32) == 2), 0, state))
+        if not bool((state == 1).any()):
+            break
+    else:   # pragma: no cover - a round always decides the undecided node of the largest key
+        raise RuntimeError("MIS(2) aggregation did not finish")
+    root = state == 2
+    count = int(root.sum())
+    ids = (xp.cumsum(root) - 1).astype(xp.int64)
+    first = _row_max(xp, indptr, indices, xp.where(root, ids, -1))          # a root within distance 1
+    second = _row_max(xp, indptr, indices, first)                           # else one within distance 2
+    agg = xp.where(first >= 0, first, second)
+    return xp.where(connected, agg, -1), count
+
+
+# --------------------------------------------------------------------------- tentative prolongator
+def tentative(agg, count: int, B, xp, sparse):
+    """(T, B_c): the tentative prolongator (n x count k, orthonormal columns per aggregate) and the coarse near-null
+    space (count k x k), by a QR factorization of every aggregate's rows of B (modified Gram-Schmidt, vectorized
+    over the aggregates)."""
+    n, k = B.shape
+    inside = agg >= 0
+    a = xp.where(inside, agg, 0)
+    members = xp.flatnonzero(inside)
+    S = sparse.coo_matrix((xp.ones(members.shape[0]), (a[members], members)), shape=(count, n)).tocsr()   # segment sums
+    Q = xp.zeros((n, k))
+    R = xp.zeros((count, k, k))
+    for j in range(k):
+        v = xp.where(inside, B[:, j], 0.0)
+        start = xp.sqrt(S @ (v * v))
+        for l in range(j):
+            r = S @ (Q[:, l] * v)
+            v = v - Q[:, l] * r[a]
+            R[:, l, j] = r
+        norm = xp.sqrt(S @ (v * v))
+        ok = norm > QR_RTOL * start
+        norm = xp.where(ok, norm, 0.0)
+        R[:, j, j] = norm
+        Q[:, j] = xp.where(inside & ok[a], v / xp.where(ok, norm, 1.0)[a], 0.0)
+    nin = members.shape[0]
+    indptr = xp.zeros(n + 1, dtype=xp.int32)
+    indptr[1:] = xp.cumsum(inside.astype(xp.int32) * k).astype(xp.int32)
+    cols = (a[members][:, None] * k + xp.arange(k)[None, :]).astype(xp.int32).ravel()
+    T = sparse.csr_matrix((Q[members].ravel(), cols, indptr), shape=(n, count * k))
+    if nin == 0:
+        T = sparse.csr_matrix((n, count * k))
+    return T, R.reshape(count * k, k)
+
+
+# --------------------------------------------------------------------------- spectral radius, smoothing, products
+def rho_dinv_a_xp(A, dinv, xp, steps: int = LANCZOS_STEPS, seed: int = SEED) -> float:
+    """rho(D^-1 A) for SPD A: the largest Ritz value of ``steps`` Lanczos steps on D^-1/2 A D^-1/2 (with xp; the
+    tridiagonal's eigenvalues on the host); small matrices exactly."""
+    n = A.shape[0]
+    s = xp.sqrt(xp.maximum(dinv, 0.0))
+    if n <= 4 * steps:
+        S = np.asarray(_host(s[:, None] * A.toarray() * s[None, :]))
+        return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (S + S.T))))) if n else 1.0
+    v = xp.asarray(np.random.default_rng(seed).standard_normal(n))
+    v /= xp.linalg.norm(v)
+    v_prev = xp.zeros(n)
+    alpha, beta, b = [], [], 0.0
+    for _ in range(steps):
+        w = s * (A @ (s * v))
+        a = float(v @ w)
+        w -= a * v + b * v_prev
+        alpha.append(a)
+        b = float(xp.linalg.norm(w))
+        if not b > 1e-12 * abs(a):
+            break
+        beta.append(b)
+        v_prev, v = v, w / b
+    k = len(alpha)
+    Tk = np.diag(alpha) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
+    return float(np.max(np.abs(np.linalg.eigvalsh(Tk))))
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else a
+
+
+def _dinv(A, xp):
+    d = A.diagonal()
+    return xp.where(d > 0, 1.0 / xp.where(d > 0, d, 1.0), 0.0)
+
+
+def _scale_rows(M, s, xp, sparse):
+    """diag(s) M as a new CSR matrix."""
+    M = M.tocsr()
+    return sparse.csr_matrix((M.data * s[entry_rows(M, xp)], M.indices, M.indptr), shape=M.shape)
+
+
+def _canonical(M, sparse):
+    M = M.tocsr()
+    M.sum_duplicates()
+    if not M.has_sorted_indices:
+        M.sort_indices()
+    return M
+
+
+def improve_candidates(A, B, dinv, rho: float, xp, steps: int = IMPROVE_STEPS):
+    """B after ``steps`` weighted Jacobi steps on A B = 0 (omega 4/3 over rho(D^-1 A))."""
+    w = (SA_OMEGA / rho) * dinv
+    for _ in range(steps):
+        B = B - w[:, None] * (A @ B)
+    return B
+
+
+def smoothed_level(A, T, rho: float, dinv, xp, sparse):
+    """(P, A_c): P = T - omega / rho D^-1 (A T) and the Galerkin A_c = P^T (A P), canonical CSR."""
+    AT = A @ T
+    P = _canonical(T - _scale_rows(AT, (SA_OMEGA / rho) * dinv, xp, sparse), sparse)
+    Ac = _canonical(P.T.tocsr() @ _canonical(A @ P, sparse), sparse)
+    return P, Ac
+
+
+# --------------------------------------------------------------------------- the hierarchy
+def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure | None = None):
+    """([(A_l, P_l), ...], the coarsest A, SAStructure): smoothed aggregation of square CSR ``A`` (a matrix of
+    ``sparse``) until ``opts.coarse_size`` rows or ``max_levels`` levels, or until the strength threshold leaves
+    nothing to aggregate (that level is the coarsest). With ``structure`` (of an earlier set-up of a matrix with
+    the same sparsity) the aggregates are taken from it: only the numeric part is computed."""
+    A = _canonical(sparse.csr_matrix(A), sparse)
+    n = A.shape[0]
+    B = xp.ones((n, 1)) if B is None else xp.asarray(B, dtype=xp.float64).reshape(n, -1)
+    reuse = structure is not None
+    out = structure if reuse else SAStructure()
+    pairs, block = [], 1
+    while len(pairs) < max_levels - 1 and (A.shape[0] > opts.coarse_size if not reuse else len(pairs) < len(out.counts)):
+        l = len(pairs)
+        dinv = _dinv(A, xp)
+        rho = rho_dinv_a_xp(A, dinv, xp)
+        if reuse:
+            agg, count = out.aggregates[l], out.counts[l]
+        else:
+            G = node_graph(A, block, xp, sparse)
+            indptr, indices = strength_graph(G, opts.strength, xp)
+            agg, count = mis2_aggregate(indptr, indices, xp)
+            if count == 0:
+                break   # nothing strong enough to aggregate along: this level is the coarsest
+            if block > 1:           # the nodes' aggregates to their unknowns
+                agg = xp.repeat(agg, block)
+        if l == 0:
+            B = improve_candidates(A, B, dinv, rho, xp)
+        T, Bc = tentative(agg, count, B, xp, sparse)
+        if T.shape[1] >= A.shape[0]:
+            break
+        P, Ac = smoothed_level(A, T, rho, dinv, xp, sparse)
+        if not reuse:
+            out.aggregates.append(agg)
+            out.counts.append(count)
+            out.blocks.append(block)
+            out.rows.append(A.shape[0])
+        pairs.append((A, P))
+        A, B, block = Ac, Bc, B.shape[1]
+    return pairs, A, out
