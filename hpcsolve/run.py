@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from hpcsolve.core.version import __version__
-from hpcsolve.core import backends, interrupts, outdir, parallel
+from hpcsolve.core import backends, heartbeat, interrupts, outdir, parallel
 from hpcsolve.core import family as families
 from hpcsolve.core.cases import CaseBase, load_case, parse_case_text
 from hpcsolve.core.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
@@ -21,6 +21,7 @@ from hpcsolve.core.errors import BackendError, CaseError, HpcsolveError, OutputE
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision, get_precision
 from hpcsolve.core.results import Result, human_duration
+from hpcsolve.core.verdicts import warning_text
 
 RESULT_FILES = outdir.RESULT_FILES
 
@@ -297,7 +298,12 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
     its results there (``case`` may be None: the checkpoint's case is used). ``description``: the
     family's ``describe`` of this case, backend and precision, made earlier (``plan``); its setup
-    (LBM geometry, FEM mesh) is reused instead of built again."""
+    (LBM geometry, FEM mesh) is reused instead of built again.
+
+    The Result's ``validation`` holds the verdicts on its values against their published or analytic references
+    (hpcsolve.core.verdicts; also in summary.json and result.h5). A value outside its range leaves the status as it
+    is and warns (one UserWarning line naming each value, its range and by how much); ``Result.validation_failed``
+    says so. ``run.strict_validation`` does not raise here: the caller decides (``hpcsolve run`` exits 3)."""
     ckpt = None
     if resume is not None:
         case, backend, policy, ckpt = prepare_resume(resume, case, backend, precision, overrides, force)
@@ -390,6 +396,7 @@ def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Re
                 partial = getattr(exc, "result", None)
                 if partial is not None and out_path is not None:
                     _finish(partial, case, backend, policy)
+                    partial.validation = validation_verdicts(case, partial)
                     partial.write(out_path, plots=plots)
             raise
         except KeyboardInterrupt:
@@ -403,7 +410,9 @@ def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Re
             result.provenance["cpu_threads"] = backends.cpu_threads()
             result.provenance["thread_pools"] = threads
             _finish(result, case, backend, policy)
+            _judge(result, case)
             if out_path is not None:
+                heartbeat.phase("writing the result (result.h5, summary.json" + (", plots)" if plots else ")"))
                 result.write(out_path, plots=plots)
         return result
     except KeyboardInterrupt:
@@ -417,6 +426,25 @@ def _run_and_write(family, case, backend, policy, kwargs, out_path, plots) -> Re
                 _finish(partial, case, backend, policy)
                 partial.write(out_path, plots=False)
         raise exc from None
+
+
+def validation_verdicts(case: CaseBase, result: Result) -> dict:
+    """The verdicts on ``result``'s reference values (``Result.validation``; the family's ``verdicts``): {} for a
+    family without any."""
+    judge = getattr(families.get(case.solver), "verdicts", None)
+    return judge(case, result.metrics, result.derived) if judge is not None else {}
+
+
+def _judge(result: Result, case: CaseBase) -> None:
+    """``result.validation``, the same on every rank (rank 0's), and one warning when a value is outside."""
+    validation = validation_verdicts(case, result)
+    comm = parallel.world()
+    if parallel.ranks(comm) > 1:
+        validation = comm.bcast(validation, root=0)
+    result.validation = validation
+    text = warning_text(case.name, validation, strict=case.run.strict_validation)
+    if text:
+        warnings.warn(text, stacklevel=1)
 
 
 def _resume_hint(out_path: Path | None) -> str:

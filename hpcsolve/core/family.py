@@ -11,6 +11,8 @@ A family (``lbm``, ``fem``) is an object registered in :data:`REGISTRY` that pro
 - ``run(case, backend, policy, *, description, progress, stop, checkpoint_dir, resume) -> Result``,
   whose ``timings`` always hold :data:`SOLVER_SECONDS` (the timed solver part: time stepping, or the
   Krylov solve) and ``total_s``;
+- ``verdicts(case, metrics, derived) -> dict`` (optional): the run's values judged against their published or
+  analytic references (``hpcsolve.core.verdicts``; ``Result.validation``);
 - ``capabilities``: which of :data:`CAPABILITIES` it has (``checkpoint``: writes checkpoints during the
   run; ``resume``: continues from one; ``graceful_stop``: stops cleanly at the next monitor point on
   SIGINT/SIGTERM). ``hpcsolve.run`` asks these instead of inspecting signatures.

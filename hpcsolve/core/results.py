@@ -2,7 +2,9 @@
 
 Output folder of a run::
 
-    result.h5      fields (final and at output times), series, metrics, provenance, case text
+    result.h5      fields (final and at output times), series, metrics, provenance, case text; the validation
+                   verdicts in the group ``validation``: one subgroup per judged value, its verdict as attributes
+                   (value, range, verdict, by, by_relative, reference; hpcsolve.core.verdicts)
     result.xdmf    sidecar that makes the fields in result.h5 open in ParaView
     summary.json   metrics, timings, derived parameters, provenance (machine-readable)
     plots/*.png    family-specific plots
@@ -34,6 +36,8 @@ from hpcsolve.core.errors import OutputError
 from hpcsolve.core.interrupts import deferred
 from hpcsolve.core.outdir import JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, manifest_files
 from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, write_atomic, write_h5_atomic
+from hpcsolve.core.verdicts import console_rows as verdict_rows
+from hpcsolve.core.verdicts import outside
 
 H5_LAYOUT_VERSION = 1
 
@@ -88,10 +92,19 @@ class Result:
     case_text: str = ""
     case_json: str = ""
     plotter: Callable[["Result", Path], list[Path]] | None = None
+    #: {value name: {"value", "range", "verdict", "by", "by_relative", "reference"}}: the run's values against their
+    #: published ranges or analytic error bounds (hpcsolve.core.verdicts; made by hpcsolve.run); {} without a reference
+    validation: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         self.backend = str(self.backend)     # a Backend object is recorded by its name
         self.precision = str(self.precision)
+
+    @property
+    def validation_failed(self) -> bool:
+        """Whether a verdict is outside its range (the status stays what the run was; ``hpcsolve run`` exits 3 for
+        it under ``run.strict_validation``)."""
+        return bool(outside(self.validation))
 
     def summary(self) -> dict:
         return {
@@ -103,6 +116,7 @@ class Result:
             "message": self.message,
             "derived": _jsonable(self.derived),
             "metrics": _jsonable(self.metrics),
+            "validation": _jsonable(self.validation),
             "timings": _jsonable(self.timings),
             "provenance": _jsonable(self.provenance),
         }
@@ -111,15 +125,20 @@ class Result:
         """The run's summary table for a reader (``hpcsolve run`` prints it; summary.json keeps every value as
         it is): the derived parameters (``steps`` as ``planned_steps``), the metrics and the timings
         (``time_``-prefixed), without empty rows, with a nested multigrid ``preconditioner_info`` as a few rows of
-        levels, sizes, complexity and set-up (:func:`preconditioner_rows`), and a probe value shown once."""
+        levels, sizes, complexity and set-up (:func:`preconditioner_rows`), and a probe value shown once; then one
+        ``verdict_<name>`` row per validation verdict (value, inside/outside its range, by how much, the reference),
+        which replace the bare published ranges (``reference_c_D`` = [5.57, 5.59] and the like)."""
         rows = {("planned_steps" if k == "steps" else k): v for k, v in self.derived.items()}
         for k, v in self.metrics.items():
             if k == "preconditioner_info" and isinstance(v, dict):
                 rows.update(preconditioner_rows(v))
             elif k == "probe_u" and v == self.metrics.get("probe_value"):
                 continue                  # an older result's duplicate of probe_value
+            elif self.validation and k.startswith("reference_") and isinstance(v, (list, tuple)):
+                continue                  # a published range: its verdict row says it
             else:
                 rows[k] = v
+        rows.update(verdict_rows(self.validation))
         rows.update({f"time_{k}": v for k, v in self.timings.items()})
         return {k: v for k, v in rows.items() if v not in ("", None, [], {})}
 
@@ -361,6 +380,9 @@ def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
         _set_attrs(f.require_group("metrics"), result.metrics)
         _set_attrs(f.require_group("derived"), result.derived)
         _set_attrs(f.require_group("timings"), result.timings)
+        vg = f.require_group("validation")
+        for name, verdict in result.validation.items():
+            _set_attrs(vg.require_group(name), verdict)
         g = result.grid
         if isinstance(g, StructuredGrid):
             gg = f.create_group("grid")
@@ -470,6 +492,7 @@ def read_h5(path: str | Path) -> dict:
         data = {"attrs": attrs(f)}
         for grp in ("provenance", "metrics", "derived", "timings"):
             data[grp] = attrs(f[grp]) if grp in f else {}
+        data["validation"] = {k: attrs(g) for k, g in f["validation"].items()} if "validation" in f else {}
         data["fields"] = {k: f["fields"][k][()] for k in f["fields"]} if "fields" in f else {}
         data["series"] = {k: f["series"][k][()] for k in f["series"]} if "series" in f else {}
         data["snapshots"] = []

@@ -200,6 +200,8 @@ class SolverSection(StrictModel):
     reference: Literal["auto", "always", "never"] = Field(
         "auto", description="also solve in float64 with spsolve and compare (auto: up to reference_max_dofs)")
     reference_max_dofs: int = Field(300_000, ge=0, le=MAX_ITERATIONS)
+    reference_max_seconds: float = Field(30.0, gt=0, description="reference = 'auto' skips the float64 reference "
+                                         "(with a note) where its predicted time (SuperLU, ~3.2e-8 n^1.5 s) is above this")
 
     @field_validator("rtol")
     @classmethod
@@ -231,6 +233,15 @@ class OutputSection(StrictModel):
     field_label: str | None = Field(None, min_length=1, max_length=80,
                                     description="what the solution is, for plot labels (e.g. 'temperature (K)'); "
                                     "default: u")
+    probe_tolerance: float | None = Field(
+        None, gt=0, le=10, description="the largest probe_rel_error the run's verdict accepts (the summary's "
+        "`validation`); default 0.05; needs probe_reference")
+    l2_error_constant: float | None = Field(
+        None, gt=0, le=1e6, description="problem.manufactured: the verdict accepts error_l2 <= this * h_max^2 "
+        "(P1 converges at order 2); default 1.0 (measured 0.69 on the unit square's meshes)")
+    h1_error_constant: float | None = Field(
+        None, gt=0, le=1e6, description="problem.manufactured: the verdict accepts error_h1_seminorm <= this * h_max "
+        "(order 1); default 3.5 (measured 2.47)")
 
     @field_validator("probe_reference")
     @classmethod
@@ -239,6 +250,20 @@ class OutputSection(StrictModel):
             raise ValueError("allowed: a non-zero number (the probe's relative error |value - reference| / "
                              "|reference| needs a reference other than 0), or leave output.probe_reference out")
         return v
+
+    @model_validator(mode="after")
+    def _tolerance_has_a_reference(self):
+        if self.probe_tolerance is not None and self.probe_reference is None:
+            raise ValueError("output.probe_tolerance bounds the probe's error against output.probe_reference, which "
+                             "is not given: add probe_reference (and probe), or leave probe_tolerance out")
+        return self
+
+    def check_bounds(self, problem) -> None:
+        """The manufactured-solution bounds need a manufactured solution (a ValueError naming the field)."""
+        for name in ("l2_error_constant", "h1_error_constant"):
+            if getattr(self, name) is not None and not problem.manufactured:
+                raise ValueError(f"output.{name} scales the verdict's bound on the error against problem.manufactured, "
+                                 f"which is not set: leave output.{name} out, or set problem.manufactured")
 
 
 class FEMCase(CaseBase):
@@ -282,4 +307,5 @@ class FEMCase(CaseBase):
             raise ValueError("problem.manufactured applies to kind = 'poisson' only")
         if p.manufactured:
             _check_manufactured(self)
+        self.output.check_bounds(p)
         return self

@@ -177,9 +177,35 @@ class SteadySection(StrictModel):
     interval: int = Field(1000, ge=1, le=MAX_STEPS, description="steps between steady-state checks")
 
 
+#: references judged by an error bound (validation.max_error) and by a published range (validation.range_margin)
+ERROR_REFERENCES = ("taylor_green", "poiseuille", "ghia")
+RANGE_REFERENCES = ("schafer_turek_2d1", "schafer_turek_2d2")
+
+
 class ValidationSection(StrictModel):
     reference: Literal[REFERENCES] = "none"  # type: ignore[valid-type]
     sample_x: float = Field(0.5, ge=0, le=1, description="poiseuille: profile taken at this fraction of the channel length")
+    max_error: float | None = Field(
+        None, gt=0, le=10, description="taylor_green, poiseuille, ghia: the largest error the run's verdict accepts "
+        "(the summary's `validation`); default taylor_green 0.01 (relative L2 velocity error), poiseuille 0.01 "
+        "(relative L2 error of the rho u profile), ghia 0.03 (largest centreline difference / lid speed)")
+    range_margin: float = Field(
+        0.0, ge=0, le=1, description="schafer_turek_2d1/2d2: widen each published range by this fraction of its "
+        "bound on both sides before the verdict (0: the range as published)")
+
+    @model_validator(mode="after")
+    def _bounds_fit_the_reference(self):
+        if self.max_error is not None and self.reference not in ERROR_REFERENCES:
+            other = ("use validation.range_margin to widen its published ranges" if self.reference in RANGE_REFERENCES
+                     else "there is no error to bound")
+            raise ValueError(f"validation.max_error bounds the error against reference {', '.join(ERROR_REFERENCES)}; "
+                             f"validation.reference is {self.reference!r}: {other}")
+        if self.range_margin and self.reference not in RANGE_REFERENCES:
+            other = ("use validation.max_error for its error bound" if self.reference in ERROR_REFERENCES
+                     else "there is no range to widen")
+            raise ValueError(f"validation.range_margin widens the published ranges of reference "
+                             f"{', '.join(RANGE_REFERENCES)}; validation.reference is {self.reference!r}: {other}")
+        return self
 
 
 class LBMCase(CaseBase):

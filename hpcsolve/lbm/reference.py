@@ -1,11 +1,29 @@
 """Errors of an LBM run against analytic or published references, by ``validation.reference``: Taylor-Green,
-Poiseuille, Ghia et al. (lid-driven cavity), Schaefer-Turek (cylinder 2D-1 and 2D-2)."""
+Poiseuille, Ghia et al. (lid-driven cavity), Schaefer-Turek (cylinder 2D-1 and 2D-2); and the verdicts on them
+(:func:`verdicts`, the arithmetic in hpcsolve.core.verdicts)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from hpcsolve.core.verdicts import error_bound, judge, widened
 from hpcsolve.lbm import observables as obs
+
+#: the acceptance bound of each error-type reference (``validation.max_error`` overrides it); docs/validation_ci.md
+#: ("Validation verdicts") gives the shipped cases' measured errors these leave margin over
+DEFAULT_MAX_ERROR = {
+    "taylor_green": 0.01,   # relative L2 velocity error; taylor_green.toml: 6.7e-4 (fp64 and fp32)
+    "poiseuille": 0.01,     # relative L2 error of the rho u profile; poiseuille.toml: 0.0040 (fp64 and fp32)
+    "ghia": 0.03,           # largest centreline difference / lid speed; lid_driven_cavity.toml: 0.0056,
+                            # lid_driven_cavity_re1000.toml: 0.0149 (H200, fp64 and fp32)
+}
+#: what each error-type reference's bound applies to, for the verdict's citation
+ERROR_REFERENCES = {
+    "taylor_green": "analytic Taylor-Green vortex, relative L2 velocity error",
+    "poiseuille": "analytic Poiseuille parabola, relative L2 error of the rho u profile",
+}
 
 
 def reference_metrics(case, derived, geo, stepper, rho, ux, uy, step, result) -> dict:
@@ -109,4 +127,67 @@ def _periodic_metrics(series: dict, case) -> dict:
     st = obs.strouhal(t, series["lift_coefficient"], case.physics.length, case.physics.velocity)
     if st is not None:
         out["strouhal"] = st
+    return out
+
+
+def verdicts(case, metrics: dict, derived: dict | None = None) -> dict:
+    """The verdicts (hpcsolve.core.verdicts) on this run's reference values, by ``validation.reference``: the
+    errors of taylor_green, poiseuille and ghia against ``validation.max_error`` (default
+    :data:`DEFAULT_MAX_ERROR`), the Schaefer-Turek values against the published ranges (widened by
+    ``validation.range_margin``). Only values the run measured are judged (none after a run that stopped before
+    its reference metrics), except a 2D-2 run with c_D max but no Strouhal number (the lift did not swing twice):
+    that Strouhal number is outside, as NaN. Empty without a reference (and for a Ghia cavity at a Reynolds
+    number Ghia et al. did not tabulate). ``derived``: unused (the FEM verdicts' bounds need the mesh size)."""
+    ref = case.validation.reference
+    if ref in DEFAULT_MAX_ERROR:
+        bound = case.validation.max_error or DEFAULT_MAX_ERROR[ref]
+        return {name: error_bound(metrics[name], bound, cite) for name, cite in _error_values(ref, metrics, case)}
+    if ref.startswith("schafer_turek"):
+        return _schafer_turek_verdicts(ref, metrics, case.validation.range_margin)
+    return {}
+
+
+def _error_values(ref: str, metrics: dict, case) -> list[tuple[str, str]]:
+    """(metric name, citation) of the errors a reference's bound applies to, among those measured."""
+    if ref == "ghia":
+        cite = f"Ghia, Ghia & Shin 1982, Re {case.physics.reynolds:g}, largest centreline difference / lid speed"
+        return [(k, cite) for k in ("ghia_u_max_abs_diff", "ghia_v_max_abs_diff") if k in metrics]
+    name = "velocity_rel_l2_error" if ref == "taylor_green" else "profile_rel_l2_error"
+    value = metrics.get(name)
+    if ref == "taylor_green" and value is not None and not math.isfinite(value) and "velocity_max_abs_error" in metrics:
+        # the analytic vortex decayed to 0 in float64: no relative error; the absolute one (in units of the
+        # amplitude) takes the same bound
+        return [("velocity_max_abs_error", "analytic Taylor-Green vortex, largest velocity error / amplitude")]
+    return [(name, ERROR_REFERENCES[ref])] if name in metrics else []
+
+
+#: Schaefer-Turek: (judged metric, fallback metric, key of the published range) per benchmark. 2D-1 judges the
+#: means over the last quarter of the monitor samples (:func:`_window_metrics`: one final sample of c_L swings
+#: with the remaining sound wave), the final values where the run was too short for a window
+ST_VALUES = {
+    "case_2d1": (("drag_coefficient_window_mean", "drag_coefficient", "c_D"),
+                 ("lift_coefficient_window_mean", "lift_coefficient", "c_L"),
+                 ("pressure_difference_pa", None, "dp")),
+    "case_2d2": (("drag_coefficient_max", None, "c_D_max"), ("lift_coefficient_max", None, "c_L_max"),
+                 ("strouhal", None, "strouhal")),
+}
+
+
+def _schafer_turek_verdicts(ref: str, metrics: dict, margin: float) -> dict:
+    which = "case_2d1" if ref.endswith("2d1") else "case_2d2"
+    data = obs.schafer_turek()[which]
+    cite = f"Schafer & Turek 1996, {'2D-1' if which == 'case_2d1' else '2D-2'}"
+    if margin:
+        cite += f", range widened by {100 * margin:g} % (validation.range_margin)"
+    out = {}
+    for name, fallback, key in ST_VALUES[which]:
+        if name not in metrics and fallback in metrics:
+            name = fallback
+        if name in metrics:
+            value = metrics[name]
+        elif name == "strouhal" and "drag_coefficient_max" in metrics:
+            value = math.nan          # the periodic metrics were made, but fewer than two lift periods were seen
+        else:
+            continue
+        out[name] = judge(value, *widened(*data[key], margin), cite)
     return out
