@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from hpcsolve.core.version import __version__
-from hpcsolve.core import backends, outdir, parallel, precision
+from hpcsolve.core import backends, heartbeat, outdir, parallel, precision
 from hpcsolve.core.errors import CaseError, HpcsolveError
 
 
@@ -70,31 +70,10 @@ def _add_case_args(p, optional: bool = False, single: bool = True):
                    help="override any case value, e.g. --set physics.reynolds=400 (repeatable)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hpcsolve", description="GPU LBM and FEM solvers with accuracy-vs-speed reporting.")
-    parser.add_argument("--version", action="version", version=f"hpcsolve {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
-    _add_case_args(p, optional=True)
-    p.add_argument("--resume", type=_folder_arg, metavar="DIR",
-                   help="continue the run in DIR from its newest checkpoint (results are written there; "
-                        "give --no-plots again if wanted: run options are not kept in the checkpoint)")
-    p.add_argument("--force", action="store_true",
-                   help="with --resume: continue even if the case, backend, precision or version differ "
-                        "(another precision continues from the checkpoint's state, rounded to the new storage)")
-    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
-    p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--dry-run", action="store_true", help="print the derived parameters and memory, then stop")
-
-    p = sub.add_parser("validate", help="check a case file (and --set overrides) without running it")
-    _add_case_args(p)
-    p.add_argument("--json", action="store_true", help="print the derived parameters as JSON")
-
+def _add_compare_parser(sub) -> None:
+    """The ``compare`` command and its options."""
     p = sub.add_parser("compare", help="accuracy vs speed of a case across backends x precisions (x preconditioners, "
-                       "FEM), vs the CPU FP64 reference")
+                       "FEM), vs an FP64 reference (fastest usable backend, cross-checked against NumPy)")
     _add_case_args(p, single=False)
     p.add_argument("--backends", nargs="+", choices=backends.BACKENDS,
                    help="backends to compare (default: every one usable here)")
@@ -121,6 +100,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars or progress lines (the table, the results folder and errors are still "
                         "printed)")
+    p.add_argument("--reference", default=None, metavar="BACKEND/PRECISION",
+                   help="the configuration every other is judged against, e.g. numpy/fp64 or cupy/fp64; default: the "
+                        "case's compare.reference, else auto: fp64 on the fastest usable backend, cross-checked "
+                        "against numpy/fp64 on a reduced copy of the case (docs/compare.md)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="skip (as a row saying why) every configuration whose run is predicted to take longer; a "
+                        "reference predicted longer is an error before anything runs")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the reference, its cross-check and every configuration's predicted time, then stop")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpcsolve", description="GPU LBM and FEM solvers with accuracy-vs-speed reporting.")
+    parser.add_argument("--version", action="version", version=f"hpcsolve {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run a case file and write result.h5, result.xdmf, summary.json, plots/")
+    _add_case_args(p, optional=True)
+    p.add_argument("--resume", type=_folder_arg, metavar="DIR",
+                   help="continue the run in DIR from its newest checkpoint (results are written there; "
+                        "give --no-plots again if wanted: run options are not kept in the checkpoint)")
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: continue even if the case, backend, precision or version differ "
+                        "(another precision continues from the checkpoint's state, rounded to the new storage)")
+    p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--dry-run", action="store_true", help="print the derived parameters and memory, then stop")
+
+    p = sub.add_parser("validate", help="check a case file (and --set overrides) without running it")
+    _add_case_args(p)
+    p.add_argument("--json", action="store_true", help="print the derived parameters as JSON")
+
+    _add_compare_parser(sub)
 
     p = sub.add_parser("info", help="backends usable here and why not, devices, package versions")
     p.add_argument("--json", action="store_true")
@@ -221,9 +235,12 @@ def cmd_run(args) -> int:
 
 
 def _report(args, case, result, out) -> int:
+    """The summary table and where the results are; exit 3 for a run that blew up or did not converge, and under
+    ``run.strict_validation`` for a value outside its reference range (run_case warned about each one)."""
     failed = result.status in ("blew_up", "not_converged")
+    invalid = bool(case.run.strict_validation and result.validation_failed)
     if _rank() != 0:                  # rank 0 reports (and wrote the results) for every rank
-        return 3 if failed else 0
+        return 3 if failed or invalid else 0
     if not args.quiet:
         _print_kv(f"{case.name}: {result.status}" + (f" ({result.message})" if result.message else ""),
                   result.console_rows())
@@ -231,6 +248,11 @@ def _report(args, case, result, out) -> int:
     print(f"results in {out}/ (result.h5, result.xdmf, summary.json{plots})")
     if failed:
         _say(f"hpcsolve: error: {case.name}: {result.status.replace('_', ' ')}: {result.message}")
+        return 3
+    if invalid:
+        from hpcsolve.core.verdicts import failure_text   # late: with the run's modules
+
+        _say(f"hpcsolve: error: {failure_text(case.name, result.validation)}")
         return 3
     return 0
 
@@ -254,16 +276,23 @@ def cmd_compare(args) -> int:
     if args.backend or args.precision:
         _say("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored")
     case = load_case(args.case, args.overrides)
+    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    if args.dry_run:                    # the plan and its predicted times, nothing run or written
+        from hpcsolve.report.compare import plan   # late: as compare above
+        the_plan = plan(case, args.backends, args.precisions, tol, preconditioners=args.preconditioners,
+                        reference=args.reference, budget=args.budget, warmup=not args.no_warmup, repeats=args.repeats,
+                        fields=args.fields)
+        print("\n".join(f"compare: {line}" for line in the_plan.lines()))
+        return 0
     if args.out is not None:   # unusable, or holding a comparison without --overwrite: exit 2 before any run
         check_out(args.out, args.overwrite)
         out = args.out
     else:
         out = outdir.new_folder(Path("results") / f"{case.name}-compare-{_dt.datetime.now():%Y%m%d-%H%M%S}")
-    tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     try:
         comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
                        warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners,
-                       overwrite=args.overwrite, fields=args.fields)
+                       overwrite=args.overwrite, fields=args.fields, reference=args.reference, budget=args.budget)
     except BaseException:
         if args.out is None:              # the default folder reserved above: removed again while still unused
             outdir.remove_unused(out)
@@ -460,7 +489,12 @@ def _execute(handler, args) -> tuple[int, str | None]:
     """The command's exit code and the one line to print on stderr (None when it succeeded)."""
     try:
         _one_process_only(args)
-        return handler(args), None
+        # a progress line at least every 10 s (compare prints its own per configuration; info is instant)
+        quiet = getattr(args, "quiet", False) or args.command in ("compare", "info") or _rank() != 0
+        label = " ".join(str(x) for x in (args.command, getattr(args, "case", None) or getattr(args, "family", ""))
+                         if x)
+        with heartbeat.Heartbeat(label, enabled=not quiet):
+            return handler(args), None
     except HpcsolveError as exc:
         label = "interrupted" if exc.exit_code == 130 else "error"
         return exc.exit_code, f"hpcsolve: {label}: {exc}"

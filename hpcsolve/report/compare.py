@@ -1,7 +1,15 @@
 """Accuracy-vs-speed comparison of one case across backends x precisions (x preconditioners, FEM).
 
-Every configuration runs the same case; the CPU FP64 reference (NumPy LBM / SciPy-backed FEM)
-runs first. For each run the comparison records wall time, throughput, speedup over the reference,
+Every configuration runs the same case; the reference runs first. The reference (``reference``, ``--reference``,
+``[compare] reference``) is BACKEND/PRECISION or ``auto``: fp64 on the fastest usable backend by the run-time
+estimates, numpy/fp64 (NumPy LBM / SciPy-backed FEM) where NumPy is the only one. A reference other than numpy/fp64
+is first cross-checked: it and numpy/fp64 run a reduced copy of the case (fewer LBM steps, a coarser FEM mesh, chosen
+so that NumPy's predicted time is small) and must agree within tolerance x EQUAL_BELOW; one that does not is a
+failed reference (below) and no configuration runs. Before anything runs, every configuration's time is predicted
+(``hpcsolve.run.describe(..., estimate=True)``) when progress lines, a dry run (``plan``) or a budget ask for it;
+``budget`` skips a configuration predicted past it (a 'skipped' row with the reason) and refuses a reference
+predicted past it. The rules, with the default budget, are in ``hpcsolve.report.compare_reference`` and
+docs/compare.md. For each run the comparison records wall time, throughput, speedup over the reference,
 memory, the error of every field against the reference run (relative L2 and relative max), the
 drift of that error over the output times, the errors against analytic/published references that
 the run itself reports, and (FEM) the true residual and the recursive-vs-true gap.
@@ -14,9 +22,9 @@ as median and min-max. Host BLAS/OpenMP threads are pinned for every run (``Back
 Preconditioners (FEM): with ``preconditioners`` every backend x precision runs once per listed name,
 with ``solve.preconditioner`` of the case overridden (the same path as ``--set``); a configuration is then
 backend/precision/preconditioner everywhere (labels, table, JSON, plots, recommendation). The reference
-is the CPU FP64 run with the case's own preconditioner when it is listed, else the first listed; should
-that configuration fail (e.g. "mg" on a mesh that is not a structured generator mesh), the next CPU FP64
-one is the reference. Without ``preconditioners`` the case's own setting is used (one run per
+is the reference backend/precision with the case's own preconditioner when it is listed, else the first listed;
+should that configuration fail (e.g. "mg" on a mesh that is not a structured generator mesh), the next one of the
+reference backend/precision is the reference. Without ``preconditioners`` the case's own setting is used (one run per
 backend x precision), and the label has no preconditioner part.
 
 A reference that runs but does not finish well (status not completed / converged / not_steady, e.g. not_converged at
@@ -38,7 +46,7 @@ with in-place streaming; FEM: the matrix at storage precision with int32 indices
 multigrid hierarchy's levels), which changes with precision; ``process_peak_est_MiB`` (``memory_bytes``) is the
 estimated peak of the whole process (hpcsolve.core.memory), which mostly does not.
 
-Recommendation: the FP64 reference is a candidate like every other run. A run is *acceptable* when it
+Recommendation: the reference is a timed candidate like every other run. A run is *acceptable* when it
 finished (completed or converged) and its field error is within the tolerance. Errors are compared in accuracy
 classes (``comparison.accuracy_bin``): at or below tolerance/100 they count as equal (round-off), above that one
 class per decade; within a class the lower median time (FEM: solve + preconditioner set-up) is preferred. A run
@@ -68,11 +76,11 @@ from hpcsolve.core.cases import CaseBase
 from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
-from hpcsolve.report.compare_inputs import (_check_preconditioners, _retire_comparison, check_out, checked_inputs,
-                                            configurations)
-from hpcsolve.report.comparison import OK_STATUS, REFERENCE, Comparison, Run, field_error
+from hpcsolve.report import compare_reference
+from hpcsolve.report.compare_inputs import _check_preconditioners, _retire_comparison, check_out, checked_inputs
+from hpcsolve.report.comparison import OK_STATUS, Comparison, Run, field_error
 
-__all__ = ["DEFAULT_TOLERANCE", "compare"]
+__all__ = ["DEFAULT_TOLERANCE", "compare", "plan"]
 
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_REPEATS = 3          # timed runs per configuration, at least
@@ -89,8 +97,14 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             tolerance: float = DEFAULT_TOLERANCE, *, out: str | Path | None = None, overrides=(),
             progress: bool = False, warmup: bool = True, repeats: int | None = None,
             time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None,
-            overwrite: bool = False, fields: list[str] | None = None) -> Comparison:
-    """Run ``case`` for each available backend x precision plus the CPU FP64 reference and compare.
+            overwrite: bool = False, fields: list[str] | None = None, reference: str | None = None,
+            budget: float | None = None) -> Comparison:
+    """Run ``case`` for each available backend x precision plus the reference and compare.
+
+    ``reference``: BACKEND/PRECISION or "auto" (None: the case's ``compare.reference``, default auto: fp64 on the
+    fastest usable backend, cross-checked against numpy/fp64 on a reduced copy of the case when it is not NumPy);
+    ``budget``: seconds; a configuration whose one run is predicted past it is a 'skipped' row, a reference
+    predicted past it a CaseError before anything runs (``hpcsolve.report.compare_reference``, docs/compare.md).
 
     With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
     memory-pool growth and first-call imports are not counted in its time. ``repeats``: exactly this
@@ -115,11 +129,9 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
 
     ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
     holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
-    case, backends, precisions = checked_inputs(case, backends, precisions, tolerance, repeats, overrides,
-                                                runmod.as_names)
-    pc_names = _check_preconditioners(case, preconditioners)
-    fields = _check_fields(fields if fields is not None else getattr(getattr(case, "compare", None), "fields", None))
-    configs, pc_cases = configurations(case, backends, precisions, pc_names)
+    the_plan, case, pc_cases, pc_names, fields = _planned(case, backends, precisions, tolerance, overrides, repeats, warmup,
+                                                preconditioners, fields, reference, budget, estimate_all=progress)
+    configs = the_plan.configs
     out_path = runmod.out_folder_arg(out)
     if out_path is not None:
         check_out(out_path, overwrite)
@@ -131,12 +143,21 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     with interrupts.stop_on_signals(graceful=False), interrupts.exit_deferred(claim):
         if out_path is not None:
             check_out(out_path, overwrite)      # again under the lock: a comparison that finished meanwhile counts
-        comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names, fields=fields)
+        comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names, fields=fields,
+                          reference_info=the_plan.info())
         try:
             with _Progress(progress, len(configs)) as report:
-                _run_all(comp, configs, pc_cases, out_path, overwrite,
-                         dict(progress=progress, warmup=warmup, repeats=repeats, time_budget_s=time_budget_s,
-                              report=report))
+                for text in the_plan.lines():
+                    report.line(text)
+                why = compare_reference.cross_check(the_plan, pc_cases[configs[0][2]], fields, SKIP_FIELDS, report)
+                if why:     # a failed reference: nothing is judged against it, so nothing else runs
+                    comp.reference_failed = why
+                    comp.skipped.update({compare_reference.key(*c): "not run: the reference failed its cross-check"
+                                         for c in configs})
+                else:
+                    _run_all(comp, configs, pc_cases, out_path, overwrite,
+                             dict(progress=progress, warmup=warmup, repeats=repeats, time_budget_s=time_budget_s,
+                                  report=report, plan=the_plan))
         except (RunInterrupted, KeyboardInterrupt):
             with interrupts.deferred():
                 comp.interrupted = comp.interrupted or "interrupted by a signal between two runs"
@@ -150,16 +171,50 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     return comp
 
 
+def plan(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
+         tolerance: float = DEFAULT_TOLERANCE, *, overrides=(), preconditioners: list[str] | None = None,
+         reference: str | None = None, budget: float | None = None, warmup: bool = True,
+         repeats: int | None = None, fields: list[str] | None = None) -> compare_reference.Plan:
+    """What ``compare`` with these arguments would run, without running it (``hpcsolve compare --dry-run``): the
+    reference and its planned cross-check, every configuration's predicted time, the budget's skips and the total
+    (``Plan.lines()``, ``Plan.info()``). Bad input is refused as ``compare`` refuses it."""
+    return _planned(case, backends, precisions, tolerance, overrides, repeats, warmup, preconditioners, fields,
+                    reference, budget, estimate_all=True)[0]
+
+
+def _planned(case, backends, precisions, tolerance, overrides, repeats, warmup, preconditioners, fields, reference,
+             budget, *, estimate_all: bool):
+    """The inputs checked and the plan made: (plan, case, the case of each preconditioner, the preconditioner names,
+    the fields judged)."""
+    case, backends, precisions = checked_inputs(case, backends, precisions, tolerance, repeats, overrides,
+                                                runmod.as_names)
+    pc_names = _check_preconditioners(case, preconditioners)
+    fields = _check_fields(fields if fields is not None else getattr(getattr(case, "compare", None), "fields", None))
+    asked = getattr(getattr(case, "compare", None), "reference", compare_reference.AUTO)
+    the_plan, pc_cases = compare_reference.make_plan(
+        case, backends, precisions, pc_names, requested=asked if reference is None else reference,
+        field_name="compare.reference" if reference is None else "--reference", tolerance=float(tolerance),
+        budget=budget, estimate_all=estimate_all,
+        runs_each=int(warmup) + (repeats if repeats is not None else DEFAULT_REPEATS))
+    return the_plan, case, pc_cases, pc_names, fields
+
+
 def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, timing: dict) -> None:
-    """Every configuration in turn, its Run appended to ``comp`` (the first CPU FP64 one that runs is the reference;
+    """Every configuration in turn, its Run appended to ``comp`` (the first of the reference backend/precision that
+    runs is the reference; one predicted past the budget is a 'skipped' row;
     one that does not finish well is a failed reference, ``comp.reference_failed``, and nobody is judged against
     it). A signal (RunInterrupted, KeyboardInterrupt) ends the comparison: the configuration it stopped is an
     'interrupted' row, ``comp.interrupted`` says so, and the exception goes on."""
     retire = out_path is not None and overwrite      # the earlier comparison's files: before the first run writes
     ref_result: Result | None = None
     ref_run: Run | None = None
+    the_plan = timing["plan"]
     for i, (backend, prec, pc) in enumerate(configs):
-        key = f"{backend}/{prec}" + (f"/{pc}" if pc is not None else "")
+        key = compare_reference.key(backend, prec, pc)
+        if key in the_plan.skip:        # predicted past the budget: a row saying so
+            comp.runs.append(Run(backend, prec, status="skipped", preconditioner=pc, message=the_plan.skip[key],
+                                 reference_run=False, predicted_s=the_plan.predicted.get(key)))
+            continue
         status = backends_mod.probe(backend)
         if not status.available:
             comp.skipped[key] = status.reason
@@ -179,14 +234,14 @@ def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, tim
             raise
         except HpcsolveError as exc:
             partial = getattr(exc, "result", None)
-            # no reference yet: only another CPU FP64 configuration still to come may take its place
-            if ref_result is None and not any((b, p) == REFERENCE for b, p, _ in configs[i + 1:]):
+            # no reference yet: only another configuration of the reference backend/precision may take its place
+            if ref_result is None and not any((b, p) == the_plan.reference for b, p, _ in configs[i + 1:]):
                 raise
             comp.runs.append(Run(backend, prec, status=getattr(partial, "status", "failed") if partial else "failed",
                                  preconditioner=pc, message=str(exc), reference_run=False))
             timing["report"].line(f"{key}: {comp.runs[-1].status}")
             continue
-        extra["judged"] = comp.fields
+        extra["judged"], extra["predicted_s"] = comp.fields, the_plan.predicted.get(key)
         if ref_result is None:          # the reference: judged against itself only when it finished well
             finished = res.status in OK_STATUS
             if finished:
@@ -252,7 +307,8 @@ def _run_record(backend, prec, pc, res: Result, times, desc, extra: dict, ref_re
               residuals=_residuals(res), message=res.message,
               preconditioner_used=used if isinstance(used, str) else None,
               preconditioner_info=dict(res.metrics.get("preconditioner_info") or {}),
-              reference_run=reference, result=res)
+              reference_run=reference, result=res, predicted_s=extra.get("predicted_s"),
+              validation=dict(getattr(res, "validation", None) or {}))
     run.state_bytes, run.state_basis = state_memory(res, extra["policy"])
     if ref_result is None:
         return run

@@ -163,10 +163,10 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
     return case, backends, precisions
 
 
-def configurations(case: CaseBase, backends, precisions, pc_names) -> tuple[list, dict]:
-    """The configurations (backend, precision, preconditioner) to run, the CPU FP64 ones first (the reference:
-    the first of them that runs), and the case of each preconditioner (None: the case's own setting); every
-    name checked (backends asked for by name must not all be unusable here)."""
+def configurations(case: CaseBase, backends, precisions, pc_names, reference: tuple = REFERENCE) -> tuple[list, dict]:
+    """The configurations (backend, precision, preconditioner) to run, the ``reference`` ones first (default CPU
+    FP64; the reference is the first of them that runs), and the case of each preconditioner (None: the case's own
+    setting); every name checked (backends asked for by name must not all be unusable here)."""
     family = case.solver
     explicit = backends is not None
     if backends is None:
@@ -199,6 +199,7 @@ def configurations(case: CaseBase, backends, precisions, pc_names) -> tuple[list
         pc_cases = {name: _with_preconditioner(case, name) for name in pc_names}
         own = getattr(getattr(case, "solve", None), "preconditioner", None)
         ref_pcs = ([own] if own in pc_names else []) + [n for n in pc_names if n != own]
-    configs = [(*REFERENCE, pc) for pc in ref_pcs]
-    configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != REFERENCE]
+    reference = tuple(reference)
+    configs = [(*reference, pc) for pc in ref_pcs]
+    configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != reference]
     return configs, pc_cases

@@ -46,6 +46,8 @@ class Run:
     preconditioner_used: str | None = None   # FEM: the preconditioner the run used (``auto`` resolved), from its metrics
     preconditioner_info: dict = field(default_factory=dict)   # FEM multigrid: levels, complexity, setup time, cycles
     error_note: str = ""              # why no error is measured (a failed reference), where none is
+    predicted_s: float | None = None  # the run-time estimate of one run, made before running (None: not made)
+    validation: dict = field(default_factory=dict)   # the run's Result.validation: name -> {value, range, verdict, ..}
     reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
     result: Result | None = field(default=None, repr=False)
 
@@ -109,6 +111,11 @@ class Run:
         """Median preconditioner set-up time of the timed runs (FEM; nan where none)."""
         return float(np.median(self.setup_times)) if self.setup_times else math.nan
 
+    @property
+    def outside_range(self) -> dict:
+        """name -> validation entry of the published-reference checks this run fell outside of (``validation``)."""
+        return {k: v for k, v in self.validation.items() if isinstance(v, dict) and _outside(v.get("verdict"))}
+
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("result", "reference_run")}
         d["label"] = self.label
@@ -128,6 +135,23 @@ def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
     mref = float(np.max(np.abs(ref))) if ref.size else 0.0
     return {"rel_l2": float(np.linalg.norm(diff) / nref) if nref > 0 else float(np.linalg.norm(diff)),
             "rel_max": float(np.max(np.abs(diff)) / mref) if mref > 0 else float(np.max(np.abs(diff), initial=0.0))}
+
+
+def _outside(verdict) -> bool:
+    """A validation verdict saying the value is outside its published range (or failed it)."""
+    text = str(verdict or "").strip().lower()
+    return text.startswith("outside") or text in ("fail", "failed")
+
+
+def _validation_text(r: "Run") -> str:
+    """The run's outside-range validation verdicts in one cell: "c_D_max 3.44 outside [3.22, 3.24]"."""
+    parts = []
+    for name, v in r.outside_range.items():
+        val, rng = v.get("value"), v.get("range")
+        shown = f"{val:.4g}" if isinstance(val, (int, float)) and not isinstance(val, bool) else str(val)
+        rng = f"[{', '.join(f'{x:g}' for x in rng)}]" if isinstance(rng, (list, tuple)) else str(rng or "")
+        parts.append(f"{name} {shown} outside {rng}".rstrip())
+    return "; ".join(parts)
 
 
 def _error(r: "Run") -> float:
@@ -158,6 +182,7 @@ class Comparison:
     reference_failed: str | None = None           # why the reference did not finish well: nobody is judged against it
     interrupted: str | None = None                # a signal stopped the comparison part way: what it stopped
     fields: list | None = None                    # the fields / metrics judged (None: every field)
+    reference_info: dict = field(default_factory=dict)   # how the reference was chosen and checked (compare_reference)
 
     def _bin(self, r: Run) -> float:
         return accuracy_bin(_error(r), self.tolerance)
@@ -168,6 +193,16 @@ class Comparison:
             return ", ".join(self.fields) if len(self.fields) == 1 else "largest over " + ", ".join(self.fields)
         names = sorted({k for r in self.runs for k in r.field_errors})
         return "largest over fields" + (f" ({', '.join(names)})" if names else "")
+
+    @property
+    def reference_label(self) -> str:
+        ref = next((r for r in self.runs if r.is_reference), None)
+        return ref.label if ref is not None else self.reference_info.get("label", "/".join(REFERENCE))
+
+    def _ref_text(self) -> str:
+        """The reference in words: "the CPU fp64 run" (numpy/fp64), else "the cupy/fp64 run"."""
+        label = self.reference_info.get("label", "/".join(REFERENCE))
+        return "the CPU fp64 run" if label == "/".join(REFERENCE) else f"the {label} run"
 
     @property
     def status(self) -> str:
@@ -321,6 +356,8 @@ class Comparison:
                 "err_vs_fp64_max": (f"{max(e['rel_max'] for e in r.field_errors.values()):.2e}"
                                     if r.field_errors else ""),
                 "true_residual": res, "vs_published/analytic": ref_err,
+                "predicted_s": f"{r.predicted_s:.3g}" if isinstance(r.predicted_s, (int, float)) else "",
+                "outside_published_range": _validation_text(r),
             })
         return rows
 
@@ -331,6 +368,7 @@ class Comparison:
         lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
         rec = self.recommendation()
         lines.append("")
+        lines += self._reference_lines()
         if self.reference_failed:
             lines += [f"**Failed reference**: {self.reference_failed}; no run is judged against it (error and "
                       f"speedup columns empty).", ""]
@@ -350,6 +388,27 @@ class Comparison:
             lines.append(f"- skipped {k}: {why}")
         return "\n".join(lines)
 
+    def _reference_lines(self) -> list[str]:
+        """How the reference was chosen and checked (``reference_info``), for the table."""
+        info = self.reference_info
+        if not info:
+            return []
+        lines = [f"Reference: **{info['label']}** ({info['how']})" + (f"; {info['note']}" if info.get("note") else "")
+                 + "."]
+        check = info.get("cross_check") or {}
+        if check.get("status") == "not needed":
+            lines.append(f"Cross-check: not needed ({check.get('why', '')}).")
+        elif check:
+            err = check.get("error")
+            measured = (f"relative L2 {err:.3g}" + (f" in {check['error_field']}" if check.get("error_field") else "")
+                        if isinstance(err, float) and math.isfinite(err) else "no error measured")
+            lines.append(f"Cross-check against {check.get('against')} on {check.get('reduction')}: {measured}, needed "
+                         f"<= {check.get('threshold', math.nan):.3g} ({check.get('threshold_rule', '')}): "
+                         f"**{check.get('status')}**" + (f" ({check['why']})" if check.get("why") else "") + ".")
+        if info.get("budget_s") is not None:
+            lines.append(f"Budget: {info['budget_s']:.3g} s per run ({info.get('budget_how', '')}).")
+        return lines + [""]
+
     def _legend(self, rows: list[dict]) -> list[str]:
         """What the columns of the table mean (and how the recommendation weighs them)."""
         setup = any(row["pc_setup_s"] for row in rows)
@@ -358,8 +417,12 @@ class Comparison:
                     "recommendation decides on." if setup else ".")]
         if setup:
             lines.append("pc_setup_s: median time building the preconditioner (multigrid hierarchy), included in time_s.")
-        lines.append(f"err_vs_fp64_L2: relative L2 error vs the CPU fp64 run, {self._judged_text()}, with the field it "
-                     "is in; err_L2_by_field: every field (and selected metric) compared.")
+        lines.append(f"err_vs_fp64_L2: relative L2 error vs {self._ref_text()}, {self._judged_text()}, with the field "
+                     "it is in; err_L2_by_field: every field (and selected metric) compared.")
+        if any(row["predicted_s"] for row in rows):
+            lines.append("predicted_s: the run-time estimate of one run, made before running (hpcsolve run --dry-run).")
+        if any(row["outside_published_range"] for row in rows):
+            lines.append("outside_published_range: the run's values outside their published reference range.")
         if self.tolerance > 0:
             lines.append(f"accuracy_class: 0 for errors at or below tolerance/{1 / EQUAL_BELOW:g} "
                          f"({self.tolerance * EQUAL_BELOW:.3g}), then one class per decade above; runs of one class "
@@ -378,12 +441,13 @@ class Comparison:
         return _jsonable({"case": self.case_name, "solver": self.solver, "tolerance": self.tolerance,
                           "status": self.status, "reference_failed": self.reference_failed,
                           "interrupted": self.interrupted,
-                          "reference": ref.label if ref is not None else "/".join(REFERENCE),
+                          "reference": ref.label if ref is not None else self.reference_label,
+                          "reference_info": self.reference_info,
                           "preconditioners": self.preconditioners, "recommendation": self.recommendation(),
                           "verdicts": self.verdicts(),
                           "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
                           "fields": self.fields, "accuracy_equal_below": self.tolerance * EQUAL_BELOW,
-                          "error_definition": f"relative L2 error vs the CPU fp64 run, {self._judged_text()}",
+                          "error_definition": f"relative L2 error vs {self._ref_text()}, {self._judged_text()}",
                           "memory_definition": {"state_bytes": "the solver state of the configuration (LBM populations;"
                                                 " FEM matrix, vectors, hierarchy)",
                                                 "memory_bytes": "estimated peak of the whole process"}})
@@ -409,9 +473,9 @@ class Comparison:
         ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
         ref = self.reference
         ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
-        ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label="CPU fp64 reference time (median, min-max)")
+        ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label=f"{ref.label} reference time (median, min-max)")
         return _finish(fig, ax, path, "solver time [s] (median, bars: min-max of the timed runs)",
-                       f"relative L2 error vs CPU fp64\n({self._judged_text()})", f"{self.case_name}: accuracy vs speed",
+                       f"relative L2 error vs {self.reference_label}\n({self._judged_text()})", f"{self.case_name}: accuracy vs speed",
                        legend_size=8)
 
     def plot_drift(self, path: str | Path) -> Path | None:
@@ -427,7 +491,7 @@ class Comparison:
             keep = err > 0
             ax.semilogy(t[keep], err[keep], "o-", label=r.label)
         name = runs[0].drift.get("field", "velocity")
-        return _finish(fig, ax, path, "time [s]", f"{name} relative L2 error vs CPU fp64",
+        return _finish(fig, ax, path, "time [s]", f"{name} relative L2 error vs {self.reference_label}",
                        f"{self.case_name}: {name} error drift over time", legend_size=8)
 
     def plot_residuals(self, path: str | Path) -> Path | None:
