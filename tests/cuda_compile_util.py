@@ -321,9 +321,10 @@ H200_L2 = 60 * 2**20
 def _cached_cupy_objects():
     """The package's caches that hold CuPy objects (filled with stand-ins inside ``recorded_modules``)."""
     from hpcsolve.fem.linalg import kernels_cupy as fem_cupy
+    from hpcsolve.lbm import device_monitor
     from hpcsolve.lbm.steppers import kernels_cupy as lbm_cupy
 
-    return fem_cupy._module, fem_cupy.low_ops, lbm_cupy._scale_kernel
+    return fem_cupy._module, fem_cupy.low_ops, lbm_cupy._scale_kernel, device_monitor._cupy_module
 
 
 @contextlib.contextmanager
@@ -354,7 +355,8 @@ def lbm_modules(setup, **stepper_options) -> list[ModuleCall]:
     from hpcsolve.lbm.steppers import kernels_cupy
 
     with recorded_modules() as rec:
-        kernels_cupy.CupyStepper(setup, graphs=False, **stepper_options)
+        st = kernels_cupy.CupyStepper(setup, graphs=False, **stepper_options)
+        st.point_kernels()
     return _calls(rec)
 
 

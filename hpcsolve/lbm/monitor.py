@@ -22,6 +22,11 @@ STALL_FACTOR = 0.5
 STALL_RESOLUTIONS = 100.0
 
 
+#: ``Monitor.last_steady_u`` where the steady reference velocity is kept in a device buffer
+#: (``device_monitor.BatchedPoints``; brought to the host before a checkpoint)
+ON_DEVICE = "on the device"
+
+
 class Monitor:
     """Series and checks at monitor points."""
 
@@ -65,37 +70,74 @@ class Monitor:
     def record(self, stepper, step: int, rho, ux, uy, peak: float | None = None) -> None:
         """Append the point's series. rho, ux, uy: host arrays or (``stepper.fields_on_device()``) device
         arrays, reduced on the device; ``peak``: the point's ``self.peak(ux, uy)`` where already known."""
+        fluid = self.fluid_like(rho)
+        energy = 2.0 * obs.kinetic_energy(rho, ux, uy, fluid)
+        forces = [stepper.force(self.geo.obstacles[k]) for k in self.geo.measured]
+        action = self.steady_action(step)
+        change = None
+        if action in ("set", "check"):
+            u = self.fluid_velocity(ux, uy)
+            if action == "check":
+                change = obs.relative_change(u, self.last_steady_u)
+        else:
+            u = None
+        self.record_values(step, energy, self.peak(ux, uy) if peak is None else peak, forces, action, u, change)
+
+    def steady_action(self, step: int) -> str | None:
+        """What the steady check does at the monitor point ``step`` (it depends on the steps only): "set" (the
+        point's fluid velocity becomes the reference), "clear" (no reference: inside the smooth start), "check"
+        (compare with the reference, which the point's velocity then replaces) or None (nothing; also without
+        ``steady.enabled``)."""
+        if not self.case.steady.enabled:
+            return None
+        ramp = self.derived.ramp_steps
+        if self.last_steady_u is None or self.last_steady_step < ramp:
+            # compare only states from the end of the smooth start on (the boundary velocities rise before);
+            # a reference from inside the smooth start is replaced at the next point, so none is kept
+            return "set" if step >= ramp else "clear"
+        if step - self.last_steady_step >= self.case.steady.interval:
+            return "check"
+        return None
+
+    def steady_moved(self, step: int, action: str | None, reference) -> None:
+        """The steady state after ``action`` at ``step`` (``steady_action``): ``reference`` the new reference
+        velocity (host (2, fluid cells), or ``ON_DEVICE`` where a device buffer keeps it)."""
+        if action is not None:
+            self.last_steady_u = None if action == "clear" else reference
+            self.last_steady_step = step
+
+    def record_values(self, step: int, energy_lattice: float, peak: float, forces, action: str | None = None,
+                      reference=None, change: float | None = None, moved: bool = False) -> None:
+        """Append a point's series from its values: ``energy_lattice`` sum over the fluid of rho |u|^2 (lattice
+        units), ``peak`` max |u| (lattice units), ``forces`` (Fx, Fy) per measured obstacle (lattice units);
+        ``action`` the point's ``steady_action`` with the new ``reference`` and, at a check, the relative
+        ``change``; ``moved``: ``steady_moved`` was called already (the batched device path moves the steady state
+        when it queues the point, since the next point's action depends on it). The host path (``record``) and
+        the batched device path (``device_monitor.BatchedPoints``) both end here."""
         s = self.series
         s["step"].append(step)
         s["time"].append(self.derived.units.time_of(step))
         units = self.derived.units
         to_ms = units.dx / units.dt
         energy = units.density * to_ms**2 * units.dx**2      # lattice kinetic energy -> J per metre of depth
-        fluid = self.fluid_like(rho)
-        s["kinetic_energy"].append(obs.kinetic_energy(rho, ux, uy, fluid) * energy)
-        s["max_speed"].append((self.peak(ux, uy) if peak is None else peak) * to_ms)
+        s["kinetic_energy"].append(0.5 * energy_lattice * energy)
+        s["max_speed"].append(peak * to_ms)
         if "kinetic_energy_analytic" in s:
             ny, nx = self.geo.shape
             X, Y = np.meshgrid(np.arange(nx) + 0.5, np.arange(ny) + 0.5)
             ua, va = obs.taylor_green_velocity(X, Y, nx, self.case.lattice.velocity, units.lattice_viscosity, step)
             s["kinetic_energy_analytic"].append(obs.kinetic_energy(np.ones_like(ua), ua, va, self.fluid) * energy)
-        for k in self.geo.measured:
+        for k, f in zip(self.geo.measured, forces):
             sfx = "" if k == self.geo.measured[0] else f"_{k}"
-            f = stepper.force(self.geo.obstacles[k])
             cd, cl = obs.force_coefficients(f, self.case.lattice.velocity, self.case.lattice.resolution)
             s[f"drag_coefficient{sfx}"].append(cd)
             s[f"lift_coefficient{sfx}"].append(cl)
         if self.case.steady.enabled:
-            if self.last_steady_u is None or self.last_steady_step < self.derived.ramp_steps:
-                # compare only states from the end of the smooth start on (the boundary velocities rise before);
-                # a reference from inside the smooth start is replaced at the next point, so none is kept
-                self.last_steady_u = self.fluid_velocity(ux, uy) if step >= self.derived.ramp_steps else None
-                self.last_steady_step = step
-            elif step - self.last_steady_step >= self.case.steady.interval:
-                u = self.fluid_velocity(ux, uy)
-                self.steady_change = obs.relative_change(u, self.last_steady_u)
-                self.steady_checks.append((step, self.steady_change))
-                self.last_steady_u, self.last_steady_step = u, step
+            if action == "check":
+                self.steady_change = change
+                self.steady_checks.append((step, change))
+            if not moved:
+                self.steady_moved(step, action, reference)
             s["steady_change"].append(self.steady_change)
 
     def steady_stall(self, tolerance: float, resolution: float) -> dict | None:

@@ -234,9 +234,9 @@ def test_auto_streaming_follows_the_device_cache_and_matches_two_buffers(backend
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
-    """Monitor points reduce on the device (kinetic energy, peak speed, the steady check's velocity) and copy
-    scalars back: the series, the steady stop and the fields equal those of the same run reducing host copies
-    (host copies at every point, as before), to float64 summation order. The device path must be taken."""
+    """Monitor points reduce on the device and come back to the host in batches (hpcsolve/lbm/device_monitor.py), or
+    one point at a time on the device (scalars back), or from host copies: the series, the steady stop and the fields
+    of the three paths are equal, to float64 summation order. Each path must be the one taken."""
     from pathlib import Path
 
     from hpcsolve.lbm import runner as lbm_runner
@@ -246,16 +246,26 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
     over = ["lattice.resolution=10", "time.end_time=12", "time.monitor_interval=25", "boundaries.ramp_time=0.5",
             "steady.interval=200", "steady.tolerance=2e-2"]
     _stepper_or_skip(backend, channel(policy=FP64))
-    used = []
-    real = lbm_runner.point_fields
+    used, batched = [], []
+    real_points, real_batched = lbm_runner.point_fields, lbm_runner.batched_points
+
+    def spy_batched(*args, **kwargs):
+        out = real_batched(*args, **kwargs)
+        batched.append(out is not None)
+        return out
+
+    monkeypatch.setattr(lbm_runner, "batched_points", spy_batched)
+    runs = {"batched": run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)}
+    assert batched == [True]
+    monkeypatch.setattr(lbm_runner, "batched_points", lambda *a, **k: None)
 
     def spy(stepper, *args):
-        out = real(stepper, *args)
+        out = real_points(stepper, *args)
         used.append(type(out[0]).__module__.split(".")[0])
         return out
 
     monkeypatch.setattr(lbm_runner, "point_fields", spy)
-    dev = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
+    runs["device"] = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
     assert set(used) == {"cupy"}
 
     def host_only(stepper, *args):
@@ -267,11 +277,17 @@ def test_monitor_points_on_the_device_match_the_host(backend, monkeypatch):
     used.clear()
     host = run_case(case, backend, "fp64", overrides=over, progress=False, plots=False)
     assert set(used) == {"numpy"}
+    for path, dev in runs.items():
+        _same_run(path, dev, host)
+
+
+def _same_run(path, dev, host):
+    """``dev`` (a device path's run) equals ``host`` (host copies) to float64 summation order."""
     assert dev.status == host.status and dev.metrics["steps"] == host.metrics["steps"]
     for key in ("kinetic_energy", "max_speed", "steady_change", "drag_coefficient", "lift_coefficient"):
         a, b = dev.series[key], host.series[key]
         fin = np.isfinite(b)
-        print(f"\n{backend} {key}: max relative difference "
+        print(f"\n{path} {key}: max relative difference "
               f"{np.max(np.abs(a[fin] - b[fin]) / np.maximum(np.abs(b[fin]), 1e-300)):.2e}")
         assert np.array_equal(np.isfinite(a), fin)
         # the force coefficients: the device force (lbm_force) sums with float64 atomics, in an order that changes from run

@@ -313,6 +313,13 @@ class PlanSteps:
         fx, fy = self._device_force(*links)
         return float(fx), float(fy)
 
+    def force_into(self, mask: np.ndarray, out) -> None:
+        """``force(mask)`` added to the device float64 pair ``out`` (a view of a batched monitor row,
+        ``hpcsolve.lbm.device_monitor``), without a host synchronization; nothing where the mask has no links."""
+        links = self._forces[self.parity](mask)
+        if links is not None:
+            self._launch_force(links, out)
+
     def _even(self, g: np.ndarray) -> np.ndarray:
         """The even-layout state (what ``populations()`` returns) from the host copy ``g`` (9, ny, nx)."""
         return inplace.even_layout(g, self.setup.flags, self.parity) if self.in_place else g

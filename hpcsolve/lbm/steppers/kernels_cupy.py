@@ -56,6 +56,7 @@ import numpy as np
 
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice
+from hpcsolve.lbm.device_monitor import CupyPointKernels
 from hpcsolve.lbm.kernels.emit_cuda import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
@@ -208,11 +209,13 @@ class CupyStepper(PlanSteps, Stepper):
         g = self._check_loadable(g)
         self._loaded(lambda: self.cp.array(g, order="C"), self._fetch_cells, time_step)
 
-    def macroscopic_device(self):
-        """(drho, ux, uy) as one (3, ny, nx) device array in the compute dtype (non-fluid: 0)."""
+    def macroscopic_device(self, out=None):
+        """(drho, ux, uy) as one (3, ny, nx) device array in the compute dtype (non-fluid: 0), into ``out`` where
+        given (a batched monitor point's buffer, allocated once)."""
         cp = self.cp
         n = self.nx * self.ny
-        out = cp.empty((3, self.ny, self.nx), dtype=self.ct)
+        if out is None:
+            out = cp.empty((3, self.ny, self.nx), dtype=self.ct)
         self._k_moments[self.state](((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int32(self.nx), np.int32(self.ny)))
         return out
 
@@ -226,8 +229,17 @@ class CupyStepper(PlanSteps, Stepper):
 
     def _device_force(self, pos, cx, cy, m, c) -> np.ndarray:
         f = self.cp.zeros(2, dtype=np.float64)
-        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, c, f, np.int64(pos.size)))
+        self._launch_force((pos, cx, cy, m, c), f)
         return f.get()
+
+    def _launch_force(self, links, out) -> None:
+        """``lbm_force`` over ``links`` (pos, cx, cy, m, c), added to the float64 pair ``out`` on the device."""
+        pos, cx, cy, m, c = links
+        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, c, out, np.int64(pos.size)))
+
+    def point_kernels(self):
+        """The batched monitor points' kernels for this stepper (``device_monitor.CupyPointKernels``)."""
+        return CupyPointKernels(self)
 
     def finite(self) -> bool:
         return self.policy.all_finite(self.a)

@@ -36,6 +36,7 @@ import numpy as np
 from hpcsolve.core import backends, codecs, cudasim
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.device_monitor import NumbaPointKernels
 from hpcsolve.lbm.boundaries import link_rules
 from hpcsolve.lbm.kernels.cell_table import HASH_MULT
 from hpcsolve.lbm.kernels.emit_numba import bouzidi_source, kernel_source
@@ -349,10 +350,12 @@ class NumbaCudaStepper(PlanSteps, Stepper):
                      time_step)
         self.stream.synchronize()
 
-    def macroscopic_device(self):
-        """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0)."""
+    def macroscopic_device(self, out=None):
+        """(drho, ux, uy) as one flat (3 * ny * nx) device array in the compute dtype (non-fluid: 0), into ``out``
+        where given (a batched monitor point's buffer, allocated once)."""
         n = self.nx * self.ny
-        out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
+        if out is None:
+            out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
         self._k_moments[self.state][math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(self.nx), np.int64(self.ny))
         return out
 
@@ -374,9 +377,18 @@ class NumbaCudaStepper(PlanSteps, Stepper):
 
     def _device_force(self, pos, cx, cy, m, c) -> np.ndarray:
         out = self.cuda.to_device(np.zeros(2), stream=self.stream)
+        self._launch_force((pos, cx, cy, m, c), out)
+        return out.copy_to_host(stream=self.stream)
+
+    def _launch_force(self, links, out) -> None:
+        """``lbm_force`` over ``links`` (pos, cx, cy, m, c), added to the float64 pair ``out`` on the device."""
+        pos, cx, cy, m, c = links
         n = pos.shape[0]
         self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, out, np.int64(n))
-        return out.copy_to_host(stream=self.stream)
+
+    def point_kernels(self):
+        """The batched monitor points' kernels for this stepper (``device_monitor.NumbaPointKernels``)."""
+        return NumbaPointKernels(self)
 
     def perturb(self, amplitude: float = 1e-3, seed: int = 0) -> None:
         """Add amplitude * w_i * r (r in [-1, 1), hashed) to every fluid population (benchmarks:
@@ -390,9 +402,13 @@ class NumbaCudaStepper(PlanSteps, Stepper):
 
     def finite(self) -> bool:
         out = self.cuda.to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
+        self.nonfinite_into(out)
+        return int(out.copy_to_host(stream=self.stream)[0]) == 0
+
+    def nonfinite_into(self, out) -> None:
+        """Set the int32 ``out[0]`` to 1 where a stored population is NaN/Inf (``lbm_nonfinite``), on the device."""
         n = self.a.shape[0]
         self._k_nonfinite[math.ceil(n / 256), 256, self.stream](self.a, np.int64(n), out)
-        return int(out.copy_to_host(stream=self.stream)[0]) == 0
 
 
 def make_stepper(setup: LBMSetup, **options) -> NumbaCudaStepper:
