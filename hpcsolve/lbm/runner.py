@@ -3,7 +3,8 @@
 ``FAMILY`` is the LBM family of ``hpcsolve.core.family`` (describe, estimate_runtime, run) for
 ``hpcsolve.run``. The state stays on the backend's device; it comes to the
 host only at monitor points (every ``time.monitor_interval`` steps: NaN/Inf check, series,
-forces, steady-state check) and at output times.
+forces, steady-state check) and at output times. On a GPU stepper with room on the device the points are
+reduced there into a buffer that the host reads in batches (``device_monitor``: no synchronization per point).
 
 The run's parts live beside it: ``setup`` (``build_setup``), ``monitor`` (monitor points and written fields),
 ``estimate`` (the run-time probe and the steady-stop prediction), ``checkpoints`` (the LBM state in a
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hpcsolve.core import backends, memory, parallel
+from hpcsolve.core import backends, heartbeat, memory, parallel
 from hpcsolve.core.checkpoint import Checkpoint, write_checkpoint
 from hpcsolve.core.errors import BlowUpError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS, Description
@@ -32,11 +33,13 @@ from hpcsolve.lbm import lattice, observables as obs
 from hpcsolve.lbm import memory as lbm_memory
 from hpcsolve.lbm.case import LBMCase, derive
 from hpcsolve.lbm.checkpoints import make_checkpoint, restore
+from hpcsolve.lbm.device_monitor import batched_points
+from hpcsolve.lbm.guard import PrecisionGuard
 from hpcsolve.lbm.distributed import SlabStepper
 from hpcsolve.lbm.monitor import (Monitor, device_monitor, fields, host, point_fields, snapshot_fields,
                                   storage_resolution)
 from hpcsolve.lbm.plots import plot_result
-from hpcsolve.lbm.reference import reference_metrics
+from hpcsolve.lbm.reference import reference_metrics, verdicts as lbm_verdicts
 from hpcsolve.lbm.setup import bounce_back_summary, build_setup
 from hpcsolve.lbm.steppers.stepper import get_stepper
 
@@ -51,6 +54,10 @@ class LBMFamily:
 
     name = "lbm"
     capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
+
+    def verdicts(self, case: LBMCase, metrics: dict, derived: dict) -> dict:
+        """The run's values judged against their references (hpcsolve/lbm/reference.py)."""
+        return lbm_verdicts(case, metrics, derived)
 
     def describe(self, case: LBMCase, backend, policy: Precision) -> Description:
         """Derived lattice parameters and the peak memory (hpcsolve.core.memory); builds the geometry (reused
@@ -111,10 +118,14 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     else:
         stepper = get_stepper(backend, setup)
     result = _new_result(case, backend, policy, derived, geo, stepper, ranks)
-    loop = _Loop(case, backend, policy, derived, geo, stepper, result, comm, t_start, checkpoint_dir, resume)
+    # the 16-bit guard (hpcsolve/lbm/guard.py): float32 shadow windows at a few steps; off in other precisions
+    guard = PrecisionGuard(case, policy, backend, setup, derived,
+                           stepper_factory=(lambda s: SlabStepper(backend, s, comm)) if ranks > 1 else None)
+    loop = _Loop(case, backend, policy, derived, geo, stepper, result, comm, t_start, checkpoint_dir, resume, guard)
     bar = tqdm(total=derived.steps, initial=loop.step, disable=not progress, delay=2, unit="step", desc=case.name)
     if progress and hasattr(stop, "notice"):     # a StopRequest (hpcsolve.core.interrupts) says so on a first signal
         stop.notice = loop.stop_notice
+    heartbeat.phase(f"stepping ({derived.steps:,} steps; the progress bar shows them)")
     try:
         loop.advance(bar, stop)
     finally:
@@ -143,7 +154,7 @@ class _Loop:
     fields, status) and what it does at them (checks, series, snapshots, checkpoints, the stop)."""
 
     def __init__(self, case, backend, policy, derived, geo, stepper, result, comm, t_start, checkpoint_dir,
-                 resume: Checkpoint | None):
+                 resume: Checkpoint | None, guard: PrecisionGuard):
         self.case, self.backend, self.policy, self.derived, self.geo = case, backend, policy, derived, geo
         self.stepper, self.result, self.comm, self.t_start = stepper, result, comm, t_start
         self.ranks = parallel.ranks(comm)
@@ -168,11 +179,24 @@ class _Loop:
         self.last_good = (rho, ux, uy, self.step)
         self.status, self.message = "completed", ""
         self.next_point = self.step       # the monitor point the loop steps towards (a requested stop comes there)
+        # one rank with room on the device: the points queue on the device and come back in batches
+        # (hpcsolve/lbm/device_monitor.py); else every point is reduced and checked at once (the host path)
+        self.points = (batched_points(self.monitor, stepper, BLOW_UP_LATTICE_SPEED, self.step)
+                       if self.on_device and self.ranks == 1 else None)
+        self.guard = guard
+        if resume is not None:              # a resumed run: its checks so far, none again for the steps before it
+            guard.restore(resume.state.get("precision_guard"))
+        guard.skip_to(self.step)
+        self.warm_from: tuple[int, float] | None = None   # (step, step seconds) once the first point is read
 
     def checkpoint(self) -> None:
+        self._flush()
+        if self.points is not None:
+            self.points.host_reference()
         elapsed = self.earlier_seconds + _time.perf_counter() - self.t_start
         state = make_checkpoint(self.case, self.backend, self.policy, self.stepper, self.monitor, self.result,
                                 self.step, self.mass0, self.step_seconds, elapsed)
+        state.state["precision_guard"] = self.guard.state()
         if self.checkpoint_dir is not None:
             write_checkpoint(self.checkpoint_dir, state)
 
@@ -185,12 +209,13 @@ class _Loop:
                 if interval:
                     nxt = min(nxt, (self.step // interval + 1) * interval)
             self.next_point = nxt
-            with self.backend.timer() as timer:
-                self.stepper.step(nxt - self.step)
-            self.step_seconds += timer.seconds
+            self._step(nxt - self.step)
             bar.update(nxt - self.step)
+            heartbeat.touch()
             self.step = nxt
             self._point()
+            if self.guard.due(self.step):
+                self._guard_check()
             if case.steady.enabled and self.monitor.steady_change < case.steady.tolerance:
                 self.status = "converged"
                 bar.total = self.step         # the bar ends at 100% when steady state stops the run early
@@ -204,6 +229,7 @@ class _Loop:
             if self.ckpt_every and self.step % self.ckpt_every == 0 and self.step < total:
                 self.checkpoint()
             if self._stop_requested(stop):
+                self._flush()
                 self.status = "interrupted"
                 self.message = f"interrupted at step {self.step} of {total}"
                 if self.ckpt_on_stop:
@@ -211,6 +237,45 @@ class _Loop:
                     if self.checkpoint_dir is not None:      # the rank that writes knows where
                         self.message += f"; resume with: hpcsolve run --resume {Path(self.checkpoint_dir)}"
                 break
+        self._flush()
+
+    def _step(self, n: int) -> None:
+        """n steps, their time added to ``step_seconds`` (batched points: device events, no synchronization)."""
+        if self.points is not None:
+            self.points.step(n, self.backend.timer)
+            return
+        with self.backend.timer() as timer:
+            self.stepper.step(n)
+        self.step_seconds += timer.seconds
+
+    def _guard_check(self) -> None:
+        """A precision-guard check (hpcsolve/lbm/guard.py): a warning at the first flagged check, or (precision_guard
+        = "error") the run ends with PrecisionLossError (exit 3) and its result."""
+        guard, was = self.guard, self.guard.flagged
+        self._flush()
+        guard.check(self.stepper, self.step)
+        if guard.flagged and not was:
+            if guard.mode == "error":
+                self._precision_lost()
+            warnings.warn(guard.message, stacklevel=2)
+            self.result.derived.setdefault("warnings", []).append(guard.message)
+
+    def _precision_lost(self):
+        result, guard = self.result, self.guard
+        rho, ux, uy = host(*self.fields)
+        result.status, result.message = "precision_lost", guard.message
+        result.fields = fields(rho, ux, uy, self.derived, self.geo, self.step)
+        result.series = {**self.monitor.arrays(), **guard.series()}
+        result.metrics = {"steps": self.step, **guard.metrics()}
+        exc = guard.error()
+        exc.result = result
+        raise exc
+
+    def _warm(self) -> None:
+        """Note where the warm timing starts: the first monitor point read (compilation, first graph captures and
+        the first launches are before it)."""
+        if self.warm_from is None and self.step > 0:
+            self.warm_from = (self.step, self.step_seconds)
 
     def stop_notice(self) -> str:
         """What a first SIGINT/SIGTERM makes the run do (printed at once by ``hpcsolve.core.interrupts``)."""
@@ -239,23 +304,47 @@ class _Loop:
         return True
 
     def _point(self) -> None:
-        """A monitor point: the state checks (a blow-up raises), the series and, at output times, a snapshot."""
+        """A monitor point: the state checks (a blow-up raises), the series and, at output times, a snapshot.
+        Batched: the point is queued on the device, and the batch read where it is due, at outputs and at the
+        last step (``_flush``)."""
         step, stepper = self.step, self.stepper
-        if not stepper.finite():
-            self._blow_up("NaN/Inf in the populations")
-        rho, ux, uy = point_fields(stepper, self.on_device)
-        peak = self.monitor.peak(ux, uy)          # lattice units (the stability limit)
-        if peak > BLOW_UP_LATTICE_SPEED:
-            self._blow_up(f"lattice speed {peak:.3g} > {BLOW_UP_LATTICE_SPEED} "
-                          f"(Mach {peak / math.sqrt(lattice.CS2):.2f})")
-        self.fields = (rho, ux, uy)
-        self.last_good = (rho, ux, uy, step)
-        self.monitor.record(stepper, step, rho, ux, uy, peak)
         out_every = self.derived.output_every
-        if out_every and step % out_every == 0:
+        output = bool(out_every and step % out_every == 0)
+        if self.points is not None:
+            self.points.point(step)
+            if output or step >= self.derived.steps or self.points.due():
+                self._flush()
+        else:
+            if not stepper.finite():
+                self._blow_up("NaN/Inf in the populations")
+            rho, ux, uy = point_fields(stepper, self.on_device)
+            peak = self.monitor.peak(ux, uy)          # lattice units (the stability limit)
+            if peak > BLOW_UP_LATTICE_SPEED:
+                self._blow_up(_speed_cause(peak))
+            self.fields = (rho, ux, uy)
+            self.last_good = (rho, ux, uy, step)
+            self.monitor.record(stepper, step, rho, ux, uy, peak)
+            self._warm()
+        if output:
             self.result.snapshots.append(Snapshot(time=self.derived.units.time_of(step), step=step,
-                                                  fields=snapshot_fields(*host(rho, ux, uy), self.derived,
+                                                  fields=snapshot_fields(*host(*self.fields), self.derived,
                                                                          self.geo, step)))
+
+    def _flush(self) -> None:
+        """Read the queued points (batched path; nothing queued: nothing): their series, their step time, a
+        blow-up among them (raised at its first bad point, with the fields of the last flush), and the fields
+        of the current step, which become the last good ones."""
+        if self.points is None or not self.points.pending:
+            return
+        bad, seconds = self.points.flush()
+        self.step_seconds += seconds
+        self._warm()
+        if bad is not None:
+            self.step = bad.step
+            self._blow_up("NaN/Inf in the populations" if not bad.finite else _speed_cause(bad.peak), bad.good_step)
+        rho, ux, uy = point_fields(self.stepper, self.on_device)
+        self.fields = (rho, ux, uy)
+        self.last_good = (rho, ux, uy, self.step)
 
     def _stop_requested(self, stop) -> bool:
         requested = stop is not None and getattr(stop, "requested", False)
@@ -263,10 +352,13 @@ class _Loop:
             requested = any(self.comm.allgather(bool(requested)))
         return requested
 
-    def _blow_up(self, cause: str):
-        """Raise BlowUpError with the result of the last good step (its fields kept) and a suggestion."""
+    def _blow_up(self, cause: str, good_step: int | None = None):
+        """Raise BlowUpError with the result of the last good step (its fields kept) and a suggestion.
+        ``good_step``: the last point checked good where it is later than the kept fields' step (batched
+        points keep the fields of their last flush)."""
         case, derived, result = self.case, self.derived, self.result
-        rho, ux, uy, good_step = self.last_good
+        rho, ux, uy, fields_step = self.last_good
+        good_step = fields_step if good_step is None else good_step
         rho, ux, uy = host(rho, ux, uy)
         result.status = "blew_up"
         tau = derived.units.relaxation_time
@@ -274,14 +366,28 @@ class _Loop:
                       f"lattice.resolution (tau further from 1/2), lower lattice.velocity"
                       + (", or use lattice.collision = 'trt'" if case.lattice.collision == "bgk" else ""))
         result.message = f"{cause} between step {good_step} and step {self.step}"
-        result.fields = fields(rho, ux, uy, derived, self.geo, good_step)
+        result.fields = fields(rho, ux, uy, derived, self.geo, fields_step)
         result.series = self.monitor.arrays()
         result.metrics = {"steps": self.step, "last_finite_step": good_step}
+        if fields_step != good_step:
+            result.metrics["fields_step"] = fields_step
         exc = BlowUpError(f"{case.name}: the run blew up ({cause}) between step {good_step} and step {self.step}; "
-                          f"the fields of step {good_step} are kept. Suggestion: {suggestion}",
+                          f"the fields of step {fields_step} are kept. Suggestion: {suggestion}",
                           step=self.step, cause=cause, suggestion=suggestion)
         exc.result = result
         raise exc
+
+    def _timings(self, step: int) -> dict:
+        """Wall time, step time, MLUPS over every step and over the warm steps (``TIMING_BASIS``)."""
+        fluid = self.result.derived["fluid_cells"]
+        sec = self.step_seconds
+        t = {"total_s": self.earlier_seconds + _time.perf_counter() - self.t_start, "step_s": sec,
+             SOLVER_SECONDS: sec, "mlups": fluid * step / sec / 1e6 if sec > 0 else 0.0}
+        if self.warm_from is not None and step > self.warm_from[0] and sec > self.warm_from[1]:
+            t["mlups_warm"] = fluid * (step - self.warm_from[0]) / (sec - self.warm_from[1]) / 1e6
+        if self.guard.enabled:
+            t["precision_guard_s"] = self.guard.seconds
+        return t
 
     def finish(self, resume: Checkpoint | None) -> Result:
         """The result after the loop: status, final fields, series, timings, metrics (an interrupted run raises
@@ -296,12 +402,8 @@ class _Loop:
         result.status, result.message = status, message
         rho, ux, uy = host(*self.fields)
         result.fields = fields(rho, ux, uy, derived, geo, step)
-        result.series = monitor.arrays()
-        fluid_updates = result.derived["fluid_cells"] * step
-        step_seconds = self.step_seconds
-        result.timings = {"total_s": self.earlier_seconds + _time.perf_counter() - self.t_start,
-                          "step_s": step_seconds, SOLVER_SECONDS: step_seconds,
-                          "mlups": fluid_updates / step_seconds / 1e6 if step_seconds > 0 else 0.0}
+        result.series = {**monitor.arrays(), **self.guard.series()}
+        result.timings = self._timings(step)
         m = {"steps": step, "simulated_time_s": derived.units.time_of(step),
              "max_lattice_speed": float(np.max(obs.speed(ux, uy)[geo.fluid])),
              "mass_relative_drift": float(np.sum(rho[geo.fluid]) / self.mass0 - 1.0),
@@ -310,6 +412,8 @@ class _Loop:
             m["resumed_from_step"] = resume.step
         if case.steady.enabled:
             m["steady_change"] = monitor.steady_change
+        m.update(self.guard.metrics())
+        m["timing_basis"] = TIMING_BASIS
         m.update(reference_metrics(case, derived, geo, self.stepper, rho, ux, uy, step, result))
         result.metrics = {k: v for k, v in m.items() if v is not None}
         if status == "interrupted":
@@ -317,6 +421,16 @@ class _Loop:
             exc.result = result
             raise exc
         return result
+
+
+#: what the run's time figures hold (the summary's timing_basis)
+TIMING_BASIS = ("mlups: every step, first-call compilation and graph capture in; mlups_warm: the steps after the "
+                "first monitor point read; total_s: the whole run (setup, monitor points, output)")
+
+
+def _speed_cause(peak: float) -> str:
+    """The blow-up cause of a lattice speed above BLOW_UP_LATTICE_SPEED."""
+    return f"lattice speed {peak:.3g} > {BLOW_UP_LATTICE_SPEED} (Mach {peak / math.sqrt(lattice.CS2):.2f})"
 
 
 FAMILY = LBMFamily()
