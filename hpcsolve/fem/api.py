@@ -8,7 +8,8 @@ Here the report says what happened, and ``report.converged`` means the float64 t
 
 Repeated solves with one matrix: ``M = prepare_matrix(A, backend="cupy")`` converts, uploads and
 checks A once; ``solve(M, b, ...)`` then starts at once (``report.setup_time_s`` says what the
-set-up of each call cost, apart from ``report.time_s``, the solve).
+set-up of each call cost, apart from ``report.time_s``, the solve); the multigrid hierarchy is kept on M.
+``update_matrix(M, A_new)`` gives M new values of the same sparsity: the next "amg" set-up is numeric only.
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def prepare_matrix(A, backend: "str | backends.Backend" = "numpy") -> DeviceCSR:
         return A
     be = backends.resolve(backend, field="backend")
     return matrix.prepare(A, be.piece("fem.low_ops")())
+
+
+def update_matrix(M: DeviceCSR, A) -> DeviceCSR:
+    """New values for the prepared matrix ``M`` (same sparsity: a time loop, a nonlinear iteration), uploaded and
+    checked. The next ``solve(M, b, preconditioner="amg")`` rebuilds only the numeric part of the hierarchy where it
+    was set up on the device (aggregates kept; ``report.preconditioner["setup_kind"]`` is "numeric" and
+    ``["full_setup_time_s"]`` the first set-up's time). Raises CaseError where the sparsity differs."""
+    if not isinstance(M, DeviceCSR):
+        raise CaseError.invalid("M", type(M).__name__, "a matrix from hpcsolve.fem.prepare_matrix")
+    return M.update_values(A)
 
 
 def _vector(v, field: str, n: int) -> tuple[np.ndarray, float]:
@@ -213,19 +224,56 @@ def _zero_rhs(n: int, report: SolveReport):
     return np.zeros(n), report
 
 
-def _spsolve(A, b, report: SolveReport):
+#: the reference factorization's kinds, as reports name them
+REFERENCE_SYMMETRIC = "SuperLU, MMD ordering of A^T + A, symmetric mode (no pivoting)"
+REFERENCE_GENERAL = "SuperLU, COLAMD ordering, partial pivoting"
+
+
+def factor_solve(A, b, rtol: float = 1e-10) -> tuple[np.ndarray, float, str]:
+    """(x, true relative residual, kind) of the float64 direct solve of a symmetric matrix with a positive diagonal.
+
+    First SuperLU with the minimum-degree ordering of A^T + A in symmetric mode without pivoting (the choice for
+    SPD FEM matrices: measured on a 261k-unknown 2D Laplacian, one core, 4.2 s and L+U 17.1 M nonzeros against
+    8.6 s and 31.7 M with SciPy spsolve's default COLAMD). Pivoting on the diagonal alone is only safe for SPD
+    matrices: a symmetric indefinite matrix (``solve`` accepts any symmetric one with a positive diagonal) can meet
+    a zero or tiny pivot. So the result is checked: where the factorization fails or its true residual is above
+    max(rtol, 1e-10), the general factorization (COLAMD, partial pivoting: ``spsolve``'s) is tried and the better of
+    the two kept; the kind says which."""
     import scipy.sparse.linalg as spla    # late: its import costs about 0.25 s (measured), for spsolve only
 
+    csc = A.tocsc()
+    bnorm = float(np.linalg.norm(b))
+
+    def residual(x):
+        return float(np.linalg.norm(b - A @ x) / bnorm) if np.all(np.isfinite(x)) else float("nan")
+
+    x, true = None, float("nan")
+    try:
+        lu = spla.splu(csc, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options=dict(SymmetricMode=True))
+        x = lu.solve(b)
+        true = residual(x)
+    except RuntimeError:                  # "Factor is exactly singular": a zero pivot without pivoting
+        pass
+    if math.isfinite(true) and true <= max(rtol, 1e-10):
+        return x, true, REFERENCE_SYMMETRIC
+    x2 = np.asarray(spla.spsolve(csc, b), dtype=np.float64)
+    true2 = residual(x2)
+    if x is None or not (true <= true2):
+        return x2, true2, REFERENCE_GENERAL
+    return x, true, REFERENCE_SYMMETRIC
+
+
+def _spsolve(A, b, report: SolveReport):
     t0 = time.perf_counter()
-    x = spla.spsolve(A.tocsc(), b)
+    x, true, kind = factor_solve(A, b, report.rtol)
     report.time_s = time.perf_counter() - t0
-    true = float(np.linalg.norm(b - A @ x) / np.linalg.norm(b)) if np.all(np.isfinite(x)) else float("nan")
     report.history_recursive = np.asarray([true])
     report.history_true_iterations = np.asarray([0])
     report.history_true = np.asarray([true])
     report.true_residual = report.recursive_residual = true
     report.residual_gap = 0.0
     report.converged = bool(math.isfinite(true) and true <= report.rtol)
+    report.notes.append(f"direct solve: {kind}")
     report.reason = "direct solve (SuperLU)" if report.converged else (
         f"direct solve gave true residual {true:.3e} (singular or badly conditioned matrix)")
     return np.asarray(x, dtype=np.float64), report

@@ -20,6 +20,37 @@ MANUFACTURED_BYTES_PER_TRIANGLE = 240
 #: the float64 reference (SuperLU, COLAMD ordering): the factors' fill grows like
 #: coefficient * unknowns^power bytes, by unknowns per node (fitted to measured runs)
 REFERENCE_FILL = {1: (42.0, 1.30), 2: (786.0, 1.10)}
+#: its time, seconds = coefficient * unknowns^1.5 (a 2D sparse direct solve), by unknowns per node: SuperLU with
+#: the MMD ordering of A^T + A in symmetric mode (``hpcsolve.fem.api.factor_solve``), measured on the 2-core
+#: development machine, one BLAS thread: 2D Laplacian of 261k unknowns 4.2 s (COLAMD, the old reference: 8.6 s).
+#: Elasticity (two unknowns per node, twice the nonzeros per row): the scalar figure x 3, not measured.
+REFERENCE_SECONDS = {1: 3.2e-8, 2: 1.0e-7}
+#: the reference's time budget when the case does not set solve.reference_max_seconds: solve.reference = "auto"
+#: skips it (with a note) where its predicted time is above this
+REFERENCE_MAX_SECONDS = 30.0
+
+
+def reference_plan(case, unknowns: int) -> tuple[bool, float, str]:
+    """(whether the run makes the float64 reference, its predicted seconds, a one-line note when it does not).
+    "always" forces it; "auto" makes it up to solve.reference_max_dofs unknowns and when its predicted time is
+    within solve.reference_max_seconds (REFERENCE_MAX_SECONDS where the case has no such field)."""
+    s = case.solve
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    predicted = REFERENCE_SECONDS[ncomp] * float(unknowns) ** 1.5
+    if s.reference == "always":
+        return True, predicted, ""
+    if s.reference == "never":
+        return False, predicted, "not made (solve.reference = 'never')"
+    budget = float(getattr(s, "reference_max_seconds", None) or REFERENCE_MAX_SECONDS)
+    if unknowns > s.reference_max_dofs:
+        return False, predicted, (f"skipped: {unknowns:,} unknowns > solve.reference_max_dofs "
+                                  f"{s.reference_max_dofs:,} (solve.reference = 'always' forces it)")
+    if predicted > budget:
+        return False, predicted, (f"skipped: predicted ~{predicted:.3g} s > its budget {budget:g} s "
+                                  "(solve.reference_max_seconds; solve.reference = 'always' forces it)")
+    return True, predicted, ""
+
+
 #: GPU device side: CSR matrix (values, int32 columns, row pointers) and 10 Krylov vectors
 DEVICE_VECTORS = 10
 
@@ -58,7 +89,7 @@ def estimate(case, backend: str, policy) -> MemoryEstimate:
     if case.problem.kind == "poisson" and case.problem.manufactured:
         per_triangle += MANUFACTURED_BYTES_PER_TRIANGLE
     host = triangles * per_triangle
-    reference = s.reference == "always" or (s.reference == "auto" and unknowns <= s.reference_max_dofs)
+    reference = reference_plan(case, unknowns)[0]
     if reference:
         coefficient, power = REFERENCE_FILL[ncomp]
         host += coefficient * float(unknowns) ** power

@@ -14,7 +14,10 @@ from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name, 
 from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
-from hpcsolve.fem.api import _method_for, prepare_matrix, solve
+from hpcsolve.fem.api import _method_for, factor_solve, prepare_matrix, solve
+from hpcsolve.fem.discrete import device
+from hpcsolve.fem.verdicts import verdicts as fem_verdicts
+from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.distributed import prepare_distributed
 from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
@@ -84,6 +87,10 @@ class FEMFamily:
     name = "fem"
     capabilities = frozenset()
 
+    def verdicts(self, case, metrics: dict, derived: dict) -> dict:
+        """The run's values judged against their references (hpcsolve/fem/verdicts.py)."""
+        return fem_verdicts(case, metrics, derived)
+
     def describe(self, case, backend, policy: Precision) -> Description:
         """Mesh size, unknowns and the peak memory (hpcsolve.core.memory), without solving; the mesh it builds
         is reused by ``run``. A mesh that would not fit in host memory is not built (``run`` refuses it)."""
@@ -144,7 +151,7 @@ class FEMFamily:
                     "estimate_basis": (f"the run itself, probed without writing ({description.parameters.get('unknowns')} unknowns <= {FULL_PROBE_UNKNOWNS:,}: "
                                        f"{its} iterations, {seconds:.3g} s)")}
         t0 = time.perf_counter()
-        disc = prob.build(case, mesh=description.setup)
+        disc = prob.build(case, mesh=description.setup, backend=backends.get(backend))
         prob.check_scales(disc, policy.storage_bytes)   # what run refuses, the probe does not try
         setup_s = time.perf_counter() - t0
         kwargs = dict(precision=policy, backend=backend, method=method_of(case, policy),
@@ -180,23 +187,21 @@ class FEMFamily:
         post_s = time.perf_counter() - t0
         n = disc.A.shape[0]
         ref_s = 0.0
-        if s.reference == "always" or (s.reference == "auto" and n <= s.reference_max_dofs):
-            # late: scipy.sparse.linalg's import costs about 0.25 s (measured), for the reference solve only
-            import scipy.sparse.linalg as spla
-
+        if fem_memory.reference_plan(case, n)[0]:
+            host_A = disc.A.to_scipy() if isinstance(disc.A, DeviceCSR) else disc.A
             m = min(n, REFERENCE_PROBE_DOFS)
             t0 = time.perf_counter()
             if m == n:     # the call the run makes (its host checks and residual included)
-                solve(disc.A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
-            else:
-                spla.spsolve(disc.A[:m, :m].tocsc(), disc.b[:m])
+                solve(host_A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
+            else:          # the leading block: SPD as A is, factorized as the run's reference is
+                factor_solve(host_A[:m, :m].tocsr(), disc.b[:m], s.rtol)
             ref_s = (time.perf_counter() - t0) * (n / m) ** 1.5
         seconds = setup_s + first_call + its * per_it + ref_s + post_s
         solve_txt = f"first-call costs {first_call:.3g} s + {its} iterations at {per_it * 1e3:.3g} ms ({how})"
         return {"probe_seconds_per_iteration": rep.time_s / max(rep.iterations, 1), "estimated_iterations": its,
                 "estimated_seconds": seconds,
                 "estimate_basis": (f"assembly {setup_s:.3g} s + {solve_txt}"
-                                   + (f" + float64 reference spsolve ~{ref_s:.3g} s" if ref_s else "")
+                                   + (f" + float64 reference (SuperLU) ~{ref_s:.3g} s" if ref_s else "")
                                    + f" + errors and fields {post_s:.3g} s")}
 
     def run(self, case, backend, policy: Precision, *, description: Description | None = None,
@@ -235,7 +240,9 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     probe, and return the Result."""
     t_all = time.perf_counter()
     heartbeat.phase("building the system (mesh, assembly, boundary conditions)")
-    disc = prob.build(case, mesh=mesh)
+    be = backends.get(backend)
+    # on one rank a GPU backend assembles on its device (hpcsolve.fem.discrete.device); MPI ranks: the host
+    disc = prob.build(case, mesh=mesh, backend=be if parallel.ranks(parallel.world()) <= 1 else None)
     prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     s = case.solve
     heartbeat.phase(f"setting up the preconditioner ({case.solve.preconditioner}) and solving "
@@ -249,14 +256,20 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     fields: dict[str, np.ndarray] = {"u" if disc.kind == "poisson" else "displacement": u}
     timings = _timings(disc, report)
     heartbeat.phase("error norms against the exact solution, the reference and the probe")
+    t_norms = time.perf_counter()
     if disc.exact is not None:
         m, f = _exact_errors(disc, u)
         metrics.update(m)
         fields.update(f)
-    if s.reference == "always" or (s.reference == "auto" and disc.A.shape[0] <= s.reference_max_dofs):
-        heartbeat.phase("the float64 reference solve (SciPy spsolve)")
-        metrics.update(_reference_metrics(disc, x, s, timings))
     metrics.update(_probe_metrics(case.output, disc, u))
+    timings["norms_s"] = time.perf_counter() - t_norms
+    make_ref, predicted, note = fem_memory.reference_plan(case, disc.A.shape[0])
+    timings["reference_s"] = 0.0
+    if make_ref:
+        heartbeat.phase(f"the float64 reference solve (SciPy SuperLU, predicted ~{predicted:.2g} s)")
+        metrics.update(_reference_metrics(disc, x, s, timings))
+    else:
+        metrics["reference"] = note
     timings["total_s"] = time.perf_counter() - t_all
     metrics = _after(metrics, "time_per_iteration_s", _per_iteration(report, timings))    # the figures side by side
     return _result(case, backend, policy, disc, A, report, fields, metrics, timings)
@@ -326,11 +339,14 @@ def _timings(disc, report) -> dict:
 
 
 def _reference_metrics(disc, x, s, timings: dict) -> dict:
-    """The float64 direct solve (SuperLU) of the same system, and the solution's distance from it."""
+    """The float64 direct solve (SuperLU, ``hpcsolve.fem.api.factor_solve``) of the same system, the solution's
+    distance from it, and its kind (metrics "reference"); its time is timings "reference_s"."""
     t0 = time.perf_counter()
-    x_ref, rep_ref = solve(disc.A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
-    timings["reference_spsolve_s"] = time.perf_counter() - t0
-    metrics = {"reference_true_residual": rep_ref.true_residual,
+    A = disc.A.to_scipy() if isinstance(disc.A, DeviceCSR) else disc.A
+    x_ref, rep_ref = solve(A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
+    timings["reference_s"] = time.perf_counter() - t0
+    kind = next((n.removeprefix("direct solve: ") for n in rep_ref.notes if n.startswith("direct solve: ")), "")
+    metrics = {"reference": f"made: float64 {kind}", "reference_true_residual": rep_ref.true_residual,
                "error_vs_fp64_reference": float(np.linalg.norm(x - x_ref) / max(np.linalg.norm(x_ref), 1e-300))}
     if disc.exact is not None:
         metrics["reference_error_l2"] = prob.error_norms(disc.mesh, disc.full_solution(x_ref), *disc.exact)[0]
@@ -342,7 +358,7 @@ def _probe_metrics(out, disc, u) -> dict:
     metrics: dict = {}
     mesh = disc.mesh
     if out.probe is not None:
-        k = int(np.argmin(np.hypot(mesh.points[:, 0] - out.probe[0], mesh.points[:, 1] - out.probe[1])))
+        k = device.nearest_node(disc.device_mesh.points if disc.device_mesh is not None else mesh.points, out.probe)
         metrics["probe_point"] = mesh.points[k].tolist()
         if disc.kind == "poisson":
             value = float(u[k])          # probe_value (probe_u used to repeat it)
@@ -369,6 +385,8 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
     label = case.output.field_label
     if label:
         derived["field_label"] = label
+    if "grid" in mesh.info:          # the node grid of a generator mesh: the plots draw a subsample of it
+        derived["structured_grid"] = list(mesh.info["grid"])
     result = Result(
         case_name=case.name, solver="fem", backend=backend, precision=policy.name,
         grid=TriangleMesh(points=mesh.points.copy(), triangles=mesh.triangles.astype(np.int64)),
@@ -388,13 +406,18 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
 
 
 def _exact_errors(disc, u) -> tuple[dict, dict]:
-    """Errors against the manufactured solution: (metrics, fields)."""
-    mesh = disc.mesh
+    """Errors against the manufactured solution: (metrics, fields); on the device where the system was assembled
+    there (the solution uploaded once, the two fields copied back once)."""
     u_ex, grad_ex = disc.exact
-    l2, h1 = prob.error_norms(mesh, u, u_ex, grad_ex)
+    dm = disc.device_mesh
+    mesh = dm if dm is not None else disc.mesh
+    uu = dm.xp.asarray(u) if dm is not None else u
+    l2, h1 = prob.error_norms(mesh, uu, u_ex, grad_ex)
     exact_nodal = u_ex(mesh.points[:, 0], mesh.points[:, 1])
-    return ({"error_l2": l2, "error_h1_seminorm": h1, "error_max_nodal": float(np.abs(u - exact_nodal).max())},
-            {"u_exact": exact_nodal, "error": u - exact_nodal})
+    err = uu - exact_nodal
+    emax = float(abs(err).max())
+    return ({"error_l2": l2, "error_h1_seminorm": h1, "error_max_nodal": emax},
+            {"u_exact": backends.to_host(exact_nodal), "error": backends.to_host(err)})
 
 
 def _advice(report, policy: Precision, solve_opts) -> str:
@@ -410,6 +433,28 @@ def _advice(report, policy: Precision, solve_opts) -> str:
         return (f"; more iterations cannot help (float64 reaches about kappa x unit roundoff on this matrix): loosen "
                 f"solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
     return "; raise solve.maxiter or loosen solve.rtol"
+
+
+#: a structured grid of more cells a side is drawn from every k-th node (a 768 x 576-pixel figure shows no more):
+#: the 4 M-node mesh took 3.9 s of Gouraud triangles per figure (mesh.nx = 1024, 2-core machine)
+PLOT_MAX_CELLS = 512
+
+
+def _display_triangles(result: Result, triangles: np.ndarray):
+    """(nodes drawn: a slice or index array, their triangles): all of them, or on a structured grid of more than
+    PLOT_MAX_CELLS cells a side, the triangulated grid of every k-th node (the last row and column kept)."""
+    grid = result.derived.get("structured_grid")
+    if not grid or max(grid) <= PLOT_MAX_CELLS:
+        return slice(None), triangles
+    nx, ny = int(grid[0]), int(grid[1])
+    k = -(-max(nx, ny) // PLOT_MAX_CELLS)
+    ii = np.unique(np.r_[0:nx + 1:k, nx])
+    jj = np.unique(np.r_[0:ny + 1:k, ny])
+    keep = (jj[:, None] * (nx + 1) + ii[None, :]).ravel()
+    w = ii.size
+    c = (np.arange(jj.size - 1)[:, None] * w + np.arange(w - 1)[None, :]).ravel()
+    tris = np.concatenate([np.stack([c, c + 1, c + w + 1], 1), np.stack([c, c + w + 1, c + w], 1)])
+    return keep, tris
 
 
 def plot_result(result: Result, plot_dir: Path) -> list[Path]:
@@ -433,7 +478,9 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         values, label = mag, f"|u| (mesh deformed x{scale:.3g})"
     else:
         shown, values, label = pts, result.fields["u"], name
-    tri = mtri.Triangulation(shown[:, 0], shown[:, 1], np.asarray(g.triangles))
+    keep, tris = _display_triangles(result, np.asarray(g.triangles))
+    shown, values = shown[keep], values[keep]
+    tri = mtri.Triangulation(shown[:, 0], shown[:, 1], tris)
     run = run_label(result)
 
     def save(fig, fname):
@@ -442,7 +489,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     fig = new_figure((6.4, 4.8))
     ax = fig.add_subplot()
     pc = ax.tripcolor(tri, values, shading="gouraud", cmap="viridis")
-    if len(g.triangles) <= 5000:
+    if len(tris) <= 5000:
         ax.triplot(tri, lw=0.2, color="k", alpha=0.4)
     ax.set_aspect("equal")
     colorbar(fig, ax, pc, label)
@@ -452,7 +499,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
     save(fig, "solution.png")
 
     if "error" in result.fields:
-        err = np.asarray(result.fields["error"])
+        err = np.asarray(result.fields["error"])[keep]
         lo, hi = symmetric_limits(err)      # RdBu centred on zero: white is no error
         fig = new_figure((6.4, 4.8))
         ax = fig.add_subplot()

@@ -4,6 +4,10 @@ Scalar: stiffness of -div(k grad u) with k constant per triangle, mass, load (3-
 rule, exact for quadratics). Elasticity: plane strain / plane stress, two unknowns per node,
 interleaved (u_x of node i is DOF 2i, u_y is 2i+1). Edge loads (Neumann). Dirichlet conditions
 by condensation: the free-DOF block is SPD, and the fixed values are lifted into the right side.
+
+The element kernels (``_gradients``, ``stiffness_local``, ``elasticity_local``, ``load``) are array-module
+generic: given a mesh whose points and triangles are CuPy arrays (``hpcsolve.fem.discrete.device.DeviceMesh``)
+they run on the device; only ``_to_csr`` and ``condense`` are SciPy (the device has its own in ``device``).
 """
 
 from __future__ import annotations
@@ -11,16 +15,19 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from hpcsolve.core.backends import get_array_module
 from hpcsolve.fem.discrete.mesh import Mesh
 
 
 def _gradients(mesh: Mesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Area (m,) and barycentric gradients d lambda_i / dx (m, 3), d lambda_i / dy (m, 3)."""
     p = mesh.points[mesh.triangles]                  # (m, 3, 2), one gather
-    x, y = p[..., 0], p[..., 1]
-    dy = y[:, [1, 2, 0]] - y[:, [2, 0, 1]]            # y1 - y2, y2 - y0, y0 - y1
-    dx = x[:, [2, 0, 1]] - x[:, [1, 2, 0]]            # x2 - x1, x0 - x2, x1 - x0
-    det = x[:, 0] * dy[:, 0] + x[:, 1] * dy[:, 1] + x[:, 2] * dy[:, 2]
+    xp = get_array_module(p)
+    x0, x1, x2 = p[:, 0, 0], p[:, 1, 0], p[:, 2, 0]
+    y0, y1, y2 = p[:, 0, 1], p[:, 1, 1], p[:, 2, 1]
+    dy = xp.stack([y1 - y2, y2 - y0, y0 - y1], axis=1)
+    dx = xp.stack([x2 - x1, x0 - x2, x1 - x0], axis=1)
+    det = x0 * dy[:, 0] + x1 * dy[:, 1] + x2 * dy[:, 2]
     inv = (1.0 / det)[:, None]
     return 0.5 * det, dy * inv, dx * inv
 
@@ -39,14 +46,19 @@ def _to_csr(dofs: np.ndarray, local: np.ndarray, n: int) -> sp.csr_matrix:
     return A
 
 
+def stiffness_local(mesh: Mesh, conductivity=1.0):
+    """(element DOFs (m, 3), element matrices (m, 3, 3)) of the stiffness: w grad phi_i . grad phi_j with
+    w = k_T |T|; conductivity a number or one value per triangle (an array of the mesh's module)."""
+    area, bx, by = _gradients(mesh)
+    w = (area * conductivity)[:, None, None]
+    local = (bx[:, :, None] * bx[:, None, :] + by[:, :, None] * by[:, None, :]) * w
+    return mesh.triangles, local
+
+
 def stiffness(mesh: Mesh, conductivity: float | np.ndarray = 1.0) -> sp.csr_matrix:
     """K_ij = sum_T k_T |T| grad phi_i . grad phi_j; conductivity scalar or one value per triangle."""
-    area, bx, by = _gradients(mesh)
-    w = area * np.broadcast_to(np.asarray(conductivity, dtype=np.float64), area.shape)
-    G = np.stack([bx, by], axis=2)                      # (m, 3, 2)
-    G *= np.sqrt(w)[:, None, None]
-    local = np.matmul(G, G.transpose(0, 2, 1))          # (m, 3, 3) = w grad phi_i . grad phi_j
-    return _to_csr(mesh.triangles, local, mesh.n_points)
+    dofs, local = stiffness_local(mesh, conductivity)
+    return _to_csr(dofs, local, mesh.n_points)
 
 
 def stiffness_tensor(mesh: Mesh, K) -> sp.csr_matrix:
@@ -72,15 +84,16 @@ def load(mesh: Mesh, source) -> np.ndarray:
     """b_i = int f phi_i; source is a number or a vectorized callable f(x, y)."""
     area = mesh.areas()
     t = mesh.triangles
+    xp = get_array_module(area)
     if callable(source):
         p = mesh.points[t]                                   # (m, 3, 2)
         mids = 0.5 * (p + p[:, [1, 2, 0]])                  # midpoints of edges 01, 12, 20
         f = source(mids[..., 0], mids[..., 1])              # (m, 3)
         # phi_0 is 1/2 at midpoints 01 and 20, 0 at 12; 3-point rule weight |T|/3
-        local = np.column_stack([f[:, 0] + f[:, 2], f[:, 0] + f[:, 1], f[:, 1] + f[:, 2]]) * (area / 6.0)[:, None]
+        local = xp.stack([f[:, 0] + f[:, 2], f[:, 0] + f[:, 1], f[:, 1] + f[:, 2]], axis=1) * (area / 6.0)[:, None]
     else:
-        local = np.repeat((float(source) * area / 3.0)[:, None], 3, axis=1)
-    return np.bincount(t.ravel(), weights=local.ravel(), minlength=mesh.n_points)
+        local = xp.repeat((float(source) * area / 3.0)[:, None], 3, axis=1)
+    return xp.bincount(t.ravel(), weights=local.ravel(), minlength=mesh.n_points)
 
 
 def elasticity_matrix(young: float, poisson: float, model: str) -> np.ndarray:
@@ -98,7 +111,7 @@ def elasticity_matrix(young: float, poisson: float, model: str) -> np.ndarray:
 def _strain_operator(bx: np.ndarray, by: np.ndarray) -> np.ndarray:
     """B (m, 3, 6): Voigt strain from the interleaved element DOFs."""
     m = len(bx)
-    B = np.zeros((m, 3, 6))
+    B = get_array_module(bx).zeros((m, 3, 6))
     B[:, 0, 0::2] = bx
     B[:, 1, 1::2] = by
     B[:, 2, 0::2] = by
@@ -108,18 +121,26 @@ def _strain_operator(bx: np.ndarray, by: np.ndarray) -> np.ndarray:
 
 def elasticity_dofs(mesh: Mesh) -> np.ndarray:
     t = mesh.triangles.astype(np.int64)
-    return np.stack([2 * t[:, 0], 2 * t[:, 0] + 1, 2 * t[:, 1], 2 * t[:, 1] + 1, 2 * t[:, 2], 2 * t[:, 2] + 1], axis=1)
+    return get_array_module(t).stack([2 * t[:, 0], 2 * t[:, 0] + 1, 2 * t[:, 1], 2 * t[:, 1] + 1, 2 * t[:, 2], 2 * t[:, 2] + 1], axis=1)
+
+
+def elasticity_local(mesh: Mesh, young, poisson: float, model: str, thickness: float = 1.0):
+    """(element DOFs (m, 6), element matrices (m, 6, 6)) t |T| E_T B^T D(1) B; young a number or one value per
+    triangle (an array of the mesh's module)."""
+    area, bx, by = _gradients(mesh)
+    xp = get_array_module(area)
+    B = _strain_operator(bx, by)
+    D = xp.asarray(elasticity_matrix(1.0, poisson, model))
+    w = thickness * area * young
+    local = xp.matmul(B.transpose(0, 2, 1), xp.matmul(D, B)) * w[:, None, None]
+    return elasticity_dofs(mesh), local
 
 
 def elasticity_stiffness(mesh: Mesh, young: float | np.ndarray, poisson: float, model: str,
                          thickness: float = 1.0) -> sp.csr_matrix:
     """K = sum_T t |T| B^T D B; young scalar or one value per triangle."""
-    area, bx, by = _gradients(mesh)
-    B = _strain_operator(bx, by)
-    D = elasticity_matrix(1.0, poisson, model)
-    w = thickness * area * np.broadcast_to(np.asarray(young, dtype=np.float64), area.shape)
-    local = np.einsum("eki,kl,elj->eij", B, D, B, optimize=True) * w[:, None, None]
-    return _to_csr(elasticity_dofs(mesh), local, 2 * mesh.n_points)
+    dofs, local = elasticity_local(mesh, young, poisson, model, thickness)
+    return _to_csr(dofs, local, 2 * mesh.n_points)
 
 
 def stress(mesh: Mesh, u: np.ndarray, young, poisson: float, model: str) -> np.ndarray:

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from hpcsolve.core import backends
+from hpcsolve.core.backends import get_array_module, to_host
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem.discrete import assembly
+from hpcsolve.fem.discrete import assembly, device
 from hpcsolve.fem.discrete import mesh as meshmod
 from hpcsolve.fem.discrete.mesh import Mesh
 
@@ -17,16 +19,21 @@ from hpcsolve.fem.discrete.mesh import Mesh
 # ----------------------------------------------------------------------------------------------
 # manufactured solutions (named, never code from the case file)
 
+# array-module generic (NumPy or CuPy arrays x, y)
+
 def _sin_sin(x, y):
-    return np.sin(np.pi * x) * np.sin(np.pi * y)
+    xp = get_array_module(x)
+    return xp.sin(np.pi * x) * xp.sin(np.pi * y)
 
 
 def _sin_sin_grad(x, y):
-    return (np.pi * np.cos(np.pi * x) * np.sin(np.pi * y), np.pi * np.sin(np.pi * x) * np.cos(np.pi * y))
+    xp = get_array_module(x)
+    sx, sy = xp.sin(np.pi * x), xp.sin(np.pi * y)
+    return (np.pi * xp.cos(np.pi * x) * sy, np.pi * sx * xp.cos(np.pi * y))
 
 
 def _sin_sin_source(x, y):
-    return 2.0 * np.pi ** 2 * np.sin(np.pi * x) * np.sin(np.pi * y)
+    return 2.0 * np.pi ** 2 * _sin_sin(x, y)
 
 
 MANUFACTURED = {"sin_sin": (_sin_sin, _sin_sin_grad, _sin_sin_source)}
@@ -137,7 +144,7 @@ class Discrete:
     mesh: Mesh
     kind: str                       # poisson | elasticity
     ncomp: int                      # unknowns per node
-    A: sp.csr_matrix                # free-DOF block (SPD)
+    A: object                       # free-DOF block (SPD): SciPy CSR, or a DeviceCSR (assembled on a device)
     b: np.ndarray                   # right-hand side of the free DOFs (Dirichlet lifted)
     free: np.ndarray
     fixed: np.ndarray
@@ -145,6 +152,7 @@ class Discrete:
     coefficient: np.ndarray         # conductivity or Young's modulus per triangle
     exact: tuple | None = None      # (u, grad u) of a manufactured solution
     timings: dict = field(default_factory=dict)
+    device_mesh: object = None      # device.DeviceMesh where the system was assembled on a device
     # 2-norm of each right-hand-side contribution and of the matrix, by the case field responsible
     scales: dict = field(default_factory=dict)
 
@@ -293,48 +301,95 @@ def _check_rigid_modes(case, mesh: Mesh, fixed: np.ndarray, label: np.ndarray | 
                 "solution)")
 
 
-def build(case, mesh: Mesh | None = None) -> Discrete:
+def build(case, mesh: Mesh | None = None, backend=None, xp=None) -> Discrete:
+    """The case's discrete system. ``backend`` (a ``hpcsolve.core.backends.Backend``) with a device array module
+    (``device.array_module``: CuPy, also for Numba-CUDA): assembly, condensation and the matrix on the device,
+    ``Discrete.A`` a checked ``DeviceCSR`` of the backend's low ops; else SciPy on the host. ``xp`` forces the
+    device path with that module (``numpy``: the same code on the host, what the tests compare)."""
     import time
 
     t0 = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(case)
     t1 = time.perf_counter()
+    if xp is not None and backend is None:
+        backend = backends.get("numpy")
+    xp = xp if xp is not None else device.array_module(backend) if backend is not None else None
     with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: _scale names the field that overflows
-        return _assemble(case, mesh, t0, t1)
+        return _assemble(case, mesh, t0, t1, xp, backend)
 
 
-def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
+def _element_system(case, mesh, coef):
+    """(element DOFs, element matrices, load vector, exact solution or None) on ``mesh`` (a Mesh or DeviceMesh)."""
+    p = case.problem
+    xp = get_array_module(mesh.points)
+    k = float(coef[0]) if coef.size and bool((coef == coef[0]).all()) else xp.asarray(coef)
+    if p.kind == "poisson":
+        dofs, local = assembly.stiffness_local(mesh, k)
+        if p.manufactured:
+            u_ex, grad_ex, f = MANUFACTURED[p.manufactured]
+            return dofs, local, assembly.load(mesh, f) * p.conductivity, (u_ex, grad_ex)   # k f: uniform k
+        b = assembly.load(mesh, p.source) if p.source != 0.0 else xp.zeros(mesh.n_points)
+        return dofs, local, b, None
+    dofs, local = assembly.elasticity_local(mesh, k, p.poisson_ratio, p.model, p.thickness)
+    b = xp.zeros(2 * mesh.n_points)
+    for c in range(2):
+        if p.body_force[c] != 0.0:
+            b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
+    return dofs, local, b, None
+
+
+def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None) -> Discrete:
     import time
 
     p = case.problem
     coef = coefficient_per_cell(case, mesh)
-    exact = None
-    if p.kind == "poisson":
-        ncomp = 1
-        K = assembly.stiffness(mesh, coef)
-        if p.manufactured:
-            u_ex, grad_ex, f = MANUFACTURED[p.manufactured]
-            exact = (u_ex, grad_ex)
-            b = assembly.load(mesh, f) * p.conductivity   # -div(k grad u) = k f for the uniform k (no regions)
-        else:
-            b = assembly.load(mesh, p.source) if p.source != 0.0 else np.zeros(mesh.n_points)
+    dmesh = device.upload(mesh, xp) if xp is not None else None
+    ncomp = 1 if p.kind == "poisson" else 2
+    n = mesh.n_points * ncomp
+    dofs, local, b, exact = _element_system(case, dmesh if dmesh is not None else mesh, coef)
+    if dmesh is None:
+        K = assembly._to_csr(dofs, local, n)
+        kvals = K.data
     else:
-        ncomp = 2
-        K = assembly.elasticity_stiffness(mesh, coef, p.poisson_ratio, p.model, p.thickness)
-        b = np.zeros(2 * mesh.n_points)
-        for c in range(2):
-            if p.body_force[c] != 0.0:
-                b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
+        rows, cols, kvals = device.coo_sum(dofs, local, n)
+        device.synchronize(xp)         # the assembly's own time, not left to the next phase's first sync
+    del local
     t2 = time.perf_counter()
     coefficient_field = "problem.conductivity" if p.kind == "poisson" else "problem.young"
     source_field, source_value = _source(p)
     # the smallest coefficient sets how large the solution can grow: the matrix scale it stands for
     contrast = float(coef.min() / coef.max())
-    scales = {coefficient_field: (_scale(K.data, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
+    scales = {coefficient_field: (_scale(kvals, coefficient_field, getattr(p, coefficient_field.split(".")[1]),
                                          "the stiffness matrix")[0] * contrast,
                                   [float(coef.min()), float(coef.max())]),
               source_field: _scale(b, source_field, source_value, "the load vector")}
+    for name, part in _neumann_parts(case, mesh, ncomp):
+        part = part if xp is None else xp.asarray(part)
+        scales[name] = _scale(part, name, _neumann_given(case, name), "its boundary load")
+        b += part
+    fixed, values = fixed_dofs(case, mesh)
+    if dmesh is None:
+        A, rhs, free = assembly.condense(K, b, fixed, values)
+        lifted = rhs - b[free]
+    else:
+        indptr, indices, data, rhs, free = device.condense(rows, cols, kvals, b, n, xp.asarray(fixed),
+                                                           xp.asarray(values))
+        lifted = rhs - b[free]
+        A = device.device_solver_matrix(backend.piece("fem.low_ops")(), xp, indptr, indices, data, int(free.size))
+        rhs, free = to_host(rhs), to_host(free)
+    if free.size == 0:
+        raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
+    scales["boundary.dirichlet"] = _scale(lifted, "boundary.dirichlet", _dirichlet_values(case),
+                                          "the lifted boundary values")
+    t3 = time.perf_counter()
+    return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
+                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
+                    scales=scales, device_mesh=dmesh)
 
+
+def _neumann_parts(case, mesh: Mesh, ncomp: int):
+    """(case field, host load vector) of each Neumann condition."""
+    p = case.problem
     for i, bc in enumerate(case.boundary.neumann):
         edges = neumann_edges(mesh, bc, i)
         if bc.flux is not None:
@@ -344,20 +399,12 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float) -> Discrete:
         else:
             length = assembly.edge_lengths(mesh, edges).sum()
             part = assembly.edge_load(mesh, edges, np.asarray(bc.total_force) / length, ncomp=2)
-        given = bc.flux if bc.flux is not None else bc.traction if bc.traction is not None else bc.total_force
-        scales[f"boundary.neumann[{i}]"] = _scale(part, f"boundary.neumann[{i}]", given, "its boundary load")
-        b += part
+        yield f"boundary.neumann[{i}]", part
 
-    fixed, values = fixed_dofs(case, mesh)
-    A, rhs, free = assembly.condense(K, b, fixed, values)
-    if free.size == 0:
-        raise CaseError("boundary.dirichlet: every unknown is fixed; nothing is left to solve", field="boundary.dirichlet")
-    scales["boundary.dirichlet"] = _scale(rhs - b[free], "boundary.dirichlet", _dirichlet_values(case),
-                                          "the lifted boundary values")
-    t3 = time.perf_counter()
-    return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
-                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
-                    scales=scales)
+
+def _neumann_given(case, name: str):
+    bc = case.boundary.neumann[int(name.split("[")[1].rstrip("]"))]
+    return bc.flux if bc.flux is not None else bc.traction if bc.traction is not None else bc.total_force
 
 
 def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> np.ndarray:
@@ -390,7 +437,7 @@ def _check_manufactured_mesh(case, mesh: Mesh, fixed: np.ndarray) -> None:
     square and its whole boundary is fixed (u = 0 there): else the errors would be against another problem's
     solution."""
     field, value = ("mesh.path", case.mesh.path) if case.mesh.kind == "file" else ("mesh.kind", case.mesh.kind)
-    lo, hi = mesh.points.min(axis=0), mesh.points.max(axis=0)
+    lo, hi = mesh.bounds()
     if not (np.allclose(lo, 0.0, atol=1e-9) and np.allclose(hi, 1.0, atol=1e-9)):
         raise CaseError.invalid(field, value,
                                 "a mesh of the unit square [0, 1] x [0, 1]",
@@ -432,11 +479,11 @@ def _dirichlet_values(case) -> list:
     return [bc.value if bc.value is not None else bc.displacement or (bc.ux, bc.uy) for bc in case.boundary.dirichlet]
 
 
-def _scale(values: np.ndarray, field: str, given, what: str) -> tuple[float, object]:
-    """(2-norm of ``values`` computed without overflow, the case value ``given``); refused if not finite."""
+def _scale(values, field: str, given, what: str) -> tuple[float, object]:
+    """(2-norm of ``values`` (NumPy or CuPy) computed without overflow, the case value ``given``); refused if not
+    finite."""
     with np.errstate(over="ignore", invalid="ignore"):
-        peak = float(np.max(np.abs(values))) if np.size(values) else 0.0
-        norm = peak * float(np.linalg.norm(values / peak)) if peak > 0 and np.isfinite(peak) else peak
+        norm = device.norm2(values)
     if not np.isfinite(norm):
         raise CaseError.invalid(field, given, "values whose finite-element system stays finite",
                                 why=f"{what} overflows float64 (inf/nan)")
@@ -481,18 +528,20 @@ _Q_BARY = np.array([[0.108103018168070, 0.445948490915965, 0.445948490915965],
 _Q_W = np.array([0.223381589678011] * 3 + [0.109951743655322] * 3)
 
 
-def error_norms(mesh: Mesh, u: np.ndarray, exact, grad_exact) -> tuple[float, float]:
-    """(L2 error, H1-seminorm error) of the P1 field u against an exact solution, by 6-point quadrature."""
+def error_norms(mesh, u, exact, grad_exact) -> tuple[float, float]:
+    """(L2 error, H1-seminorm error) of the P1 field u against an exact solution, by 6-point quadrature.
+    Array-module generic: a DeviceMesh and a device u compute on the device (two floats come back)."""
     area, bx, by = assembly._gradients(mesh)
+    xp = get_array_module(area)
     t = mesh.triangles
     p = mesh.points[t]                                # (m, 3, 2)
-    q = np.einsum("qi,mid->mqd", _Q_BARY, p)          # (m, 6, 2)
-    ue = u[t]                                         # (m, 3)
-    uh = ue @ _Q_BARY.T                               # (m, 6)
-    ux = exact(q[..., 0], q[..., 1])
-    l2 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * (uh - ux) ** 2))
-    gx, gy = grad_exact(q[..., 0], q[..., 1])
+    bary, wq = xp.asarray(_Q_BARY), xp.asarray(_Q_W)
+    qx, qy = p[:, :, 0] @ bary.T, p[:, :, 1] @ bary.T  # (m, 6): the quadrature points
+    ue = xp.asarray(u)[t]                             # (m, 3)
+    uh = ue @ bary.T                                  # (m, 6)
+    l2 = xp.sqrt(xp.sum(area * (((uh - exact(qx, qy)) ** 2) @ wq)))
+    gx, gy = grad_exact(qx, qy)
     ghx = (ue * bx).sum(1)[:, None]
     ghy = (ue * by).sum(1)[:, None]
-    h1 = np.sqrt(np.sum(area[:, None] * _Q_W[None] * ((ghx - gx) ** 2 + (ghy - gy) ** 2)))
+    h1 = xp.sqrt(xp.sum(area * (((ghx - gx) ** 2 + (ghy - gy) ** 2) @ wq)))
     return float(l2), float(h1)

@@ -1,0 +1,72 @@
+"""The float64 reference (hpcsolve.fem.api.factor_solve, the spsolve method) and the run's plan for it
+(hpcsolve.fem.memory.reference_plan): symmetric-mode SuperLU for SPD matrices, the general factorization where that
+fails, its time and kind in every summary, skipped with a note beyond its budget."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from hpcsolve.core.cases import load_case
+from hpcsolve.core.precision import get_precision
+from hpcsolve.fem import memory as fem_memory, runner
+from hpcsolve.fem.api import REFERENCE_GENERAL, REFERENCE_SYMMETRIC, factor_solve, solve
+from hpcsolve.fem.discrete import problem
+
+CASES = Path(__file__).resolve().parents[2] / "cases"
+
+
+def test_spd_fem_matrix_takes_the_symmetric_factorization():
+    disc = problem.build(load_case(CASES / "cook_membrane.toml", ["mesh.nx=12"]))
+    x, true, kind = factor_solve(disc.A, disc.b)
+    assert kind == REFERENCE_SYMMETRIC
+    assert true < 1e-12
+    x_ref = spla.spsolve(disc.A.tocsc(), disc.b)
+    assert np.linalg.norm(x - x_ref) <= 1e-10 * np.linalg.norm(x_ref)
+
+
+def test_indefinite_matrix_falls_back_to_pivoting():
+    """Symmetric, positive diagonal, indefinite (2 x 2 blocks [[d, 1], [1, d]], d = 1e-12): without pivoting the
+    factorization grows by 1/d and its residual is far above 1e-10; factor_solve then pivots and is accurate."""
+    d = 1e-12
+    A = sp.block_diag([sp.csr_matrix([[d, 1.0], [1.0, d]])] * 20).tocsr()
+    b = np.arange(1.0, 41.0)
+    lu = spla.splu(A.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options=dict(SymmetricMode=True))
+    naive = np.linalg.norm(b - A @ lu.solve(b)) / np.linalg.norm(b)
+    assert not naive <= 1e-10                      # the fallback is needed here (nan counts too)
+    x, true, kind = factor_solve(A, b)
+    assert kind == REFERENCE_GENERAL and true <= 1e-14
+    x2, rep = solve(A, b, method="spsolve")
+    assert rep.converged and any(REFERENCE_GENERAL in n for n in rep.notes)
+
+
+def test_plan_skips_beyond_its_budget_and_always_forces():
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=64"])
+    n = 63 * 63
+    run, predicted, note = fem_memory.reference_plan(case, n)
+    assert run and note == "" and predicted == pytest.approx(fem_memory.REFERENCE_SECONDS[1] * n ** 1.5)
+    tight = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=64", f"solve.reference_max_seconds={predicted / 2}"])
+    run, _, note = fem_memory.reference_plan(tight, n)
+    assert not run and note.startswith("skipped: predicted") and "solve.reference = 'always'" in note
+    forced = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=64", "solve.reference=always"])
+    assert fem_memory.reference_plan(forced, n)[0]
+    never = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=64", "solve.reference=never"])
+    assert fem_memory.reference_plan(never, n)[2] == "not made (solve.reference = 'never')"
+
+
+@pytest.mark.parametrize("setting", ["auto", "never"])
+def test_every_summary_names_the_reference_and_its_time(setting):
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=32", f"solve.reference={setting}",
+                                                           "output.plots=false"])
+    res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    assert "reference_s" in res.timings
+    if setting == "auto":
+        assert res.metrics["reference"] == f"made: float64 {REFERENCE_SYMMETRIC}"
+        assert res.timings["reference_s"] > 0.0
+        assert res.metrics["error_vs_fp64_reference"] < 1e-6
+        assert res.metrics["reference_error_l2"] == pytest.approx(res.metrics["error_l2"], rel=1e-3)
+    else:
+        assert res.metrics["reference"] == "not made (solve.reference = 'never')"
+        assert res.timings["reference_s"] == 0.0
