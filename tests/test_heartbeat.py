@@ -67,3 +67,18 @@ def test_an_lbm_estimate_names_its_phases():
         runmod.describe(CASES / "poiseuille.toml", "numpy", estimate=True)
     assert hb.phases[0].startswith("probing the run time: timing steps")
     assert "coarser copy towards its steady stop" in hb.phases[1]
+
+
+def test_the_cli_prints_a_heartbeat_line_while_a_run_works(monkeypatch, tmp_path, capsys):
+    """``hpcsolve run`` opens a heartbeat: with its period made 0.05 s (the machine's speed does not matter: the run
+    takes longer than that), its lines name the command and the case on stderr; --quiet prints none."""
+    from hpcsolve import cli
+
+    monkeypatch.setattr(heartbeat, "EVERY_S", 0.05)
+    args = ["run", str(CASES / "poisson_manufactured.toml"), "--set", "mesh.nx=64", "--no-plots", "--out",
+            str(tmp_path / "a")]
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert f"hpcsolve: run {CASES / 'poisson_manufactured.toml'}:" in err, err
+    assert cli.main(args[:-1] + [str(tmp_path / "b"), "--quiet"]) == 0
+    assert "so far)" not in capsys.readouterr().err

@@ -27,8 +27,10 @@ class Heartbeat:
     """The progress lines of one command (nothing when not ``enabled``, e.g. ``--quiet`` or a rank other than 0).
     ``write`` and ``clock`` are for tests."""
 
-    def __init__(self, label: str, enabled: bool = True, every: float = EVERY_S, write=None, clock=time.monotonic):
-        self.label, self.enabled, self.every, self.clock = label, enabled, every, clock
+    def __init__(self, label: str, enabled: bool = True, every: float | None = None, write=None,
+                 clock=time.monotonic):
+        self.label, self.enabled, self.clock = label, enabled, clock
+        self.every = EVERY_S if every is None else every
         self.write = write or _stderr_line
         self.what = "starting"
         self.t0 = self.last = clock()
