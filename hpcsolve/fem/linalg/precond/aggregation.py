@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg.precond.mg_options import MGOptions
+from hpcsolve.fem.linalg.precond.sa_device import rho_dinv_a_xp
 
 DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
 COARSE_NULL_RTOL = 100 * np.finfo(np.float64).eps   # x rows: a pivot of the coarsest level's Cholesky factorization
@@ -91,30 +92,9 @@ def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
 def rho_dinv_a(A: sp.csr_matrix, dinv: np.ndarray, steps: int = SA_LANCZOS_STEPS, seed: int = 0) -> float:
     """The spectral radius of D^-1 A (A SPD): the largest Ritz value of ``steps`` Lanczos steps on the similar
     S = D^-1/2 A D^-1/2 (no reorthogonalization: lost orthogonality only repeats converged Ritz values); small
-    matrices exactly. Ritz values lie inside the spectrum, so this never overestimates."""
-    n = A.shape[0]
-    s = np.sqrt(np.maximum(dinv, 0.0))
-    if n <= 4 * steps:
-        S = s[:, None] * A.toarray() * s[None, :]
-        return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (S + S.T))))) if n else 1.0
-    v = np.random.default_rng(seed).standard_normal(n)
-    v /= np.linalg.norm(v)
-    v_prev = np.zeros(n)
-    alpha, beta = [], []
-    b = 0.0
-    for _ in range(steps):
-        w = s * (A @ (s * v))
-        a = float(v @ w)
-        w -= a * v + b * v_prev
-        alpha.append(a)
-        b = float(np.linalg.norm(w))
-        if not b > 1e-12 * abs(a):
-            break
-        beta.append(b)
-        v_prev, v = v, w / b
-    k = len(alpha)
-    Tk = np.diag(alpha) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
-    return float(np.max(np.abs(np.linalg.eigvalsh(Tk))))
+    matrices exactly. Ritz values lie inside the spectrum, so this never overestimates. The Lanczos of the device
+    set-up (``sa_device.rho_dinv_a_xp``) with NumPy."""
+    return rho_dinv_a_xp(A, dinv, np, steps=steps, seed=seed)
 
 
 def coarse_inverse(M: np.ndarray) -> tuple[np.ndarray, int]:
