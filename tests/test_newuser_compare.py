@@ -157,3 +157,35 @@ def test_the_fields_option_of_the_cli_reaches_compare(tmp_path, capsys):
     assert cli.main(args) == 0
     data = json.loads((tmp_path / "c" / "comparison.json").read_text())
     assert data["fields"] == ["velocity"] and data["runs"][1]["error_field"] == "velocity"
+
+
+def test_the_pareto_plot_marks_the_recommended_run_and_staggers_eleven_labels(tmp_path, monkeypatch):
+    """Eleven configurations: the recommended one (computed by the comparison) carries a 'recommended' marker in
+    the legend and a bold label; neighbouring labels (sorted by error) get different offsets."""
+    from hpcsolve.report import comparison as cmp
+
+    spec = {"numpy/fp64/none": ((0.30, 0.31, 0.32), 1e-14)}
+    for i, pc in enumerate(("jacobi", "mg", "amg")):
+        for j, prec in enumerate(("fp64", "fp32", "mixed")):
+            spec[f"numpy/{prec}/{pc}"] = ((0.1 + 0.01 * i + 0.001 * j,) * 3, 10.0 ** (-12 + 3 * j) * (1 + i))
+    spec["numpy/fp32/none"] = ((0.05, 0.051, 0.052), 2e-6)
+    spec["numpy/fp64/amg"] = ((0.2, 0.2, 0.2), 3e-13)
+    comp = _synthetic(spec)
+    assert len(comp.runs) == 11
+    seen = {}
+
+    def keep(fig, ax, path, *args, **kwargs):
+        seen["ax"] = ax
+        return path
+
+    monkeypatch.setattr(cmp, "_finish", keep)
+    comp.plot_pareto(tmp_path / "p.png")
+    ax, best = seen["ax"], comp.recommendation()["label"]
+    assert best is not None
+    assert any(line.get_label() == f"recommended: {best}" for line in ax.get_lines())
+    texts = [t for t in ax.texts]
+    bold = [t.get_text() for t in texts if t.get_fontweight() == "bold"]
+    assert len(bold) == 1 and bold[0].startswith(best)
+    offsets = [t.xyann for t in texts]
+    assert all(a != b for a, b in zip(offsets, offsets[1:]))
+    ax.figure.clf()

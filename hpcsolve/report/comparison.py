@@ -457,17 +457,22 @@ class Comparison:
 
         fig, ax = plt.subplots(figsize=(6, 4.5))
         marked = False
-        for r in self.runs:
-            err = r.error if not r.is_reference else np.nan
-            if math.isfinite(err) and err > 0 and math.isfinite(r.wall_s):
-                ok = r.status in OK_STATUS
-                xerr = [[r.wall_s - r.wall_min], [r.wall_max - r.wall_s]]
-                ax.errorbar(r.wall_s, err, xerr=xerr, fmt="o" if ok else "x", ms=6 if ok else 9, capsize=3,
-                            color=None if ok else "red",
-                            label=None if ok or marked else "not converged / failed")
-                marked = marked or not ok
-                ax.annotate(r.label + f" [{r.error_field}]" + ("" if ok else f" ({r.status})"), (r.wall_s, err),
-                            textcoords="offset points", xytext=(4, 4), fontsize=8)
+        shown = sorted((r for r in self.runs if not r.is_reference and math.isfinite(r.error) and r.error > 0
+                        and math.isfinite(r.wall_s)), key=lambda r: (r.error, r.wall_s))
+        best = self.recommendation().get("label")
+        small = 8 if len(shown) <= 6 else 6          # 12 configurations: smaller labels, staggered below
+        for i, r in enumerate(shown):
+            ok = r.status in OK_STATUS
+            xerr = [[r.wall_s - r.wall_min], [r.wall_max - r.wall_s]]
+            ax.errorbar(r.wall_s, r.error, xerr=xerr, fmt="o" if ok else "x", ms=6 if ok else 9, capsize=3,
+                        color=None if ok else "red", label=None if ok or marked else "not converged / failed")
+            marked = marked or not ok
+            if r.label == best:
+                ax.plot(r.wall_s, r.error, marker="*", ms=18, mfc="none", mec="goldenrod", mew=2, ls="none",
+                        label=f"recommended: {r.label}")
+            ax.annotate(r.label + f" [{r.error_field}]" + ("" if ok else f" ({r.status})"), (r.wall_s, r.error),
+                        textcoords="offset points", xytext=LABEL_OFFSETS[i % len(LABEL_OFFSETS)], fontsize=small,
+                        fontweight="bold" if r.label == best else "normal")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
@@ -529,6 +534,10 @@ class Comparison:
             if p is not None:
                 files[name] = p
         return files
+
+
+#: label offsets (points) of successive Pareto points, sorted by error: neighbours alternate above and below
+LABEL_OFFSETS = ((5, 4), (5, -10), (-5, 10), (5, -16), (5, 12), (-5, -12))
 
 
 def _finish(fig, ax, path, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:
