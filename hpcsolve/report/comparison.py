@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve.core.errors import clip
 from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
 
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
@@ -276,16 +277,17 @@ class Comparison:
             if r is chosen:
                 out[key] = "recommended: " + rec["why"]
             elif r.is_reference and self.reference_failed:
-                out[key] = (f"failed reference: it ended {r.status}" + (f" ({r.message[:200]})" if r.message else "")
+                out[key] = (f"failed reference: it ended {r.status}" + (f" ({clip(r.message, 300)})" if r.message else "")
                             + "; no run is judged against it")
             elif r.status == "not_converged":
                 true = r.residuals.get("true_residual")
                 head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
                     "not converged"
-                # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual)
-                out[key] = f"{head}: {r.message[:240]}" if r.message else head
+                # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual), whole:
+                # the advice is its end
+                out[key] = f"{head}: {r.message}" if r.message else head
             elif r.status not in OK_STATUS:
-                out[key] = f"{r.status}: {r.message[:200]}"
+                out[key] = f"{r.status}: {clip(r.message, 300)}"
             elif self.interrupted:
                 out[key] = "no verdict: the comparison was interrupted before every configuration ran"
             elif r.error_note:
