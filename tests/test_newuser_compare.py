@@ -189,3 +189,19 @@ def test_the_pareto_plot_marks_the_recommended_run_and_staggers_eleven_labels(tm
     offsets = [t.xyann for t in texts]
     assert all(a != b for a, b in zip(offsets, offsets[1:]))
     ax.figure.clf()
+
+
+def test_a_run_the_16bit_guard_flagged_says_so_in_its_verdict():
+    """The guard's flag (result.metrics['precision_guard_flagged_step'], set by a real fp16s run of Poiseuille, which
+    the guard flags on the CPU: docs/lbm_algorithm.md) reaches the run's compare verdict; an unflagged run's does not."""
+    from hpcsolve.run import run_case
+
+    res = run_case(CASES / "poiseuille.toml", "numpy", "fp16s", progress=False, plots=False)
+    step = res.metrics["precision_guard_flagged_step"]
+    comp = _synthetic({"numpy/fp64/none": ((0.3, 0.3, 0.3), 1e-14), "numpy/fp16s/none": ((0.1, 0.1, 0.1), 5e-2),
+                       "numpy/fp32/none": ((0.2, 0.2, 0.2), 1e-6)})
+    flagged = next(r for r in comp.runs if r.precision == "fp16s")
+    flagged.result = res
+    verdicts = comp.verdicts()
+    assert f"the 16-bit guard flagged it at step {step}" in verdicts["numpy/fp16s/none"]
+    assert "guard" not in verdicts["numpy/fp32/none"]

@@ -155,6 +155,12 @@ def _validation_text(r: "Run") -> str:
     return "; ".join(parts)
 
 
+def _guard_step(r: "Run") -> int | None:
+    """The step at which the run's 16-bit guard flagged it (hpcsolve/lbm/guard.py), None where it did not."""
+    step = (getattr(r.result, "metrics", None) or {}).get("precision_guard_flagged_step")
+    return int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+
+
 def _error(r: "Run") -> float:
     return 0.0 if r.is_reference else r.error
 
@@ -315,6 +321,9 @@ class Comparison:
                             f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
             else:
                 out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
+            if _guard_step(r) is not None:
+                out[key] += (f"; the 16-bit guard flagged it at step {_guard_step(r)} (its storage stopped carrying "
+                             f"the flow's changes: docs/lbm_algorithm.md, 'The 16-bit guard')")
         return out
 
     # -- presentation -------------------------------------------------------------------------
