@@ -3,17 +3,21 @@
 16-bit storage can lose a flow silently: where a step's change to a population falls below half a code step it is
 rounded away (or, with round to nearest, biased), and the run ends ``completed`` with the wrong physics (2D-2 at
 D = 80, lattice velocity 0.025, fp16s: c_L max 0.235 against fp64's 0.995). The guard measures it during the run:
-at a few check points (``schedule``) it takes the 16-bit state, runs a short **shadow window** of K steps in float32
-from that same state (a float32 stepper of the same case on the same backend, built once, loaded through
-``populations``/``load_populations``), runs the 16-bit stepper K steps from the same state too, and compares the
-two velocity changes over the window:
+at a few check points (``schedule``) it takes the 16-bit state, runs a **shadow window** of K steps in float32 from
+that same state (a float32 stepper of the same case on the same backend, built once, loaded through
+``populations``/``load_populations``), runs the 16-bit stepper K steps from the same state too, and compares the two
+fluid velocities after K / SHORT_PARTS steps and after K steps:
 
-    divergence = rms(du_16 - du_32) / sqrt(rms(du_32)^2 + floor^2),   floor = FLOOR_RESOLUTIONS * res * U
+    growth = error_K / max(error_short, NOISE_FLOOR * res * U),    error = rms(u_16 - u_32)
+    divergence = error_K / sqrt(rms(du_32)^2 + floor^2),           floor = FLOOR_RESOLUTIONS * res * U
 
 over the fluid cells, du the velocity change over the window, ``res`` the storage's relative resolution
-(``monitor.storage_resolution``: 2^-10 fp16s, 2^-11 fp16c) and U = max(rms |u|, lattice velocity) (lattice
-units). The floor keeps a flow at rest or at steady state (du_32 ~ 0) from dividing 16-bit noise by nothing. A
-divergence above ``THRESHOLD`` is the verdict "the 16-bit storage no longer carries the flow".
+(``monitor.storage_resolution``: 2^-10 fp16s, 2^-11 fp16c) and U = max(rms |u|, lattice velocity) (lattice units).
+Unbiased rounding noise is a difference of fixed size that does not grow with the window; rounding that loses the
+flow's increments with a bias accumulates. A check is flagged when growth > ``GROWTH_THRESHOLD`` and divergence >=
+``MIN_DIVERGENCE`` (a share of the window's change, not round-off of a flow at rest): the verdict "the 16-bit
+storage no longer carries the flow". (A single window's divergence against a threshold could not tell fp16s from
+fp16c on the H200: docs/lbm_algorithm.md.)
 
 The run's own trajectory is not changed by a check: the 16-bit window runs on the run's stepper, which is then
 loaded back with the state it had (``OWN_WINDOW``; every stepper's step is a function of the stored state alone,
@@ -42,7 +46,7 @@ from hpcsolve.lbm.monitor import storage_resolution
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper, get_stepper, macroscopic_from_populations
 
 __all__ = ["CHECK_FRACTIONS", "FLOOR_RESOLUTIONS", "GuardCheck", "PrecisionGuard", "PrecisionLossError",
-           "THRESHOLD", "WINDOW_STEPS", "window_steps"]
+           "GROWTH_THRESHOLD", "WINDOW_STEPS", "window_steps"]
 
 #: the run's fractions at which the guard checks (at the first monitor point at or after each): four in the first
 #: 10 % of the run (a flow the 16-bit storage loses is flagged early), then three more for a flow that settles later
@@ -63,7 +67,6 @@ SHORT_PARTS = 16
 #: 0.006-0.015 from step 32,000, fp16c's 0.0014-0.0022
 GROWTH_THRESHOLD = 2.0
 MIN_DIVERGENCE = 0.003
-THRESHOLD = GROWTH_THRESHOLD
 #: the floor of the denominator in units of the storage's resolution times the flow's speed U
 FLOOR_RESOLUTIONS = 8.0
 #: the short window's error is at least this many resolutions times U in the growth (a flow at rest: no 0 / 0)
@@ -124,7 +127,7 @@ def suggestion(policy: Precision) -> str:
 class PrecisionGuard:
     """The guard of one run (module docstring). ``stepper_factory(setup) -> Stepper`` builds the shadow stepper
     (default ``get_stepper(backend, setup)``; a decomposed run passes its SlabStepper's). ``mode`` defaults to the
-    case's ``run.precision_guard``; ``window``/``threshold`` to ``window_steps(derived.steps)``/``THRESHOLD``."""
+    case's ``run.precision_guard``; ``window``/``threshold`` to ``window_steps(derived.steps)``/``GROWTH_THRESHOLD``."""
 
     def __init__(self, case, policy: Precision, backend, setup: LBMSetup, derived, *, mode: str | None = None,
                  window: int | None = None, threshold: float | None = None, stepper_factory=None,
@@ -137,7 +140,7 @@ class PrecisionGuard:
         self.enabled = self.mode != "off" and (policy.storage_bytes == 2 or always)
         total = int(derived.steps)
         self.window = int(window) if window is not None else window_steps(total, len(fractions))
-        self.threshold = float(THRESHOLD if threshold is None else threshold)
+        self.threshold = float(GROWTH_THRESHOLD if threshold is None else threshold)
         self.velocity = float(case.lattice.velocity)          # lattice units: U's lower bound in the floor
         self.resolution = storage_resolution(policy)
         self.fluid = setup.flags == FLUID

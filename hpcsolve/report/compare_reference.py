@@ -30,7 +30,7 @@ import numpy as np
 from hpcsolve import run as runmod
 from hpcsolve.core import backends as backends_mod
 from hpcsolve.core import precision as precision_mod
-from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
+from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted, clip
 from hpcsolve.core.results import human_duration
 from hpcsolve.report.compare_inputs import configurations
 from hpcsolve.report.comparison import EQUAL_BELOW, OK_STATUS, REFERENCE, field_error
@@ -85,7 +85,7 @@ def estimate(case, backend: str, precision: str) -> tuple[float | None, str, int
     except RunInterrupted:
         raise
     except Exception as exc:    # noqa: BLE001 - a probe that breaks leaves the row unestimated; the run will say why
-        return None, f"no estimate: {str(exc)[:200] or type(exc).__name__}", None
+        return None, f"no estimate: {clip(str(exc), 200) or type(exc).__name__}", None
     s, steps = info.get("estimated_seconds"), info.get("estimated_steps", info.get("steps"))
     steps = int(steps) if isinstance(steps, (int, float)) and steps > 0 else None
     if isinstance(s, (int, float)) and math.isfinite(s) and s >= 0:
@@ -290,7 +290,7 @@ def cross_check(plan: Plan, case, fields, skip_fields, report) -> str | None:
             results[(b, p)] = runmod.run_case(cfg, backend, policy, progress=False, description=desc)
         except HpcsolveError as exc:
             results[(b, p)] = None
-            check.update(error=math.nan, error_field="", status="failed", why=f"{b}/{p} failed: {str(exc)[:200]}")
+            check.update(error=math.nan, error_field="", status="failed", why=f"{b}/{p} failed: {clip(str(exc), 200)}")
             break
     truth, ref = results.get(REFERENCE), results.get(plan.reference)
     if truth is not None and ref is not None:
