@@ -9,7 +9,9 @@ noise floor.
         --set lattice.resolution=80 --set lattice.velocity=0.025 [--steps N] [--every N] [--window K]
 
 ``--steps`` stops early (default: the case's steps); the schedule is that of the whole run either way. The step
-time of the run and the guard's time are printed at the end (the overhead: guard seconds / step seconds).
+time of the steps run (to ``--steps`` or the end) and the guard's time are printed at the end (the overhead: guard
+seconds / step seconds; the shadow stepper's build and warm-up, ``PrecisionGuard.prepare``, apart).
+``--host-path`` takes the checks through host copies (the path of a stepper without an array module).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, default=None, help="shadow window K (default: guard.window_steps)")
     p.add_argument("--threshold", type=float, default=None)
     p.add_argument("--copy", action="store_true", help="16-bit window on a second stepper (OWN_WINDOW = False)")
+    p.add_argument("--host-path", action="store_true",
+                   help="the checks through host copies (as before the array path; before/after in one run)")
     args = p.parse_args(argv)
     case, backend, policy = runmod.prepare(args.case, args.backend, args.precision, args.overrides)
     backend = backends.get(backend)
@@ -48,31 +52,53 @@ def main(argv=None) -> int:
     guard = lbm_guard.PrecisionGuard(case, policy, backend, setup, derived, mode="warn", window=args.window,
                                      threshold=args.threshold, own_window=False if args.copy else None,
                                      always=True)
+    seen = _HostOnly(stepper) if args.host_path else stepper
+    build_s = guard.prepare(seen)
     total = derived.steps if args.steps is None else min(args.steps, derived.steps)
     points = (list(range(args.every, total + 1, args.every)) if args.every else
               [s for s in lbm_guard.schedule(derived.steps) if s <= total])
     print(f"{case.name} ({Path(args.case).name}), {backend.name}, {policy.name}: {derived.nx} x {derived.ny} cells, "
           f"{derived.steps} steps in the run, window K = {guard.window}, threshold {guard.threshold:g}, "
           f"floor {lbm_guard.FLOOR_RESOLUTIONS:g} x res {guard.resolution:.3g} x U")
-    print("| step | % of run | divergence | rms(du16 - du32) | rms(du32) | floor | flagged |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    step_s = 0.0
+    print("| step | % of run | growth | divergence | rms(du16 - du32) | rms(du32) | floor | flagged | check s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    step_s, check_s = 0.0, []
     for point in points:
         with backend.timer() as timer:
             stepper.step(point - stepper.time_step)
         step_s += timer.seconds
-        c = guard.check(stepper, point)
-        print(f"| {c.step} | {100.0 * c.step / derived.steps:.2f} | {c.divergence:.3g} | {c.error:.3g} | "
-              f"{c.change:.3g} | {c.floor:.3g} | {'yes' if c.flagged else 'no'} |", flush=True)
+        t0 = time.perf_counter()
+        c = guard.check(seen, point)
+        check_s.append(time.perf_counter() - t0)
+        print(f"| {c.step} | {100.0 * c.step / derived.steps:.2f} | {c.growth:.3g} | {c.divergence:.3g} | "
+              f"{c.error:.3g} | {c.change:.3g} | {c.floor:.3g} | {'yes' if c.flagged else 'no'} | {check_s[-1]:.4f} |",
+              flush=True)
+    if stepper.time_step < total:             # the rest of the run: the overhead is a share of all its steps
+        with backend.timer() as timer:
+            stepper.step(total - stepper.time_step)
+        step_s += timer.seconds
     steps_done = stepper.time_step
     print(f"steps {steps_done}: step time {step_s:.3f} s ({step_s / max(steps_done, 1) * 1e3:.3f} ms/step), "
           f"guard {guard.seconds:.3f} s over {len(guard.checks)} checks "
-          f"({100.0 * guard.seconds / step_s if step_s > 0 else float('nan'):.2f} % of the step time)")
+          f"({100.0 * guard.seconds / step_s if step_s > 0 else float('nan'):.2f} % of the step time; "
+          f"{'host' if args.host_path else 'array'} path), shadow stepper built in {build_s:.3f} s before stepping")
     if guard.message:
         print("verdict:", guard.message)
     else:
         print("verdict: not flagged")
     return 0
+
+
+class _HostOnly:
+    """The run's stepper seen without its array module: the guard's checks go through host copies."""
+
+    array_module = None
+
+    def __init__(self, stepper):
+        self._s = stepper
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,18 @@ RUNS = [
 ]
 
 
+def _guard_outcome(result) -> str:
+    """The 16-bit guard's verdict on a run (hpcsolve/lbm/guard.py): "flagged at step N", "quiet (n checks, max
+    growth g, max divergence d)", or "" where it did not run (fp64, fp32)."""
+    m = result.metrics
+    if "precision_guard_checks" not in m:
+        return ""
+    if "precision_guard_flagged_step" in m:
+        return f"flagged at step {m['precision_guard_flagged_step']}"
+    return (f"quiet ({m['precision_guard_checks']} checks, max growth {m.get('precision_guard_max_growth', 0):.3g}, "
+            f"max divergence {m.get('precision_guard_max_divergence', 0):.3g})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cupy")
@@ -83,20 +95,21 @@ def main(argv=None) -> int:
                 result = runner.run(case, backend, policy, progress=False)
                 row.update(status=result.status, steps=result.metrics.get("steps"),
                            mlups=result.timings.get("mlups"), resolution=case.lattice.resolution,
-                           metrics={k: result.metrics.get(k) for k in keys})
+                           metrics={k: result.metrics.get(k) for k in keys},
+                           guard=_guard_outcome(result))
             except Exception as exc:  # one failed run must not hide the others
                 row.update(status="error", error=f"{type(exc).__name__}: {exc}")
             row["seconds"] = time.perf_counter() - t0
             rows.append(row)
             print(json.dumps(row, default=str), file=sys.stderr, flush=True)
 
-    lines = ["| case | precision | cells/D or /L | steps | status | values | published |",
-             "| --- | --- | ---: | ---: | --- | --- | --- |"]
+    lines = ["| case | precision | cells/D or /L | steps | status | values | published | 16-bit guard |",
+             "| --- | --- | ---: | ---: | --- | --- | --- | --- |"]
     for r in rows:
         vals = r.get("error", "")[:100] or ", ".join(
             f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.get("metrics", {}).items())
         lines.append(f"| {r['case']} | {r['precision']} | {r.get('resolution', '')} | {r.get('steps', '')} | "
-                     f"{r['status']} | {vals} | {r['reference']} |")
+                     f"{r['status']} | {vals} | {r['reference']} | {r.get('guard', '')} |")
     md = f"GPU validation on {args.backend}\n\n" + "\n".join(lines) + "\n"
     (out / "validate_lbm_gpu.json").write_text(json.dumps(rows, indent=2, default=str))
     (out / "validate_lbm_gpu.md").write_text(md)

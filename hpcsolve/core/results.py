@@ -350,6 +350,23 @@ def _vector3(a: np.ndarray) -> np.ndarray:
     return a
 
 
+#: fields and snapshots up to this many bytes are stored gzip (level 1) with the shuffle filter; larger ones
+#: uncompressed. Solution fields are float64 whose low bits are noise: on a 4.2 M-node field gzip level 1 saved 27 %
+#: of the bytes at 11 times the write time (2.69 s against 0.24 s for four fields on the 2-core machine; shuffle: 41 %
+#: at 1.83 s), so a large run's output was most of its wall time (2.5 s of a 3.3 s FEM run at 2048^2 on the H200).
+COMPRESS_MAX_BYTES = 8 << 20
+
+
+def _dataset(group, name: str, a: np.ndarray) -> None:
+    """One field dataset: small ones compressed (standard gzip + shuffle, readable by ParaView's HDF5), large ones
+    raw (``COMPRESS_MAX_BYTES``)."""
+    a = _vector3(np.asarray(a))
+    if a.nbytes <= COMPRESS_MAX_BYTES:
+        group.create_dataset(name, data=a, compression="gzip", compression_opts=1, shuffle=True)
+    else:
+        group.create_dataset(name, data=a)
+
+
 def _field_rank(grid, a: np.ndarray) -> int:
     base = 2 if isinstance(grid, StructuredGrid) else 1
     return a.ndim - base  # 0 scalar, 1 vector
@@ -395,14 +412,14 @@ def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
             gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
         fg = f.create_group("fields")
         for name, a in result.fields.items():
-            fg.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+            _dataset(fg, name, a)
         sg = f.create_group("snapshots")
         for i, snap in enumerate(result.snapshots):
             s = sg.create_group(f"{i:06d}")
             s.attrs["time"] = snap.time
             s.attrs["step"] = snap.step
             for name, a in snap.fields.items():
-                s.create_dataset(name, data=_vector3(np.asarray(a)), compression="gzip", compression_opts=1)
+                _dataset(s, name, a)
         tg = f.create_group("series")
         for name, a in result.series.items():
             tg[name] = np.asarray(a)

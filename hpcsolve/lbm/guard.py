@@ -152,6 +152,8 @@ class PrecisionGuard:
         self.checks: list[GuardCheck] = []
         self.message = ""           # the first flagged check's message ("" while none is flagged)
         self.seconds = 0.0          # wall time of the checks (not part of the run's step time)
+        self.build_seconds = 0.0    # wall time of building the shadow stepper (``prepare``: its kernels compile)
+        self._fluid_xp = None
 
     # ---- the schedule
     @property
@@ -190,13 +192,61 @@ class PrecisionGuard:
                             f"of the window's change; use {suggestion(self.policy) or 'a wider precision'}")
         return result
 
+    def prepare(self, stepper: Stepper | None = None) -> float:
+        """Build the float32 shadow stepper now and, given the run's ``stepper``, run one check of 2 steps from its
+        state that is recorded nowhere (the run's stepper ends where it began): the kernels that compile at their
+        first use (the shadow's steps on Numba-CUDA, CuPy's decode and reductions) compile here, before stepping,
+        and no check pays for them. The runner calls it; returns the seconds it took (``build_seconds``). Nothing
+        where the guard is off."""
+        if self.enabled and self._shadow is None:
+            t0 = time.perf_counter()
+            shadow = self._shadow_stepper()
+            if stepper is not None:
+                self._sums(stepper, shadow, int(stepper.time_step), 1, 2)
+            self.build_seconds += time.perf_counter() - t0
+        return self.build_seconds
+
     def measure(self, stepper: Stepper, step: int) -> GuardCheck:
         """The comparison itself (module docstring), recorded nowhere; the run's stepper ends where it began."""
         k = self.window
-        short = max(1, k // SHORT_PARTS)
+        sums = self._sums(stepper, self._shadow_stepper(), step, max(1, k // SHORT_PARTS), k)
+        n = max(int(np.count_nonzero(self.fluid)), 1)
+        error, short_error, change, u0 = (math.sqrt(max(float(v), 0.0) / n) if math.isfinite(float(v)) else math.nan
+                                          for v in sums)
+        return self._verdict(step, k, error, short_error, change, u0)
+
+    def _sums(self, stepper: Stepper, shadow: Stepper, step: int, short: int, k: int):
+        """The check's sums of squares. Where the run's stepper and the shadow share an array module (NumPy, CuPy,
+        Numba-CUDA with CuPy) everything stays in it (on the device: the state rewound by a device copy, decoded
+        there, the sums reduced there, four numbers come back); otherwise through host copies."""
+        xp = stepper.array_module
+        if xp is not None and self.own_window and shadow.array_module is xp:
+            return self._window_sums(stepper, shadow, xp, step, short, k)
+        return self._window_sums_host(stepper, shadow, step, short, k)
+
+    def _window_sums(self, stepper: Stepper, shadow: Stepper, xp, step: int, short: int, k: int):
+        """The sums of squares over the fluid cells (u16 - u32 after k and after ``short`` steps, du32, u0) with the
+        arrays of ``xp``: the run's state saved (``save_state``), decoded into the shadow, both windows, restored."""
+        fluid = self._fluid_weights(xp)
+        saved = stepper.save_state()
+        u0 = xp.array(stepper.velocity_array(), dtype=xp.float64)
+        g = stepper.state_array()
+        if g is None:                   # in place at an odd step: the even layout through the host
+            g = xp.asarray(stepper.populations())
+        shadow.load_state_array(xp.ascontiguousarray(FP32.encode(self.policy.decode(g)).astype(xp.float32)), step)
+        u32 = self._two_windows_arrays(shadow, short, k, xp)
+        u16 = self._two_windows_arrays(stepper, short, k, xp)
+        stepper.restore_state(saved)        # the run continues from the state it had
+        terms = xp.stack([_weighted_sumsq(xp, u16[1] - u32[1], fluid), _weighted_sumsq(xp, u16[0] - u32[0], fluid),
+                          _weighted_sumsq(xp, u32[1] - u0, fluid), _weighted_sumsq(xp, u0, fluid)])
+        return terms.get() if hasattr(terms, "get") else np.asarray(terms)
+
+    def _window_sums_host(self, stepper: Stepper, shadow: Stepper, step: int, short: int, k: int):
+        """``_window_sums`` through host copies (a stepper without an array module: a decomposed run's slabs,
+        Numba-CUDA without CuPy or in the simulator)."""
+        fluid = self.fluid.astype(np.float64)
         g = stepper.populations()
         u0 = self._velocity(macroscopic_from_populations(g, self.setup))
-        shadow = self._shadow_stepper()
         shadow.load_populations(np.ascontiguousarray(FP32.encode(self.policy.decode(g).astype(np.float32))), step)
         u32 = self._two_windows(shadow, short, k)
         if self.own_window:
@@ -206,10 +256,13 @@ class PrecisionGuard:
             copy = self._copy_stepper()
             copy.load_populations(g, step)
             u16 = self._two_windows(copy, short, k)
-        error, short_error = _rms(u16[1] - u32[1]), _rms(u16[0] - u32[0])
-        change = _rms(u32[1] - u0)
-        speed = max(_rms(u0), self.velocity)
-        floor = FLOOR_RESOLUTIONS * self.resolution * speed
+        return [_weighted_sumsq(np, u16[1] - u32[1], fluid), _weighted_sumsq(np, u16[0] - u32[0], fluid),
+                _weighted_sumsq(np, u32[1] - u0, fluid), _weighted_sumsq(np, u0, fluid)]
+
+    def _verdict(self, step: int, k: int, error: float, short_error: float, change: float, u0: float) -> GuardCheck:
+        """The check's figures from the rms values (lattice units; module docstring)."""
+        speed = max(u0, self.velocity)
+        floor = FLOOR_RESOLUTIONS * self.resolution * speed if math.isfinite(speed) else math.nan
         if not all(math.isfinite(v) for v in (error, short_error, change, floor)):
             # a window went NaN/Inf: the run's own blow-up check speaks, not the guard
             return GuardCheck(step=step, window=k, divergence=math.nan, error=error, change=change, floor=floor,
@@ -222,11 +275,24 @@ class PrecisionGuard:
                           short_error=float(short_error), growth=float(growth))
 
     def _two_windows(self, stepper: Stepper, short: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The fluid velocity after ``short`` and after ``k`` steps of ``stepper`` from its state."""
+        """The velocity (2, ny, nx) after ``short`` and after ``k`` steps of ``stepper`` from its state (host)."""
         stepper.step(short)
         first = self._velocity(stepper.macroscopic())
         stepper.step(k - short)
         return first, self._velocity(stepper.macroscopic())
+
+    def _two_windows_arrays(self, stepper: Stepper, short: int, k: int, xp):
+        """``_two_windows`` in the stepper's array module (float64 copies)."""
+        stepper.step(short)
+        first = xp.array(stepper.velocity_array(), dtype=xp.float64)
+        stepper.step(k - short)
+        return first, xp.array(stepper.velocity_array(), dtype=xp.float64)
+
+    def _fluid_weights(self, xp):
+        """The fluid mask as 0/1 float64 weights (ny, nx) in ``xp``, made once."""
+        if self._fluid_xp is None or self._fluid_xp[0] is not xp:
+            self._fluid_xp = (xp, xp.asarray(self.fluid.astype(np.float64)))
+        return self._fluid_xp[1]
 
     def state(self) -> dict:
         """The guard's record for a checkpoint (its checks and first message)."""
@@ -248,11 +314,13 @@ class PrecisionGuard:
 
     def _velocity(self, fields) -> np.ndarray:
         _, ux, uy = fields
-        return np.stack([np.asarray(ux, dtype=np.float64)[self.fluid], np.asarray(uy, dtype=np.float64)[self.fluid]])
+        return np.stack([np.asarray(ux, dtype=np.float64), np.asarray(uy, dtype=np.float64)])
 
     def _shadow_stepper(self) -> Stepper:
+        """The float32 stepper of the same case: two buffers (a state is loaded into it at every check; in place
+        that would fetch the outlet cells and record the step graphs again), the same physics."""
         if self._shadow is None:
-            self._shadow = self._factory(dataclasses.replace(self.setup, policy=FP32))
+            self._shadow = self._factory(dataclasses.replace(self.setup, policy=FP32, in_place=False))
         return self._shadow
 
     def _copy_stepper(self) -> Stepper:
@@ -290,8 +358,6 @@ class PrecisionGuard:
                                   divergence=last.divergence)
 
 
-def _rms(a: np.ndarray) -> float:
-    """Root mean square over the cells of a (2, n) velocity difference: sqrt(mean(dx^2 + dy^2))."""
-    if a.shape[-1] == 0:
-        return 0.0
-    return float(np.sqrt(np.mean(np.sum(np.square(a), axis=0))))
+def _weighted_sumsq(xp, a, weights):
+    """sum over cells of weights * (ax^2 + ay^2) for a (2, ny, nx) velocity (difference): a 0-d ``xp`` array."""
+    return xp.sum((a[0] * a[0] + a[1] * a[1]) * weights)

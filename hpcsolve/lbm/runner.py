@@ -122,6 +122,9 @@ def run(case: LBMCase, backend, policy: Precision, *, progress: bool = True, sto
     guard = PrecisionGuard(case, policy, backend, setup, derived,
                            stepper_factory=(lambda s: SlabStepper(backend, s, comm)) if ranks > 1 else None)
     loop = _Loop(case, backend, policy, derived, geo, stepper, result, comm, t_start, checkpoint_dir, resume, guard)
+    if guard.next_check is not None:     # the shadow stepper's kernels compile now, not inside a check
+        heartbeat.phase("building the 16-bit guard's float32 shadow stepper")
+        guard.prepare(stepper)
     bar = tqdm(total=derived.steps, initial=loop.step, disable=not progress, delay=2, unit="step", desc=case.name)
     if progress and hasattr(stop, "notice"):     # a StopRequest (hpcsolve.core.interrupts) says so on a first signal
         stop.notice = loop.stop_notice
@@ -387,6 +390,7 @@ class _Loop:
             t["mlups_warm"] = fluid * (step - self.warm_from[0]) / (sec - self.warm_from[1]) / 1e6
         if self.guard.enabled:
             t["precision_guard_s"] = self.guard.seconds
+            t["precision_guard_build_s"] = self.guard.build_seconds
         return t
 
     def finish(self, resume: Checkpoint | None) -> Result:

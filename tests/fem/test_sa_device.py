@@ -167,3 +167,30 @@ def test_cupy_amg_solve_sets_up_on_the_device_and_matches_numpy_iterations():
     x, rep2 = solve(M, P.b, preconditioner="amg", rtol=1e-8)
     assert rep2.preconditioner["setup_kind"] == "numeric" and rep2.converged
     assert np.linalg.norm(P.b - A2 @ x) <= 1e-8 * np.linalg.norm(P.b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["amg", "mg"])
+def test_numba_sets_up_with_cupy_on_the_device_and_matches_cupy(kind):
+    """Numba-CUDA builds its hierarchy with CuPy's arrays (``NumbaOps.sparse_modules``; its kernels see them
+    through the CUDA array interface): the same levels and iterations as the CuPy backend, no host build."""
+    pytest.importorskip("cupy")
+    from hpcsolve.core import backends
+
+    status = backends.probe("numba-cuda")
+    if not status.available or status.simulator:
+        pytest.skip(f"numba-cuda: {status.reason}")
+    P = tp.poisson_fd(127)
+    out = {}
+    for backend in ("cupy", "numba-cuda"):
+        M = prepare_matrix(P.A, backend=backend)
+        xp, _ = M.low.sparse_modules()
+        assert xp.__name__ == "cupy"
+        pc = Multigrid(kind, {}, grid=P.grid if kind == "mg" else None)
+        out[backend] = solve(M, P.b, preconditioner=pc, rtol=1e-8)
+    (xc, rc), (xn, rn) = out["cupy"], out["numba-cuda"]
+    assert rn.converged and rn.preconditioner["rows"] == rc.preconditioner["rows"]
+    assert rn.preconditioner["nnz"] == rc.preconditioner["nnz"] and abs(rn.iterations - rc.iterations) <= 1
+    if kind == "amg":
+        assert rn.preconditioner["amg_setup"] == rc.preconditioner["amg_setup"] == "device"
+    assert np.linalg.norm(xn - xc) / np.linalg.norm(xc) < 1e-6

@@ -227,6 +227,35 @@ class NumbaOps(lowops.LowOps):
         self._cp, self._cp_stream, self._cp_device = cupy, stream, device
         self.supports_graphs = self.graphs = True
 
+    # ---- the multigrid set-up's arrays: CuPy's where it imports (the set-up stays on the device, as on CuPy)
+    def sparse_modules(self):
+        """(cupy, cupyx.scipy.sparse) where this backend launches on a CuPy stream (CuPy imports: the hierarchy
+        is built on the device with CuPy's arrays, then seen by these kernels through the CUDA array interface),
+        else NumPy / SciPy on the host."""
+        if self._cp is None:
+            return super().sparse_modules()
+        import cupyx.scipy.sparse as csp
+
+        return self._cp, csp
+
+    def context(self):
+        """CuPy's work of the set-up on this backend's stream (ordered with the kernels it feeds)."""
+        if self._cp is None:
+            return super().context()
+        return self._cp_stream
+
+    def adopt(self, a):
+        """A CuPy array as a numba device array on the same memory (``numba.cuda.as_cuda_array``, made outside any
+        capture; the view keeps the CuPy array alive); NumPy arrays are copied to the device."""
+        if self._cp is not None and isinstance(a, self._cp.ndarray):
+            return self.cuda.as_cuda_array(a)
+        return super().adopt(a)
+
+    def as_array_of(self, a, xp):
+        if self._cp is not None and xp is self._cp:
+            return self._cp.asarray(a)          # the same device memory (CUDA array interface)
+        return super().as_array_of(a, xp)
+
     def _grid(self, n):
         return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))
 

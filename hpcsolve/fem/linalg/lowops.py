@@ -23,6 +23,8 @@ Conventions:
 
 from __future__ import annotations
 
+from hpcsolve.core.backends import get_array_module
+
 
 class LowOps:
     """What a backend implements. Documentation of the contract; the backends subclass it."""
@@ -46,6 +48,19 @@ class LowOps:
     def owns(self, xp) -> bool:
         """True when arrays of the array module ``xp`` already are this backend's device arrays."""
         return False
+
+    def adopt(self, a):
+        """An array of the set-up's array module (NumPy, or CuPy from ``sparse_modules``) as this backend's array:
+        itself where the backend owns its module, else a copy through the host (Numba-CUDA with CuPy: a view of
+        the same device memory)."""
+        if self.owns(get_array_module(a)):
+            return a
+        return self.to_device(a.get() if hasattr(a, "get") else a)
+
+    def as_array_of(self, a, xp):
+        """This backend's array ``a`` as an array of ``xp`` (NumPy, or the CuPy of ``sparse_modules``)."""
+        h = self.to_host(a)
+        return h if xp.__name__ == "numpy" else xp.asarray(h)
 
     # ---- arrays
     def to_device(self, a): raise NotImplementedError            # a copy of a host array

@@ -27,7 +27,7 @@ from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.boundaries.force import force_links
 from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
 from hpcsolve.lbm.flags import FLUID
-from hpcsolve.lbm.steppers.stepper import LBMSetup
+from hpcsolve.lbm.steppers.stepper import LBMSetup, SavedState
 
 BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 
@@ -341,6 +341,57 @@ class PlanSteps:
         if self.parity:
             raise RuntimeError(f"{what} needs the even layout: call it before stepping or after an even number "
                                "of steps")
+
+    # ---- the state as CuPy arrays (``Stepper``'s docstring; ``array_module`` cupy): rewinding on the device
+    def _xp(self, buf):
+        """``buf`` (a population buffer or the outlet table) as an ``array_module`` array (the stepper's own)."""
+        return buf
+
+    def save_state(self) -> SavedState:
+        if self.array_module is None:
+            return super().save_state()
+        copies = (self.array_module.array(self._xp(self.a), copy=True),)
+        if self.in_place:
+            copies += (self.array_module.array(self._xp(self.own_u), copy=True),)
+        return SavedState(copies, (self.a, self.b), self.parity, self.time_step)
+
+    def restore_state(self, saved: SavedState) -> None:
+        """Back to ``saved``: its buffers in their order and parity (the step graphs recorded on them replay), the
+        stored state copied into the first (two buffers: the second's fluid cells are written by the next step
+        before they are read, its other cells never change)."""
+        if not saved.buffers:
+            return super().restore_state(saved)
+        self.a, self.b = saved.buffers
+        self.parity = saved.parity
+        self._xp(self.a)[...] = saved.arrays[0]
+        if self.in_place:
+            self._xp(self.own_u)[...] = saved.arrays[1]
+        self.time_step = int(saved.time_step)
+
+    def state_array(self):
+        if self.in_place and self.parity:
+            return None
+        return self._xp(self.a).reshape(lattice.Q, self.ny, self.nx)
+
+    def load_state_array(self, g, time_step: int) -> None:
+        """Copied into the stepper's buffers (they and their step graphs stay); in place the parity restarts and
+        the outlet velocity table follows (a host fetch of the outlet cells, and the graphs are recorded again)."""
+        want = (lattice.Q, self.ny, self.nx)
+        if tuple(g.shape) != want or g.dtype != np.dtype(self.policy.storage):
+            raise CaseError.invalid("populations", f"{g.dtype} {tuple(g.shape)}",
+                                    f"{np.dtype(self.policy.storage)} {want}")
+        self._xp(self.a).reshape(want)[...] = g
+        if self.b is not None:
+            self._xp(self.b).reshape(want)[...] = g
+        self.parity = 0
+        self.time_step = int(time_step)
+        if self.in_place:
+            self._perturbed()
+
+    def velocity_array(self):
+        m = self.macroscopic_device(out=getattr(self, "_velocity_out", None))
+        self._velocity_out = m
+        return self._xp(m).reshape(3, self.ny, self.nx)[1:]
 
     def _perturbed(self) -> None:
         """After the stored state changed in place on the device: the outlet velocity table follows it."""

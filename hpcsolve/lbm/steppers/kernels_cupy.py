@@ -144,7 +144,7 @@ class CupyStepper(PlanSteps, Stepper):
         import cupy
 
         super().__init__(setup)
-        self.cp = cupy
+        self.cp = self.array_module = cupy
         # runs of steps replayed as CUDA graphs on a blocking stream (ordered with the default stream, where
         # everything else runs); graphs=False launches every step from Python
         self._stream = cupy.cuda.Stream(non_blocking=False)

@@ -257,6 +257,17 @@ def _launch_stream(cuda, graphs: bool):
     return stream, graphs
 
 
+def _cupy_or_none():
+    """CuPy where it imports on a real device (the state as CuPy arrays: ``Stepper.state_array``), else None."""
+    if backends.cuda_simulator_enabled():
+        return None
+    try:
+        import cupy
+    except Exception:       # no CuPy: the host copies of Stepper's defaults
+        return None
+    return cupy
+
+
 class NumbaCudaStepper(PlanSteps, Stepper):
     backend = "numba-cuda"
 
@@ -279,6 +290,8 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             self.pairs, exchange or PAIR_EXCHANGE, self.in_place, characteristic_outlet(setup),
             setup.absorbing_layer is not None)
         self.stream, self.graphs = _launch_stream(cuda, graphs)
+        self.array_module = _cupy_or_none()
+        self._views: dict = {}
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
         cells, uw = velocity_table(setup, ct)
         self.vel_cells, self.vel_u = cuda.to_device(cells), cuda.to_device(uw.ravel())
@@ -331,6 +344,14 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         self._launch[layout](*buffers, self.flags, self.vel_cells, self.vel_u, self.n_vel,
                              *self._outlet_table_args(layout), np.int64(self.nx), np.int64(self.ny),
                              self.omega_plus, self.omega_minus, *self._layer_args)
+
+    def _xp(self, buf):
+        """``buf`` as a CuPy array on the same memory (``__cuda_array_interface__``), made once per buffer. CuPy works
+        on its current stream (the legacy default), ordered with the step stream (a blocking stream)."""
+        v = self._views.get(id(buf))
+        if v is None or v[0] is not buf:
+            v = self._views[id(buf)] = (buf, self.array_module.asarray(buf))
+        return v[1]
 
     def _words(self, arr):
         """The int32 view of a 16-bit population buffer (pairs of halves), made once per buffer."""

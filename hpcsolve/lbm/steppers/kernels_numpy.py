@@ -15,11 +15,12 @@ from hpcsolve.lbm.boundaries import bouzidi
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.boundaries import outlet, velocity
 from hpcsolve.lbm.flags import FLUID
-from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
+from hpcsolve.lbm.steppers.stepper import LBMSetup, SavedState, Stepper
 
 
 class NumpyStepper(Stepper):
     backend = "numpy"
+    array_module = np
 
     def __init__(self, setup: LBMSetup):
         super().__init__(setup)
@@ -98,6 +99,27 @@ class NumpyStepper(Stepper):
         self.g = np.ascontiguousarray(g).copy()
         self.g_next = self.g.copy()
         self.time_step = int(time_step)
+
+    # ---- the state as NumPy arrays (Stepper's docstring)
+    def save_state(self) -> SavedState:
+        return SavedState((self.g.copy(),), (self.g, self.g_next), 0, self.time_step)
+
+    def restore_state(self, saved: SavedState) -> None:
+        self.g, self.g_next = saved.buffers
+        np.copyto(self.g, saved.arrays[0])
+        self.time_step = int(saved.time_step)
+
+    def state_array(self) -> np.ndarray:
+        return self.g
+
+    def load_state_array(self, g, time_step: int) -> None:
+        g = self._check_loadable(g)
+        np.copyto(self.g, g)
+        np.copyto(self.g_next, g)
+        self.time_step = int(time_step)
+
+    def velocity_array(self) -> np.ndarray:
+        return np.stack(self.macroscopic()[1:])
 
 
 def make_stepper(setup: LBMSetup) -> NumpyStepper:

@@ -22,7 +22,7 @@ from hpcsolve.core.precision import FP64, Precision
 from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
 from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 
-__all__ = ["COLLISIONS", "LBMSetup", "Stepper", "get_stepper", "macroscopic_from_populations"]
+__all__ = ["COLLISIONS", "LBMSetup", "SavedState", "Stepper", "get_stepper", "macroscopic_from_populations"]
 
 COLLISIONS = ("bgk", "trt")
 #: a case's lattice.streaming -> LBMSetup.in_place (None: the GPU stepper chooses, gpu_common.auto_in_place)
@@ -120,14 +120,33 @@ class LBMSetup:
         return np.ascontiguousarray(pol.encode(h))
 
 
+@dataclass
+class SavedState:
+    """A stepper's state kept to rewind to (``Stepper.save_state``): ``arrays`` copies in the backend's array module
+    (the stored populations, and in place the outlet velocity table), ``buffers`` the stepper's buffer objects then
+    (put back in that order, so that CUDA graphs recorded on them replay), its parity and time step."""
+
+    arrays: tuple
+    buffers: tuple
+    parity: int
+    time_step: int
+
+
 class Stepper(abc.ABC):
     """One backend's state and time stepping. State stays on the backend's device.
 
     The stored array holds post-collision populations (see docs/lbm_algorithm.md); ``time_step``
     counts the steps done since the initial state.
+
+    A stepper whose ``array_module`` is not None (NumPy: numpy; CuPy and Numba-CUDA with CuPy: cupy) also gives its
+    state as arrays of that module without a host copy (``state_array``, ``load_state_array``, ``velocity_array``,
+    ``save_state`` / ``restore_state`` into its own buffers): the 16-bit guard's windows (hpcsolve/lbm/guard.py) run
+    on those. Without one, ``save_state`` / ``restore_state`` go through host copies.
     """
 
     backend: str = ""
+    #: the array module of ``state_array`` and friends, or None (they then raise)
+    array_module = None
     #: the backend's interpolated bounce-back pre-pass (hpcsolve/lbm/boundaries/bouzidi.py) where the setup has links, run
     #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
     bouzidi = None
@@ -180,6 +199,30 @@ class Stepper(abc.ABC):
         """Replace the stored state by ``g`` (storage dtype, shape (9, ny, nx)) at ``time_step``
         (restart from a checkpoint). Both buffers must hold it, as after construction."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart from a checkpoint")
+
+    # ---- the state as arrays of ``array_module`` (no host copy; class docstring)
+    def save_state(self):
+        """A copy of the state to come back to with ``restore_state`` (this default: a host copy)."""
+        return SavedState((self.populations(),), (), 0, self.time_step)
+
+    def restore_state(self, saved: SavedState) -> None:
+        """Back to ``saved`` (from ``save_state``): the stepper continues bit for bit as from that state."""
+        self.load_populations(saved.arrays[0], saved.time_step)
+
+    def state_array(self):
+        """The stored state (9, ny, nx), storage dtype, even layout, as an array of ``array_module`` (a view: do not
+        keep it across steps), or None where it is not in the even layout now (then use ``populations()``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no array module")
+
+    def load_state_array(self, g, time_step: int) -> None:
+        """``load_populations`` from an ``array_module`` array ``g`` (storage dtype, (9, ny, nx), even layout),
+        copied into the stepper's own buffers."""
+        raise NotImplementedError(f"{type(self).__name__} has no array module")
+
+    def velocity_array(self):
+        """(ux, uy) of the stored state as one (2, ny, nx) ``array_module`` array (compute dtype or float64;
+        non-fluid cells 0), valid until the next call."""
+        raise NotImplementedError(f"{type(self).__name__} has no array module")
 
     def _check_loadable(self, g: np.ndarray) -> np.ndarray:
         g = np.asarray(g)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from hpcsolve.core.backends import get_array_module
 from hpcsolve.fem.linalg.lowops import LevelCSR
 from hpcsolve.fem.linalg.precond.mg_options import F64
 
@@ -24,17 +23,17 @@ def _cupy():
 
 
 def dev(low, a, xp):
-    """An array of ``xp`` (NumPy or CuPy) as an array of ``low``."""
+    """An array of ``xp`` (NumPy or CuPy) as an array of ``low`` (``LowOps.adopt``: zero copy where it can)."""
     if low.owns(xp):
         return a
-    return low.to_device(host(a))
+    return low.adopt(a)
 
 
 def from_dev(low, a, xp):
-    """An array of ``low`` as an array of ``xp`` (NumPy or CuPy)."""
+    """An array of ``low`` as an array of ``xp`` (NumPy or CuPy; ``LowOps.as_array_of``)."""
     if low.owns(xp):
         return a
-    return low.to_host(a)
+    return low.as_array_of(a, xp)
 
 
 def host(a):
@@ -43,10 +42,8 @@ def host(a):
 
 
 def convert(low, a):
-    """A CuPy array as an array of ``low`` (the same device memory)."""
-    if low.owns(get_array_module(a)):
-        return a
-    return low.to_device(host(a))
+    """A CuPy array as an array of ``low`` (the same device memory where ``low`` can see it: ``LowOps.adopt``)."""
+    return low.adopt(a)
 
 
 def host_csr(M) -> sp.csr_matrix:

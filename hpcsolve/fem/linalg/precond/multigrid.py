@@ -64,7 +64,7 @@ from hpcsolve.fem.linalg.precond.cycle import (Level, alloc_buffers, final_slot,
                                                smoother_coefficients, start_vector, v_cycle)
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, coarse_rows_in_fine, galerkin_by_probing, \
     geometric_prolongation
-from hpcsolve.fem.linalg.precond.layout import canonical, host, host_csr
+from hpcsolve.fem.linalg.precond.layout import canonical, from_dev, host, host_csr
 from hpcsolve.fem.linalg.precond.mg_options import F16, F64, HIERARCHIES, KINDS, MGOptions
 from hpcsolve.fem.linalg.precond.sa_device import sa_levels_xp
 
@@ -284,7 +284,9 @@ class Multigrid(Preconditioner):
         if xp is np:
             cur = A.to_scipy() if not low.host_resident else sp.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
         else:
-            cur = sparse.csr_matrix((A.vals[F64], A.indices, A.indptr), shape=A.shape)
+            # the solve's own arrays (Numba-CUDA's seen by CuPy through the CUDA array interface)
+            cur = sparse.csr_matrix((from_dev(low, A.vals[F64], xp), from_dev(low, A.indices, xp),
+                                     from_dev(low, A.indptr, xp)), shape=A.shape)
         if self._scale != 1.0:
             cur = cur * (1.0 / self._scale)     # a new matrix; A itself is untouched
         return cur

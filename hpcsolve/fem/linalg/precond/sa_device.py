@@ -8,7 +8,7 @@ methods"), every one a vector operation, a sparse matrix-vector product or a spa
 - strength of connection: the symmetric rule |a_ij| >= theta sqrt(|a_ii a_jj|) (theta 0: every off-diagonal
   nonzero), on the nodes of the level (a coarse level with k candidates has k unknowns per node: its blocks are
   amalgamated by their Frobenius norms first);
-- MIS(2) aggregation: random priorities (a permutation), each node's (state, priority) key maxed twice over its
+- MIS(2) aggregation: pseudo-random distinct priorities (:func:`hashed_indices`, made on the device), each node's (state, priority) key maxed twice over its
   strong neighbours (the distance-2 maximum) per round; an undecided node that is its own distance-2 maximum
   joins the independent set, one with a set member within distance 2 leaves. The members are the roots; every
   other node joins the aggregate of a root within distance 1, else within distance 2 (two more max steps). Nodes
@@ -88,6 +88,20 @@ def _row_max(xp, indptr, indices, key):
     return out
 
 
+# --------------------------------------------------------------------------- pseudo-random numbers on the device
+def hashed_indices(n: int, xp, seed: int = SEED):
+    """uint32 h(i) for i < n: the seeded index through murmur3's 32-bit finalizer, a bijection of the 32-bit
+    integers, so the values are distinct (n <= 2^32) and well mixed. The same bits with NumPy and CuPy, made
+    where the arrays live (a host permutation of 16.8 M priorities took a large share of the set-up)."""
+    x = xp.arange(n, dtype=xp.uint32) ^ xp.uint32((seed * 0x9E3779B9) & 0xFFFFFFFF)
+    x ^= x >> xp.uint32(16)
+    x *= xp.uint32(0x85EBCA6B)
+    x ^= x >> xp.uint32(13)
+    x *= xp.uint32(0xC2B2AE35)
+    x ^= x >> xp.uint32(16)
+    return x
+
+
 # --------------------------------------------------------------------------- strength, aggregation
 def entry_rows(M, xp):
     """The row of every stored entry of CSR M (int32)."""
@@ -127,7 +141,7 @@ def mis2_aggregate(indptr, indices, xp, seed: int = SEED):
     (see the module docstring). Deterministic for a seed."""
     n = indptr.shape[0] - 1
     connected = xp.diff(indptr) > 0
-    prio = xp.asarray(np.random.default_rng(seed).permutation(n).astype(np.int64))
+    prio = hashed_indices(n, xp, seed).astype(xp.int64)
     state = xp.where(connected, 1, 0).astype(xp.int64)       # 0 out, 1 undecided, 2 root
     for _ in range(MIS_MAX_ROUNDS):
         key = (state << 32) | prio
@@ -190,7 +204,7 @@ def rho_dinv_a_xp(A, dinv, xp, steps: int = LANCZOS_STEPS, seed: int = SEED) -> 
     if n <= 4 * steps:
         S = np.asarray(_host(s[:, None] * A.toarray() * s[None, :]))
         return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (S + S.T))))) if n else 1.0
-    v = xp.asarray(np.random.default_rng(seed).standard_normal(n))
+    v = hashed_indices(n, xp, seed).astype(xp.float64) - 2.0**31     # a rough start, made on the device
     v /= xp.linalg.norm(v)
     v_prev = xp.zeros(n)
     alpha, beta, b = [], [], 0.0
