@@ -153,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "table (2^k - 1 halves to the end; default GPU 255 1023 2047 4095, CPU 127 255 511)")
     p.add_argument("--no-multigrid", action="store_true", help="fem: skip the multigrid and robustness tables")
     p.add_argument("--no-robustness", action="store_true", help="fem: skip the robustness table (anisotropy, jumps, Cook)")
+    p.add_argument("--no-whole-run", action="store_true", help="fem: skip the whole-run table (the phases of one "
+                   "hpcsolve run of each FEM case: mesh, assembly, BCs, set-up, solve, post, reference, output)")
+    p.add_argument("--whole-run-cases", nargs="+", help="fem: the whole-run table's cases: shipped FEM case names "
+                   "(e.g. poisson_manufactured) or FEM case files (default: every FEM case in cases/)")
+    p.add_argument("--whole-run-levels", type=int, nargs="+", help="fem: the whole-run table's mesh sizes as "
+                   "refinement levels: 0 the case's mesh, k its cells halved k times (mesh.nx x 2^k, or mesh.refine "
+                   "+ k for a mesh file; default 0 1 2, --quick 0)")
+    p.add_argument("--whole-run-repeats", type=int, help="fem: timed runs per whole-run row after a warm-up "
+                   "(median; default 3, --quick 1)")
     p.add_argument("--streaming", choices=("auto", "two-buffer", "in-place"), default=None,
                    help="lbm: the GPU steppers' streaming, as a case's lattice.streaming (default auto: in place where "
                    "the one-array lattice fits the L2 cache, fp32/fp64); replaces the removed --in-place")

@@ -6,6 +6,8 @@ probe, the float64 reference, output (result.h5/xdmf/summary/plots), total; medi
 
 Each run is ``hpcsolve.fem.runner.run`` (what ``hpcsolve run`` calls) followed by ``Result.write`` into a scratch
 folder; the process wall of the first (cold) run is printed too. With ``--json PATH`` the medians are written there.
+The one-run timing is ``hpcsolve.report.bench_fem_run.one_run``, which ``hpcsolve bench fem``'s whole-run table
+(every shipped FEM case at 3 sizes) uses too.
 """
 
 from __future__ import annotations
@@ -13,31 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 
 from hpcsolve.core import backends
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.precision import get_precision
-from hpcsolve.fem import runner
-
-PHASES = ("mesh_s", "assembly_s", "boundary_conditions_s", "solver_setup_s", "preconditioner_setup_s", "solve_s",
-          "norms_s", "reference_s", "run_s", "output_s", "total_s")
+from hpcsolve.report.bench_fem_run import PHASES
+from hpcsolve.report.bench_fem_run import one_run as _timed_run
 
 
 def one_run(case, backend, policy, plots: bool) -> dict:
-    """The phases of one run, in seconds (run_s: the runner's own total; total_s: run + output)."""
-    t0 = time.perf_counter()
-    res = runner.run(case, backend, policy)
-    run_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as tmp:
-        t1 = time.perf_counter()
-        res.write(tmp, plots=plots)
-        out_s = time.perf_counter() - t1
-    t = dict(res.timings)
-    t.update(run_s=run_s, output_s=out_s, total_s=run_s + out_s, iterations=res.metrics.get("iterations"),
-             status=res.status, error_l2=res.metrics.get("error_l2"), reference=res.metrics.get("reference"))
-    return t
+    """The phases of one run, in seconds (run_s: the runner's own total; total_s: run + output): the one-run
+    function of ``hpcsolve bench fem``'s whole-run table (hpcsolve/report/bench_fem_run.py)."""
+    return _timed_run(case, backend, policy, plots)[0]
 
 
 def main(argv=None) -> int:

@@ -51,3 +51,7 @@ def test_bench_fem_runs_on_the_cpu_with_the_numpy_backend(tmp_path, monkeypatch)
     assert solves["fp64", "cg"]["converged"] and solves["fp64", "cg"]["true_residual"] <= 1e-10
     assert solves["mixed", "cg-reliable"]["true_residual"] <= 1e-10          # mixed reaches fp64 accuracy
     assert not solves["fp32", "cg"]["converged"] and solves["fp32", "cg"]["true_residual"] > 1e-8
+    # the whole-run table is on by default: --quick runs each shipped FEM case once at its own mesh size
+    assert sorted(r["case"] for r in data["whole_run"]) == ["cook_membrane", "heat_plate_with_hole",
+                                                            "poisson_manufactured"]
+    assert {(r["level"], r["backend"], r["repeats"]) for r in data["whole_run"]} == {(0, "numpy", 1)}

@@ -13,6 +13,9 @@ unknowns, random right-hand side with a fixed seed):
 Without a GPU the same tables come from the NumPy backend (the same fused CG on the CPU, host
 BLAS/OpenMP threads pinned) and SciPy, at CPU sizes. Times are medians of the repeats with min-max.
 JSON + markdown into --out (or $OUT, else results/bench/); the markdown table is printed last.
+
+Last, the whole-run table (``hpcsolve.report.bench_fem_run``, skipped with --no-whole-run): the phases of one
+``hpcsolve run`` of each shipped FEM case at 3 mesh sizes on CuPy, Numba-CUDA and NumPy (those usable here).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from hpcsolve.core.errors import CaseError
 from hpcsolve.fem import prepare_matrix, solve
 from hpcsolve.fem.linalg import kernels_numba, precond
 from hpcsolve.fem.linalg.cg_engine import CGEngine, bytes_per_iteration
-from hpcsolve.report import bench_mg
+from hpcsolve.report import bench_fem_run, bench_mg
 from hpcsolve.report.bandwidth import copy_bandwidth
 from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder, write_output
 
@@ -158,8 +161,9 @@ def main(args) -> int:
                 "unknowns per edge in [3, 16383] (2^k - 1 halves to the end)")
     precisions = _check_precisions(getattr(args, "precisions", None) or PRECISIONS)
     wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
-    out = out_folder(args)
     quick = bool(getattr(args, "quick", False))
+    whole = bench_fem_run.check_options(args, quick)     # (plan, backends, repeats) or None
+    out = out_folder(args)
     usable = [be for be in map(backends.get, wanted) if be.available and not be.simulator]
     device = _array_module_gpu(usable)          # the CuPy backend: the matrix, cuSPARSE's CG, the bandwidth
     other_gpu = [be for be in usable if be.gpu and be is not device]     # Numba-CUDA: a view of the same matrix
@@ -176,7 +180,7 @@ def main(args) -> int:
     else:
         print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
               flush=True)
-        _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args)
+        _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args, whole)
         return 0
 
     bw = copy_bandwidth(device, nbytes=(512 if quick else 2048) * 1024**2)
@@ -217,6 +221,7 @@ def main(args) -> int:
         device.free_pool()
 
     _multigrid(result, args, device=device, numba=bool(other_gpu), quick=quick)
+    _whole_run(result, whole)
     _write(result, out)
     return 0
 
@@ -232,6 +237,15 @@ def _multigrid(result, args, *, device, numba: bool, quick: bool) -> None:
     bench_mg.poisson_table(result, sizes=tuple(sizes), device=device, numba=numba, quick=quick)
     if not getattr(args, "no_robustness", False):
         bench_mg.robustness_table(result, device=device, quick=quick)
+
+
+def _whole_run(result, whole) -> None:
+    """The whole-run table (hpcsolve.report.bench_fem_run) of ``whole``: check_options' plan, or None (skipped)."""
+    if whole is None:
+        return
+    entries, names, repeats = whole
+    print("== whole run: the phases of one hpcsolve run per FEM case and size", flush=True)
+    bench_fem_run.whole_run_table(result, entries, names, repeats)
 
 
 def _row(result, bw_Bps, m, backend, variant, precision, timing, nbytes=None, note=""):
@@ -267,8 +281,9 @@ def _solve_table(result, m, A):
               f"kappa~{rep.kappa_estimate:.2e}  {rep.fallback[:70]}", flush=True)
 
 
-def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None):
-    """Without a GPU: the fused CG on the NumPy backend and SciPy's CG, then the solve table."""
+def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None, whole=None):
+    """Without a GPU: the fused CG on the NumPy backend and SciPy's CG, then the solve table (and the whole-run
+    table of ``whole``)."""
     numpy = backends.get("numpy")
     bw = copy_bandwidth("numpy")
     result["copy_bandwidth"] = bw
@@ -287,6 +302,7 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None)
                      _scipy_cg_time(host, dt, 20))
             _solve_table(result, m, A)
         _multigrid(result, args, device=numpy, numba=False, quick=quick)
+    _whole_run(result, whole)
     _write(result, out)
 
 
@@ -320,4 +336,5 @@ def _markdown(res: dict) -> str:
                      f"({s['iterations_vs_fp64']:.2f}x) | {s['time_s'] * 1e3:.1f} ({s['time_vs_fp64']:.2f}x) | "
                      f"{s['true_residual']:.2e} | {s['kappa_estimate']:.2e} | {note[:110]} |")
     lines += bench_mg.markdown(res)
+    lines += bench_fem_run.markdown(res)
     return "\n".join(lines) + "\n"
