@@ -21,10 +21,11 @@ MANUFACTURED_BYTES_PER_TRIANGLE = 240
 #: coefficient * unknowns^power bytes, by unknowns per node (fitted to measured runs)
 REFERENCE_FILL = {1: (42.0, 1.30), 2: (786.0, 1.10)}
 #: its time, seconds = coefficient * unknowns^1.5 (a 2D sparse direct solve), by unknowns per node: SuperLU with
-#: the MMD ordering of A^T + A in symmetric mode (``hpcsolve.fem.api.factor_solve``), measured on the 2-core
-#: development machine, one BLAS thread: 2D Laplacian of 261k unknowns 4.2 s (COLAMD, the old reference: 8.6 s).
-#: Elasticity (two unknowns per node, twice the nonzeros per row): the scalar figure x 3, not measured.
-REFERENCE_SECONDS = {1: 3.2e-8, 2: 1.0e-7}
+#: the MMD ordering of A^T + A after reverse Cuthill-McKee, symmetric mode (``hpcsolve.fem.api.factor_solve``),
+#: measured on the 2-core development machine, one BLAS thread: Poisson nx=512 (261k unknowns) 1.84 s, the heat
+#: plate at refine=4 (166k) 1.51 s; the coefficient is above both (2.67 and 1.36 s predicted). Elasticity (two
+#: unknowns per node): Cook nx=128 (33k) 0.23 s, 0.60 s predicted.
+REFERENCE_SECONDS = {1: 2.0e-8, 2: 1.0e-7}
 #: the reference's time budget when the case does not set solve.reference_max_seconds: solve.reference = "auto"
 #: skips it (with a note) where its predicted time is above this
 REFERENCE_MAX_SECONDS = 30.0

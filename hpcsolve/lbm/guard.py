@@ -4,9 +4,10 @@
 rounded away (or, with round to nearest, biased), and the run ends ``completed`` with the wrong physics (2D-2 at
 D = 80, lattice velocity 0.025, fp16s: c_L max 0.235 against fp64's 0.995). The guard measures it during the run:
 at a few check points (``schedule``) it takes the 16-bit state, runs a **shadow window** of K steps in float32 from
-that same state (a float32 stepper of the same case on the same backend, built once, loaded through
-``populations``/``load_populations``), runs the 16-bit stepper K steps from the same state too, and compares the two
-fluid velocities after K / SHORT_PARTS steps and after K steps:
+that same state (a float32 stepper of the same case, built and warmed up once before stepping, ``prepare``, on the
+device where the run's state lives: ``Stepper.array_backend``; the state decoded into it there), runs the 16-bit
+stepper K steps from the same state too, and compares the two fluid velocities after K / SHORT_PARTS steps and after
+K steps (sums reduced on the device; the run's state rewound by a device copy into its own buffers):
 
     growth = error_K / max(error_short, NOISE_FLOOR * res * U),    error = rms(u_16 - u_32)
     divergence = error_K / sqrt(rms(du_32)^2 + floor^2),           floor = FLOOR_RESOLUTIONS * res * U
@@ -146,6 +147,7 @@ class PrecisionGuard:
         self.fluid = setup.flags == FLUID
         self.own_window = OWN_WINDOW if own_window is None else bool(own_window)
         self._factory = stepper_factory if stepper_factory is not None else (lambda s: get_stepper(backend, s))
+        self._explicit_factory = stepper_factory is not None
         self._shadow: Stepper | None = None
         self._copy: Stepper | None = None
         self._pending = schedule(total, fractions) if self.enabled else []
@@ -200,7 +202,7 @@ class PrecisionGuard:
         where the guard is off."""
         if self.enabled and self._shadow is None:
             t0 = time.perf_counter()
-            shadow = self._shadow_stepper()
+            shadow = self._shadow_stepper(stepper)
             if stepper is not None:
                 self._sums(stepper, shadow, int(stepper.time_step), 1, 2)
             self.build_seconds += time.perf_counter() - t0
@@ -209,7 +211,7 @@ class PrecisionGuard:
     def measure(self, stepper: Stepper, step: int) -> GuardCheck:
         """The comparison itself (module docstring), recorded nowhere; the run's stepper ends where it began."""
         k = self.window
-        sums = self._sums(stepper, self._shadow_stepper(), step, max(1, k // SHORT_PARTS), k)
+        sums = self._sums(stepper, self._shadow_stepper(stepper), step, max(1, k // SHORT_PARTS), k)
         n = max(int(np.count_nonzero(self.fluid)), 1)
         error, short_error, change, u0 = (math.sqrt(max(float(v), 0.0) / n) if math.isfinite(float(v)) else math.nan
                                           for v in sums)
@@ -316,11 +318,22 @@ class PrecisionGuard:
         _, ux, uy = fields
         return np.stack([np.asarray(ux, dtype=np.float64), np.asarray(uy, dtype=np.float64)])
 
-    def _shadow_stepper(self) -> Stepper:
+    def _shadow_stepper(self, stepper: Stepper | None = None) -> Stepper:
         """The float32 stepper of the same case: two buffers (a state is loaded into it at every check; in place
-        that would fetch the outlet cells and record the step graphs again), the same physics."""
+        that would fetch the outlet cells and record the step graphs again), the same physics. Without an explicit
+        ``stepper_factory`` it is a stepper of the run's ``stepper.array_backend`` (where the run's state lives:
+        Numba-CUDA with CuPy gets a CuPy shadow, whose kernels compile fast and are cached on disk), else of the
+        run's backend."""
         if self._shadow is None:
-            self._shadow = self._factory(dataclasses.replace(self.setup, policy=FP32, in_place=False))
+            setup = dataclasses.replace(self.setup, policy=FP32, in_place=False)
+            home = None if self._explicit_factory or stepper is None else stepper.array_backend
+            if home is not None:
+                try:
+                    self._shadow = get_stepper(home, setup)
+                except Exception:         # that backend cannot build it here: the run's own backend does
+                    self._shadow = None
+            if self._shadow is None:
+                self._shadow = self._factory(setup)
         return self._shadow
 
     def _copy_stepper(self) -> Stepper:

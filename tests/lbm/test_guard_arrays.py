@@ -158,3 +158,24 @@ def test_gpu_check_keeps_the_run_buffers_and_step_graphs(backend):
     stepper.step(300)
     guard.check(stepper, stepper.time_step)
     assert {id(guard._shadow.a), id(guard._shadow.b)} == {id(b) for b in shadow_buffers}
+
+
+@pytest.mark.gpu
+def test_numba_run_gets_a_cupy_shadow_with_the_figures_of_a_numba_shadow():
+    """Numba-CUDA with CuPy: the shadow is a CuPy stepper (``array_backend``); its figures equal those of a Numba
+    shadow (the float32 kernels of the two backends agree to ~1e-7 of the velocity; the error compared is ~1e-3 of
+    it, so the figures agree to ~1e-4)."""
+    pytest.importorskip("cupy")
+    case = _tiny_cylinder("lattice.streaming='two-buffer'")
+    derived, _, setup = build_setup(case, FP16S)
+    stepper = _stepper("numba-cuda", setup)
+    assert stepper.array_backend == "cupy"
+    own = lbm_guard.PrecisionGuard(case, FP16S, "numba-cuda", setup, derived, window=16)
+    numba = lbm_guard.PrecisionGuard(case, FP16S, "numba-cuda", setup, derived, window=16,
+                                     stepper_factory=lambda s: get_stepper("numba-cuda", s))
+    stepper.step(20)
+    a, b = own.check(stepper, 20), numba.check(stepper, 20)
+    assert type(own._shadow).__name__ == "CupyStepper" and type(numba._shadow).__name__ == "NumbaCudaStepper"
+    for name in ("error", "short_error", "change", "divergence", "growth"):
+        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-2), name
+    assert a.error > 0

@@ -23,6 +23,8 @@ Conventions:
 
 from __future__ import annotations
 
+import numpy as np
+
 from hpcsolve.core.backends import get_array_module
 
 
@@ -60,7 +62,7 @@ class LowOps:
     def as_array_of(self, a, xp):
         """This backend's array ``a`` as an array of ``xp`` (NumPy, or the CuPy of ``sparse_modules``)."""
         h = self.to_host(a)
-        return h if xp.__name__ == "numpy" else xp.asarray(h)
+        return h if xp is np else xp.asarray(h)
 
     # ---- arrays
     def to_device(self, a): raise NotImplementedError            # a copy of a host array

@@ -291,6 +291,9 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             setup.absorbing_layer is not None)
         self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.array_module = _cupy_or_none()
+        # its state as CuPy arrays: the guard's float32 shadow is a CuPy stepper (compiled by NVRTC in a fraction of a
+        # second and cached on disk; Numba compiled the float32 kernels in 5.6 s on the H200)
+        self.array_backend = None if self.array_module is None else "cupy"
         self._views: dict = {}
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
         cells, uw = velocity_table(setup, ct)

@@ -147,6 +147,9 @@ class Stepper(abc.ABC):
     backend: str = ""
     #: the array module of ``state_array`` and friends, or None (they then raise)
     array_module = None
+    #: the backend whose steppers hold their state in ``array_module`` (the 16-bit guard builds its float32
+    #: shadow there), or None
+    array_backend: str | None = None
     #: the backend's interpolated bounce-back pre-pass (hpcsolve/lbm/boundaries/bouzidi.py) where the setup has links, run
     #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
     bouzidi = None
