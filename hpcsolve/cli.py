@@ -96,7 +96,7 @@ def _add_compare_parser(sub) -> None:
                         "compilation and caches included); default: one untimed run first")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed runs per configuration, at most 1000 (default: at least 3, up to 10 while the "
-                        "spread is above 5%%)")
+                        "spread is above 5%%; once where the first timed run takes 10 s or more)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars or progress lines (the table, the results folder and errors are still "
                         "printed)")

@@ -203,3 +203,26 @@ def test_more_repeats_while_the_spread_is_wide_and_the_budget_allows(monkeypatch
     assert not more([1.0, 2.0] * 5, None, 1e9)                              # 10: the most
     assert not more([1.0, 1.1, 1.2, 1.0], None, 5.0, extra_s=5.0)           # the budget is spent
     assert more([1.0, 1.0, 1.0], 4, 0.0) and not more([1.0] * 4, 4, 1e9)   # --repeats 4: exactly 4
+    assert cmp.LONG_RUN_S == 10.0
+    assert not more([12.0], None, 1e9) and not more([10.0], None, 1e9)      # a long run: timed once
+    assert more([9.9], None, 60.0) and more([12.0], 3, 0.0)                 # shorter, or --repeats: as before
+
+
+def test_warmup_runs_the_first_steps_of_a_long_lbm_run_and_a_whole_fem_run():
+    """compare's untimed warm-up (``Family.warmup_case``): an LBM run of more than WARMUP_STEPS steps warms up on its
+    first WARMUP_STEPS (time.steps), a shorter one and an FEM run whole (the same case object)."""
+    from hpcsolve import run as runmod
+    from hpcsolve.core import family as families
+    from hpcsolve.lbm import runner as lbm_runner
+
+    cases = Path(__file__).resolve().parents[1] / "cases"
+    lbm = families.get("lbm")
+    case, backend, policy, desc = runmod.plan(cases / "cylinder_2d1.toml", "numpy", "fp64")
+    assert desc.parameters["steps"] > lbm_runner.WARMUP_STEPS
+    short = lbm.warmup_case(case, desc)
+    assert short is not case and short.time.steps == lbm_runner.WARMUP_STEPS
+    assert runmod.plan(short, "numpy", "fp64")[3].parameters["steps"] == lbm_runner.WARMUP_STEPS
+    tiny, _, _, tiny_desc = runmod.plan(cases / "taylor_green.toml", "numpy", "fp64", ["lattice.resolution=8"])
+    assert tiny_desc.parameters["steps"] <= lbm_runner.WARMUP_STEPS and lbm.warmup_case(tiny, tiny_desc) is tiny
+    fem_case, _, _, fem_desc = runmod.plan(cases / "poisson_manufactured.toml", "numpy", "fp64")
+    assert families.get("fem").warmup_case(fem_case, fem_desc) is fem_case

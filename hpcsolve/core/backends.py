@@ -385,6 +385,16 @@ def get(name: "str | Backend", field: str = "backend") -> Backend:
     return _instance(key)
 
 
+def owner_of(xp) -> "Backend | None":
+    """The first registered backend whose state lives in the array module ``xp`` (``Backend.xp``) and that can run
+    here, or None."""
+    for name in REGISTRY:
+        backend = _instance(name)
+        if backend.status.available and not backend.status.simulator and backend.xp is xp:
+            return backend
+    return None
+
+
 def probe(name: "str | Backend") -> BackendStatus:
     """Say whether backend ``name`` can run here, and why not."""
     return get(name).status

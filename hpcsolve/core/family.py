@@ -71,6 +71,10 @@ class Family(Protocol):
     def run(self, case, backend, policy, *, description: Description | None = None, progress: bool = True,
             stop=None, checkpoint_dir=None, resume=None): ...
 
+    def warmup_case(self, case, description: Description): ...
+    #   the case an untimed warm-up runs (compare): a short copy that compiles and fills what a timed run uses, or
+    #   the case itself
+
 
 #: family name -> "module:attribute" of its Family object (imported on first use: the LBM and FEM
 #: modules pull in numba/scipy, which a CLI call for the other family need not load)

@@ -87,6 +87,10 @@ class FEMFamily:
     name = "fem"
     capabilities = frozenset()
 
+    def warmup_case(self, case, description: Description):
+        """The whole case: one solve is short, and its set-up is what a warm-up is for."""
+        return case
+
     def verdicts(self, case, metrics: dict, derived: dict) -> dict:
         """The run's values judged against their references (hpcsolve/fem/verdicts.py)."""
         return fem_verdicts(case, metrics, derived)

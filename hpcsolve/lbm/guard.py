@@ -5,7 +5,7 @@ rounded away (or, with round to nearest, biased), and the run ends ``completed``
 D = 80, lattice velocity 0.025, fp16s: c_L max 0.235 against fp64's 0.995). The guard measures it during the run:
 at a few check points (``schedule``) it takes the 16-bit state, runs a **shadow window** of K steps in float32 from
 that same state (a float32 stepper of the same case, built and warmed up once before stepping, ``prepare``, on the
-device where the run's state lives: ``Stepper.array_backend``; the state decoded into it there), runs the 16-bit
+device where the run's state lives: ``Stepper.array_twin``; the state decoded into it there), runs the 16-bit
 stepper K steps from the same state too, and compares the two fluid velocities after K / SHORT_PARTS steps and after
 K steps (sums reduced on the device; the run's state rewound by a device copy into its own buffers):
 
@@ -321,16 +321,14 @@ class PrecisionGuard:
     def _shadow_stepper(self, stepper: Stepper | None = None) -> Stepper:
         """The float32 stepper of the same case: two buffers (a state is loaded into it at every check; in place
         that would fetch the outlet cells and record the step graphs again), the same physics. Without an explicit
-        ``stepper_factory`` it is a stepper of the run's ``stepper.array_backend`` (where the run's state lives:
-        Numba-CUDA with CuPy gets a CuPy shadow, whose kernels compile fast and are cached on disk), else of the
-        run's backend."""
+        ``stepper_factory`` it is the run's ``stepper.array_twin`` (where the run's state lives: Numba-CUDA with CuPy
+        gets a CuPy shadow, whose kernels compile fast and are cached on disk), else one of the run's backend."""
         if self._shadow is None:
             setup = dataclasses.replace(self.setup, policy=FP32, in_place=False)
-            home = None if self._explicit_factory or stepper is None else stepper.array_backend
-            if home is not None:
+            if not self._explicit_factory and stepper is not None:
                 try:
-                    self._shadow = get_stepper(home, setup)
-                except Exception:         # that backend cannot build it here: the run's own backend does
+                    self._shadow = stepper.array_twin(setup)
+                except Exception:         # the twin cannot be built here: the run's own backend builds the shadow
                     self._shadow = None
             if self._shadow is None:
                 self._shadow = self._factory(setup)

@@ -45,6 +45,9 @@ from hpcsolve.lbm.steppers.stepper import get_stepper
 
 __all__ = ["FAMILY", "LBMFamily", "describe", "run"]
 
+#: compare's untimed warm-up of a run runs its first this many steps (``LBMFamily.warmup_case``): enough for every
+#: step-graph length (64 steps) and a few monitor points; a whole 2D-2 run at D = 80 is 768,000 steps
+WARMUP_STEPS = 2000
 # A lattice speed this high (Mach ~0.87) at a monitor point means the run has gone unstable.
 BLOW_UP_LATTICE_SPEED = 0.5
 
@@ -87,6 +90,14 @@ class LBMFamily:
     def estimate_runtime(self, case: LBMCase, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own stepper (``hpcsolve.lbm.estimate.estimate_runtime``)."""
         return estimate.estimate_runtime(case, backend, policy, description, run)
+
+    def warmup_case(self, case: LBMCase, description: Description) -> LBMCase:
+        """The first ``WARMUP_STEPS`` steps of the case (``time.steps``): its kernels compile, its step graphs are
+        recorded and the memory pools fill as in the whole run; a run of at most that many steps whole."""
+        steps = description.parameters.get("steps")
+        if isinstance(steps, int) and steps > WARMUP_STEPS:
+            return case.with_overrides(f"time.steps={WARMUP_STEPS}")
+        return case
 
     def run(self, case: LBMCase, backend, policy: Precision, *, description: Description | None = None,
             progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:

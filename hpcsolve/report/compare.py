@@ -65,12 +65,14 @@ import math
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from hpcsolve import run as runmod   # (its run_case looked up at call time: tests stop a comparison through it)
 from hpcsolve.core import backends as backends_mod
+from hpcsolve.core import family as families
 from hpcsolve.core import interrupts, outdir
 from hpcsolve.core.cases import CaseBase
 from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
@@ -87,6 +89,10 @@ DEFAULT_REPEATS = 3          # timed runs per configuration, at least
 MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREAD
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
+#: a configuration whose first timed run takes at least this long (solver seconds) is timed once unless --repeats
+#: says otherwise: its time is already a mean over many steps or iterations, and three runs of each of the eight
+#: GPU configurations of 2D-2 at D = 80 (about 12 s a run) would take 5 minutes
+LONG_RUN_S = 10.0
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 PROGRESS_EVERY_S = 10.0      # a progress line at least this often while a configuration runs (unless quiet)
 LBM_Q = 9                    # D2Q9 populations per cell
@@ -195,7 +201,8 @@ def _planned(case, backends, precisions, tolerance, overrides, repeats, warmup, 
         case, backends, precisions, pc_names, requested=asked if reference is None else reference,
         field_name="compare.reference" if reference is None else "--reference", tolerance=float(tolerance),
         budget=budget, estimate_all=estimate_all,
-        runs_each=int(warmup) + (repeats if repeats is not None else DEFAULT_REPEATS))
+        runs_each=int(warmup) + (repeats if repeats is not None else DEFAULT_REPEATS),
+        long_run_s=LONG_RUN_S if repeats is None else None)
     return the_plan, case, pc_cases, pc_names, fields
 
 
@@ -270,8 +277,11 @@ def _timed_runs(case: CaseBase, backend, prec, run_dir, timing: dict, retire_in)
     report, repeats = timing["report"], timing["repeats"]
     cfg_case, backend_obj, policy, desc = runmod.plan(case, backend, prec)
     if timing["warmup"]:
-        report.phase("warm-up run (untimed)")
-        runmod.run_case(cfg_case, backend_obj, policy, progress=False, description=desc)
+        short = families.get(cfg_case.solver).warmup_case(cfg_case, desc)
+        report.phase("warm-up run (untimed)" if short is cfg_case else "warm-up run (untimed, the run's first steps)")
+        with warnings.catch_warnings():       # the short copy's own notes (a smooth start longer than it) are not the run's
+            warnings.simplefilter("ignore")
+            runmod.run_case(short, backend_obj, policy, progress=False, description=desc if short is cfg_case else None)
     if retire_in is not None:       # the first run that will write: unless it is refused before it starts
         runmod.check_memory(desc, backend_obj)
         _retire_comparison(retire_in)
@@ -396,6 +406,8 @@ def _more_repeats(times: list[float], repeats: int | None, budget_s: float, extr
     beyond the first DEFAULT_REPEATS (whole runs: setup, reference solves, fields), held to ``budget_s``."""
     if repeats is not None:
         return len(times) < repeats
+    if times and times[0] >= LONG_RUN_S:
+        return False            # a long run averages its own many steps or iterations: timed once
     if len(times) < DEFAULT_REPEATS:
         return True
     med = float(np.median(times))

@@ -162,14 +162,14 @@ def test_gpu_check_keeps_the_run_buffers_and_step_graphs(backend):
 
 @pytest.mark.gpu
 def test_numba_run_gets_a_cupy_shadow_with_the_figures_of_a_numba_shadow():
-    """Numba-CUDA with CuPy: the shadow is a CuPy stepper (``array_backend``); its figures equal those of a Numba
+    """Numba-CUDA with CuPy: the shadow is a CuPy stepper (``array_twin``); its figures equal those of a Numba
     shadow (the float32 kernels of the two backends agree to ~1e-7 of the velocity; the error compared is ~1e-3 of
     it, so the figures agree to ~1e-4)."""
     pytest.importorskip("cupy")
     case = _tiny_cylinder("lattice.streaming='two-buffer'")
     derived, _, setup = build_setup(case, FP16S)
     stepper = _stepper("numba-cuda", setup)
-    assert stepper.array_backend == "cupy"
+    assert stepper.array_module is not None
     own = lbm_guard.PrecisionGuard(case, FP16S, "numba-cuda", setup, derived, window=16)
     numba = lbm_guard.PrecisionGuard(case, FP16S, "numba-cuda", setup, derived, window=16,
                                      stepper_factory=lambda s: get_stepper("numba-cuda", s))
@@ -179,3 +179,19 @@ def test_numba_run_gets_a_cupy_shadow_with_the_figures_of_a_numba_shadow():
     for name in ("error", "short_error", "change", "divergence", "growth"):
         assert getattr(a, name) == pytest.approx(getattr(b, name), rel=1e-2), name
     assert a.error > 0
+
+
+def test_the_shadow_is_the_array_twin_of_the_run_stepper():
+    """The guard's shadow is built where the run's state lives (``Stepper.array_twin``; the registry's
+    ``owner_of`` the array module): on NumPy a float32 NumPy stepper with two buffers."""
+    from hpcsolve.core import backends
+
+    assert backends.owner_of(np) is backends.get("numpy")
+    case = _tiny_cylinder()
+    derived, _, setup = build_setup(case, FP16C)
+    stepper = get_stepper("numpy", setup)
+    guard = lbm_guard.PrecisionGuard(case, FP16C, "numpy", setup, derived, window=8)
+    assert guard.prepare(stepper) >= 0.0 and stepper.time_step == 0
+    shadow = guard._shadow
+    assert type(shadow) is type(stepper) and shadow.policy.name == "fp32" and shadow.setup.in_place is False
+    assert np.array_equal(stepper.populations(), setup.initial_populations())

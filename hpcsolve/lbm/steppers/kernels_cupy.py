@@ -138,7 +138,6 @@ def initial_state(setup: LBMSetup, xp):
 
 class CupyStepper(PlanSteps, Stepper):
     backend = "cupy"
-    array_backend = "cupy"
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
                  pairs: bool | None = None, max_registers: int | None = None, graphs: bool = True):

@@ -46,7 +46,7 @@ from hpcsolve.lbm.boundaries.velocity import velocity_table
 from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream_capture, device_flags,
                                               device_macroscopic, host_macroscopic)
 from hpcsolve.lbm.kernels.population_code import numba_code
-from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
+from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper, get_stepper
 
 
 #: float16 halves of an int32 word <-> float32 (the fp16s codec's pair functions, hpcsolve/core/codecs.py)
@@ -291,9 +291,6 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             setup.absorbing_layer is not None)
         self.stream, self.graphs = _launch_stream(cuda, graphs)
         self.array_module = _cupy_or_none()
-        # its state as CuPy arrays: the guard's float32 shadow is a CuPy stepper (compiled by NVRTC in a fraction of a
-        # second and cached on disk; Numba compiled the float32 kernels in 5.6 s on the H200)
-        self.array_backend = None if self.array_module is None else "cupy"
         self._views: dict = {}
         self.flags = cuda.to_device(device_flags(setup.flags).ravel())
         cells, uw = velocity_table(setup, ct)
@@ -347,6 +344,12 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         self._launch[layout](*buffers, self.flags, self.vel_cells, self.vel_u, self.n_vel,
                              *self._outlet_table_args(layout), np.int64(self.nx), np.int64(self.ny),
                              self.omega_plus, self.omega_minus, *self._layer_args)
+
+    def array_twin(self, setup: LBMSetup):
+        """Its state is CuPy arrays: the guard's float32 shadow is a CuPy stepper (compiled by NVRTC in a fraction of
+        a second and cached on disk; Numba compiled the float32 kernels in 5.6 s on the H200); None without CuPy."""
+        home = None if self.array_module is None else backends.owner_of(self.array_module)
+        return None if home is None else get_stepper(home, setup)
 
     def _xp(self, buf):
         """``buf`` as a CuPy array on the same memory (``__cuda_array_interface__``), made once per buffer. CuPy works

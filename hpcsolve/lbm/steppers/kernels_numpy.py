@@ -21,7 +21,6 @@ from hpcsolve.lbm.steppers.stepper import LBMSetup, SavedState, Stepper
 class NumpyStepper(Stepper):
     backend = "numpy"
     array_module = np
-    array_backend = "numpy"
 
     def __init__(self, setup: LBMSetup):
         super().__init__(setup)

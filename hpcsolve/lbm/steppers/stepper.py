@@ -147,9 +147,6 @@ class Stepper(abc.ABC):
     backend: str = ""
     #: the array module of ``state_array`` and friends, or None (they then raise)
     array_module = None
-    #: the backend whose steppers hold their state in ``array_module`` (the 16-bit guard builds its float32
-    #: shadow there), or None
-    array_backend: str | None = None
     #: the backend's interpolated bounce-back pre-pass (hpcsolve/lbm/boundaries/bouzidi.py) where the setup has links, run
     #: before every step; get_stepper refuses a setup with links whose Stepper leaves this None
     bouzidi = None
@@ -211,6 +208,12 @@ class Stepper(abc.ABC):
     def restore_state(self, saved: SavedState) -> None:
         """Back to ``saved`` (from ``save_state``): the stepper continues bit for bit as from that state."""
         self.load_populations(saved.arrays[0], saved.time_step)
+
+    def array_twin(self, setup: "LBMSetup") -> "Stepper | None":
+        """A stepper for ``setup`` whose state lives in this one's ``array_module`` (the 16-bit guard's float32
+        shadow), or None where there is none (the guard then asks the run's backend). This default: one of this
+        class, where it has an array module."""
+        return None if self.array_module is None else type(self)(setup)
 
     def state_array(self):
         """The stored state (9, ny, nx), storage dtype, even layout, as an array of ``array_module`` (a view: do not
