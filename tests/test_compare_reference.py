@@ -208,3 +208,28 @@ def test_outside_range_validation_verdicts_show_in_the_table_and_json():
     assert "outside_published_range" in comp.table()
     assert comp.to_dict()["runs"][1]["validation"]["c_d_max"]["verdict"] == "outside"
     assert math.isfinite(comp.runs[1].error)
+
+
+def test_long_runs_timed_once_are_compared_by_their_times():
+    """Configurations timed once because their runs are long (LONG_RUN_S): a run within the tolerance that is at least
+    MIN_GAIN faster is recommended (the reference with one 23 s run, fp32 with one 12 s run); short runs timed once
+    still give no verdict on speed; the reference alone within the tolerance says that the others are outside it."""
+    from hpcsolve.report import comparison as cmpn
+
+    def runs(ref_t, fp32_t, fp32_err=1e-5):
+        ref = Run("cupy", "fp64", "completed", wall_s=ref_t, times=[ref_t], reference_run=True)
+        fp32 = Run("cupy", "fp32", "completed", wall_s=fp32_t, times=[fp32_t], reference_run=False,
+                   field_errors={"velocity": field_error([1.0, 1.0 + fp32_err], [1.0, 1.0])})
+        return Comparison("c", "lbm", 1e-3, [ref, fp32])
+
+    assert cmpn.LONG_RUN_S == 10.0
+    long_pair = runs(23.4, 12.2)
+    assert long_pair.runs[0].timed_long and long_pair.runs[1].timed_long
+    rec = long_pair.recommendation()
+    assert rec["label"] == "cupy/fp32" and "faster" in rec["why"]
+    assert runs(23.4, 22.0).recommendation()["label"] == "cupy/fp64"      # 6 % faster: below MIN_GAIN
+    short = runs(2.0, 1.0)                                                  # short runs timed once: no speed verdict
+    assert not short.runs[1].timed_long and short.recommendation()["label"] == "cupy/fp64"
+    assert "fewer than 3 timings" in short.recommendation()["why"]
+    alone = runs(23.4, 12.2, fp32_err=5e-3).recommendation()                # fp32 outside the tolerance
+    assert alone["label"] == "cupy/fp64" and "every other configuration is outside the tolerance" in alone["why"]

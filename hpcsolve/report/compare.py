@@ -80,7 +80,7 @@ from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report import compare_reference
 from hpcsolve.report.compare_inputs import _check_preconditioners, _retire_comparison, check_out, checked_inputs
-from hpcsolve.report.comparison import OK_STATUS, Comparison, Run, field_error
+from hpcsolve.report.comparison import LONG_RUN_S, OK_STATUS, Comparison, Run, field_error
 
 __all__ = ["DEFAULT_TOLERANCE", "compare", "plan"]
 
@@ -89,10 +89,9 @@ DEFAULT_REPEATS = 3          # timed runs per configuration, at least
 MAX_REPEATS = 10             # at most, when the spread stays above TARGET_SPREAD
 TARGET_SPREAD = 0.05         # (max - min) / median above which more repeats are taken, while the budget allows
 DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond the first `repeats`
-#: a configuration whose first timed run takes at least this long (solver seconds) is timed once unless --repeats
-#: says otherwise: its time is already a mean over many steps or iterations, and three runs of each of the eight
-#: GPU configurations of 2D-2 at D = 80 (about 12 s a run) would take 5 minutes
-LONG_RUN_S = 10.0
+#: LONG_RUN_S (comparison.py): a configuration whose first timed run takes at least this long is timed once unless
+#: --repeats says otherwise: its time is already a mean over many steps or iterations, and three runs of each of the
+#: eight GPU configurations of 2D-2 at D = 80 (12-24 s a run) would take 5-9 minutes
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 PROGRESS_EVERY_S = 10.0      # a progress line at least this often while a configuration runs (unless quiet)
 LBM_Q = 9                    # D2Q9 populations per cell
