@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     guard = lbm_guard.PrecisionGuard(case, policy, backend, setup, derived, mode="warn", window=args.window,
                                      threshold=args.threshold, own_window=False if args.copy else None,
                                      always=True)
-    seen = _HostOnly(stepper) if args.host_path else stepper
+    seen = lbm_guard.HostView(stepper) if args.host_path else stepper
     build_s = guard.prepare(seen)
     total = derived.steps if args.steps is None else min(args.steps, derived.steps)
     points = (list(range(args.every, total + 1, args.every)) if args.every else
@@ -87,18 +87,6 @@ def main(argv=None) -> int:
     else:
         print("verdict: not flagged")
     return 0
-
-
-class _HostOnly:
-    """The run's stepper seen without its array module: the guard's checks go through host copies."""
-
-    array_module = None
-
-    def __init__(self, stepper):
-        self._s = stepper
-
-    def __getattr__(self, name):
-        return getattr(self._s, name)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.monitor import storage_resolution
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper, get_stepper, macroscopic_from_populations
 
-__all__ = ["CHECK_FRACTIONS", "FLOOR_RESOLUTIONS", "GuardCheck", "PrecisionGuard", "PrecisionLossError",
+__all__ = ["CHECK_FRACTIONS", "FLOOR_RESOLUTIONS", "GuardCheck", "HostView", "PrecisionGuard", "PrecisionLossError",
            "GROWTH_THRESHOLD", "WINDOW_STEPS", "window_steps"]
 
 #: the run's fractions at which the guard checks (at the first monitor point at or after each): four in the first
@@ -367,6 +367,19 @@ class PrecisionGuard:
         last = next(c for c in self.checks if c.flagged)
         return PrecisionLossError(f"{self.message} (run.precision_guard = 'error')", step=last.step,
                                   divergence=last.divergence)
+
+
+class HostView:
+    """The run's stepper seen without its array module: a guard given it takes the host path (host copies of the
+    state; scripts/guard_probe.py ``--host-path``, and the tests that compare the two paths)."""
+
+    array_module = None
+
+    def __init__(self, stepper: Stepper):
+        self._stepper = stepper
+
+    def __getattr__(self, name):
+        return getattr(self._stepper, name)
 
 
 def _weighted_sumsq(xp, a, weights):

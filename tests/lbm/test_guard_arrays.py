@@ -36,18 +36,6 @@ def _stepper(backend, setup):
     return get_stepper(backend, setup)
 
 
-class _HostOnly:
-    """A stepper seen without its array module: the guard takes the host path (as for a decomposed run)."""
-
-    array_module = None
-
-    def __init__(self, stepper):
-        self._s = stepper
-
-    def __getattr__(self, name):
-        return getattr(self._s, name)
-
-
 def _figures(backend, policy, streaming="two-buffer"):
     """The checks at steps 10 and 31 of the array path and of the host path, each from the same state."""
     case = _tiny_cylinder(f"lattice.streaming='{streaming}'")
@@ -56,7 +44,7 @@ def _figures(backend, policy, streaming="two-buffer"):
     for path in ("arrays", "host"):
         stepper = _stepper(backend, setup)
         guard = lbm_guard.PrecisionGuard(case, policy, backend, setup, derived, window=16)
-        seen = stepper if path == "arrays" else _HostOnly(stepper)
+        seen = stepper if path == "arrays" else lbm_guard.HostView(stepper)
         out[path] = []
         for point in (10, 31):
             stepper.step(point - stepper.time_step)
