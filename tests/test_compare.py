@@ -226,3 +226,4 @@ def test_warmup_runs_the_first_steps_of_a_long_lbm_run_and_a_whole_fem_run():
     assert tiny_desc.parameters["steps"] <= lbm_runner.WARMUP_STEPS and lbm.warmup_case(tiny, tiny_desc) is tiny
     fem_case, _, _, fem_desc = runmod.plan(cases / "poisson_manufactured.toml", "numpy", "fp64")
     assert families.get("fem").warmup_case(fem_case, fem_desc) is fem_case
+    assert families.get("fem").warmup_is_whole_run and not lbm.warmup_is_whole_run

@@ -233,3 +233,10 @@ def test_long_runs_timed_once_are_compared_by_their_times():
     assert "fewer than 3 timings" in short.recommendation()["why"]
     alone = runs(23.4, 12.2, fp32_err=5e-3).recommendation()                # fp32 outside the tolerance
     assert alone["label"] == "cupy/fp64" and "every other configuration is outside the tolerance" in alone["why"]
+    # a long reference timed once beside a short run timed 3 times: both speeds are known, the short one wins
+    ref = Run("numpy", "fp64", "completed", wall_s=30.0, times=[30.0], reference_run=True)
+    fast = Run("cupy", "fp32", "completed", wall_s=2.01, times=[2.0, 2.01, 2.02], reference_run=False,
+               field_errors={"velocity": field_error([1.0, 1.00001], [1.0, 1.0])})
+    mixed = Comparison("c", "lbm", 1e-3, [ref, fast])
+    assert ref.speed_known and fast.speed_known and fast.faster_than(ref) and not ref.faster_than(fast)
+    assert mixed.recommendation()["label"] == "cupy/fp32"

@@ -19,6 +19,7 @@ BackendError.
 from __future__ import annotations
 
 import functools
+import sys
 import importlib
 import os
 import statistics
@@ -310,6 +311,13 @@ class NumbaCudaBackend(_GpuBackend):
         from numba import cuda
 
         return EventClock(cuda.event, lambda a, b: a.elapsed_time(b) / 1e3, stream_record=True)
+
+    def free_pool(self):
+        """Also CuPy's pool where CuPy is loaded: Numba-CUDA's multigrid set-up and 16-bit guard allocate there."""
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            cupy.get_default_memory_pool().free_all_blocks()
+        super().free_pool()
 
     def memory(self):
         if cuda_simulator_enabled():

@@ -73,7 +73,8 @@ class Family(Protocol):
 
     def warmup_case(self, case, description: Description): ...
     #   the case an untimed warm-up runs (compare): a short copy that compiles and fills what a timed run uses, or
-    #   the case itself
+    #   the case itself (``warmup_is_whole_run``: always the case itself, counted as a run in compare's predictions)
+    warmup_is_whole_run: bool
 
 
 #: family name -> "module:attribute" of its Family object (imported on first use: the LBM and FEM

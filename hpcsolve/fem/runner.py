@@ -84,6 +84,7 @@ def reported_method(case, policy: Precision, preconditioner: str) -> str:
 class FEMFamily:
     """The finite-element family (``hpcsolve.core.family.Family``): one linear solve, no checkpoints."""
 
+    warmup_is_whole_run = True     # compare's warm-up (``warmup_case``) the whole case
     name = "fem"
     capabilities = frozenset()
 

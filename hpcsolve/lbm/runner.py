@@ -55,6 +55,7 @@ BLOW_UP_LATTICE_SPEED = 0.5
 class LBMFamily:
     """The lattice-Boltzmann family (``hpcsolve.core.family.Family``)."""
 
+    warmup_is_whole_run = False     # compare's warm-up (``warmup_case``) a short copy of a long run
     name = "lbm"
     capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
 

@@ -201,7 +201,8 @@ def _planned(case, backends, precisions, tolerance, overrides, repeats, warmup, 
         field_name="compare.reference" if reference is None else "--reference", tolerance=float(tolerance),
         budget=budget, estimate_all=estimate_all,
         runs_each=int(warmup) + (repeats if repeats is not None else DEFAULT_REPEATS),
-        long_run_s=LONG_RUN_S if repeats is None else None)
+        long_run_s=LONG_RUN_S if repeats is None else None,
+        long_runs_each=1 + int(warmup and families.get(case.solver).warmup_is_whole_run))
     return the_plan, case, pc_cases, pc_names, fields
 
 

@@ -121,6 +121,7 @@ class Plan:
     estimated: bool = False            # estimates were made (else: not needed, e.g. --quiet without --budget)
     runs_each: int = 4                 # runs per configuration (warm-up + timed, at least), for the total
     long_run_s: float | None = None    # a configuration predicted at least this long is timed once (None: never)
+    long_runs_each: int = 1            # runs counted for such a one: its timed run, and its warm-up where that is whole
 
     @property
     def label(self) -> str:
@@ -153,7 +154,7 @@ class Plan:
             out.append(f"predicted {k}{ref}: {seconds_text(s)} per run{tail}")
             if k not in self.skip and s is not None:
                 long = self.long_run_s is not None and s >= self.long_run_s
-                total += s if long else s * self.runs_each     # a long one: its short warm-up and one timed run
+                total += s * (self.long_runs_each if long else self.runs_each)
         total += self.check.get("predicted_s") or 0.0
         once = (f"; runs predicted at {self.long_run_s:g} s or more timed once after a short warm-up"
                 if self.long_run_s is not None else "")
@@ -333,12 +334,14 @@ def _errors(res, truth, fields, skip_fields) -> dict:
 
 
 def make_plan(case, backends, precisions, pc_names, *, requested, field_name: str, tolerance: float, budget,
-              estimate_all: bool, runs_each: int, long_run_s: float | None = None) -> tuple[Plan, dict]:
+              estimate_all: bool, runs_each: int, long_run_s: float | None = None,
+              long_runs_each: int = 1) -> tuple[Plan, dict]:
     """The plan of a comparison (checked before anything runs) and the case of each preconditioner: the reference
     (``requested``: auto or BACKEND/PRECISION, named ``field_name`` in errors), the configurations, their predicted
     times (every one when ``estimate_all`` (dry run, progress lines), a budget or the default budget asks for
     them), the budget's skips and the planned cross-check. ``runs_each``: runs per configuration, for the total;
-    ``long_run_s``: one predicted at least this long counts one run (compare.LONG_RUN_S without --repeats)."""
+    ``long_run_s``: one predicted at least this long counts ``long_runs_each`` runs (LONG_RUN_S without --repeats:
+    its timed run, plus its warm-up where the family warms up on the whole case)."""
     asked = parse(requested, case.solver, field_name)
     budget = check_budget(budget)
     configs, pc_cases = configurations(case, backends, precisions, pc_names)
@@ -355,7 +358,7 @@ def make_plan(case, backends, precisions, pc_names, *, requested, field_name: st
     if ref != REFERENCE:
         configs, pc_cases = configurations(case, backends, precisions, pc_names, reference=ref)
     plan = Plan(configs, ref, requested.strip() if isinstance(requested, str) else str(requested), how,
-                runs_each=runs_each, long_run_s=long_run_s)
+                runs_each=runs_each, long_run_s=long_run_s, long_runs_each=long_runs_each)
     default_budget = backends is None
     plan.estimated = estimate_all or budget is not None or (default_budget and ref[0] != REFERENCE[0])
     for b, p, pc in configs if plan.estimated else ():

@@ -86,14 +86,18 @@ class Run:
         """Timed fewer than MIN_TIMED times because its runs are long (each timing >= LONG_RUN_S)."""
         return 0 < len(self.times) < MIN_TIMED and min(self.times) >= LONG_RUN_S
 
+    @property
+    def speed_known(self) -> bool:
+        """Its time can be compared: MIN_TIMED timings (a spread), or timed once because long (a mean over many
+        steps or iterations, ``timed_long``)."""
+        return len(self.times) >= MIN_TIMED or self.timed_long
+
     def faster_than(self, other: "Run") -> bool:
         """Faster beyond the measured spread (the slowest timed run beats the other's fastest) and by at
-        least MIN_GAIN of the other's median; with fewer than MIN_TIMED timings on either side there is no spread
-        to go beyond, and nothing counts as faster, except between two long runs (``timed_long``: each time a mean
-        over many steps), which are compared by their medians with the MIN_GAIN margin."""
-        if self.timed_long and other.timed_long:
-            return self.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
-        if min(len(self.times), len(other.times)) < MIN_TIMED:
+        least MIN_GAIN of the other's median. Both need ``speed_known``: with fewer than MIN_TIMED timings of a
+        short run there is no spread to go beyond, and nothing counts as faster; a long run timed once is its own
+        spread (a mean over many steps or iterations)."""
+        if not (self.speed_known and other.speed_known):
             return False
         return self.wall_max < other.wall_min and self.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
 
@@ -239,8 +243,7 @@ class Comparison:
     def preferred(self, r: Run, other: Run) -> bool:
         """``r`` is preferred to ``other`` (at least as accurate a class): of the same accuracy class (equally
         accurate) with a median at least MIN_GAIN lower, both timed MIN_TIMED times; else measurably faster."""
-        if self._bin(r) == self._bin(other) and (min(len(r.times), len(other.times)) >= MIN_TIMED
-                                                  or (r.timed_long and other.timed_long)):
+        if self._bin(r) == self._bin(other) and r.speed_known and other.speed_known:
             return r.wall_s <= (1.0 - MIN_GAIN) * other.wall_s
         return r.faster_than(other)
 
@@ -275,7 +278,7 @@ class Comparison:
                    f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), {most}")
             if len(ok) == 1:
                 why += f"; every other configuration is outside the tolerance {self.tolerance:g} or did not finish"
-            elif any(len(r.times) < MIN_TIMED and not r.timed_long for r in ok):
+            elif any(not r.speed_known for r in ok):
                 why += (f"; fewer than {MIN_TIMED} timings per run give no spread to compare speeds with "
                         f"(--repeats {MIN_TIMED} or more)")
         elif self._bin(best) == self._bin(beaten):

@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from hpcsolve.core.backends import cuda_simulator_enabled
+from hpcsolve.core.backends import cuda_simulator_enabled, owner_of
 from hpcsolve.core.cudasim import serialise_shared_arrays
 from hpcsolve.fem.linalg import fused, fused_numba, lowops
 from hpcsolve.fem.linalg.lowops import LevelCSR
@@ -232,7 +232,7 @@ class NumbaOps(lowops.LowOps):
         """(cupy, cupyx.scipy.sparse) where this backend launches on a CuPy stream (CuPy imports: the hierarchy
         is built on the device with CuPy's arrays, then seen by these kernels through the CUDA array interface),
         else NumPy / SciPy on the host."""
-        if self._cp is None:
+        if self._cp is None or owner_of(self._cp) is None:     # CuPy's own probe must pass too
             return super().sparse_modules()
         import cupyx.scipy.sparse as csp
 

@@ -265,7 +265,7 @@ def _cupy_or_none():
         import cupy
     except Exception:       # no CuPy: the host copies of Stepper's defaults
         return None
-    return cupy
+    return cupy if backends.owner_of(cupy) is not None else None     # CuPy's own probe passes (NVRTC, device)
 
 
 class NumbaCudaStepper(PlanSteps, Stepper):
