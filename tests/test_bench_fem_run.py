@@ -42,7 +42,8 @@ def test_a_row_per_case_size_and_backend_with_phases_within_the_total(table):
         phases = [r[k] for _, k in wr.COLUMNS if r[k] is not None]
         assert set(ALWAYS) <= {k for _, k in wr.COLUMNS if r[k] is not None}
         assert all(math.isfinite(v) and v >= 0 for v in phases)
-        assert sum(phases) <= r["total_s"] * 1.05 + 0.05, r
+        for run in r["runs"]:           # one run's phases are parts of its own total (no timing margin needed)
+            assert sum(run[k] for _, k in wr.COLUMNS if run[k] is not None) <= run["total_s"] * (1 + 1e-9), run
         assert r["solve_share"] == pytest.approx(r["solve_s"] / r["total_s"])
         assert len(r["runs"]) == r["repeats"] == 2
         for k in wr.ROW_KEYS:           # each phase is the median of the timed runs

@@ -236,8 +236,8 @@ class PrecisionGuard:
         if g is None:                   # in place at an odd step: the even layout through the host
             g = xp.asarray(stepper.populations())
         shadow.load_state_array(xp.ascontiguousarray(FP32.encode(self.policy.decode(g)).astype(xp.float32)), step)
-        u32 = self._two_windows_arrays(shadow, short, k, xp)
-        u16 = self._two_windows_arrays(stepper, short, k, xp)
+        u32 = self._two_windows(shadow, short, k, xp)
+        u16 = self._two_windows(stepper, short, k, xp)
         stepper.restore_state(saved)        # the run continues from the state it had
         terms = xp.stack([_weighted_sumsq(xp, u16[1] - u32[1], fluid), _weighted_sumsq(xp, u16[0] - u32[0], fluid),
                           _weighted_sumsq(xp, u32[1] - u0, fluid), _weighted_sumsq(xp, u0, fluid)])
@@ -276,19 +276,18 @@ class PrecisionGuard:
                           change=float(change), floor=float(floor), flagged=bool(flagged),
                           short_error=float(short_error), growth=float(growth))
 
-    def _two_windows(self, stepper: Stepper, short: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The velocity (2, ny, nx) after ``short`` and after ``k`` steps of ``stepper`` from its state (host)."""
-        stepper.step(short)
-        first = self._velocity(stepper.macroscopic())
-        stepper.step(k - short)
-        return first, self._velocity(stepper.macroscopic())
+    def _two_windows(self, stepper: Stepper, short: int, k: int, xp=None) -> tuple:
+        """The velocity (2, ny, nx), float64, after ``short`` and after ``k`` steps of ``stepper`` from its state: in
+        the stepper's array module ``xp`` (``velocity_array``), or on the host (``xp`` None: ``macroscopic``)."""
+        def velocity():
+            if xp is None:
+                return self._velocity(stepper.macroscopic())
+            return xp.array(stepper.velocity_array(), dtype=xp.float64)
 
-    def _two_windows_arrays(self, stepper: Stepper, short: int, k: int, xp):
-        """``_two_windows`` in the stepper's array module (float64 copies)."""
         stepper.step(short)
-        first = xp.array(stepper.velocity_array(), dtype=xp.float64)
+        first = velocity()
         stepper.step(k - short)
-        return first, xp.array(stepper.velocity_array(), dtype=xp.float64)
+        return first, velocity()
 
     def _fluid_weights(self, xp):
         """The fluid mask as 0/1 float64 weights (ny, nx) in ``xp``, made once."""
