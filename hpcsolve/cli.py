@@ -76,7 +76,8 @@ def _add_compare_parser(sub) -> None:
                        "FEM), vs an FP64 reference (fastest usable backend, cross-checked against NumPy)")
     _add_case_args(p, single=False)
     p.add_argument("--backends", nargs="+", choices=backends.BACKENDS,
-                   help="backends to compare (default: every one usable here)")
+                   help="backends to compare (default: numpy and the backend hpcsolve run takes, cupy else numba-cuda; "
+                        "name both GPU backends to compare them too)")
     p.add_argument("--precisions", nargs="+", choices=list(precision.POLICIES),
                    help="precisions to compare (default: every one the solver family supports)")
     p.add_argument("--preconditioners", nargs="+", metavar="NAME",

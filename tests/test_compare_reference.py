@@ -79,7 +79,7 @@ def test_auto_without_a_gpu_is_numpy_fp64_and_says_no_cross_check_is_needed(tmp_
 
 
 def test_the_cross_check_runs_a_reduced_copy_chosen_from_the_estimate(monkeypatch):
-    # numpy/fp64 predicted 1000 s for 320 steps: CROSS_CHECK_SECONDS (20 s) of it is 6 steps, raised to the minimum
+    # numpy/fp64 predicted 1000 s for 320 steps: CROSS_CHECK_SECONDS (8 s) of it is 2 steps, raised to the minimum
     _inject(monkeypatch, {"fp64": 1000.0, "fp32": 1.0}, steps=320)
     comp = compare(CAVITY, backends=["numpy"], precisions=["fp64"], tolerance=1e-3, overrides=TINY,
                    reference="numpy/fp32", repeats=1, warmup=False)
@@ -185,9 +185,9 @@ def test_a_reference_on_a_backend_not_usable_here_is_refused():
 
 def test_fem_reduction_coarsens_the_generator_mesh_by_the_cost_rule():
     case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=64"])
-    # 1000 s at nx 64: each halving divides by 4^1.5 = 8; 1000/8 = 125, 1000/64 = 15.6 <= 20 -> nx 16
-    over, text, pred = compare_reference.reduce_for_check(case, 1000.0)
-    assert over[0] == "mesh.nx=16" and "4x coarser" in text and pred == pytest.approx(1000.0 / 64)
+    # 500 s at nx 64: each halving divides by 4^1.5 = 8; 500/8 = 62.5, 500/64 = 7.8 <= 8 (CROSS_CHECK_SECONDS) -> nx 16
+    over, text, pred = compare_reference.reduce_for_check(case, 500.0)
+    assert over[0] == "mesh.nx=16" and "4x coarser" in text and pred == pytest.approx(500.0 / 64)
     assert case.with_overrides(*over).mesh.nx == 16          # a valid case
     over, text, pred = compare_reference.reduce_for_check(case, 5.0)   # within the cross-check's time: itself
     assert over == [] and "the case itself" in text and pred == 5.0
@@ -240,3 +240,33 @@ def test_long_runs_timed_once_are_compared_by_their_times():
     mixed = Comparison("c", "lbm", 1e-3, [ref, fast])
     assert ref.speed_known and fast.speed_known and fast.faster_than(ref) and not ref.faster_than(fast)
     assert mixed.recommendation()["label"] == "cupy/fp32"
+
+
+@pytest.mark.parametrize("usable, chosen, others", [
+    ({"numpy"}, ["numpy"], []),
+    ({"numpy", "cupy", "numba-cuda"}, ["numpy", "cupy"], ["numba-cuda"]),
+    ({"numpy", "numba-cuda"}, ["numpy", "numba-cuda"], []),
+])
+def test_no_backends_named_compares_numpy_and_the_runs_default_backend(monkeypatch, usable, chosen, others):
+    """Without --backends: NumPy and the backend ``hpcsolve run`` takes (CuPy, else Numba-CUDA); another usable
+    GPU backend is named in the plan, not run (on the H200 it doubled the 2D-2 comparison)."""
+    import types
+
+    from hpcsolve.core import backends
+    from hpcsolve.report import compare_inputs
+
+    real = backends.probe
+
+    def fake(name):
+        if name == "numpy":
+            return real(name)
+        return types.SimpleNamespace(available=name in usable, simulator=False, reason="fake")
+
+    monkeypatch.setattr(backends, "probe", fake)
+    assert compare_inputs.default_backends() == (chosen, others)
+    if others:      # the plan says which ran by default and which was left out (a dry run of the tiny cavity)
+        monkeypatch.setattr(compare_reference, "estimate", lambda *a: (1.0, "fake", 10))
+        p = plan(CAVITY, overrides=TINY, precisions=["fp64"], reference="numpy/fp64")
+        assert p.backends_note == ("backends: numpy, cupy (by default: NumPy and the backend hpcsolve run takes; also "
+                                   "usable here: numba-cuda, compared when named with --backends)")
+        assert p.lines()[1] == p.backends_note and [c[0] for c in p.configs] == ["numpy", "cupy"]

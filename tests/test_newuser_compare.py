@@ -127,9 +127,15 @@ def test_progress_lines_at_least_every_ten_seconds():
 
 
 def test_compare_prints_a_line_per_configuration_and_timed_run(capsys):
-    compare(CASES / "lid_driven_cavity.toml", backends=["numpy"], precisions=["fp32"], repeats=2, warmup=False,
-            overrides=SMALL_CAVITY, progress=True)
+    comp = compare(CASES / "lid_driven_cavity.toml", backends=["numpy"], precisions=["fp32"], repeats=2, warmup=False,
+                   overrides=SMALL_CAVITY, progress=True)
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("compare: ")]
+    # where each configuration's wall time went: the plan, then each timed run whole, which holds its solver time
+    for run in comp.runs:
+        assert set(run.phases_s) == {"plan", "runs"} and len(run.phases_s["runs"]) == len(run.times) == 2
+        assert all(whole >= t for whole, t in zip(run.phases_s["runs"], run.times))
+    assert sum(", timed runs " in line and "; plan " in line for line in err) == 2
+    assert any(line.startswith("compare: predicted total: ") and "these estimates took" in line for line in err)
     # the plan first (reference, cross-check, predicted times: issue 34), then the configurations in turn
     assert err[0].startswith("compare: reference numpy/fp64") and any("predicted numpy/fp32" in x for x in err)
     assert [x for x in err if x.endswith(": started")][0] == "compare: [1/2] numpy/fp64: started"

@@ -17,6 +17,7 @@ from hpcsolve.core.errors import HpcsolveError, RunInterrupted
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision
 from hpcsolve.lbm.case import Derived, LBMCase
+from hpcsolve.lbm.device_monitor import batched_points
 from hpcsolve.lbm.monitor import Monitor, device_monitor, host, point_fields, snapshot_fields
 from hpcsolve.lbm.setup import build_setup
 from hpcsolve.lbm.steppers.stepper import get_stepper
@@ -153,8 +154,13 @@ def probe(case: LBMCase, backend, policy: Precision, description: Description) -
     # (when an interval is short: a long one would make the probe as long as the run)
     short = per_step * case.time.monitor_interval <= 0.05
     intervals = (case.time.monitor_interval, derived.output_every, case.time.checkpoint_interval)
-    per_monitor = _median_time(monitor_point, points=_stops(derived.steps, intervals) + 2,
-                               before=steps_between if short else None)
+    batched = batched_points(Monitor(case, derived, geo), stepper, math.inf, 0) if on_device else None
+    if batched is not None:        # the run queues its points on the device (hpcsolve/lbm/device_monitor.py)
+        first_monitor, per_monitor = _batched_point_cost(batched, stepper, backend, case.time.monitor_interval,
+                                                         per_step, short)
+    else:
+        per_monitor = _median_time(monitor_point, points=_stops(derived.steps, intervals) + 2,
+                                   before=steps_between if short else None)
     setup_s += max(first_monitor - per_monitor, 0.0)
     # the steady check copies the fluid velocity to the host every steady.interval steps after the smooth
     # start (the points above, all at step 0, never compare)
@@ -171,6 +177,38 @@ def probe(case: LBMCase, backend, policy: Precision, description: Description) -
     backend.free_pool()
     return Costs(setup_s, ramp, per_ramp_step, per_step, per_monitor, per_steady, per_snapshot, intervals,
                  derived)
+
+
+def _batched_point_cost(points, stepper, backend, interval: int, per_step: float, short: bool) -> tuple[float, float]:
+    """(seconds of the first batched monitor point, seconds of a warm one beyond its interval's steps), timed as
+    the run makes them: an interval's steps, the point queued on the device, the batch read when due. The first
+    (its kernels compile) is read at once; the warm ones run for PROBE_SECONDS in all (with the steps when the
+    interval is ``short``, else the points alone, queued) and their steps' own time ``per_step`` is taken off."""
+    step = 0
+
+    def one():
+        nonlocal step
+        if short:
+            points.step(interval, backend.timer)
+        step += interval
+        points.point(step)
+        if points.due():
+            points.flush()
+
+    t0 = _time.perf_counter()
+    one()
+    points.flush()
+    backend.synchronize()
+    first = _time.perf_counter() - t0 - (interval * per_step if short else 0.0)
+    done, seconds, chunk = 0, 0.0, 4
+    while seconds < PROBE_SECONDS and done < 100_000:
+        with backend.timer() as t:
+            for _ in range(chunk):
+                one()
+            points.flush()
+        done, seconds, chunk = done + chunk, seconds + t.seconds, chunk * 2
+    per_point = seconds / done - (interval * per_step if short else 0.0)
+    return first, max(per_point, 0.0)
 
 
 def _timed(fn, n):

@@ -104,7 +104,8 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None,
             overwrite: bool = False, fields: list[str] | None = None, reference: str | None = None,
             budget: float | None = None) -> Comparison:
-    """Run ``case`` for each available backend x precision plus the reference and compare.
+    """Run ``case`` for each backend x precision plus the reference and compare. ``backends`` None: NumPy and the
+    backend ``hpcsolve run`` takes by default (``compare_inputs.default_backends``; docs/compare.md).
 
     ``reference``: BACKEND/PRECISION or "auto" (None: the case's ``compare.reference``, default auto: fp64 on the
     fastest usable backend, cross-checked against numpy/fp64 on a reduced copy of the case when it is not NumPy);
@@ -275,32 +276,39 @@ def _timed_runs(case: CaseBase, backend, prec, run_dir, timing: dict, retire_in)
     the ``policy`` and the ``setup_times``: each timed run's preconditioner set-up, FEM).
     ``retire_in``: the --overwrite folder whose earlier comparison files go before this first written run."""
     report, repeats = timing["report"], timing["repeats"]
+    t0 = time.perf_counter()
     cfg_case, backend_obj, policy, desc = runmod.plan(case, backend, prec)
+    phases = {"plan": time.perf_counter() - t0}
     if timing["warmup"]:
+        t0 = time.perf_counter()
         short = families.get(cfg_case.solver).warmup_case(cfg_case, desc)
         report.phase("warm-up run (untimed)" if short is cfg_case else "warm-up run (untimed, the run's first steps)")
         with warnings.catch_warnings():       # the short copy's own notes (a smooth start longer than it) are not the run's
             warnings.simplefilter("ignore")
             runmod.run_case(short, backend_obj, policy, progress=False, description=desc if short is cfg_case else None)
+        phases["warmup"] = time.perf_counter() - t0
     if retire_in is not None:       # the first run that will write: unless it is refused before it starts
         runmod.check_memory(desc, backend_obj)
         _retire_comparison(retire_in)
     report.phase("timed run 1 (written)")
+    t0 = time.perf_counter()
     res = runmod.run_case(cfg_case, backend_obj, policy, out=run_dir, progress=timing["progress"], overwrite=True,
                           description=desc)
+    phases["runs"] = [time.perf_counter() - t0]
     times, extra = [_solver_seconds(res)], 0.0
     setup_times = [_setup_seconds(res)]
-    report.timed(1, times[0])
+    report.timed(1, times[0], phases["runs"][0])
     while _more_repeats(times, repeats, timing["time_budget_s"], extra):
         t0 = time.perf_counter()
         report.phase(f"timed run {len(times) + 1}")
         more = runmod.run_case(cfg_case, backend_obj, policy, progress=False, description=desc)
+        phases["runs"].append(time.perf_counter() - t0)
         times.append(_solver_seconds(more))
         setup_times.append(_setup_seconds(more))
-        report.timed(len(times), times[-1])
+        report.timed(len(times), times[-1], phases["runs"][-1])
         if len(times) > DEFAULT_REPEATS:
-            extra += time.perf_counter() - t0
-    return res, times, desc, {"policy": policy, "setup_times": setup_times}
+            extra += phases["runs"][-1]
+    return res, times, desc, {"policy": policy, "setup_times": setup_times, "phases_s": phases}
 
 
 def _run_record(backend, prec, pc, res: Result, times, desc, extra: dict, ref_result: Result | None, *,
@@ -318,7 +326,7 @@ def _run_record(backend, prec, pc, res: Result, times, desc, extra: dict, ref_re
               preconditioner_used=used if isinstance(used, str) else None,
               preconditioner_info=dict(res.metrics.get("preconditioner_info") or {}),
               reference_run=reference, result=res, predicted_s=extra.get("predicted_s"),
-              validation=dict(getattr(res, "validation", None) or {}))
+              validation=dict(getattr(res, "validation", None) or {}), phases_s=dict(extra.get("phases_s") or {}))
     run.state_bytes, run.state_basis = state_memory(res, extra["policy"])
     if ref_result is None:
         return run
@@ -493,12 +501,18 @@ class _Progress:
         self.what = what
         self.line(f"{self.key}: {what}")
 
-    def timed(self, n: int, seconds: float) -> None:
-        self.line(f"{self.key}: timed run {n}: {seconds:.3g} s")
+    def timed(self, n: int, seconds: float, whole: float | None = None) -> None:
+        rest = "" if whole is None else (f" (the whole run {whole:.3g} s: set-up, finishing"
+                                         + (", writing)" if n == 1 else ")"))
+        self.line(f"{self.key}: timed run {n}: {seconds:.3g} s{rest}")
 
     def done(self, run: Run) -> None:
         err = f", error {run.error_text()}" if math.isfinite(run.error) else ""
-        self.line(f"{self.key}: done in {self.clock() - self.t_config:.1f} s ({run.status}, median {run.wall_s:.3g} s{err})")
+        ph = run.phases_s
+        where = (f"; plan {ph['plan']:.2g} s" + (f", warm-up {ph['warmup']:.2g} s" if "warmup" in ph else "")
+                 + f", timed runs {sum(ph.get('runs') or ()):.3g} s") if "plan" in ph else ""
+        self.line(f"{self.key}: done in {self.clock() - self.t_config:.1f} s ({run.status}, median {run.wall_s:.3g} s"
+                  f"{err}{where})")
 
     def tick(self) -> bool:
         """One check of the heartbeat: a "still running" line when PROGRESS_EVERY_S passed since the last line."""

@@ -163,6 +163,18 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
     return case, backends, precisions
 
 
+def default_backends() -> tuple[list[str], list[str]]:
+    """(the backends a comparison runs when none are named, the others usable here): NumPy (the CPU reference: its
+    rows are run, or skipped by the budget with their predicted time) and the backend ``hpcsolve run`` takes by
+    default (``backends.resolve("auto")``: CuPy, else Numba-CUDA). The question is which precision to run a case in,
+    on the backend it will run on; a second GPU backend would run every precision again for a backend comparison
+    (``hpcsolve bench lbm``/``fem`` answer that), which on the H200 took the 2D-2 comparison at D = 80 from about
+    doubled the 2D-2 comparison at D = 80 (docs/compare.md). Named with ``--backends``, every one runs."""
+    usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available and not backends_mod.probe(b).simulator]
+    chosen = {REFERENCE[0], backends_mod.resolve(None).name}
+    return [b for b in usable if b in chosen], [b for b in usable if b not in chosen]
+
+
 def configurations(case: CaseBase, backends, precisions, pc_names, reference: tuple = REFERENCE) -> tuple[list, dict]:
     """The configurations (backend, precision, preconditioner) to run, the ``reference`` ones first (default CPU
     FP64; the reference is the first of them that runs), and the case of each preconditioner (None: the case's own
@@ -170,8 +182,7 @@ def configurations(case: CaseBase, backends, precisions, pc_names, reference: tu
     family = case.solver
     explicit = backends is not None
     if backends is None:
-        backends = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available
-                    and not backends_mod.probe(b).simulator]
+        backends = default_backends()[0]
     for b in backends:
         if str(b) not in backends_mod.BACKENDS:
             raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))

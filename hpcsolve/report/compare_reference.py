@@ -23,6 +23,7 @@ saying so, and run when their backend is named with ``--backends`` or a ``--budg
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,11 +33,11 @@ from hpcsolve.core import backends as backends_mod
 from hpcsolve.core import precision as precision_mod
 from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted, clip
 from hpcsolve.core.results import human_duration
-from hpcsolve.report.compare_inputs import configurations
+from hpcsolve.report.compare_inputs import configurations, default_backends
 from hpcsolve.report.comparison import EQUAL_BELOW, OK_STATUS, REFERENCE, field_error
 
 AUTO = "auto"
-CROSS_CHECK_SECONDS = 20.0   # NumPy's predicted time of the cross-check's reduced copy, at most (when reducible)
+CROSS_CHECK_SECONDS = 8.0    # NumPy's predicted time of the cross-check's reduced copy, at most (when reducible)
 CROSS_CHECK_MIN_STEPS = 50   # LBM: fewest steps of the reduced copy
 FEM_MIN_NX = 4               # FEM: coarsest generator mesh of the reduced copy (cells along x)
 FEM_COST_EXPONENT = 1.5      # FEM: solve time ~ unknowns^1.5 (2D CG), to pick the coarsening from the estimate
@@ -122,6 +123,8 @@ class Plan:
     runs_each: int = 4                 # runs per configuration (warm-up + timed, at least), for the total
     long_run_s: float | None = None    # a configuration predicted at least this long is timed once (None: never)
     long_runs_each: int = 1            # runs counted for such a one: its timed run, and its warm-up where that is whole
+    seconds: float | None = None       # wall time of making the plan (the estimates' probes), once made
+    backends_note: str = ""            # with no backends named: which ran by default, and the others usable here
 
     @property
     def label(self) -> str:
@@ -134,11 +137,11 @@ class Plan:
                 "note": "" if fp64 else f"{self.label} is not fp64: errors are measured against a {self.reference[1]} "
                                         "run (asked for)",
                 "cross_check": self.check, "budget_s": self.budget, "budget_how": self.budget_how,
-                "estimated": self.estimated}
+                "estimated": self.estimated, "plan_s": self.seconds, "backends_note": self.backends_note}
 
     def lines(self) -> list[str]:
         """The plan in words: the reference and its cross-check, each configuration's predicted time, the total."""
-        out = [f"reference {self.label} ({self.how})"]
+        out = [f"reference {self.label} ({self.how})"] + ([self.backends_note] if self.backends_note else [])
         out.append("cross-check: " + check_text(self.check))
         if not self.estimated:
             out.append("predicted times: not estimated (no --budget, --dry-run or progress lines asked for)")
@@ -159,7 +162,8 @@ class Plan:
         once = (f"; runs predicted at {self.long_run_s:g} s or more timed once after a short warm-up"
                 if self.long_run_s is not None else "")
         out.append(f"predicted total: about {seconds_text(total)} ({self.runs_each} runs of each configuration, "
-                   f"warm-up included, and the cross-check; more timed runs while the spread is above 5%{once})")
+                   f"warm-up included, and the cross-check; more timed runs while the spread is above 5%{once})"
+                   + (f"; these estimates took {self.seconds:.3g} s" if self.seconds is not None else ""))
         return out
 
 
@@ -287,7 +291,7 @@ def cross_check(plan: Plan, case, fields, skip_fields, report) -> str | None:
     if check.get("status") != "planned":
         return None
     reduced = case.with_overrides(*check["overrides"])
-    results = {}
+    results, t0 = {}, time.perf_counter()
     for b, p in (REFERENCE, plan.reference):
         report.line(f"cross-check: {b}/{p} on {check['reduction']}")
         try:
@@ -309,7 +313,8 @@ def cross_check(plan: Plan, case, fields, skip_fields, report) -> str | None:
             check.update(status="passed", why="")
         else:
             check.update(status="failed", why=f"{errs[worst]:.3g} > {check['threshold']:.3g}")
-    report.line("cross-check: " + check_text(check))
+    check["seconds"] = time.perf_counter() - t0
+    report.line("cross-check: " + check_text(check) + f" ({check['seconds']:.3g} s)")
     if check["status"] == "passed":
         return None
     return (f"the reference {plan.label} failed its cross-check against numpy/fp64 on {check['reduction']}: "
@@ -342,6 +347,7 @@ def make_plan(case, backends, precisions, pc_names, *, requested, field_name: st
     them), the budget's skips and the planned cross-check. ``runs_each``: runs per configuration, for the total;
     ``long_run_s``: one predicted at least this long counts ``long_runs_each`` runs (LONG_RUN_S without --repeats:
     its timed run, plus its warm-up where the family warms up on the whole case)."""
+    t0 = time.perf_counter()
     asked = parse(requested, case.solver, field_name)
     budget = check_budget(budget)
     configs, pc_cases = configurations(case, backends, precisions, pc_names)
@@ -360,6 +366,11 @@ def make_plan(case, backends, precisions, pc_names, *, requested, field_name: st
     plan = Plan(configs, ref, requested.strip() if isinstance(requested, str) else str(requested), how,
                 runs_each=runs_each, long_run_s=long_run_s, long_runs_each=long_runs_each)
     default_budget = backends is None
+    if backends is None:
+        chosen, others = default_backends()
+        plan.backends_note = (f"backends: {', '.join(chosen)} (by default: NumPy and the backend hpcsolve run takes"
+                              + (f"; also usable here: {', '.join(others)}, compared when named with --backends)"
+                                 if others else ")"))
     plan.estimated = estimate_all or budget is not None or (default_budget and ref[0] != REFERENCE[0])
     for b, p, pc in configs if plan.estimated else ():
         if (b, p, pc) not in estimates:
@@ -370,4 +381,5 @@ def make_plan(case, backends, precisions, pc_names, *, requested, field_name: st
     for b, p, pc in configs:        # estimates made anyway (auto, the cross-check) are kept with their rows
         if (b, p, pc) in estimates and key(b, p, pc) not in plan.predicted:
             plan.predicted[key(b, p, pc)], plan.basis[key(b, p, pc)] = estimates[(b, p, pc)][:2]
+    plan.seconds = time.perf_counter() - t0
     return plan, pc_cases

@@ -53,6 +53,9 @@ class Run:
     error_note: str = ""              # why no error is measured (a failed reference), where none is
     predicted_s: float | None = None  # the run-time estimate of one run, made before running (None: not made)
     validation: dict = field(default_factory=dict)   # the run's Result.validation: name -> {value, range, verdict, ..}
+    # where the configuration's wall time went (compare): plan (set-up built once), warm-up, each timed run whole
+    # (its set-up, solver time, finishing; the first one also writing its folder)
+    phases_s: dict = field(default_factory=dict)
     reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
     result: Result | None = field(default=None, repr=False)
 
