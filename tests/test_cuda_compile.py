@@ -380,3 +380,18 @@ if __name__ == "__main__":        # the inventory, for docs/ci_gpu_coverage.md
     for arch in TARGETS:
         print(arch, "CUBIN:", sum(arch in s.cubin for s in SOURCES), "of", len(SOURCES))
     print(Path(__file__).name, len(SOURCES), "sources,", len({s.code_class for s in SOURCES}), "code classes")
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+def test_the_smoothed_aggregation_kernels_compile(arch):
+    """The AMG set-up's own CUDA C (hpcsolve/fem/linalg/precond/sa_device.py: the row maxima and the fused MIS(2)
+    round, which CuPy compiles through xp.RawKernel / xp.RawModule at the first set-up): each compiles to a CUBIN
+    with the kernels the set-up looks up."""
+    from hpcsolve.fem.linalg.precond import sa_device
+
+    for src, names in ((sa_device._ROW_MAX_SRC, ["row_max"]), (sa_device._ROW_MAX_EDGES_SRC, ["row_max_edges"]),
+                       (sa_device._MIS_ROUND_SRC, ["mis_m1", "mis_update"])):
+        result = compile_cuda(src, (), arch)
+        assert result.ok, result.log
+        for name in names:
+            assert f"Compiling entry function '{name}'" in result.log, (name, result.log[:500])

@@ -109,6 +109,18 @@ def test_a_node_left_joins_its_most_strongly_connected_neighbours_aggregate():
     assert any(t != m for t, m in want.values())        # the largest number would have chosen otherwise
 
 
+def test_one_aggregation_pass_is_the_first_pass_alone_and_other_values_are_refused():
+    P = tp.anisotropic(64)
+    two = sd.sa_levels_xp(P.A, MGOptions(), None, 30, np, sp)[2]
+    one = sd.sa_levels_xp(P.A, MGOptions(aggregation_passes=1), None, 30, np, sp)[2]
+    indptr, indices, strength = _strong(P)
+    first, count = sd.mis2_aggregate(indptr, indices, np, strength=strength)
+    assert one.counts[0] == count < two.counts[0] and np.array_equal(one.aggregates[0], first)
+    with pytest.raises(CaseError, match="multigrid.aggregation_passes") as exc:
+        MGOptions(aggregation_passes=3)
+    assert "an integer in [1, 2]" in str(exc.value)
+
+
 @pytest.mark.parametrize("problem", [lambda: tp.anisotropic(256), lambda: tp.jumps(256), lambda: tp.cook(181)],
                          ids=["anisotropic", "jumps", "cook"])
 def test_iterations_within_25_percent_of_pyamgs_hierarchy(problem):

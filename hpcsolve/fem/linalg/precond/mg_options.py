@@ -42,10 +42,14 @@ class MGOptions:
                                    # aggregation and SpGEMM with the backend's array module; NumPy/SciPy where it has
                                    # no sparse library) | pyamg (pyamg's pieces on the host, the CPU reference) |
                                    # auto: device where the backend's arrays have a sparse library (CuPy), else pyamg
+    aggregation_passes: int = 2    # the device set-up's aggregation (sa_device.mis2_aggregate): 2 also lets the nodes
+                                   # the MIS(2) roots' neighbourhoods leave choose roots among themselves (one candidate
+                                   # per node; fewer iterations, a longer set-up), 1 the MIS(2) roots only
 
     CHOICES = {"hierarchy": tuple(HIERARCHIES), "smoother": SMOOTHERS, "amg": AMG_METHODS,
                "level_format": LEVEL_FORMATS, "amg_setup": AMG_SETUPS}
-    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200)}
+    INTEGERS = {"degree": (1, 10), "coarse_size": (1, 5_000), "max_levels": (2, 60), "power_iterations": (2, 200),
+                "aggregation_passes": (1, 2)}
 
     def __post_init__(self):
         for name, allowed in self.CHOICES.items():

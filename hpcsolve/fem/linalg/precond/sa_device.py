@@ -81,6 +81,40 @@ extern "C" __global__ void row_max_edges(const int n, const int* __restrict__ in
     out[i] = m;
 }
 """
+#: one MIS(2) round in two launches on the GPU (the array code of ``_mis2_roots`` is about 17 launches a round): the
+#: masked distance-1 maximum of the (state, priority) keys, then the distance-2 maximum and the state update, with a
+#: flag raised while a node is undecided
+_MIS_ROUND_SRC = r"""
+__device__ __forceinline__ long long mis_key(const long long* state, const long long* prio, const bool* cand, int j) {
+    return cand[j] ? ((state[j] << 32) | prio[j]) : -1LL;
+}
+extern "C" __global__ void mis_m1(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+                                  const long long* __restrict__ state, const long long* __restrict__ prio,
+                                  const bool* __restrict__ cand, const bool* __restrict__ passable,
+                                  long long* __restrict__ m1) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (!passable[i]) { m1[i] = -1LL; return; }
+    long long m = mis_key(state, prio, cand, i);
+    for (int k = indptr[i]; k < indptr[i + 1]; ++k) { long long v = mis_key(state, prio, cand, indices[k]); m = v > m ? v : m; }
+    m1[i] = m;
+}
+extern "C" __global__ void mis_update(const int n, const int* __restrict__ indptr, const int* __restrict__ indices,
+                                      const long long* __restrict__ m1, const long long* __restrict__ state,
+                                      const long long* __restrict__ prio, long long* __restrict__ out,
+                                      int* __restrict__ undecided) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long s = state[i];
+    if (s != 1) { out[i] = s; return; }
+    long long key = (s << 32) | prio[i];
+    long long m = m1[i];
+    for (int k = indptr[i]; k < indptr[i + 1]; ++k) { long long v = m1[indices[k]]; m = v > m ? v : m; }
+    long long t = m == key ? 2 : ((m >> 32) == 2 ? 0 : 1);
+    out[i] = t;
+    if (t == 1) undecided[0] = 1;
+}
+"""
 _KERNELS: dict = {}
 
 
@@ -179,6 +213,8 @@ def _mis2_roots(indptr, indices, candidate, passable, prio, xp):
     nodes (a superset): each round an undecided candidate that is its own distance-2 maximum of (state,
     priority) joins, one with a root within distance 2 leaves."""
     state = xp.where(candidate, 1, 0).astype(xp.int64)       # 0 out, 1 undecided, 2 root
+    if xp is not np:
+        return _mis2_roots_gpu(indptr, indices, candidate, passable, prio, xp, state)
     for _ in range(MIS_MAX_ROUNDS):
         key = xp.where(candidate, (state << 32) | prio, -1)
         m1 = xp.where(passable, _row_max(xp, indptr, indices, key), -1)
@@ -188,6 +224,27 @@ def _mis2_roots(indptr, indices, candidate, passable, prio, xp):
         if not bool((state == 1).any()):
             return state == 2
     raise RuntimeError("MIS(2) aggregation did not finish")    # pragma: no cover - a round decides the largest key
+
+
+def _mis2_roots_gpu(indptr, indices, candidate, passable, prio, xp, state):
+    """``_mis2_roots`` with CuPy: the same rounds in two RawKernel launches each (``_MIS_ROUND_SRC``), the same
+    integers (the GPU tests compare the aggregates with the NumPy path's)."""
+    if "mis_m1" not in _KERNELS:
+        module = xp.RawModule(code=_MIS_ROUND_SRC)
+        _KERNELS["mis_m1"], _KERNELS["mis_update"] = module.get_function("mis_m1"), module.get_function("mis_update")
+    m1_kernel, update = _KERNELS["mis_m1"], _KERNELS["mis_update"]
+    n = state.shape[0]
+    cand, passable = xp.ascontiguousarray(candidate), xp.ascontiguousarray(passable)
+    m1, nxt, flag = xp.empty_like(state), xp.empty_like(state), xp.zeros(1, dtype=xp.int32)
+    grid, block, n32 = ((n + 255) // 256,), (256,), np.int32(n)
+    for _ in range(MIS_MAX_ROUNDS):
+        m1_kernel(grid, block, (n32, indptr, indices, state, prio, cand, passable, m1))
+        flag.fill(0)
+        update(grid, block, (n32, indptr, indices, m1, state, prio, nxt, flag))
+        state, nxt = nxt, state
+        if not int(flag.get()[0]):
+            return state == 2
+    raise RuntimeError("MIS(2) aggregation did not finish")    # pragma: no cover - as in _mis2_roots
 
 
 def mis2_aggregate(indptr, indices, xp, seed: int = SEED, strength=None, second_pass: bool = False):
@@ -355,7 +412,8 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
             indptr, indices, strength = strength_graph(G, opts.strength, xp, with_strength=True)
             # the second pass where a node is one coarse unknown (one candidate): with k candidates every extra
             # aggregate is k coarse unknowns (Cook's membrane, 3 rigid-body modes: operator complexity 1.38 -> 1.79)
-            agg, count = mis2_aggregate(indptr, indices, xp, strength=strength, second_pass=B.shape[1] == 1)
+            agg, count = mis2_aggregate(indptr, indices, xp, strength=strength,
+                                        second_pass=opts.aggregation_passes == 2 and B.shape[1] == 1)
             if count == 0:
                 break   # nothing strong enough to aggregate along: this level is the coarsest
             if block > 1:           # the nodes' aggregates to their unknowns
