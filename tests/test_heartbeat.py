@@ -70,11 +70,29 @@ def test_an_lbm_estimate_names_its_phases():
 
 
 def test_the_cli_prints_a_heartbeat_line_while_a_run_works(monkeypatch, tmp_path, capsys):
-    """``hpcsolve run`` opens a heartbeat: with its period made 0.05 s (the machine's speed does not matter: the run
-    takes longer than that), its lines name the command and the case on stderr; --quiet prints none."""
+    """``hpcsolve run`` opens a heartbeat: with its period made 0.05 s, its lines name the command and the case on
+    stderr; --quiet prints none. The run waits (up to 60 s) for the heartbeat's first line before it returns, so the
+    test does not depend on the run outlasting the period (on a quiet CI machine this one did not)."""
+    import threading
+
     from hpcsolve import cli
+    from hpcsolve.fem import runner as fem_runner
 
     monkeypatch.setattr(heartbeat, "EVERY_S", 0.05)
+    printed, real_line, real_run = threading.Event(), heartbeat._stderr_line, fem_runner.run
+
+    def line(text):
+        real_line(text)
+        printed.set()
+
+    def run(*args, **kwargs):
+        result = real_run(*args, **kwargs)
+        if heartbeat._open and heartbeat._open[-1].enabled:
+            printed.wait(60.0)
+        return result
+
+    monkeypatch.setattr(heartbeat, "_stderr_line", line)
+    monkeypatch.setattr(fem_runner, "run", run)
     args = ["run", str(CASES / "poisson_manufactured.toml"), "--set", "mesh.nx=64", "--no-plots", "--out",
             str(tmp_path / "a")]
     assert cli.main(args) == 0
