@@ -242,29 +242,35 @@ def test_long_runs_timed_once_are_compared_by_their_times():
     assert mixed.recommendation()["label"] == "cupy/fp32"
 
 
-@pytest.mark.parametrize("usable, chosen, others", [
-    ({"numpy"}, ["numpy"], []),
-    ({"numpy", "cupy", "numba-cuda"}, ["numpy", "cupy"], ["numba-cuda"]),
-    ({"numpy", "numba-cuda"}, ["numpy", "numba-cuda"], []),
+@pytest.mark.parametrize("usable, run_backend, chosen, others", [
+    ({"numpy"}, "auto", ["numpy"], []),
+    ({"numpy", "cupy", "numba-cuda"}, "auto", ["numpy", "cupy"], ["numba-cuda"]),
+    ({"numpy", "numba-cuda"}, "auto", ["numpy", "numba-cuda"], []),
+    ({"numpy", "cupy", "numba-cuda"}, "numba-cuda", ["numpy", "numba-cuda"], ["cupy"]),   # the case's run.backend
+    ({"numpy", "numba-cuda"}, "cupy", ["numpy", "numba-cuda"], []),        # named but not usable here: auto's
 ])
-def test_no_backends_named_compares_numpy_and_the_runs_default_backend(monkeypatch, usable, chosen, others):
-    """Without --backends: NumPy and the backend ``hpcsolve run`` takes (CuPy, else Numba-CUDA); another usable
-    GPU backend is named in the plan, not run (on the H200 it doubled the 2D-2 comparison)."""
+def test_no_backends_named_compares_numpy_and_the_runs_default_backend(monkeypatch, usable, run_backend, chosen,
+                                                                       others):
+    """Without --backends: NumPy and the backend ``hpcsolve run`` takes for the case (its run.backend; auto: CuPy,
+    else Numba-CUDA); another usable GPU backend is named in the plan, not run (on the H200 it doubled the 2D-2
+    comparison)."""
     import types
 
     from hpcsolve.core import backends
     from hpcsolve.report import compare_inputs
 
-    real = backends.probe
+    numpy_status = backends.probe("numpy")
 
     def fake(name):
         if name == "numpy":
-            return real(name)
+            return numpy_status
         return types.SimpleNamespace(available=name in usable, simulator=False, reason="fake")
 
     monkeypatch.setattr(backends, "probe", fake)
-    assert compare_inputs.default_backends() == (chosen, others)
-    if others:      # the plan says which ran by default and which was left out (a dry run of the tiny cavity)
+    monkeypatch.setattr(backends.Backend, "status", property(lambda self: fake(self.name)))
+    case = load_case(CAVITY, [*TINY, f"run.backend={run_backend}"])
+    assert compare_inputs.default_backends(case) == (chosen, others)
+    if others == ["numba-cuda"]:    # the plan says which ran by default and which was left out (a tiny cavity)
         monkeypatch.setattr(compare_reference, "estimate", lambda *a: (1.0, "fake", 10))
         p = plan(CAVITY, overrides=TINY, precisions=["fp64"], reference="numpy/fp64")
         assert p.backends_note == ("backends: numpy, cupy (by default: NumPy and the backend hpcsolve run takes; also "

@@ -154,18 +154,26 @@ def probe(case: LBMCase, backend, policy: Precision, description: Description) -
     # (when an interval is short: a long one would make the probe as long as the run)
     short = per_step * case.time.monitor_interval <= 0.05
     intervals = (case.time.monitor_interval, derived.output_every, case.time.checkpoint_interval)
+    t0 = _time.perf_counter()
     batched = batched_points(Monitor(case, derived, geo), stepper, math.inf, 0) if on_device else None
-    if batched is not None:        # the run queues its points on the device (hpcsolve/lbm/device_monitor.py)
-        first_monitor, per_monitor = _batched_point_cost(batched, stepper, backend, case.time.monitor_interval,
-                                                         per_step, short)
+    on_points = batched is not None
+    if on_points:       # the run queues its points on the device (hpcsolve/lbm/device_monitor.py)
+        made = _time.perf_counter() - t0            # the point kernels' compilation, at their first use
+        first_point, per_monitor = _batched_point_cost(batched, stepper, backend, case.time.monitor_interval,
+                                                       per_step, short)
+        del batched     # it holds the stepper: freed with it below
+        # each read of a batch fetches the fields too (point_fields): the first (compiling) counted once
+        warm_fields, _ = _timed(monitor_point, 1)
+        setup_s += made + max(first_point - per_monitor, 0.0) + max(first_monitor - warm_fields, 0.0)
     else:
         per_monitor = _median_time(monitor_point, points=_stops(derived.steps, intervals) + 2,
                                    before=steps_between if short else None)
-    setup_s += max(first_monitor - per_monitor, 0.0)
+        setup_s += max(first_monitor - per_monitor, 0.0)
     # the steady check copies the fluid velocity to the host every steady.interval steps after the smooth
-    # start (the points above, all at step 0, never compare)
+    # start (the points above, all at step 0, never compare); batched, a check is a point's reduction against the
+    # reference kept on the device, in the points' cost
     per_steady = 0.0
-    if case.steady.enabled:
+    if case.steady.enabled and not on_points:
         per_steady = _median_time(lambda: monitor.fluid_velocity(*fields[1:]), points=3)
     per_snapshot = 0.0
     if derived.output_every:

@@ -12,7 +12,7 @@ from hpcsolve.core import backends as backends_mod
 from hpcsolve.core import outdir
 from hpcsolve.core import precision as precision_mod
 from hpcsolve.core.cases import CaseBase, load_case
-from hpcsolve.core.errors import CaseError, OutputError
+from hpcsolve.core.errors import CaseError, HpcsolveError, OutputError
 from hpcsolve.report.comparison import REFERENCE
 
 REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the case, per configuration
@@ -163,15 +163,21 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
     return case, backends, precisions
 
 
-def default_backends() -> tuple[list[str], list[str]]:
+def default_backends(case: CaseBase | None = None) -> tuple[list[str], list[str]]:
     """(the backends a comparison runs when none are named, the others usable here): NumPy (the CPU reference: its
-    rows are run, or skipped by the budget with their predicted time) and the backend ``hpcsolve run`` takes by
-    default (``backends.resolve("auto")``: CuPy, else Numba-CUDA). The question is which precision to run a case in,
+    rows are run, or skipped by the budget with their predicted time) and the backend ``hpcsolve run`` takes for
+    ``case`` (its ``run.backend``; ``auto``, or one not usable here: ``backends.resolve("auto")``, CuPy, else
+    Numba-CUDA). The question is which precision to run a case in,
     on the backend it will run on; a second GPU backend would run every precision again for a backend comparison
     (``hpcsolve bench lbm``/``fem`` answer that), which on the H200 took the 2D-2 comparison at D = 80 from about
     doubled the 2D-2 comparison at D = 80 (docs/compare.md). Named with ``--backends``, every one runs."""
     usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available and not backends_mod.probe(b).simulator]
-    chosen = {REFERENCE[0], backends_mod.resolve(None).name}
+    named = getattr(getattr(case, "run", None), "backend", None)
+    try:
+        runs_on = backends_mod.resolve(named, field="run.backend").name
+    except HpcsolveError:           # the case names a backend this machine cannot run: compare on the automatic one
+        runs_on = backends_mod.resolve(None).name
+    chosen = {REFERENCE[0], runs_on}
     return [b for b in usable if b in chosen], [b for b in usable if b not in chosen]
 
 
@@ -182,7 +188,7 @@ def configurations(case: CaseBase, backends, precisions, pc_names, reference: tu
     family = case.solver
     explicit = backends is not None
     if backends is None:
-        backends = default_backends()[0]
+        backends = default_backends(case)[0]
     for b in backends:
         if str(b) not in backends_mod.BACKENDS:
             raise CaseError.invalid("--backends", b, ", ".join(backends_mod.BACKENDS))

@@ -367,7 +367,8 @@ def make_plan(case, backends, precisions, pc_names, *, requested, field_name: st
                 runs_each=runs_each, long_run_s=long_run_s, long_runs_each=long_runs_each)
     default_budget = backends is None
     if backends is None:
-        chosen, others = default_backends()
+        chosen, others = default_backends(case)
+        others = [b for b in others if b != ref[0]]        # a reference asked for on it runs anyway
         plan.backends_note = (f"backends: {', '.join(chosen)} (by default: NumPy and the backend hpcsolve run takes"
                               + (f"; also usable here: {', '.join(others)}, compared when named with --backends)"
                                  if others else ")"))

@@ -113,3 +113,41 @@ def test_a_gpu_runs_estimate_times_the_batched_points(backend, monkeypatch):
     assert len(calls) == 1
     per_point_ms = calls[0][1] * 1e3
     assert f"monitor points at {per_point_ms:.3g} ms" in info["estimate_basis"]
+
+
+@pytest.mark.cudasim
+def test_the_probe_takes_the_batched_points_and_frees_its_stepper(monkeypatch):
+    """Under the CUDA simulator the Numba-CUDA stepper has point kernels: the estimate times batched points, and the
+    probe's stepper is unreachable when the probe frees the backend's pool at its end (the batched points held it,
+    so its memory stayed in CuPy's pool on the H200 until a review caught it)."""
+    import gc
+    import weakref
+
+    from hpcsolve import run as runmod
+    from hpcsolve.core import backends
+
+    made, alive_at_free = [], []
+    real_get = est.get_stepper
+
+    def get_stepper(*args, **kwargs):
+        made.append(weakref.ref(stepper := real_get(*args, **kwargs)))
+        return stepper
+
+    backend = backends.get("numba-cuda")
+    real_free = backend.free_pool
+
+    def free_pool():
+        gc.collect()
+        alive_at_free.append(sum(r() is not None for r in made))
+        return real_free()
+
+    monkeypatch.setattr(est, "get_stepper", get_stepper)
+    monkeypatch.setattr(backend, "free_pool", free_pool)
+    calls = []
+    real_cost = est._batched_point_cost
+    monkeypatch.setattr(est, "_batched_point_cost", lambda *a: calls.append(real_cost(*a)) or calls[-1])
+    monkeypatch.setattr(est, "PROBE_SECONDS", 0.05)
+    info = runmod.describe(CASES / "lid_driven_cavity.toml", "numba-cuda", "fp32", estimate=True,
+                           overrides=["lattice.resolution=8", "time.steps=200", "time.monitor_interval=20"])
+    assert len(calls) == 1 and f"monitor points at {calls[0][1] * 1e3:.3g} ms" in info["estimate_basis"]
+    assert made and alive_at_free[-1] == 0, alive_at_free

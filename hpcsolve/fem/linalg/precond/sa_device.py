@@ -222,7 +222,9 @@ def _mis2_roots(indptr, indices, candidate, passable, prio, xp):
 
 def _mis2_roots_gpu(indptr, indices, candidate, passable, prio, xp, state):
     """``_mis2_roots`` with CuPy: the same rounds in two RawKernel launches each (``_MIS_ROUND_SRC``), the same
-    integers (the GPU tests compare the aggregates with the NumPy path's)."""
+    integers (the GPU tests compare the aggregates with the NumPy path's). The kernels take the arrays as they are:
+    int32 ``indptr``/``indices`` (``strength_graph``), int64 ``prio``/``state``, bool masks, and ``candidate`` a
+    subset of ``passable`` (as in ``_mis2_roots``, which does not finish otherwise)."""
     if "mis_m1" not in _KERNELS:
         module = xp.RawModule(code=_MIS_ROUND_SRC)
         _KERNELS["mis_m1"], _KERNELS["mis_update"] = module.get_function("mis_m1"), module.get_function("mis_update")
