@@ -167,10 +167,10 @@ def default_backends(case: CaseBase | None = None) -> tuple[list[str], list[str]
     """(the backends a comparison runs when none are named, the others usable here): NumPy (the CPU reference: its
     rows are run, or skipped by the budget with their predicted time) and the backend ``hpcsolve run`` takes for
     ``case`` (its ``run.backend``; ``auto``, or one not usable here: ``backends.resolve("auto")``, CuPy, else
-    Numba-CUDA). The question is which precision to run a case in,
-    on the backend it will run on; a second GPU backend would run every precision again for a backend comparison
-    (``hpcsolve bench lbm``/``fem`` answer that), which on the H200 took the 2D-2 comparison at D = 80 from about
-    doubled the 2D-2 comparison at D = 80 (docs/compare.md). Named with ``--backends``, every one runs."""
+    Numba-CUDA). The question is which precision to run a case in, on the backend it will run on; a second GPU
+    backend would run every precision again for a backend comparison (``hpcsolve bench lbm``/``fem`` answer that),
+    which doubled the 2D-2 comparison at D = 80 on the H200 (docs/compare.md). Named with ``--backends``, every one
+    runs."""
     usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available and not backends_mod.probe(b).simulator]
     named = getattr(getattr(case, "run", None), "backend", None)
     try:
