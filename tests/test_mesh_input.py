@@ -117,3 +117,8 @@ def test_a_part_of_the_mesh_without_a_dirichlet_condition_is_refused(tmp_path, c
     code = cli.main(base + ["--set", "boundary.dirichlet=[{where = {x = 0.0}, value = 1.0}, "
                                      "{where = {x = 3.0}, value = 0.0}]"])
     assert code == 0, capsys.readouterr().err
+    # refined twice: the parts come down from the file's mesh through the refinements (not recomputed)
+    code = cli.main([*base[:4], "--set", "mesh.refine=2", *base[6:],
+                     "--set", "boundary.dirichlet=[{where = {x = 0.0}, value = 1.0}]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the mesh has 2 separate parts and 1 of them" in err and "289 nodes in [2, 3] x [0, 1]" in err, err

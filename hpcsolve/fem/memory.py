@@ -85,7 +85,6 @@ def estimate(case, backend: str, policy) -> MemoryEstimate:
     points, triangles = fem_mesh_size(case)
     ncomp = 1 if case.problem.kind == "poisson" else 2
     unknowns = points * ncomp
-    s = case.solve
     per_triangle = FEM_BYTES_PER_TRIANGLE[ncomp]
     if case.problem.kind == "poisson" and case.problem.manufactured:
         per_triangle += MANUFACTURED_BYTES_PER_TRIANGLE

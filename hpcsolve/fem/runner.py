@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -402,7 +403,7 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
         metrics=metrics, derived=derived, timings=timings,
         status="converged" if report.converged else "not_converged",
         message=report.reason + (f"; {report.fallback}" if report.fallback else "") + _advice(report, policy, s),
-        plotter=plot_result if case.output.plots else None,
+        plotter=functools.partial(plot_result, display=mesh.display_level()) if case.output.plots else None,
     )
     blocks = A.blocks if getattr(A, "distributed", False) else [(0, disc.A.shape[0])]
     result.provenance["decomposition"] = {"ranks": len(blocks), "kind": "row blocks" if len(blocks) > 1 else "none",
@@ -445,9 +446,14 @@ def _advice(report, policy: Precision, solve_opts) -> str:
 PLOT_MAX_CELLS = 512
 
 
-def _display_triangles(result: Result, triangles: np.ndarray):
-    """(nodes drawn: a slice or index array, their triangles): all of them, or on a structured grid of more than
-    PLOT_MAX_CELLS cells a side, the triangulated grid of every k-th node (the last row and column kept)."""
+def _display_triangles(result: Result, triangles: np.ndarray, display=None):
+    """(nodes drawn: a slice or index array, their triangles): all of them; on a structured grid of more than
+    PLOT_MAX_CELLS cells a side, the triangulated grid of every k-th node (the last row and column kept); on a refined
+    mesh of more than ``mesh.DISPLAY_MAX_TRIANGLES`` triangles, ``display`` (``Mesh.display_level``: the coarser mesh
+    it was refined from, whose nodes are its first ones)."""
+    if display is not None:
+        n, tris = display
+        return slice(0, int(n)), np.asarray(tris)
     grid = result.derived.get("structured_grid")
     if not grid or max(grid) <= PLOT_MAX_CELLS:
         return slice(None), triangles
@@ -462,8 +468,9 @@ def _display_triangles(result: Result, triangles: np.ndarray):
     return keep, tris
 
 
-def plot_result(result: Result, plot_dir: Path) -> list[Path]:
-    """solution.png (tripcolor on the mesh; deformed for elasticity), residuals.png, error.png if known.
+def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
+    """solution.png (tripcolor on the mesh; deformed for elasticity), residuals.png, error.png if known. ``display``:
+    the coarser mesh a large refined one is drawn on (:func:`_display_triangles`).
     Figures without pyplot, PNGs quickly compressed (hpcsolve.core.plotstyle): the 3 figures of the 64 x 64
     Poisson case in 0.5-0.7 s after matplotlib's import (2-core machine)."""
     # late: matplotlib costs about 0.5 s to import (measured), for plots only
@@ -483,7 +490,7 @@ def plot_result(result: Result, plot_dir: Path) -> list[Path]:
         values, label = mag, f"|u| (mesh deformed x{scale:.3g})"
     else:
         shown, values, label = pts, result.fields["u"], name
-    keep, tris = _display_triangles(result, np.asarray(g.triangles))
+    keep, tris = _display_triangles(result, np.asarray(g.triangles), display)
     shown, values = shown[keep], values[keep]
     tri = mtri.Triangulation(shown[:, 0], shown[:, 1], tris)
     run = run_label(result)

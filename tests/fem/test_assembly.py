@@ -68,6 +68,25 @@ def test_meshes_and_refinement():
     assert recomputed == {tuple(e) for e in np.sort(r.boundary_edges, axis=1).tolist()}
 
 
+def test_refinement_carries_h_max_and_the_parts_of_its_parent():
+    """A refined mesh's h_max is half its parent's and its node parts are its parent's (both carried, not
+    recomputed on the larger mesh): equal to the recomputed ones."""
+    m = meshmod.read_mesh(CASES / "meshes" / "plate_with_hole.msh")
+    two = meshmod.Mesh(np.vstack([m.points, m.points + [3.0, 0.0]]),
+                       np.vstack([m.triangles, m.triangles + m.n_points]).astype(np.int32),
+                       np.vstack([m.boundary_edges, m.boundary_edges + m.n_points]).astype(np.int32),
+                       np.concatenate([m.edge_tags, m.edge_tags]))
+    assert two.node_parts()[0] == 2
+    r = meshmod.refine_uniform(meshmod.refine_uniform(two))
+    carried_h, (parts, carried) = r.h_max(), r.node_parts()
+    fresh = meshmod.Mesh(r.points, r.triangles, r.boundary_edges, r.edge_tags)
+    assert carried_h == pytest.approx(fresh.h_max(), rel=1e-12) and carried_h == pytest.approx(two.h_max() / 4, rel=1e-12)
+    n_fresh, labels = fresh.node_parts()
+    assert parts == n_fresh == 2
+    assert np.array_equal(carried == carried[0], labels == labels[0])     # the same partition of the nodes
+    assert np.allclose(r.centroids(), r.points[r.triangles].mean(axis=1), rtol=0, atol=1e-15)
+
+
 def _manufactured_errors(n: int):
     case = load_case(CASES / "poisson_manufactured.toml", [f"mesh.nx={n}"])
     disc = problem.build(case)

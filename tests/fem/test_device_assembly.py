@@ -156,3 +156,30 @@ def test_plots_of_a_large_grid_draw_a_subsample(tmp_path, monkeypatch):
     assert (area > 0).all() and area.sum() == pytest.approx(1.0, rel=1e-12)
     files = runner.plot_result(res, tmp_path)
     assert {f.name for f in files} == {"solution.png", "error.png", "residuals.png"}
+
+
+def test_plots_of_a_large_refined_mesh_draw_the_mesh_it_was_refined_from(tmp_path, monkeypatch):
+    """Above DISPLAY_MAX_TRIANGLES a refined mesh's figures draw the finest coarser mesh it was refined from
+    (its nodes are the refined mesh's first ones: the same values there), which covers the same domain."""
+    from hpcsolve.fem.discrete import mesh as meshmod
+
+    monkeypatch.setattr(meshmod, "DISPLAY_MAX_TRIANGLES", 6000)      # the plate: 1,291 -> 5,164 -> 20,656 triangles
+    case = load_case(CASES / "heat_plate_with_hole.toml", ["mesh.refine=2", "solve.reference=never"])
+    res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    once = meshmod.refine_uniform(meshmod.read_mesh(CASES / "meshes" / "plate_with_hole.msh"))
+    assert res.derived["triangles"] == 4 * once.n_triangles > 6000 >= once.n_triangles
+    display = res.plotter.keywords["display"]
+    keep, tris = runner._display_triangles(res, np.asarray(res.grid.triangles), display)
+    assert keep == slice(0, once.n_points) and np.array_equal(tris, once.triangles)
+    assert np.array_equal(np.asarray(res.grid.points)[keep], once.points)
+    def area(p, t):
+        u, v = p[t[:, 1]] - p[t[:, 0]], p[t[:, 2]] - p[t[:, 0]]
+        return 0.5 * np.abs(u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0]).sum()
+
+    assert area(once.points, tris) == pytest.approx(area(np.asarray(res.grid.points), np.asarray(res.grid.triangles)),
+                                                   rel=1e-12)
+    files = res.plotter(res, tmp_path)
+    assert {f.name for f in files} >= {"solution.png", "residuals.png"}
+    monkeypatch.setattr(meshmod, "DISPLAY_MAX_TRIANGLES", 10 ** 6)   # within the limit: drawn whole
+    whole = runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    assert whole.plotter.keywords["display"] is None

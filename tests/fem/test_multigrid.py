@@ -328,7 +328,7 @@ def test_small_levels_built_on_the_host_give_the_same_lambda_max():
     x, rep = solve(P.A, P.b, preconditioner=pc, rtol=1e-10)
     low = prepare_matrix(P.A).low
     for lvl, lam in zip(pc.levels, rep.preconditioner["lambda_max"]):
-        assert lambda_max(low, lvl, F64, pc.options.power_iterations) == pytest.approx(lam, rel=1e-12)
+        assert lambda_max(low, lvl, pc.options.power_iterations) == pytest.approx(lam, rel=1e-12)
     assert 1.5 < rep.preconditioner["lambda_max"][0] <= 2.0
 
 
@@ -355,6 +355,62 @@ def test_galerkin_by_probing_equals_the_sparse_triple_product(make):
     assert probed.shape == exact.shape
     assert abs(probed - exact).max() <= 1e-13 * abs(exact).max()
     assert probed.has_sorted_indices and probed.nnz <= exact.nnz
+
+
+@pytest.mark.parametrize("make", [lambda: tp.poisson_fd(15), lambda: tp.cook(8)])
+def test_probing_in_blocks_equals_probing_one_vector_at_a_time(make):
+    """The block products (the GPU's path: 3 SpMM a component) and the one-probe-at-a-time products through the low
+    ops (host matrices with device ops) give the same probe results."""
+    from hpcsolve.fem.linalg.precond import geometric as geo
+
+    P = make()
+    Pm, cgrid, _ = geometric_prolongation(P.grid)
+    R = Pm.T.tocsr()
+    free = cgrid.free_array(np)
+    node, comp = free // cgrid.ncomp, free % cgrid.ncomp
+    color = (node % (cgrid.nx + 1)) % 3 + 3 * ((node // (cgrid.nx + 1)) % 3)
+    blocks = geo._probe_blocks(P.A, Pm, R, color, comp, cgrid.ncomp, np)
+    single = geo._probe_one_by_one(low_ops(), P.A, Pm, R, color, comp, cgrid.ncomp, np)
+    assert blocks.shape == single.shape == (9 * cgrid.ncomp, free.size)
+    assert np.abs(blocks - single).max() <= 1e-14 * np.abs(single).max()
+    assert np.count_nonzero(single) > free.size         # probes that hold entries, not zeros compared with zeros
+
+
+class _CountingOps:
+    """Low ops that count their host synchronizations (to_host)."""
+
+    def __init__(self, low):
+        self._low, self.syncs = low, 0
+
+    def __getattr__(self, name):
+        return getattr(self._low, name)
+
+    def to_host(self, a):
+        self.syncs += 1
+        return self._low.to_host(a)
+
+
+def test_the_device_power_iteration_gives_the_host_estimate_with_four_synchronizations():
+    """15 power steps normalized every 5 and around the last (cycle.NORMALIZE_EVERY): the host's estimate, which
+    normalizes at every step, to rounding; 4 host synchronizations, not 15."""
+    from hpcsolve.fem.linalg.precond.cycle import lambda_max_host
+
+    P = tp.jumps(32, 1e3)
+    pc = _pc(P, hierarchy="fp64", coarse_size=10)
+    A = prepare_matrix(P.A)
+    pc.setup(A)
+    low = _CountingOps(A.low)
+    lam = lambda_max(low, pc.levels[0], 15)
+    assert lam == pytest.approx(lambda_max_host(sp.csr_matrix(P.A), 15), rel=1e-12)
+    assert low.syncs == 4
+    assert 1.5 < lam < 2.0
+
+
+def test_the_diagonal_ratio_is_reduced_where_the_matrix_lives():
+    P = tp.jumps(16, 1e6)
+    d = sp.csr_matrix(P.A).diagonal()
+    assert mgm._diagonal_ratio(prepare_matrix(P.A)) == pytest.approx(d.max() / d.min(), rel=1e-12)
+    assert d.max() / d.min() > 1e5
 
 
 def test_a_grid_without_free_list_means_dirichlet_all_round():

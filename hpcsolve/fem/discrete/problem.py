@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from hpcsolve.core import backends
 from hpcsolve.core.backends import get_array_module, to_host
@@ -55,6 +54,7 @@ def build_mesh(case) -> Mesh:
         if not p.is_absolute():
             p = case.base_dir / p
         mesh = meshmod.read_mesh(p)
+        mesh.node_parts()           # on the file's mesh: its refinements carry the parts (checked on every file mesh)
     for _ in range(m.refine):
         mesh = meshmod.refine_uniform(mesh)
     return mesh
@@ -131,8 +131,7 @@ def select_cells(mesh: Mesh, where, field: str) -> np.ndarray:
             raise CaseError.invalid(f"{field}.where.tag", unknown[0], ", ".join(have) or "(this mesh has no regions)",
                                     why="no triangle has this region name")
         keep &= np.isin(mesh.cell_regions, tags)
-    centroids = mesh.points[mesh.triangles].mean(axis=1)
-    keep &= _coord_mask(where, centroids, tol, circle_ok=False)
+    keep &= _coord_mask(where, mesh.centroids(), tol, circle_ok=False)
     return np.flatnonzero(keep)
 
 
@@ -411,13 +410,7 @@ def _check_every_part_fixed(case, mesh: Mesh, fixed_nodes: np.ndarray) -> np.nda
     """Each connected part of the mesh needs a Dirichlet condition of its own: a part without one has no unique
     solution (its matrix block is singular), and a solver would return one of many answers as converged. Returns
     each node's part."""
-    from scipy.sparse.csgraph import connected_components
-
-    t = mesh.triangles
-    rows = np.concatenate([t[:, 0], t[:, 1], t[:, 2]])
-    cols = np.concatenate([t[:, 1], t[:, 2], t[:, 0]])
-    graph = sp.coo_matrix((np.ones(rows.size, dtype=np.int8), (rows, cols)), shape=(mesh.n_points,) * 2)
-    parts, label = connected_components(graph, directed=False)
+    parts, label = mesh.node_parts()
     if parts == 1:
         return label
     loose = np.setdiff1d(np.arange(parts), np.unique(label[fixed_nodes]))

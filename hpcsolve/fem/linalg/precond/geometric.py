@@ -107,28 +107,23 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     With P1 interpolation on the (/)-triangulated grid, a coarse DOF couples only with the DOFs of its
     3 x 3 coarse neighbourhood (its hexagon, in fact), so colouring the coarse nodes by (I mod 3, J mod 3)
     separates every row's neighbours: y = R A P v, with v the indicator of one colour and component,
-    holds in row I the entry of the one neighbour of that colour. The products run on the device
-    (``csr_apply``); the coarse CSR is assembled by index arithmetic. Exact zeros are dropped.
-    A, P, R: float64 CSR matrices of ``sparse``."""
+    holds in row I the entry of the one neighbour of that colour. The products run where the matrices are: with
+    ``sparse`` as three products with a block of 9 probe vectors per component (cuSPARSE SpMM through cupyx on the
+    GPU: 3 nc launches a level, not 27 nc), or, for host matrices with device ops (Numba-CUDA without CuPy), one
+    probe at a time through ``low.csr_apply``. The coarse CSR is assembled by index arithmetic. Exact zeros are
+    dropped. A, P, R: float64 CSR matrices of ``sparse``."""
     nc = coarse.ncomp
     cx = coarse.nx
     it = _index_dtype(coarse.n_full, xp)
     free = coarse.free_array(xp).astype(it, copy=False)
-    n_c, n_f = int(free.size), A.shape[0]
+    n_c = int(free.size)
     node, comp = free // nc, free % nc
     ci, cj = node % (cx + 1), node // (cx + 1)
     color = (ci % 3) + 3 * (cj % 3)
-    dA_, dP, dR = (level64(low, M, xp) for M in (A, P, R))
-    pv, apv, y = low.zeros(n_f, F64), low.zeros(n_f, F64), low.zeros(n_c, F64)
-    Y = []
-    for c in range(9):
-        for b in range(nc):
-            v = ((color == c) & (comp == b)).astype(xp.float64)
-            low.csr_apply(dP, dev(low, v, xp), pv)
-            low.csr_apply(dA_, pv, apv)
-            low.csr_apply(dR, apv, y)
-            Y.append(from_dev(low, y, xp).copy())
-    Y = xp.stack(Y)                                     # (9 nc, n_c)
+    if xp is not np or low.host_resident:
+        Y = _probe_blocks(A, P, R, color, comp, nc, xp)
+    else:
+        Y = _probe_one_by_one(low, A, P, R, color, comp, nc, xp)      # (9 nc, n_c)
     rows = xp.arange(n_c, dtype=it)
     off = [(di, dj, b) for dj in (-1, 0, 1) for di in (-1, 0, 1) for b in range(nc)]
     di = xp.asarray([o[0] for o in off], dtype=it)[None, :]
@@ -144,3 +139,32 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     indptr = xp.zeros(n_c + 1, dtype=xp.int64)
     indptr[1:] = xp.cumsum(mask.sum(axis=1))
     return sparse.csr_matrix((vals[mask], cols[mask].astype(xp.int32, copy=False), indptr.astype(xp.int32)), shape=(n_c, n_c))
+
+
+def _probe_blocks(A, P, R, color, comp, nc: int, xp):
+    """R A P V with V the indicators of the 9 colours of one component, for each component: (9 nc, n_c)."""
+    n_c = int(color.size)
+    Y = xp.empty((9 * nc, n_c), dtype=xp.float64)
+    for b in range(nc):
+        mine = xp.flatnonzero(comp == b)
+        V = xp.zeros((n_c, 9), dtype=xp.float64)
+        V[mine, color[mine]] = 1.0
+        Y[b::nc] = (R @ (A @ (P @ V))).T          # row c nc + b: colour c, component b
+    return Y
+
+
+def _probe_one_by_one(low, A, P, R, color, comp, nc: int, xp):
+    """The products of :func:`_probe_blocks` one probe vector at a time through ``low.csr_apply`` (host matrices,
+    device ops)."""
+    n_f, n_c = A.shape[0], int(color.size)
+    dA_, dP, dR = (level64(low, M, xp) for M in (A, P, R))
+    pv, apv, y = low.zeros(n_f, F64), low.zeros(n_f, F64), low.zeros(n_c, F64)
+    Y = []
+    for c in range(9):
+        for b in range(nc):
+            v = ((color == c) & (comp == b)).astype(xp.float64)
+            low.csr_apply(dP, dev(low, v, xp), pv)
+            low.csr_apply(dA_, pv, apv)
+            low.csr_apply(dR, apv, y)
+            Y.append(from_dev(low, y, xp).copy())
+    return xp.stack(Y)

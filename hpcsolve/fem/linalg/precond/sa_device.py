@@ -327,22 +327,27 @@ def rho_dinv_a_xp(A, dinv, xp, steps: int = LANCZOS_STEPS, seed: int = SEED) -> 
     if n <= 4 * steps:
         S = np.asarray(_host(s[:, None] * A.toarray() * s[None, :]))
         return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (S + S.T))))) if n else 1.0
+    A = A.tocsr()
+    As = A.__class__((A.data * s[entry_rows(A, xp)] * s[A.indices], A.indices, A.indptr), shape=A.shape)
     v = hashed_indices(n, xp, seed).astype(xp.float64) - 2.0**31     # a rough start, made on the device
-    v /= xp.linalg.norm(v)
+    v /= xp.sqrt(v @ v)
     v_prev = xp.zeros(n)
+    # the coefficients stay where the vectors are (no host round trip per step: on a GPU those synchronizations, and
+    # launches, were most of the set-up's Lanczos time); the steps after a breakdown are computed and dropped below
     alpha, beta, b = [], [], 0.0
-    for _ in range(steps):
-        w = s * (A @ (s * v))
-        a = float(v @ w)
-        w -= a * v + b * v_prev
-        alpha.append(a)
-        b = float(xp.linalg.norm(w))
-        if not b > 1e-12 * abs(a):
-            break
-        beta.append(b)
-        v_prev, v = v, w / b
-    k = len(alpha)
-    Tk = np.diag(alpha) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
+    with np.errstate(all="ignore"):
+        for _ in range(steps):
+            w = As @ v
+            a = v @ w
+            w -= a * v + b * v_prev
+            b = xp.sqrt(w @ w)
+            alpha.append(a)
+            beta.append(b)
+            v_prev, v = v, w / xp.where(b > 0, b, 1.0)
+    alpha, beta = np.asarray(_host(xp.stack(alpha)), dtype=np.float64), np.asarray(_host(xp.stack(beta)), dtype=np.float64)
+    ok = beta > 1e-12 * np.abs(alpha)
+    k = steps if ok.all() else int(np.argmin(ok)) + 1     # up to the first breakdown, its alpha included
+    Tk = np.diag(alpha[:k]) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
     return float(np.max(np.abs(np.linalg.eigvalsh(Tk))))
 
 
