@@ -33,9 +33,11 @@ print(f"process start by part: import cupy {t1 - t0:.3f} s, CUDA context + first
 PY
 /usr/bin/time -f "bare interpreter + cupy + context: wall %e s" python3 -c "import cupy; cupy.zeros(1).sum().get()"
 H="cases/heat_plate_with_hole.toml --backend cupy --set mesh.refine=4 --set solve.preconditioner=amg"
+i=0
 for ref in auto never auto never; do
-  /usr/bin/time -f "heat plate refine 4 reference=$ref: process wall %e s" python3 -m hpcsolve.cli run $H --set solve.reference=$ref --out /tmp/hp_$ref > /tmp/hp_$ref.txt 2>&1
-  grep -E "time_total_s|time_reference_s|^reference " /tmp/hp_$ref.txt | tr -s " " | tr "\n" ";" | cut -c1-250; echo
+  i=$((i + 1))
+  /usr/bin/time -f "heat plate refine 4 reference=$ref: process wall %e s" python3 -m hpcsolve.cli run $H --set solve.reference=$ref --out /tmp/hp_$i > /tmp/hp_$i.txt 2>&1
+  grep -E "time_total_s|time_reference_s|  reference  |process wall" /tmp/hp_$i.txt | tr -s " " | tr "\n" ";" | cut -c1-300; echo
 done
 for tree in /tmp/before $PWD; do
   (cd $tree && PYTHONPATH=/tmp/site:$tree timeout 80 python3 scripts/fem_run_phases.py cases/heat_plate_with_hole.toml --backend cupy --set mesh.refine=6 --set solve.preconditioner=amg --repeat 1 2>&1 | grep -v Warn | tail -14 | cut -c1-200)
