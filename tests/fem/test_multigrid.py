@@ -404,6 +404,14 @@ def test_the_device_power_iteration_gives_the_host_estimate_with_four_synchroniz
     assert lam == pytest.approx(lambda_max_host(sp.csr_matrix(P.A), 15), rel=1e-12)
     assert low.syncs == 4
     assert 1.5 < lam < 2.0
+    # every level at once: each level's own estimate, still 4 synchronizations
+    from hpcsolve.fem.linalg.precond.cycle import lambda_max_levels
+
+    low.syncs = 0
+    together = lambda_max_levels(low, pc.levels, 15)
+    assert low.syncs == 4 and len(pc.levels) >= 3
+    assert together == pytest.approx([lambda_max(A.low, lvl, 15) for lvl in pc.levels], rel=1e-12)
+    assert together[0] == pytest.approx(lam, rel=1e-12)
 
 
 def test_the_diagonal_ratio_is_reduced_where_the_matrix_lives():

@@ -49,30 +49,49 @@ NORMALIZE_EVERY = 5
 
 
 def lambda_max(low, lvl: Level, iterations: int) -> float:
-    """lambda_max(D^-1 A) by power iteration on the device: the estimate of :func:`lambda_max_host` (the growth of
-    the last step from a unit vector) with the vector normalized only every ``NORMALIZE_EVERY`` steps and before the
-    last one (float64 scalars; 4 synchronizations for 15 steps, not 15). A step is one smoothing launch with b = 0
-    and weights (0, -1), whose d is D^-1 A x (the operator the smoothers apply); the level's buffers take turns."""
-    B = lvl.bufs
-    low.fill_zero(B["b"])
-    low.scale_copy(start_vector(low, lvl.A.rows), B["x0"], 1.0)       # a fixed rough start, made on the device
-    ws = low.zeros(1, F64)
-    cur, lam, since = 0, 0.0, 0
-    for step in range(1, iterations + 1):
-        src, dst = B[f"x{cur}"], B[f"x{1 - cur}"]
-        low.mg_smooth(lvl.A, src, B["b"], lvl.dinv, dst, B["r"], 0.0, -1.0, False)    # dst = D^-1 A src
-        cur, since = 1 - cur, since + 1
-        if step % NORMALIZE_EVERY and step < iterations - 1:
-            continue
-        low.fill_zero(ws)
-        low.dot(dst, dst, ws, 0)
-        nrm = math.sqrt(max(float(low.to_host(ws)[0]), 0.0))
-        if not nrm > 0 or not math.isfinite(nrm):
-            break
-        lam = nrm ** (1.0 / since)          # since = 1 at the last step: its growth from a unit vector
-        low.scale_copy(dst, src, 1.0 / nrm)
-        cur, since = 1 - cur, 0             # the normalized vector is in src
-    return float(lam)
+    """lambda_max(D^-1 A) of one level by :func:`lambda_max_levels`."""
+    return lambda_max_levels(low, [lvl], iterations)[0]
+
+
+def lambda_max_levels(low, levels: list, iterations: int) -> list[float]:
+    """lambda_max(D^-1 A) of each level by power iteration on the device: the estimate of :func:`lambda_max_host`
+    (the growth of the last step from a unit vector) with the vector normalized only every ``NORMALIZE_EVERY``
+    steps and before the last one. A step is one smoothing launch with b = 0 and weights (0, -1), whose d is
+    D^-1 A x (the operator the smoothers apply); the level's buffers take turns. The levels go together: each
+    normalization is one host synchronization for all of them (4 for 15 steps, whatever the number of levels), and
+    every level and normalization has a float64 slot of its own (no zeroing launch between)."""
+    if not levels:
+        return []
+    points = [k for k in range(1, iterations + 1) if k % NORMALIZE_EVERY == 0 or k >= iterations - 1]
+    ws = low.zeros(len(points) * len(levels), F64)
+    for lvl in levels:
+        low.fill_zero(lvl.bufs["b"])
+        low.scale_copy(start_vector(low, lvl.A.rows), lvl.bufs["x0"], 1.0)    # a fixed rough start, on the device
+    cur, lam, live = [0] * len(levels), [0.0] * len(levels), [True] * len(levels)
+    done = 0
+    for p, point in enumerate(points):
+        since = point - done
+        for l, lvl in enumerate(levels):
+            if not live[l]:
+                continue
+            B = lvl.bufs
+            for _ in range(since):
+                src, dst = B[f"x{cur[l]}"], B[f"x{1 - cur[l]}"]
+                low.mg_smooth(lvl.A, src, B["b"], lvl.dinv, dst, B["r"], 0.0, -1.0, False)   # dst = D^-1 A src
+                cur[l] = 1 - cur[l]
+            low.dot(B[f"x{cur[l]}"], B[f"x{cur[l]}"], ws, p * len(levels) + l)
+        norms = low.to_host(ws)[p * len(levels):(p + 1) * len(levels)]
+        for l, lvl in enumerate(levels):
+            nrm = math.sqrt(max(float(norms[l]), 0.0))
+            if not live[l] or not nrm > 0 or not math.isfinite(nrm):
+                live[l] = False
+                continue
+            lam[l] = nrm ** (1.0 / since)          # since = 1 at the last step: its growth from a unit vector
+            B = lvl.bufs
+            low.scale_copy(B[f"x{cur[l]}"], B[f"x{1 - cur[l]}"], 1.0 / nrm)
+            cur[l] = 1 - cur[l]                    # the normalized vector
+        done = point
+    return [float(v) for v in lam]
 
 
 def lambda_max_host(M, iterations: int) -> float:

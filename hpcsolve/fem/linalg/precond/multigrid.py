@@ -60,7 +60,7 @@ from hpcsolve.fem.linalg.lowops import LevelCSR
 from hpcsolve.fem.linalg.precond import layout
 from hpcsolve.fem.linalg.precond.aggregation import DENSE_COARSE_MAX, coarse_inverse, pyamg_levels
 from hpcsolve.fem.linalg.precond.base import Preconditioner
-from hpcsolve.fem.linalg.precond.cycle import (Level, alloc_buffers, final_slot, lambda_max, lambda_max_host,
+from hpcsolve.fem.linalg.precond.cycle import (Level, alloc_buffers, final_slot, lambda_max_host, lambda_max_levels,
                                                smoother_coefficients, start_vector, v_cycle)
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, coarse_rows_in_fine, galerkin_by_probing, \
     geometric_prolongation
@@ -233,9 +233,12 @@ class Multigrid(Preconditioner):
         self._coarse_t = low.zeros(self._coarse_rows, compute) if not self.levels else None
         self._coarse_d = low.zeros(self._coarse_rows, compute) if not self.levels else None
         ph.done("buffers")
+        on_device = [lvl for lvl, (Al, *_) in zip(self.levels, mats) if Al.shape[0] > HOST_BUILD_ROWS]
+        for lvl, lam in zip(on_device, lambda_max_levels(low, on_device, opts.power_iterations)):
+            lvl.lam = lam
         for lvl, (Al, *_) in zip(self.levels, mats):
-            lvl.lam = lambda_max(low, lvl, opts.power_iterations) if Al.shape[0] > HOST_BUILD_ROWS \
-                else lambda_max_host(Al, opts.power_iterations)
+            if Al.shape[0] <= HOST_BUILD_ROWS:
+                lvl.lam = lambda_max_host(Al, opts.power_iterations)
             lvl.coefs = smoother_coefficients(opts, lvl.lam)
         ph.done("lambda_max")
         self.setup_phases_s = ph.seconds
