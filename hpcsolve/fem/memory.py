@@ -58,7 +58,9 @@ DEVICE_VECTORS = 10
 
 #: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
 #: int32 indices; the finest level stored by diagonals is a copy of its own: 7 (scalar) to ~20 (elasticity)
-#: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up
+#: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up (the geometric set-up's
+#: probe blocks, two n x 9 float64 arrays at the finest level, 144 B, are made before the levels are uploaded: with
+#: the matrix, P, R and the Krylov vectors about 370 B at that moment, counted, not measured)
 MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
 AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
 #: mg / amg: the coarsest level (at most ``solve.multigrid.coarse_size`` rows, the bound counted) is inverted dense

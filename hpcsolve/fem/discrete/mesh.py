@@ -194,7 +194,7 @@ def cook_membrane(n: int) -> Mesh:
     x = 48.0 * s
     y_bottom, y_top = 44.0 * s, 44.0 + 16.0 * s
     m.points = np.column_stack([x, y_bottom + t * (y_top - y_bottom)])
-    m._h_max = m._bounds = None          # the rectangle's no longer hold
+    m._h_max = m._bounds = m._parts = m._display = None          # the rectangle's no longer hold
     m.source = f"cook_membrane {n}x{n}"
     return m
 

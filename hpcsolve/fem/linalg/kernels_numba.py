@@ -285,7 +285,7 @@ class NumbaOps(lowops.LowOps):
             # array alive): a numba allocation and its zeroing launch cost about 100 us, this about half
             with self._cp_stream:
                 a = self._cp.zeros(n, dtype=dtype)
-            return self.cuda.as_cuda_array(a)
+            return self.cuda.as_cuda_array(a, sync=False)      # its memset is on this stream: no host wait
         a = self.cuda.device_array(n, dtype=dtype, stream=self.stream)
         self.fill_zero(a)
         return a

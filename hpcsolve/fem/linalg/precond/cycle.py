@@ -65,7 +65,8 @@ def lambda_max_levels(low, levels: list, iterations: int) -> list[float]:
     points = [k for k in range(1, iterations + 1) if k % NORMALIZE_EVERY == 0 or k >= iterations - 1]
     ws = low.zeros(len(points) * len(levels), F64)
     for lvl in levels:
-        low.fill_zero(lvl.bufs["b"])
+        for name in ("b", "x1"):         # b = 0; x1: its first d, which the step scales by 0 (no stale NaN may stay)
+            low.fill_zero(lvl.bufs[name])
         low.scale_copy(start_vector(low, lvl.A.rows), lvl.bufs["x0"], 1.0)    # a fixed rough start, on the device
     cur, lam, live = [0] * len(levels), [0.0] * len(levels), [True] * len(levels)
     done = 0
@@ -86,7 +87,8 @@ def lambda_max_levels(low, levels: list, iterations: int) -> list[float]:
             if not live[l] or not nrm > 0 or not math.isfinite(nrm):
                 live[l] = False
                 continue
-            lam[l] = nrm ** (1.0 / since)          # since = 1 at the last step: its growth from a unit vector
+            if since == 1:                         # the growth of one step from a unit vector: the estimate
+                lam[l] = nrm
             B = lvl.bufs
             low.scale_copy(B[f"x{cur[l]}"], B[f"x{1 - cur[l]}"], 1.0 / nrm)
             cur[l] = 1 - cur[l]                    # the normalized vector
