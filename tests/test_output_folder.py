@@ -395,7 +395,9 @@ def test_a_real_full_file_system_gives_one_error_no_crash(tmp_path):
                                "--set", "time.steps=30", "--set", "time.output_interval=0.0001",
                                "--set", "steady.enabled=false"], env=ENV, capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr[-2000:]
-        assert "(No space left on device)" in proc.stderr and proc.stderr.count("\n") == 1
+        # one error line (a short cavity run is also outside Ghia's range: its verdict warning may come first)
+        errors = [line for line in proc.stderr.splitlines() if not line.startswith("hpcsolve: warning: ")]
+        assert len(errors) == 1 and "(No space left on device)" in errors[0], proc.stderr
         assert _leftovers(mnt / "out") == []
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
