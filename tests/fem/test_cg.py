@@ -204,6 +204,22 @@ def test_non_spd_input():
         assert each.iterations == 3 and "<= 0 at iteration 3:" in each.reason and "<= 0 at iteration 3:" in rep.reason
 
 
+def test_a_float32_product_that_underflows_is_not_called_indefinite():
+    """Coefficients spanning 1e34 (SPD): in float32 every product of A p underflows at some iteration, p.Ap = 0 with
+    r.z != 0. That is no evidence about the matrix: mixed precision falls back to float64 and converges, fp32 says
+    what happened (it used to say "not symmetric positive definite" and stop, mixed precision too)."""
+    from hpcsolve.fem.discrete import testproblems as tp
+
+    P = tp.jumps(16, 1e34)
+    for method in ("cg-reliable", "ir-restarted"):
+        x, rep = solve(P.A, P.b, precision="mixed", method=method, preconditioner="jacobi", rtol=1e-8, maxiter=2500)
+        assert rep.converged and "underflowed in float32" in rep.fallback, (method, rep.reason, rep.fallback)
+        assert np.linalg.norm(P.b - P.A @ x) / np.linalg.norm(P.b) <= 1e-8
+    _, rep = solve(P.A, P.b, precision="fp32", preconditioner="jacobi", rtol=1e-8, maxiter=2500)
+    assert not rep.converged and "underflowed in float32" in rep.reason
+    assert "not symmetric positive definite" not in rep.reason
+
+
 def test_singular_system_reports_why():
     # pure-Neumann Laplacian (no Dirichlet row) with an inconsistent right-hand side
     N = 20
