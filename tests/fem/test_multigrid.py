@@ -417,6 +417,54 @@ def test_the_device_power_iteration_gives_the_host_estimate_with_four_synchroniz
     assert lambda_max(A.low, pc.levels[0], 15) == pytest.approx(lam, rel=1e-12)
 
 
+class _Twinned(_CountingOps):
+    """Low ops whose ``launch_twin`` hands the power iteration to a second ops object (counting its launches)
+    with arrays seen through ``np.ndarray.view``, as Numba-CUDA hands it to CuPy's kernels on its own stream."""
+
+    def __init__(self, low):
+        super().__init__(low)
+        self.twin, self.viewed, self.own_smooths = _CountingOps(low), [], 0
+        self.twin.smooths = 0
+        twin_smooth = low.mg_smooth
+
+        def counted(*args):
+            self.twin.smooths += 1
+            return twin_smooth(*args)
+
+        self.twin.mg_smooth = counted
+
+    def mg_smooth(self, *args):
+        self.own_smooths += 1
+        return self._low.mg_smooth(*args)
+
+    def launch_twin(self):
+        def view(a):
+            self.viewed.append(a)
+            return a.view()
+        return self.twin, view
+
+
+@pytest.mark.parametrize("kind", ["mg", "amg"])
+def test_the_power_iteration_runs_on_the_launch_twin_with_the_same_estimates(kind):
+    """``LowOps.launch_twin``: every level's power iteration on the twin's kernels, through views of the same
+    memory (geometric levels stored by diagonals, aggregation levels CSR), the estimates those of the backend's own
+    launches, bit for bit; none of the backend's own launches."""
+    from hpcsolve.fem.linalg.precond.cycle import lambda_max_levels
+
+    P = tp.poisson_fd(31)
+    pc = _pc(P, kind, hierarchy="fp64", coarse_size=10, level_format="dia" if kind == "mg" else "csr")
+    A = prepare_matrix(P.A)
+    pc.setup(A)
+    own = lambda_max_levels(A.low, pc.levels, 15)
+    low = _Twinned(A.low)
+    assert lambda_max_levels(low, pc.levels, 15) == own
+    assert low.own_smooths == 0 and low.twin.smooths == 15 * len(pc.levels) and low.twin.syncs == 4
+    assert any(lvl.A.offsets is not None for lvl in pc.levels) == (kind == "mg")
+    viewed = {id(a) for a in low.viewed}
+    for lvl in pc.levels:
+        assert {id(lvl.A.vals), id(lvl.dinv)} | {id(b) for b in lvl.bufs.values()} <= viewed
+
+
 def test_the_diagonal_ratio_is_reduced_where_the_matrix_lives():
     P = tp.jumps(16, 1e6)
     d = sp.csr_matrix(P.A).diagonal()

@@ -282,3 +282,33 @@ def test_numba_sets_up_with_cupy_on_the_device_and_matches_cupy(kind):
     if kind == "amg":
         assert rn.preconditioner["amg_setup"] == rc.preconditioner["amg_setup"] == "device"
     assert np.linalg.norm(xn - xc) / np.linalg.norm(xc) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["mg", "amg"])
+def test_numba_power_iterations_on_cupy_kernels_equal_its_own(kind):
+    """``NumbaOps.launch_twin``: the smoothers' power iterations of a Numba-CUDA set-up launch CuPy's kernels on
+    Numba's stream, on the same memory; every level's estimate equals that of Numba's own kernels (another
+    summation order: to 1e-12), and the twin is what the set-up used."""
+    pytest.importorskip("cupy")
+    from hpcsolve.core import backends
+    from hpcsolve.fem.linalg.kernels_cupy import CupyOps
+    from hpcsolve.fem.linalg.precond.cycle import lambda_max_levels
+
+    status = backends.probe("numba-cuda")
+    if not status.available or status.simulator:
+        pytest.skip(f"numba-cuda: {status.reason}")
+    P = tp.poisson_fd(255)
+    M = prepare_matrix(P.A, backend="numba-cuda")
+    pc = Multigrid(kind, {}, grid=P.grid if kind == "mg" else None)
+    pc.setup(M)
+    low = M.low
+    twin = low.launch_twin()
+    assert twin is not None and isinstance(twin[0], CupyOps) and twin[0].stream is low._cp_stream
+    on_cupy = lambda_max_levels(low, pc.levels, 15)
+    low.set_up_on_cupy = False
+    assert low.launch_twin() is None
+    own = lambda_max_levels(low, pc.levels, 15)
+    assert len(own) >= 2 and all(1.0 < v < 2.5 for v in own)
+    assert on_cupy == pytest.approx(own, rel=1e-12)
+    assert [lvl.lam for lvl in pc.levels[:len(own)]] == pytest.approx(own, rel=1e-12)

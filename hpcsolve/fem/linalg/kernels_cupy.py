@@ -141,7 +141,9 @@ class CupyOps(lowops.LowOps):
     def owns(self, xp):
         return xp is self.cp
 
-    def __init__(self, graphs: bool = True):
+    def __init__(self, graphs: bool = True, stream=None):
+        """``stream``: a CuPy stream to launch on (another backend's, whose arrays these kernels then work on:
+        Numba-CUDA's set-up twin, ``NumbaOps.launch_twin``); by default a new non-blocking one."""
         import cupy
 
         self.cp = cupy
@@ -150,7 +152,7 @@ class CupyOps(lowops.LowOps):
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.max_blocks = sms * (2048 // THREADS)
         self.graphs = graphs
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream = cupy.cuda.Stream(non_blocking=True) if stream is None else stream
 
     def _kernel(self, name, *dtypes):
         key = (name,) + tuple(np.dtype(d) for d in dtypes)

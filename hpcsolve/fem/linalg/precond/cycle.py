@@ -62,6 +62,10 @@ def lambda_max_levels(low, levels: list, iterations: int) -> list[float]:
     every level and normalization has a float64 slot of its own (no zeroing launch between)."""
     if not levels:
         return []
+    twin = low.launch_twin()           # launch-bound: the cheapest launches on this stream (Numba: CuPy's)
+    if twin is not None:
+        low, view = twin
+        levels = [_level_view(lvl, view) for lvl in levels]
     points = [k for k in range(1, iterations + 1) if k % NORMALIZE_EVERY == 0 or k >= iterations - 1]
     ws = low.zeros(len(points) * len(levels), F64)
     for lvl in levels:
@@ -94,6 +98,19 @@ def lambda_max_levels(low, levels: list, iterations: int) -> list[float]:
             cur[l] = 1 - cur[l]                    # the normalized vector
         done = point
     return [float(v) for v in lam]
+
+
+def _level_view(lvl: Level, view) -> Level:
+    """What the power iteration reads and writes of ``lvl`` (its operator, 1 / diag, buffers) as ``view`` sees it
+    (``LowOps.launch_twin``: the same memory as another library's arrays)."""
+    M = lvl.A
+
+    def v(a):
+        return None if a is None else view(a)
+
+    A = LevelCSR(M.rows, M.cols, v(M.indptr), v(M.indices), view(M.vals), M.compute, v(M.rowscale),
+                 offsets=v(M.offsets), nnz=M.nnz)
+    return Level(A=A, dinv=view(lvl.dinv), kind=lvl.kind, bufs={k: view(b) for k, b in lvl.bufs.items()})
 
 
 def lambda_max_host(M, iterations: int) -> float:
