@@ -17,6 +17,7 @@ from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.fem.api import _method_for, factor_solve, prepare_matrix, solve
 from hpcsolve.fem.discrete import device
+from hpcsolve.fem.reference import BESIDE, Reference, beside
 from hpcsolve.fem.verdicts import verdicts as fem_verdicts
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.distributed import prepare_distributed
@@ -251,6 +252,9 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     disc = prob.build(case, mesh=mesh, backend=be if parallel.ranks(parallel.world()) <= 1 else None)
     prob.check_scales(disc, policy.storage_bytes)   # a system beyond the working precision: refused, field named
     s = case.solve
+    make_ref, predicted, note = fem_memory.reference_plan(case, disc.A.shape[0])
+    # on a GPU the float64 reference (host SuperLU, GIL released) factorizes beside the device solve
+    ref = Reference(disc, s.rtol, beside=beside(be)) if make_ref else None
     heartbeat.phase(f"setting up the preconditioner ({case.solve.preconditioner}) and solving "
                     f"{disc.A.shape[0]:,} unknowns")
     A, pc = _distribute(case, disc, backend, policy, make_preconditioner(case, disc, policy))
@@ -269,11 +273,11 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         fields.update(f)
     metrics.update(_probe_metrics(case.output, disc, u))
     timings["norms_s"] = time.perf_counter() - t_norms
-    make_ref, predicted, note = fem_memory.reference_plan(case, disc.A.shape[0])
-    timings["reference_s"] = 0.0
-    if make_ref:
-        heartbeat.phase(f"the float64 reference solve (SciPy SuperLU, predicted ~{predicted:.2g} s)")
-        metrics.update(_reference_metrics(disc, x, s, timings))
+    timings["reference_s"] = timings["reference_wait_s"] = 0.0
+    if ref is not None:
+        heartbeat.phase(f"the float64 reference solve (SciPy SuperLU, predicted ~{predicted:.2g} s"
+                        + (f", {BESIDE})" if ref.thread is not None else ")"))
+        metrics.update(ref.metrics(disc, x, timings))
     else:
         metrics["reference"] = note
     timings["total_s"] = time.perf_counter() - t_all
@@ -342,21 +346,6 @@ def _timings(disc, report) -> dict:
     timings[SOLVER_SECONDS] = report.time_s + pc_setup
     timings["solver_setup_s"] = report.setup_time_s
     return timings
-
-
-def _reference_metrics(disc, x, s, timings: dict) -> dict:
-    """The float64 direct solve (SuperLU, ``hpcsolve.fem.api.factor_solve``) of the same system, the solution's
-    distance from it, and its kind (metrics "reference"); its time is timings "reference_s"."""
-    t0 = time.perf_counter()
-    A = disc.A.to_scipy() if isinstance(disc.A, DeviceCSR) else disc.A
-    x_ref, rep_ref = solve(A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
-    timings["reference_s"] = time.perf_counter() - t0
-    kind = next((n.removeprefix("direct solve: ") for n in rep_ref.notes if n.startswith("direct solve: ")), "")
-    metrics = {"reference": f"made: float64 {kind}", "reference_true_residual": rep_ref.true_residual,
-               "error_vs_fp64_reference": float(np.linalg.norm(x - x_ref) / max(np.linalg.norm(x_ref), 1e-300))}
-    if disc.exact is not None:
-        metrics["reference_error_l2"] = prob.error_norms(disc.mesh, disc.full_solution(x_ref), *disc.exact)[0]
-    return metrics
 
 
 def _probe_metrics(out, disc, u) -> dict:

@@ -14,6 +14,7 @@ from hpcsolve.core.cases import load_case
 from hpcsolve.core.precision import get_precision
 from hpcsolve.fem.discrete import assembly, device, mesh as meshmod, problem
 from hpcsolve.fem import runner
+from hpcsolve.fem.reference import BESIDE, host_cores
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 SYSTEMS = [("poisson_manufactured.toml", ["mesh.nx=24"]), ("cook_membrane.toml", ["mesh.nx=10"]),
@@ -137,8 +138,12 @@ def test_device_run_matches_numpy_run(gpu_backend_names, name, over):
         for key in ("error_l2", "error_h1_seminorm", "probe_value", "u_min", "u_max", "displacement_max"):
             if key in ref.metrics:
                 assert res.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-7, abs=1e-12), (bname, key)
-        assert res.metrics["reference"] == ref.metrics["reference"]
-        assert res.timings["reference_s"] >= 0.0
+        want = ref.metrics["reference"]          # on a GPU the reference factorizes beside the device solve
+        if want.startswith("made") and host_cores() >= 2:
+            want += f" ({BESIDE})"
+            assert res.metrics["error_vs_fp64_reference"] < 1e-8 and res.timings["reference_s"] > 0.0
+        assert res.metrics["reference"] == want, bname
+        assert res.timings["reference_s"] >= 0.0 and res.timings["reference_wait_s"] >= 0.0
 
 
 def test_plots_of_a_large_grid_draw_a_subsample(tmp_path, monkeypatch):

@@ -70,3 +70,63 @@ def test_every_summary_names_the_reference_and_its_time(setting):
     else:
         assert res.metrics["reference"] == "not made (solve.reference = 'never')"
         assert res.timings["reference_s"] == 0.0
+
+
+def _system(nx=24):
+    case = load_case(CASES / "poisson_manufactured.toml", [f"mesh.nx={nx}", "output.plots=false"])
+    return case, problem.build(case)
+
+
+def test_a_reference_beside_the_solve_gives_the_metrics_of_one_in_line():
+    """``hpcsolve.fem.reference``: the factorization in its own thread (GPU runs) gives the metrics of the one made
+    after the solve (CPU runs) exactly; the kind says where it ran; the run's wait and its own time are both set."""
+    from hpcsolve.fem import reference
+
+    case, disc = _system()
+    x = spla.spsolve(disc.A.tocsc(), disc.b) * (1 + 1e-6)
+    out = {}
+    for beside in (False, True):
+        ref = reference.Reference(disc, case.solve.rtol, beside=beside)
+        timings: dict = {}
+        out[beside] = ref.metrics(disc, x, timings)
+        assert ref.ran_in == ("hpcsolve-fem-reference" if beside else "MainThread")
+        assert timings["reference_s"] > 0.0 and timings["reference_wait_s"] >= 0.0
+        if not beside:                     # in line: the wait is the solve itself and more (nested timers)
+            assert timings["reference_wait_s"] >= timings["reference_s"]
+    assert out[True]["reference"] == f"{out[False]['reference']} ({reference.BESIDE})"
+    assert out[False]["reference"] == f"made: float64 {REFERENCE_SYMMETRIC}"
+    for key in ("reference_true_residual", "error_vs_fp64_reference", "reference_error_l2"):
+        assert out[True][key] == out[False][key], key
+    assert out[True]["error_vs_fp64_reference"] == pytest.approx(1e-6, rel=1e-3)
+
+
+def test_an_error_in_the_reference_thread_reaches_the_run(monkeypatch):
+    from hpcsolve.core.errors import CaseError
+    from hpcsolve.fem import reference
+
+    def broken(*args, **kwargs):
+        raise CaseError.invalid("A", "a broken matrix", "an SPD matrix")
+
+    monkeypatch.setattr(reference, "solve", broken)
+    case, disc = _system(8)
+    ref = reference.Reference(disc, case.solve.rtol, beside=True)
+    with pytest.raises(CaseError, match="a broken matrix"):
+        ref.metrics(disc, np.zeros(disc.A.shape[0]), {})
+
+
+@pytest.mark.parametrize("gpu,cores,want", [(False, 16, False), (True, 1, False), (True, 2, True)])
+def test_only_a_gpu_run_with_a_spare_core_factorizes_beside_its_solve(monkeypatch, gpu, cores, want):
+    from types import SimpleNamespace
+
+    from hpcsolve.fem import reference
+
+    monkeypatch.setattr(reference, "host_cores", lambda: cores)
+    assert reference.beside(SimpleNamespace(gpu=gpu)) is want
+
+
+def test_a_cpu_run_makes_its_reference_in_line():
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=16", "solve.reference=always",
+                                                           "output.plots=false"])
+    res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    assert res.metrics["reference"] == f"made: float64 {REFERENCE_SYMMETRIC}"
+    assert res.timings["reference_wait_s"] >= res.timings["reference_s"] > 0.0
