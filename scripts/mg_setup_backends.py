@@ -15,18 +15,24 @@ import pstats
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.precision import get_precision
 from hpcsolve.fem import runner
+from hpcsolve.fem.linalg.kernels_numba import NumbaOps
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("case")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
-    ap.add_argument("--backends", nargs="+", default=["cupy", "numba-cuda"])
+    ap.add_argument("--backends", nargs="+", default=["cupy", "numba-cuda"],
+                    help="numba-cuda:own: Numba-CUDA with its power iterations on its own launches (NumbaOps.set_up_on_cupy "
+                         "off), as before the launch twin")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     case = load_case(args.case, args.overrides)
     policy = get_precision(case.run.precision, family="fem")
     for backend in args.backends:
+        own = backend.endswith(":own")      # numba-cuda:own: the power iterations on Numba's own launches
+        backend = backend.removesuffix(":own")
+        NumbaOps.set_up_on_cupy = not own
         runner.run(case, backend, policy)
         prof = cProfile.Profile() if args.profile else None
         if prof:
@@ -35,7 +41,7 @@ def main() -> None:
         if prof:
             prof.disable()
         info = res.metrics.get("preconditioner_info") or {}
-        print(f"== {backend}: set-up {res.timings.get('preconditioner_setup_s', float('nan')):.4f} s; phases "
+        print(f"== {backend}{' (own launches)' if own else ''}: set-up {res.timings.get('preconditioner_setup_s', float('nan')):.4f} s; phases "
               + ", ".join(f"{k} {v:.4f}" for k, v in (info.get("setup_phases_s") or {}).items()), flush=True)
         if prof:
             stats = pstats.Stats(prof).sort_stats("cumulative")

@@ -430,9 +430,10 @@ def _advice(report, policy: Precision, solve_opts) -> str:
     return "; raise solve.maxiter or loosen solve.rtol"
 
 
-#: a structured grid of more cells a side is drawn from every k-th node (a 768 x 576-pixel figure shows no more):
-#: the 4 M-node mesh took 3.9 s of Gouraud triangles per figure (mesh.nx = 1024, 2-core machine)
-PLOT_MAX_CELLS = 512
+#: a structured grid of more cells a side is drawn from every k-th node (a 768 x 576-pixel figure, its axes about
+#: 500 x 400 pixels, shows no more): the 4 M-node mesh took 3.9 s of Gouraud triangles per figure (mesh.nx = 1024,
+#: 2-core machine); 256 as mesh.DISPLAY_MAX_TRIANGLES (a 256 x 256-cell grid's triangles)
+PLOT_MAX_CELLS = 256
 
 
 def _display_triangles(result: Result, triangles: np.ndarray, display=None):

@@ -20,9 +20,11 @@ from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
 
 
 #: a figure of a finer mesh draws the coarser one it was refined from (Mesh.display_level): a 768 x 576-pixel figure
-#: shows no more than this many triangles (a 512 x 512-cell grid's, as the structured grids' figures); Gouraud
-#: triangles of the 5.3 M-triangle heat plate (mesh.refine = 6) took 3.9-5.5 s of output on the H200 machine
-DISPLAY_MAX_TRIANGLES = 2 * 512 * 512
+#: (its axes about 500 x 400 pixels) shows no more than this many triangles (a 256 x 256-cell grid's, as the
+#: structured grids' figures, runner.PLOT_MAX_CELLS); Gouraud triangles of the 5.3 M-triangle heat plate
+#: (mesh.refine = 6) took 3.9-5.5 s of output on the H200 machine, and at mesh.refine = 4 the write with plots
+#: took 0.36 s with 330 k triangles drawn, 0.21 s with refine = 3's 83 k (2-core machine, 2026-12-04)
+DISPLAY_MAX_TRIANGLES = 2 * 256 * 256
 
 
 @dataclass

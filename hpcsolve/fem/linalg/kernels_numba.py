@@ -178,6 +178,8 @@ class NumbaOps(lowops.LowOps):
     name = "numba-cuda"
     supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
     graphs = False
+    #: launch-bound set-up work (the power iterations) through CuPy's kernels where it can (``launch_twin``)
+    set_up_on_cupy = True
 
     def __init__(self, graphs: bool = True):
         self.cuda = _core().cuda
@@ -186,8 +188,6 @@ class NumbaOps(lowops.LowOps):
         self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
         self._cp = self._cp_stream = self._cp_device = None
         self._twin = None
-        #: launch-bound set-up work (the power iterations) through CuPy's kernels where it can (``launch_twin``)
-        self.set_up_on_cupy = True
         self.supports_graphs = self.graphs = False
         if self.sim:
             self.max_blocks = 2
