@@ -52,6 +52,10 @@ class Reference:
             self.thread = threading.Thread(target=self._solve, name="hpcsolve-fem-reference", daemon=True)
             self.thread.start()
 
+    def running(self) -> bool:
+        """Whether the factorization beside the solve has not finished yet."""
+        return self.thread is not None and self.thread.is_alive()
+
     def _solve(self) -> None:
         self.ran_in = threading.current_thread().name
         t0 = time.perf_counter()

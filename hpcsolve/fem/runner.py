@@ -24,6 +24,7 @@ from hpcsolve.fem.linalg.distributed import prepare_distributed
 from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
+from hpcsolve.core import plotstyle
 from hpcsolve.core.plotstyle import colorbar, new_figure, run_label, save_png, symmetric_limits
 from hpcsolve.core.precision import Precision
 from hpcsolve.core.results import Result, TriangleMesh
@@ -275,6 +276,8 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
     timings["norms_s"] = time.perf_counter() - t_norms
     timings["reference_s"] = timings["reference_wait_s"] = 0.0
     if ref is not None:
+        if ref.running() and case.output.plots:
+            plotstyle.warm_up()           # the figures' imports while SuperLU works beside (it releases the GIL)
         heartbeat.phase(f"the float64 reference solve (SciPy SuperLU, predicted ~{predicted:.2g} s"
                         + (f", {BESIDE})" if ref.thread is not None else ")"))
         metrics.update(ref.metrics(disc, x, timings))

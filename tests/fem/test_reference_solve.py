@@ -130,3 +130,27 @@ def test_a_cpu_run_makes_its_reference_in_line():
     res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
     assert res.metrics["reference"] == f"made: float64 {REFERENCE_SYMMETRIC}"
     assert res.timings["reference_wait_s"] >= res.timings["reference_s"] > 0.0
+
+
+@pytest.mark.parametrize("plots", [True, False])
+def test_a_run_waiting_for_its_reference_warms_up_its_plots(monkeypatch, plots):
+    """While the reference factorizes beside the solve, a run that will plot imports its figures' library then
+    (``plotstyle.warm_up``); one without plots does not; the metrics are those of the reference in line."""
+    import sys
+
+    from hpcsolve.core import plotstyle
+    from hpcsolve.fem import reference
+
+    calls = []
+    monkeypatch.setattr(runner, "beside", lambda be: True)
+    monkeypatch.setattr(reference.Reference, "running", lambda self: True)
+    monkeypatch.setattr(plotstyle, "warm_up", lambda: calls.append(1))
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=16", "solve.reference=always",
+                                                           f"output.plots={str(plots).lower()}"])
+    res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    assert calls == ([1] if plots else [])
+    assert res.metrics["reference"] == f"made: float64 {REFERENCE_SYMMETRIC} ({reference.BESIDE})"
+    assert res.metrics["error_vs_fp64_reference"] < 1e-8
+    monkeypatch.undo()
+    plotstyle.warm_up()
+    assert {"matplotlib.tri", "mpl_toolkits.axes_grid1", "matplotlib.backends.backend_agg"} <= set(sys.modules)
