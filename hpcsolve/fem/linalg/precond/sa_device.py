@@ -120,33 +120,31 @@ _KERNELS: dict = {}
 
 def _row_max(xp, indptr, indices, key):
     """out_i = max(key_i, max over the graph's row i of key_j) (int64 keys; rows may be empty)."""
-    n = key.shape[0]
     if xp is np:            # the neighbours' keys gathered per edge (on the GPU one kernel reads them in place)
         return _row_max_edges(xp, indptr, key[indices], key)
-    kern = _KERNELS.get("row_max")
-    if kern is None:
-        kern = _KERNELS["row_max"] = xp.RawKernel(_ROW_MAX_SRC, "row_max")
-    out = xp.empty_like(key)
-    threads = 256
-    kern(((n + threads - 1) // threads,), (threads,), (np.int32(n), indptr, indices, key, out))
-    return out
+    return _launch(xp, "row_max", _ROW_MAX_SRC, key, indptr, indices, key)
 
 
 def _row_max_edges(xp, indptr, ekey, init):
     """out_i = max(init_i, max over the stored entries k of row i of ekey_k) (int64; a key per edge)."""
-    n = init.shape[0]
     if xp is np:
         out = init.copy()
         rows = np.flatnonzero(np.diff(indptr))
         if rows.size:
             out[rows] = np.maximum(out[rows], np.maximum.reduceat(ekey, indptr[:-1][rows]))
         return out
-    kern = _KERNELS.get("row_max_edges")
+    return _launch(xp, "row_max_edges", _ROW_MAX_EDGES_SRC, init, indptr, ekey, init)
+
+
+def _launch(xp, name: str, source: str, like, *args):
+    """One thread per row: the RawKernel ``name`` of ``source`` (compiled once) with (n, *args, out)."""
+    kern = _KERNELS.get(name)
     if kern is None:
-        kern = _KERNELS["row_max_edges"] = xp.RawKernel(_ROW_MAX_EDGES_SRC, "row_max_edges")
-    out = xp.empty_like(init)
+        kern = _KERNELS[name] = xp.RawKernel(source, name)
+    n = like.shape[0]
+    out = xp.empty_like(like)
     threads = 256
-    kern(((n + threads - 1) // threads,), (threads,), (np.int32(n), indptr, ekey, init, out))
+    kern(((n + threads - 1) // threads,), (threads,), (np.int32(n), *args, out))
     return out
 
 
