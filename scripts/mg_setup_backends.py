@@ -30,7 +30,9 @@ def main() -> None:
     case = load_case(args.case, args.overrides)
     policy = get_precision(case.run.precision, family="fem")
     for backend in args.backends:
-        own = backend.endswith(":own")      # numba-cuda:own: the power iterations on Numba's own launches
+        own = backend == "numba-cuda:own"      # the power iterations on Numba's own launches
+        if backend.endswith(":own") and not own:
+            ap.error(f"{backend}: ':own' is for numba-cuda only")
         backend = backend.removesuffix(":own")
         NumbaOps.set_up_on_cupy = not own
         runner.run(case, backend, policy)

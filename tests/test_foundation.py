@@ -50,6 +50,54 @@ def test_backend_probe_and_resolve_here():
             backends.resolve("cupy")
 
 
+@pytest.fixture
+def fresh_probes():
+    """The per-process probe cache emptied before and after (a fake probe must not outlive its test)."""
+    backends._probe_once.cache_clear()
+    yield
+    backends._probe_once.cache_clear()
+
+
+def test_a_prewarmed_probe_runs_once_beside_the_caller(monkeypatch, fresh_probes):
+    """``backends.prewarm``: CuPy's probe (import, driver, context) in a thread while the run loads its case; a
+    ``probe`` asked meanwhile waits for that answer instead of probing again; CPU backends are not prewarmed."""
+    import threading
+    import time
+
+    calls, started = [], threading.Event()
+
+    def slow_probe(self):
+        calls.append(threading.current_thread().name)
+        started.set()
+        time.sleep(0.2)
+        return backends.BackendStatus("cupy", False, "a fake probe")
+
+    monkeypatch.setattr(backends.CupyBackend, "_probe", slow_probe)
+    monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name: object())   # "CuPy is installed"
+    assert backends.prewarm("numpy") is None and backends.prewarm("numba-cuda") is None
+    thread = backends.prewarm("auto")
+    assert thread is not None and started.wait(10)
+    status = backends.probe("cupy")            # asked while the thread probes: its answer, no second probe
+    thread.join(10)
+    assert status.reason == "a fake probe" and calls == ["hpcsolve-probe-cupy"]
+    assert backends.prewarm(backends.get("cupy")) is not None and calls == ["hpcsolve-probe-cupy"]   # cached
+    monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name: None)         # no CuPy: no thread
+    assert backends.prewarm("cupy") is None
+
+
+def test_the_backend_hint_is_read_before_the_case_is_validated(tmp_path):
+    from hpcsolve.run import _backend_hint
+
+    case = tmp_path / "c.toml"
+    case.write_text('solver = "fem"\n[run]\nbackend = "numpy"\n')
+    assert _backend_hint(case, []) == "numpy"
+    assert _backend_hint(case, ["mesh.nx=8", 'run.backend="cupy"']) == "cupy"
+    case.write_text('solver = "fem"\n')
+    assert _backend_hint(case, []) == "auto"
+    case.write_text("not toml [")
+    assert _backend_hint(case, []) == "" and _backend_hint(tmp_path / "missing.toml", []) == ""
+
+
 def test_override_parsing_types_and_paths():
     assert parse_override("physics.reynolds=400") == (["physics", "reynolds"], 400)
     assert parse_override("run.backend=cupy") == (["run", "backend"], "cupy")

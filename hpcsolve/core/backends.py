@@ -21,8 +21,10 @@ from __future__ import annotations
 import functools
 import sys
 import importlib
+import importlib.util
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -216,6 +218,7 @@ class CupyBackend(_GpuBackend):
                 return BackendStatus("cupy", False, "cupy imports but no CUDA device answers")
             props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
             dev = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+            cupy.cuda.runtime.memGetInfo()   # the CUDA context, made here: a prewarm thread makes it off the main one
         except Exception as exc:
             return BackendStatus("cupy", False, f"cupy imports but the device does not answer ({exc})")
         return BackendStatus("cupy", True, f"CuPy {cupy.__version__} on {dev}", device=dev)
@@ -379,8 +382,37 @@ def _instance(name: str) -> Backend:
 
 
 @functools.lru_cache(maxsize=None)
-def _probe_cached(name: str) -> BackendStatus:
+def _probe_once(name: str) -> BackendStatus:
     return _instance(name)._probe()
+
+
+_PROBE_LOCKS = {name: threading.Lock() for name in REGISTRY}
+
+
+def _probe_cached(name: str) -> BackendStatus:
+    """The backend's probe, made once per process; a caller that asks while another thread probes (``prewarm``)
+    waits for that probe's answer."""
+    with _PROBE_LOCKS[name]:
+        return _probe_once(name)
+
+
+#: what ``prewarm`` probes for a requested backend: "auto" tries CuPy first (``resolve``)
+_PREWARM = {"auto": "cupy", "cupy": "cupy"}
+
+
+def prewarm(requested: "str | None") -> "threading.Thread | None":
+    """Probe the GPU backend a run asked for (``requested``: a backend name, "auto" or None for auto) in a daemon
+    thread now, so that the main thread's work before it needs the backend (loading and validating the case)
+    overlaps it: CuPy's import, the driver's start and the CUDA context (0.4-0.5 s of a GPU run's start on the H200
+    machine, its driver calls outside the GIL). A later ``probe`` / ``resolve`` waits for its answer. Nothing for a
+    CPU backend or where CuPy is not installed (no GPU context for a NumPy run); returns the thread, or None."""
+    key = requested.name if isinstance(requested, Backend) else str(requested or "auto")
+    name = _PREWARM.get(key.lower())
+    if name is None or importlib.util.find_spec("cupy") is None:
+        return None
+    thread = threading.Thread(target=_probe_cached, args=(name,), name=f"hpcsolve-probe-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def get(name: "str | Backend", field: str = "backend") -> Backend:

@@ -243,32 +243,56 @@ def factor_solve(A, b, rtol: float = 1e-10) -> tuple[np.ndarray, float, str]:
     a zero or tiny pivot. So the result is checked: where the factorization fails or its true residual is above
     max(rtol, 1e-10), the general factorization (COLAMD, partial pivoting: ``spsolve``'s) is tried and the better of
     the two kept; the kind says which."""
-    import scipy.sparse.linalg as spla    # late: its import costs about 0.25 s (measured), for spsolve only
-    from scipy.sparse.csgraph import reverse_cuthill_mckee    # late: it imports scipy.sparse.linalg (above)
+    d = DirectSolve(A, b, rtol)
+    d.factorize()
+    return d.finish()
 
-    csc = A.tocsc()
-    bnorm = float(np.linalg.norm(b))
 
-    def residual(x):
-        return float(np.linalg.norm(b - A @ x) / bnorm) if np.all(np.isfinite(x)) else float("nan")
+class DirectSolve:
+    """:func:`factor_solve` in three steps, so that its factorization can run in another thread (the FEM run's
+    reference beside a GPU solve, ``hpcsolve.fem.reference``): the constructor orders and permutes the matrix
+    (reverse Cuthill-McKee: work that holds the GIL), :meth:`factorize` is SuperLU's factorization and triangular
+    solves (which release it), :meth:`finish` the residual check and, where the symmetric factorization failed, the
+    general one."""
 
-    x, true = None, float("nan")
-    try:
-        p = reverse_cuthill_mckee(csc.tocsr(), symmetric_mode=True)
-        lu = spla.splu(csc[p][:, p].tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
-                       options=dict(SymmetricMode=True))
-        x = np.empty(csc.shape[0], dtype=np.float64)
-        x[p] = lu.solve(np.asarray(b, dtype=np.float64)[p])
-        true = residual(x)
-    except RuntimeError:                  # "Factor is exactly singular": a zero pivot without pivoting
-        pass
-    if math.isfinite(true) and true <= max(rtol, 1e-10):
+    def __init__(self, A, b, rtol: float = 1e-10):
+        from scipy.sparse.csgraph import reverse_cuthill_mckee    # late: it imports scipy.sparse.linalg (0.25 s)
+
+        self.A, self.b, self.rtol = A, np.asarray(b, dtype=np.float64), rtol
+        self.csc = A.tocsc()
+        self.bnorm = float(np.linalg.norm(self.b))
+        self.p = reverse_cuthill_mckee(self.csc.tocsr(), symmetric_mode=True)
+        self.permuted = self.csc[self.p][:, self.p].tocsc()
+        self.y = None
+
+    def factorize(self) -> None:
+        import scipy.sparse.linalg as spla    # late: its import costs about 0.25 s (measured), for spsolve only
+
+        try:
+            lu = spla.splu(self.permuted, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                           options=dict(SymmetricMode=True))
+            self.y = lu.solve(self.b[self.p])
+        except RuntimeError:              # "Factor is exactly singular": a zero pivot without pivoting
+            self.y = None
+
+    def _residual(self, x) -> float:
+        return float(np.linalg.norm(self.b - self.A @ x) / self.bnorm) if np.all(np.isfinite(x)) else float("nan")
+
+    def finish(self) -> tuple[np.ndarray, float, str]:
+        import scipy.sparse.linalg as spla    # late, as in factorize
+
+        x, true = None, float("nan")
+        if self.y is not None:
+            x = np.empty(self.csc.shape[0], dtype=np.float64)
+            x[self.p] = self.y
+            true = self._residual(x)
+        if math.isfinite(true) and true <= max(self.rtol, 1e-10):
+            return x, true, REFERENCE_SYMMETRIC
+        x2 = np.asarray(spla.spsolve(self.csc, self.b), dtype=np.float64)
+        true2 = self._residual(x2)
+        if x is None or not (true <= true2):
+            return x2, true2, REFERENCE_GENERAL
         return x, true, REFERENCE_SYMMETRIC
-    x2 = np.asarray(spla.spsolve(csc, b), dtype=np.float64)
-    true2 = residual(x2)
-    if x is None or not (true <= true2):
-        return x2, true2, REFERENCE_GENERAL
-    return x, true, REFERENCE_SYMMETRIC
 
 
 def _spsolve(A, b, report: SolveReport):

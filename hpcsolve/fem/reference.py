@@ -2,11 +2,14 @@
 with method "spsolve": :func:`hpcsolve.fem.api.factor_solve`), the run's distance from it and its kind (metrics
 "reference").
 
-On a GPU backend the factorization runs in a thread started before the device solve, beside it: SuperLU releases
-the GIL, and the run's own work is on the device (a heat plate of 166 k unknowns: a 1.15 s reference against a 0.4 s
-GPU run). On a CPU backend it runs after the solve, as before: the solve's own timing is the figure the run reports,
-and a reference beside it would share its cores. ``timings["reference_s"]`` is the reference's own time either way;
-``timings["reference_wait_s"]`` what the run waited for it (all of it when it runs in line)."""
+On a GPU backend the factorization runs in a thread beside the device solve: SuperLU releases the GIL, and the run's
+own work is on the device (a heat plate of 166 k unknowns: a 1.3-1.6 s reference against a 0.4 s GPU run). What
+holds the GIL (the ordering and permutation, the residual check) stays on the run's thread, before the solve and
+after it (:class:`hpcsolve.fem.api.DirectSolve`), so that the solve's own timing is not taken by it; the thread
+starts right before the solve, and a solve that fails waits for it (a ``compare`` going on to its next run must not
+time it beside a factorization). On a CPU backend it runs after the solve, as before: the solve's timing is the
+figure the run reports, and a reference beside it would share its cores. ``timings["reference_s"]`` is the
+reference's own time either way; ``timings["reference_wait_s"]`` what the run waited for it (all of it in line)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import time
 
 import numpy as np
 
-from hpcsolve.fem.api import solve
+from hpcsolve.fem.api import DirectSolve, solve
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 
@@ -32,52 +35,76 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def beside(backend) -> bool:
-    """Whether a run on ``backend`` factorizes its reference beside its solve: a GPU backend, two host cores or more."""
-    return bool(backend.gpu) and host_cores() >= 2
+def beside(backend, ranks: int = 1) -> bool:
+    """Whether a run on ``backend`` factorizes its reference beside its solve: a GPU backend on a real device (the
+    CUDA simulator runs on the CPU and needs the GIL), one rank, two host cores or more."""
+    return bool(backend.gpu) and not backend.simulator and ranks <= 1 and host_cores() >= 2
 
 
 class Reference:
-    """The float64 direct solve of ``disc``'s system. ``beside``: in a daemon thread started now (a run that stops
-    early leaves it to finish on its own; nothing waits for it), else when :meth:`metrics` asks."""
+    """The float64 direct solve of ``disc``'s system. ``beside``: prepared now on this thread, factorized in a
+    daemon thread from :meth:`start`; else solved in line when :meth:`metrics` asks."""
 
     def __init__(self, disc, rtol: float, beside: bool):
         self.A = disc.A.to_scipy() if isinstance(disc.A, DeviceCSR) else disc.A     # (a host copy of a device matrix)
-        self.b, self.rtol = disc.b, rtol
-        self.out = self.error = None
-        self.seconds = 0.0
-        self.thread = None
-        self.ran_in = ""               # the name of the thread that factorized
-        if beside:
-            self.thread = threading.Thread(target=self._solve, name="hpcsolve-fem-reference", daemon=True)
+        self.b, self.rtol = np.asarray(disc.b, dtype=np.float64), rtol
+        self.out = self.error = self.thread = None
+        self.seconds = 0.0               # its own work, on whichever thread
+        self.ran_in = ""                 # the name of the thread that factorized
+        self.direct = None
+        if beside and float(np.linalg.norm(self.b)) > 0.0:        # (b = 0: x = 0, solved in line)
+            t0 = time.perf_counter()
+            self.direct = DirectSolve(self.A, self.b, rtol)           # ordering, permutation: GIL work, here
+            self.seconds += time.perf_counter() - t0
+
+    def start(self) -> None:
+        """Start the factorization beside the caller (nothing where it is made in line)."""
+        if self.direct is not None and self.thread is None:
+            self.thread = threading.Thread(target=self._factorize, name="hpcsolve-fem-reference", daemon=True)
             self.thread.start()
 
     def running(self) -> bool:
         """Whether the factorization beside the solve has not finished yet."""
         return self.thread is not None and self.thread.is_alive()
 
-    def _solve(self) -> None:
+    def abandon(self) -> None:
+        """The run failed: wait for the factorization (it cannot be stopped), so that nothing timed after the run
+        shares the host with it."""
+        if self.thread is not None:
+            self.thread.join()
+
+    def _factorize(self) -> None:
         self.ran_in = threading.current_thread().name
         t0 = time.perf_counter()
         try:
-            x, rep = solve(self.A, self.b, precision="fp64", method="spsolve", rtol=self.rtol)
-            kind = next((n.removeprefix("direct solve: ") for n in rep.notes if n.startswith("direct solve: ")), "")
-            self.out = x, rep.true_residual, kind
-        except BaseException as exc:        # raised again in the run's thread by metrics()
+            self.direct.factorize()            # SuperLU: the GIL released
+        except BaseException as exc:           # raised again in the run's thread by metrics()
             self.error = exc
-        self.seconds = time.perf_counter() - t0
+        self.seconds += time.perf_counter() - t0
+
+    def _in_line(self) -> None:
+        self.ran_in = threading.current_thread().name
+        t0 = time.perf_counter()
+        x, rep = solve(self.A, self.b, precision="fp64", method="spsolve", rtol=self.rtol)
+        kind = next((n.removeprefix("direct solve: ") for n in rep.notes if n.startswith("direct solve: ")), "")
+        self.out = x, rep.true_residual, kind
+        self.seconds += time.perf_counter() - t0
 
     def metrics(self, disc, x, timings: dict) -> dict:
         """The reference's metrics for the solution ``x``; sets timings reference_s and reference_wait_s."""
         t0 = time.perf_counter()
-        if self.thread is None:
-            self._solve()
+        if self.direct is None:
+            self._in_line()
         else:
+            self.start()                       # (where the caller did not)
             self.thread.join()
+            if self.error is not None:
+                raise self.error
+            t1 = time.perf_counter()
+            self.out = self.direct.finish()    # the residual check (and the general factorization where needed)
+            self.seconds += time.perf_counter() - t1
         timings["reference_wait_s"] = time.perf_counter() - t0
         timings["reference_s"] = self.seconds
-        if self.error is not None:
-            raise self.error
         x_ref, true, kind = self.out
         where = "" if self.thread is None else f" ({BESIDE})"
         metrics = {"reference": f"made: float64 {kind}{where}", "reference_true_residual": true,

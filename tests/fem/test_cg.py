@@ -213,11 +213,22 @@ def test_a_float32_product_that_underflows_is_not_called_indefinite():
     P = tp.jumps(16, 1e34)
     for method in ("cg-reliable", "ir-restarted"):
         x, rep = solve(P.A, P.b, precision="mixed", method=method, preconditioner="jacobi", rtol=1e-8, maxiter=2500)
-        assert rep.converged and "underflowed in float32" in rep.fallback, (method, rep.reason, rep.fallback)
+        assert rep.converged and "every product of A p underflowed" in rep.fallback, (method, rep.reason, rep.fallback)
         assert np.linalg.norm(P.b - P.A @ x) / np.linalg.norm(P.b) <= 1e-8
     _, rep = solve(P.A, P.b, precision="fp32", preconditioner="jacobi", rtol=1e-8, maxiter=2500)
-    assert not rep.converged and "underflowed in float32" in rep.reason
+    assert not rep.converged and "in float32 either every product of A p underflowed" in rep.reason
     assert "not symmetric positive definite" not in rep.reason
+
+
+def test_a_float32_zero_curvature_on_a_singular_matrix_names_both_causes():
+    """p.Ap = 0 exactly in float32 is also what a singular matrix with an inconsistent right-hand side gives (the
+    products cancel, nothing underflows): the fp32 reason names both causes; float64 says "singular"."""
+    A = sp.csr_matrix(np.array([[1.0, -1.0, 0.0], [-1.0, 2.0, -1.0], [0.0, -1.0, 1.0]]))
+    b = np.ones(3)
+    _, rep32 = solve(A, b, precision="fp32", rtol=1e-8, maxiter=50)
+    assert not rep32.converged and "p.Ap = 0" in rep32.reason and "or the matrix is singular" in rep32.reason
+    _, rep64 = solve(A, b, precision="fp64", rtol=1e-8, maxiter=50)
+    assert not rep64.converged and "singular" in rep64.reason and "underflow" not in rep64.reason
 
 
 def test_singular_system_reports_why():

@@ -143,7 +143,7 @@ def test_device_run_matches_numpy_run(gpu_backend_names, name, over):
             want += f" ({BESIDE})"
             assert res.metrics["error_vs_fp64_reference"] < 1e-8 and res.timings["reference_s"] > 0.0
         assert res.metrics["reference"] == want, bname
-        assert res.timings["reference_s"] >= 0.0 and res.timings["reference_wait_s"] >= 0.0
+        assert res.timings["reference_wait_s"] <= res.timings["total_s"]      # (nested timers)
 
 
 def test_plots_of_a_large_grid_draw_a_subsample(tmp_path, monkeypatch):

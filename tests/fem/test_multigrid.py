@@ -452,7 +452,8 @@ def test_the_power_iteration_runs_on_the_launch_twin_with_the_same_estimates(kin
     from hpcsolve.fem.linalg.precond.cycle import lambda_max_levels
 
     P = tp.poisson_fd(31)
-    pc = _pc(P, kind, hierarchy="fp64", coarse_size=10, level_format="dia" if kind == "mg" else "csr")
+    pc = _pc(P, kind, hierarchy="fp64" if kind == "mg" else "fp16", coarse_size=10,
+             level_format="dia" if kind == "mg" else "csr")
     A = prepare_matrix(P.A)
     pc.setup(A)
     own = lambda_max_levels(A.low, pc.levels, 15)
@@ -462,7 +463,11 @@ def test_the_power_iteration_runs_on_the_launch_twin_with_the_same_estimates(kin
     assert any(lvl.A.offsets is not None for lvl in pc.levels) == (kind == "mg")
     viewed = {id(a) for a in low.viewed}
     for lvl in pc.levels:
-        assert {id(lvl.A.vals), id(lvl.dinv)} | {id(b) for b in lvl.bufs.values()} <= viewed
+        M = lvl.A
+        arrays = [M.vals, lvl.dinv, *lvl.bufs.values()] + [a for a in (M.indptr, M.indices, M.offsets, M.rowscale)
+                                                             if a is not None]
+        assert {id(a) for a in arrays} <= viewed
+    assert any(lvl.A.rowscale is not None for lvl in pc.levels) == (kind == "amg")     # (16-bit: row scales)
 
 
 def test_the_diagonal_ratio_is_reduced_where_the_matrix_lives():

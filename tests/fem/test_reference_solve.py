@@ -2,6 +2,7 @@
 (hpcsolve.fem.memory.reference_plan): symmetric-mode SuperLU for SPD matrices, the general factorization where that
 fails, its time and kind in every summary, skipped with a note beyond its budget."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -87,10 +88,11 @@ def test_a_reference_beside_the_solve_gives_the_metrics_of_one_in_line():
     out = {}
     for beside in (False, True):
         ref = reference.Reference(disc, case.solve.rtol, beside=beside)
+        ref.start()
         timings: dict = {}
         out[beside] = ref.metrics(disc, x, timings)
         assert ref.ran_in == ("hpcsolve-fem-reference" if beside else "MainThread")
-        assert timings["reference_s"] > 0.0 and timings["reference_wait_s"] >= 0.0
+        assert timings["reference_s"] > 0.0
         if not beside:                     # in line: the wait is the solve itself and more (nested timers)
             assert timings["reference_wait_s"] >= timings["reference_s"]
     assert out[True]["reference"] == f"{out[False]['reference']} ({reference.BESIDE})"
@@ -109,19 +111,53 @@ def test_an_error_in_the_reference_thread_reaches_the_run(monkeypatch):
 
     monkeypatch.setattr(reference, "solve", broken)
     case, disc = _system(8)
+    monkeypatch.setattr(reference.DirectSolve, "factorize", broken)
     ref = reference.Reference(disc, case.solve.rtol, beside=True)
+    ref.start()
+    with pytest.raises(CaseError, match="a broken matrix"):
+        ref.metrics(disc, np.zeros(disc.A.shape[0]), {})
+    ref = reference.Reference(disc, case.solve.rtol, beside=False)          # in line: the same error
     with pytest.raises(CaseError, match="a broken matrix"):
         ref.metrics(disc, np.zeros(disc.A.shape[0]), {})
 
 
-@pytest.mark.parametrize("gpu,cores,want", [(False, 16, False), (True, 1, False), (True, 2, True)])
-def test_only_a_gpu_run_with_a_spare_core_factorizes_beside_its_solve(monkeypatch, gpu, cores, want):
+@pytest.mark.parametrize("gpu,simulator,ranks,cores,want", [(False, False, 1, 16, False), (True, False, 1, 1, False),
+                                                           (True, False, 1, 2, True), (True, True, 1, 16, False),
+                                                           (True, False, 2, 16, False)])
+def test_only_a_gpu_run_with_a_spare_core_factorizes_beside_its_solve(monkeypatch, gpu, simulator, ranks, cores, want):
+    """A GPU on a real device (the CUDA simulator needs the GIL), one rank, a spare host core."""
     from types import SimpleNamespace
 
     from hpcsolve.fem import reference
 
     monkeypatch.setattr(reference, "host_cores", lambda: cores)
-    assert reference.beside(SimpleNamespace(gpu=gpu)) is want
+    assert reference.beside(SimpleNamespace(gpu=gpu, simulator=simulator), ranks) is want
+
+
+def test_a_failed_solve_waits_for_its_reference(monkeypatch):
+    """A solve that raises leaves no factorization running behind it (compare goes on to time its next run)."""
+    from hpcsolve.core.errors import CaseError
+    from hpcsolve.fem import reference
+
+    made = []
+
+    class Spy(reference.Reference):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    def failing_solve(*args, **kwargs):
+        raise CaseError.invalid("solve.preconditioner", "x", "y")
+
+    monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
+    monkeypatch.setattr(runner, "Reference", Spy)
+    monkeypatch.setattr(runner, "solve", failing_solve)
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=48", "solve.reference=always",
+                                                           "output.plots=false"])
+    with pytest.raises(CaseError):
+        runner.run(case, "numpy", get_precision("fp64", family="fem"))
+    assert len(made) == 1 and made[0].thread is not None and not made[0].thread.is_alive()
+    assert made[0].direct.y is not None          # it finished its factorization before the error went on
 
 
 def test_a_cpu_run_makes_its_reference_in_line():
@@ -136,13 +172,11 @@ def test_a_cpu_run_makes_its_reference_in_line():
 def test_a_run_waiting_for_its_reference_warms_up_its_plots(monkeypatch, plots):
     """While the reference factorizes beside the solve, a run that will plot imports its figures' library then
     (``plotstyle.warm_up``); one without plots does not; the metrics are those of the reference in line."""
-    import sys
-
     from hpcsolve.core import plotstyle
     from hpcsolve.fem import reference
 
     calls = []
-    monkeypatch.setattr(runner, "beside", lambda be: True)
+    monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
     monkeypatch.setattr(reference.Reference, "running", lambda self: True)
     monkeypatch.setattr(plotstyle, "warm_up", lambda: calls.append(1))
     case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=16", "solve.reference=always",
@@ -151,6 +185,33 @@ def test_a_run_waiting_for_its_reference_warms_up_its_plots(monkeypatch, plots):
     assert calls == ([1] if plots else [])
     assert res.metrics["reference"] == f"made: float64 {REFERENCE_SYMMETRIC} ({reference.BESIDE})"
     assert res.metrics["error_vs_fp64_reference"] < 1e-8
-    monkeypatch.undo()
-    plotstyle.warm_up()
-    assert {"matplotlib.tri", "mpl_toolkits.axes_grid1", "matplotlib.backends.backend_agg"} <= set(sys.modules)
+    assert ("plots_warm_up_s" in res.timings) == plots
+
+
+def test_the_plots_warm_up_imports_what_the_figures_need():
+    """In a fresh interpreter (nothing imported before): the figures' modules are there after ``warm_up``."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hpcsolve.core import plotstyle; before = 'matplotlib.tri' in sys.modules; "
+            "plotstyle.warm_up(); print(before, all(m in sys.modules for m in ('matplotlib.tri', "
+            "'mpl_toolkits.axes_grid1', 'matplotlib.backends.backend_agg')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "MPLBACKEND": "Agg"})
+    assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_runtime_estimate_counts_a_reference_beside_the_solve_once(monkeypatch, overlap):
+    """The probe's estimate: the reference after the solve (CPU) adds; beside it (GPU) the longer of the two counts."""
+    monkeypatch.setattr(runner, "FULL_PROBE_UNKNOWNS", 0)                 # the probe path, not the run itself
+    monkeypatch.setattr(runner, "beside", lambda be, ranks=1: overlap)
+    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=24", "solve.reference=always",
+                                                           "output.plots=false"])
+    policy = get_precision("fp64", family="fem")
+    desc = runner.FAMILY.describe(case, "numpy", policy)
+    info = runner.FAMILY.estimate_runtime(case, "numpy", policy, desc)
+    basis = info["estimate_basis"]
+    assert ("beside it (the longer counts)" in basis) == overlap
+    assert ("+ float64 reference (SuperLU)" in basis) == (not overlap)
+    assert math.isfinite(info["estimated_seconds"]) and info["estimated_seconds"] > 0

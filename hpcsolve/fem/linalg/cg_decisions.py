@@ -14,7 +14,8 @@ from hpcsolve.fem.linalg.cg_options import U32
 
 class Breakdown(Exception):
     """kind: "indefinite" (p.Ap <= 0: the matrix is not SPD), "nonfinite" (overflow / NaN) or "underflow" (p.Ap
-    exactly 0 with r.z != 0 in a low working precision: its products underflowed; float64 decides)."""
+    exactly 0 with r.z != 0 in a low working precision: its products underflowed, or a singular matrix met an
+    inconsistent right-hand side; float64 decides)."""
 
     def __init__(self, iteration: int, what: str, kind: str):
         self.iteration = iteration

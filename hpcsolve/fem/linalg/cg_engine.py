@@ -227,10 +227,12 @@ class CGEngine:
             self._keep_coefficients(first + i)
             if pq[i] == 0 and self.dtype != np.float64:
                 # exactly 0 with r.z != 0 in a low working precision: every product of A p underflowed (entries
-                # spanning 1e34, say) - no evidence about the matrix; float64 decides (a fallback, not a verdict)
+                # spanning 1e34, say), or a singular matrix met an inconsistent right-hand side; float64 tells
+                # them apart (mixed precision falls back to it: a fallback, not a verdict)
                 raise Breakdown(it0 + i + 1, f"p.Ap = 0 at iteration {it0 + i + 1} although r.z = {rho[i]:.3e}: "
-                                f"every product of A p underflowed in {self.dtype.name} (the matrix's entries span "
-                                f"more than {self.dtype.name} holds)", "underflow")
+                                f"in {self.dtype.name} either every product of A p underflowed (the matrix's "
+                                f"entries span more than {self.dtype.name} holds) or the matrix is singular with "
+                                "an inconsistent right-hand side (float64 tells them apart)", "underflow")
             raise Breakdown(it0 + i + 1, f"p.Ap = {pq[i]:.3e} <= 0 at iteration {it0 + i + 1}: the matrix is not "
                             "symmetric positive definite (indefinite, or singular with an inconsistent "
                             "right-hand side)", "indefinite")

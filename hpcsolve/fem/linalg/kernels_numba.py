@@ -264,7 +264,8 @@ class NumbaOps(lowops.LowOps):
         if self._twin is None:
             from hpcsolve.fem.linalg.kernels_cupy import CupyOps   # late: CuPy is optional for this backend
 
-            self._twin = CupyOps(graphs=False, stream=self._cp_stream)
+            with self._cp_device:              # the module loads on this backend's device
+                self._twin = CupyOps(graphs=False, stream=self._cp_stream)
         return self._twin, self._cp.asarray
 
     def as_array_of(self, a, xp):
