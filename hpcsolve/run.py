@@ -9,7 +9,6 @@ import json
 import os
 import platform
 import socket
-import tomllib
 import warnings
 from pathlib import Path
 
@@ -63,8 +62,9 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
         if not isinstance(case, (str, os.PathLike)) or isinstance(os.fspath(case), bytes):
             raise CaseError.invalid("case", repr(case), "a case file path (str or pathlib.Path) or a loaded case "
                                     "(hpcsolve.load_case)", why=f"its type is {type(case).__name__}")
-        backends.prewarm(backend or _backend_hint(case, overrides))    # the GPU's start beside the case's loading
-        case = load_case(case, overrides)
+        # the GPU's start (CuPy's import, the driver, the context) beside the case's validation
+        case = load_case(case, overrides, before_validation=lambda data: backends.prewarm(
+            backend or _backend_asked(data)))
     else:       # validated again as a whole: edits to a loaded case's fields skip the rules across fields
         case = case.with_overrides(*overrides)
     backend = backends.resolve(backend or case.run.backend, field="backend" if backend else "run.backend")
@@ -73,20 +73,12 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
     return case, backend, policy
 
 
-def _backend_hint(path, overrides) -> str:
-    """The backend a case file asks for, read before the case is validated (``backends.prewarm``): the last
-    ``run.backend=...`` override, else the file's ``[run] backend``, else "auto"; "" where the file does not read
-    (loading it says why)."""
-    for item in reversed(list(overrides)):
-        key, _, value = str(item).partition("=")
-        if key.strip() == "run.backend":
-            return value.strip().strip("'\"")
-    try:
-        with open(path, "rb") as f:
-            run = tomllib.load(f).get("run", {})
-    except (OSError, ValueError, RecursionError):     # a hint only: load_case says what is wrong with the file
-        return ""
-    return str(run.get("backend", "auto")) if isinstance(run, dict) else ""
+def _backend_asked(data: dict) -> str:
+    """The ``run.backend`` of a parsed, not yet validated case table ("auto" where it has none; "" where it is
+    not a name: the validation says why)."""
+    run = data.get("run", {})
+    value = run.get("backend", "auto") if isinstance(run, dict) else ""
+    return value if isinstance(value, str) else ""
 
 
 def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool = False,

@@ -85,17 +85,26 @@ def test_a_prewarmed_probe_runs_once_beside_the_caller(monkeypatch, fresh_probes
     assert backends.prewarm("cupy") is None
 
 
-def test_the_backend_hint_is_read_before_the_case_is_validated(tmp_path):
-    from hpcsolve.run import _backend_hint
+def test_the_gpu_probe_starts_from_the_case_table_before_its_validation(tmp_path, monkeypatch):
+    """``run.prepare``: the backend the case asks for (overrides applied) is prewarmed before the model validates
+    the case; an explicit backend argument wins; a case that does not parse prewarms nothing."""
+    from hpcsolve import run as runmod
+    from hpcsolve.core.errors import CaseError
 
+    asked = []
+    monkeypatch.setattr(backends, "prewarm", lambda name: asked.append(name))
     case = tmp_path / "c.toml"
-    case.write_text('solver = "fem"\n[run]\nbackend = "numpy"\n')
-    assert _backend_hint(case, []) == "numpy"
-    assert _backend_hint(case, ["mesh.nx=8", 'run.backend="cupy"']) == "cupy"
-    case.write_text('solver = "fem"\n')
-    assert _backend_hint(case, []) == "auto"
+    case.write_text(open("cases/poisson_manufactured.toml").read().replace('backend = "auto"', 'backend = "numpy"'))
+    runmod.prepare(case)
+    runmod.prepare(case, overrides=['run.backend="auto"', "mesh.nx=8"])
+    runmod.prepare(case, backend="numpy", overrides=['run.backend="auto"'])
+    assert asked == ["numpy", "auto", "numpy"]
+    assert runmod._backend_asked({"run": {"backend": "cupy"}}) == "cupy"
+    assert runmod._backend_asked({}) == "auto" and runmod._backend_asked({"run": {"backend": 3}}) == ""
     case.write_text("not toml [")
-    assert _backend_hint(case, []) == "" and _backend_hint(tmp_path / "missing.toml", []) == ""
+    with pytest.raises(CaseError):
+        runmod.prepare(case)
+    assert len(asked) == 3
 
 
 def test_override_parsing_types_and_paths():

@@ -387,7 +387,11 @@ def apply_override(data: dict, assignment: str) -> None:
     node[keys[-1]] = value
 
 
-def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, path: Path | None = None) -> CaseBase:
+def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, path: Path | None = None,
+                    before_validation=None) -> CaseBase:
+    """The case of TOML ``text`` with ``overrides`` applied, validated. ``before_validation(data)``: called with the
+    parsed, overridden table before the family's model validates it (``hpcsolve.run.prepare`` starts the GPU's probe
+    beside the validation from it)."""
     source = str(path) if path else "<text>"
     if len(text) > MAX_CASE_CHARS:
         raise CaseError.invalid("case", clip(source), f"a case text of at most {MAX_CASE_CHARS:,} characters",
@@ -405,18 +409,23 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
     raw = copy.deepcopy(data) if overrides else data
     for a in overrides:
         apply_override(raw, a)
+    if before_validation is not None:
+        before_validation(raw)
     case = parse_case_data(raw, text=text, path=path, source=source, overrides=overrides)
     case._overrides = tuple(overrides)
     return case
 
 
-def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> CaseBase:
-    """Read, override and validate a case file (a regular file; a pipe or device is refused unopened)."""
+def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+              before_validation=None) -> CaseBase:
+    """Read, override and validate a case file (a regular file; a pipe or device is refused unopened);
+    ``before_validation``: as in :func:`parse_case_text`."""
     text = read_text(path, "case", "a path to an existing .toml case file (UTF-8 text)",
                      max_bytes=CASE_FILE_MAX_BYTES)
     # a byte-order mark (what some editors put before UTF-8 text) is not TOML: tomllib would only say
     # "Invalid statement (at line 1, column 1)"
-    return parse_case_text(text.removeprefix("\ufeff"), overrides, path=Path(path).resolve())
+    return parse_case_text(text.removeprefix("\ufeff"), overrides, path=Path(path).resolve(),
+                           before_validation=before_validation)
 
 
 # -- the shape of TOML text, looked at before tomllib parses it ----------------------------------
