@@ -277,7 +277,7 @@ def markdown(res: dict) -> list[str]:
                      f"{_cell(r['total_s'])} | {share} |")
     lines += ["", "set-up: the solver's set-up (preconditioner set-up included); post: error norms and the probe; "
               "reference: what the run waited for the float64 direct solve (all of it on the CPU; on a GPU it factorizes "
-              "beside the device solve; - where the run makes none); output: result.h5, XDMF, "
+              "beside the run's work after the solve; - where the run makes none); output: result.h5, XDMF, "
               "summary.json and plots; total: the whole run (also the checks between phases)."]
     lines += [f"Note: {n}" for n in settings["notes"]]
     return lines

@@ -138,7 +138,7 @@ def test_device_run_matches_numpy_run(gpu_backend_names, name, over):
         for key in ("error_l2", "error_h1_seminorm", "probe_value", "u_min", "u_max", "displacement_max"):
             if key in ref.metrics:
                 assert res.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-7, abs=1e-12), (bname, key)
-        want = ref.metrics["reference"]          # on a GPU the reference factorizes beside the device solve
+        want = ref.metrics["reference"]          # on a GPU the reference factorizes in a thread after the solve
         if want.startswith("made") and host_cores() >= 2:
             want += f" ({BESIDE})"
             assert res.metrics["error_vs_fp64_reference"] < 1e-8 and res.timings["reference_s"] > 0.0

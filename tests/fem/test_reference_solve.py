@@ -134,8 +134,9 @@ def test_only_a_gpu_run_with_a_spare_core_factorizes_beside_its_solve(monkeypatc
     assert reference.beside(SimpleNamespace(gpu=gpu, simulator=simulator), ranks) is want
 
 
-def test_a_failed_solve_waits_for_its_reference(monkeypatch):
-    """A solve that raises leaves no factorization running behind it (compare goes on to time its next run)."""
+def test_a_failed_run_waits_for_its_reference(monkeypatch):
+    """A run that raises while its reference factorizes leaves no factorization running behind it (compare goes on
+    to time its next run)."""
     from hpcsolve.core.errors import CaseError
     from hpcsolve.fem import reference
 
@@ -146,12 +147,12 @@ def test_a_failed_solve_waits_for_its_reference(monkeypatch):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    def failing_solve(*args, **kwargs):
-        raise CaseError.invalid("solve.preconditioner", "x", "y")
+    def failing_probe(*args, **kwargs):
+        raise CaseError.invalid("output.probe", "x", "y")
 
     monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
     monkeypatch.setattr(runner, "Reference", Spy)
-    monkeypatch.setattr(runner, "solve", failing_solve)
+    monkeypatch.setattr(runner, "_probe_metrics", failing_probe)
     case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=48", "solve.reference=always",
                                                            "output.plots=false"])
     with pytest.raises(CaseError):
@@ -214,4 +215,5 @@ def test_the_runtime_estimate_counts_a_reference_beside_the_solve_once(monkeypat
     basis = info["estimate_basis"]
     assert ("beside it (the longer counts)" in basis) == overlap
     assert ("+ float64 reference (SuperLU)" in basis) == (not overlap)
+    assert "errors and fields" in basis
     assert math.isfinite(info["estimated_seconds"]) and info["estimated_seconds"] > 0
