@@ -63,14 +63,32 @@ def prepare(case: CaseBase | str | Path, backend: str | None = None, precision: 
             raise CaseError.invalid("case", repr(case), "a case file path (str or pathlib.Path) or a loaded case "
                                     "(hpcsolve.load_case)", why=f"its type is {type(case).__name__}")
         # the GPU's start (CuPy's import, the driver, the context) beside the case's validation
-        case = load_case(case, overrides, before_validation=lambda data: backends.prewarm(
-            backend or _backend_asked(data)))
+        warm: list = []
+
+        def start_probe(data):
+            try:
+                warm.append(backends.prewarm(backend or _backend_asked(data)))
+            except Exception:       # noqa: BLE001  (an optimisation: the case's own errors are what the user sees)
+                pass
+
+        try:
+            case = load_case(case, overrides, before_validation=start_probe)
+        except BaseException:
+            for thread in warm:     # not leave the driver mid-start when the process exits on the case's error
+                if thread is not None:
+                    thread.join(PROBE_JOIN_SECONDS)
+            raise
     else:       # validated again as a whole: edits to a loaded case's fields skip the rules across fields
         case = case.with_overrides(*overrides)
     backend = backends.resolve(backend or case.run.backend, field="backend" if backend else "run.backend")
     policy = get_precision(precision or case.run.precision, family=case.solver,
                            field="precision" if precision else "run.precision")
     return case, backend, policy
+
+
+#: how long a case that fails validation waits for the GPU probe it started (CuPy's import and the CUDA context:
+#: under a second on the H200 machine) before its error goes on
+PROBE_JOIN_SECONDS = 30.0
 
 
 def _backend_asked(data: dict) -> str:

@@ -53,8 +53,17 @@ def test_backend_probe_and_resolve_here():
 @pytest.fixture
 def fresh_probes():
     """The per-process probe cache emptied before and after (a fake probe must not outlive its test)."""
+    import threading
+
+    def join_probes():                    # (a prewarm an earlier test started must not see this test's fakes)
+        for t in threading.enumerate():
+            if t.name.startswith("hpcsolve-probe-"):
+                t.join(30)
+
+    join_probes()
     backends._probe_once.cache_clear()
     yield
+    join_probes()
     backends._probe_once.cache_clear()
 
 
@@ -93,8 +102,11 @@ def test_the_gpu_probe_starts_from_the_case_table_before_its_validation(tmp_path
 
     asked = []
     monkeypatch.setattr(backends, "prewarm", lambda name: asked.append(name))
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "cases" / "poisson_manufactured.toml"
     case = tmp_path / "c.toml"
-    case.write_text(open("cases/poisson_manufactured.toml").read().replace('backend = "auto"', 'backend = "numpy"'))
+    case.write_text(shipped.read_text().replace('backend = "auto"', 'backend = "numpy"'))
     runmod.prepare(case)
     runmod.prepare(case, overrides=['run.backend="auto"', "mesh.nx=8"])
     runmod.prepare(case, backend="numpy", overrides=['run.backend="auto"'])
@@ -105,6 +117,28 @@ def test_the_gpu_probe_starts_from_the_case_table_before_its_validation(tmp_path
     with pytest.raises(CaseError):
         runmod.prepare(case)
     assert len(asked) == 3
+    # a case that parses but fails validation: the probe started before the validation said no
+    case.write_text(shipped.read_text().replace("[mesh]", "[mesh]\nnot_a_field = 1"))
+    with pytest.raises(CaseError, match="not_a_field"):
+        runmod.prepare(case)
+    assert asked[3:] == ["auto"]
+
+
+def test_a_prewarm_that_fails_does_not_change_the_case_error(tmp_path, monkeypatch):
+    from hpcsolve import run as runmod
+    from hpcsolve.core.errors import CaseError
+
+    def broken(name):
+        raise ValueError("cupy.__spec__ is None")
+
+    monkeypatch.setattr(backends, "prewarm", broken)
+    shipped = __import__("pathlib").Path(__file__).resolve().parents[1] / "cases" / "poisson_manufactured.toml"
+    case = tmp_path / "c.toml"
+    case.write_text(shipped.read_text().replace("[mesh]", "[mesh]\nnot_a_field = 1"))
+    with pytest.raises(CaseError, match="not_a_field"):
+        runmod.prepare(case)
+    case.write_text(shipped.read_text().replace('backend = "auto"', 'backend = "numpy"'))
+    assert runmod.prepare(case)[1].name == "numpy"
 
 
 def test_override_parsing_types_and_paths():

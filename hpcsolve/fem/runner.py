@@ -17,7 +17,7 @@ from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.fem.api import _method_for, factor_solve, prepare_matrix, solve
 from hpcsolve.fem.discrete import device
-from hpcsolve.fem.reference import BESIDE, Reference, beside
+from hpcsolve.fem.reference import BESIDE, Reference, beside, with_reference
 from hpcsolve.fem.verdicts import verdicts as fem_verdicts
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.distributed import prepare_distributed
@@ -206,7 +206,7 @@ class FEMFamily:
             ref_s = (time.perf_counter() - t0) * (n / m) ** 1.5
         # the run's reference: after the solve; on a GPU beside the errors and fields (hpcsolve.fem.reference)
         overlap = beside(backends.get(backend), parallel.ranks(parallel.world()))
-        seconds = setup_s + first_call + its * per_it + (max(ref_s, post_s) if overlap else ref_s + post_s)
+        seconds = with_reference(setup_s + first_call + its * per_it, ref_s, post_s, overlap)
         solve_txt = f"first-call costs {first_call:.3g} s + {its} iterations at {per_it * 1e3:.3g} ms ({how})"
         post_txt = f"errors and fields {post_s:.3g} s"
         if ref_s and overlap:

@@ -10,8 +10,8 @@ XDMF, summary.json and, as the case says, the plots) into a scratch folder. One 
 mesh, assembly, boundary conditions (``result.timings``: mesh_s, assembly_s, boundary_conditions_s), the solver's
 set-up (solver_setup_s: matrix upload and preconditioner set-up, which preconditioner_setup_s is part of), the
 solve (solve_s), post (norms_s: error norms against the exact solution, the probe), the float64 reference
-(reference_wait_s: what the run waited for it, when it makes one; all of its time reference_s on a CPU backend,
-the part not hidden behind the device solve on a GPU one, ``hpcsolve.fem.reference``), output (the write, timed
+(reference_wait_s: what the run spent on it on its own thread, when it makes one; all of its time reference_s on a
+CPU backend, on a GPU one the part not hidden behind the run's work after the solve, ``hpcsolve.fem.reference``), output (the write, timed
 here) and the total (the runner's wall plus the write). A phase a run lacks (no reference made) is None ("-" in
 the table). Host BLAS/OpenMP threads are pinned as in every run (``Backend.run_context``). A backend that cannot run
 here is skipped with a one-line note.

@@ -3,6 +3,7 @@
 fails, its time and kind in every summary, skipped with a note beyond its budget."""
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +151,13 @@ def test_a_failed_run_waits_for_its_reference(monkeypatch):
     def failing_probe(*args, **kwargs):
         raise CaseError.invalid("output.probe", "x", "y")
 
+    slow = reference.DirectSolve.factorize
+
+    def slow_factorize(self):             # still factorizing when the run fails
+        time.sleep(0.5)
+        slow(self)
+
+    monkeypatch.setattr(reference.DirectSolve, "factorize", slow_factorize)
     monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
     monkeypatch.setattr(runner, "Reference", Spy)
     monkeypatch.setattr(runner, "_probe_metrics", failing_probe)
@@ -217,3 +225,26 @@ def test_the_runtime_estimate_counts_a_reference_beside_the_solve_once(monkeypat
     assert ("+ float64 reference (SuperLU)" in basis) == (not overlap)
     assert "errors and fields" in basis
     assert math.isfinite(info["estimated_seconds"]) and info["estimated_seconds"] > 0
+
+
+def test_a_reference_beside_the_work_after_the_solve_counts_the_longer_of_the_two():
+    from hpcsolve.fem.reference import with_reference
+
+    assert with_reference(1.0, 2.0, 0.5, overlap=False) == 3.5
+    assert with_reference(1.0, 2.0, 0.5, overlap=True) == 3.0
+    assert with_reference(1.0, 0.25, 0.5, overlap=True) == 1.5
+
+
+def test_the_reference_is_made_once_and_its_wait_counts_its_work_on_the_run_thread():
+    from hpcsolve.fem import reference
+
+    case, disc = _system(16)
+    x = spla.spsolve(disc.A.tocsc(), disc.b)
+    for beside in (False, True):
+        ref = reference.Reference(disc, case.solve.rtol, beside=beside)
+        ref.start()
+        first, t1 = ref.metrics(disc, x, {}), {}
+        again = ref.metrics(disc, x, t1)
+        assert again == first and t1["reference_s"] == ref.seconds
+        if beside:
+            assert ref.prepare_s > 0 and t1["reference_wait_s"] >= ref.prepare_s
