@@ -210,11 +210,13 @@ class FEMFamily:
         solve_txt = f"first-call costs {first_call:.3g} s + {its} iterations at {per_it * 1e3:.3g} ms ({how})"
         post_txt = f"errors and fields {post_s:.3g} s"
         if ref_s and overlap:
-            post_txt = f"the float64 reference (SuperLU) ~{ref_s:.3g} s with the {post_txt} beside it (the longer counts)"
+            post_txt = (f"the float64 reference (SuperLU) ~{ref_s:.3g} s with the {post_txt} beside it (the longer "
+                        "counts)")
         elif ref_s:
             post_txt = f"float64 reference (SuperLU) ~{ref_s:.3g} s + {post_txt}"
         return {"probe_seconds_per_iteration": rep.time_s / max(rep.iterations, 1), "estimated_iterations": its,
-                "estimated_seconds": seconds, "estimate_basis": f"assembly {setup_s:.3g} s + {solve_txt} + {post_txt}"}
+                "estimated_seconds": seconds,
+                "estimate_basis": f"assembly {setup_s:.3g} s + {solve_txt} + {post_txt}"}
 
     def run(self, case, backend, policy: Precision, *, description: Description | None = None,
             progress: bool = False, stop=None, checkpoint_dir=None, resume=None) -> Result:

@@ -11,10 +11,10 @@ mesh, assembly, boundary conditions (``result.timings``: mesh_s, assembly_s, bou
 set-up (solver_setup_s: matrix upload and preconditioner set-up, which preconditioner_setup_s is part of), the
 solve (solve_s), post (norms_s: error norms against the exact solution, the probe), the float64 reference
 (reference_wait_s: what the run spent on it on its own thread, when it makes one; all of its time reference_s on a
-CPU backend, on a GPU one the part not hidden behind the run's work after the solve, ``hpcsolve.fem.reference``), output (the write, timed
-here) and the total (the runner's wall plus the write). A phase a run lacks (no reference made) is None ("-" in
-the table). Host BLAS/OpenMP threads are pinned as in every run (``Backend.run_context``). A backend that cannot run
-here is skipped with a one-line note.
+CPU backend, on a GPU one the part not hidden behind the run's work after the solve, ``hpcsolve.fem.reference``),
+output (the write, timed here) and the total (the runner's wall plus the write). A phase a run lacks (no reference
+made) is None ("-" in the table). Host BLAS/OpenMP threads are pinned as in every run (``Backend.run_context``). A
+backend that cannot run here is skipped with a one-line note.
 
 ``scripts/fem_run_phases.py`` times one case the same way (:func:`one_run`).
 """
@@ -276,8 +276,9 @@ def markdown(res: dict) -> list[str]:
         lines.append(f"| {r['case']} | {r['size']} ({r['unknowns']:,}) | {r['backend']} | {cells} | "
                      f"{_cell(r['total_s'])} | {share} |")
     lines += ["", "set-up: the solver's set-up (preconditioner set-up included); post: error norms and the probe; "
-              "reference: what the run waited for the float64 direct solve (all of it on the CPU; on a GPU it factorizes "
-              "beside the run's work after the solve; - where the run makes none); output: result.h5, XDMF, "
+              "reference: what the run spent on the float64 direct solve on its own thread (all of it on the CPU; "
+              "on a GPU it factorizes beside the run's work after the solve; - where the run makes none); "
+              "output: result.h5, XDMF, "
               "summary.json and plots; total: the whole run (also the checks between phases)."]
     lines += [f"Note: {n}" for n in settings["notes"]]
     return lines

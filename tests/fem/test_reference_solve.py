@@ -3,7 +3,6 @@
 fails, its time and kind in every summary, skipped with a note beyond its budget."""
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -141,21 +140,28 @@ def test_a_failed_run_waits_for_its_reference(monkeypatch):
     from hpcsolve.core.errors import CaseError
     from hpcsolve.fem import reference
 
-    made = []
+    import threading
+
+    made, abandoned, failed = [], [], threading.Event()
 
     class Spy(reference.Reference):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
 
+        def abandon(self):
+            abandoned.append(self.running())
+            super().abandon()
+
     def failing_probe(*args, **kwargs):
+        failed.set()
         raise CaseError.invalid("output.probe", "x", "y")
 
-    slow = reference.DirectSolve.factorize
+    factorize = reference.DirectSolve.factorize
 
-    def slow_factorize(self):             # still factorizing when the run fails
-        time.sleep(0.5)
-        slow(self)
+    def slow_factorize(self):             # still factorizing when the run fails (no timing: an event)
+        failed.wait(60)
+        factorize(self)
 
     monkeypatch.setattr(reference.DirectSolve, "factorize", slow_factorize)
     monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
@@ -166,6 +172,7 @@ def test_a_failed_run_waits_for_its_reference(monkeypatch):
     with pytest.raises(CaseError):
         runner.run(case, "numpy", get_precision("fp64", family="fem"))
     assert len(made) == 1 and made[0].thread is not None and not made[0].thread.is_alive()
+    assert len(abandoned) == 1                   # the run's error went through abandon(), which waited
     assert made[0].direct.y is not None          # it finished its factorization before the error went on
 
 

@@ -82,7 +82,8 @@ class Mesh:
     def centroids(self) -> np.ndarray:
         """(m, 2) centroid of every triangle."""
         t = self.triangles
-        return np.column_stack([(c[t[:, 0]] + c[t[:, 1]] + c[t[:, 2]]) / 3.0 for c in (self.points[:, 0], self.points[:, 1])])
+        return np.column_stack([(c[t[:, 0]] + c[t[:, 1]] + c[t[:, 2]]) / 3.0
+                                for c in (self.points[:, 0], self.points[:, 1])])
 
     def node_parts(self) -> tuple[int, np.ndarray]:
         """(number of connected parts, the part of every node): triangles sharing a node are connected. Computed once

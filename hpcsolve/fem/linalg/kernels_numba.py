@@ -257,8 +257,9 @@ class NumbaOps(lowops.LowOps):
     def launch_twin(self):
         """CuPy's kernels (``kernels_cupy.CupyOps``: the same fused descriptions printed to CUDA C) on this backend's
         CuPy stream, and ``cupy.asarray`` (the same memory, through the CUDA array interface), where CuPy imports
-        and its own probe passes and ``set_up_on_cupy`` is on; else None (Numba's own launches). The smoothers' power iterations
-        are about 75 launches: through Numba's dispatcher 17-23 ms of a 2048^2 set-up, 5-6 ms through CuPy's."""
+        and its own probe passes and ``set_up_on_cupy`` is on; else None (Numba's own launches). The smoothers'
+        power iterations are about 75 launches: through Numba's dispatcher 9.8-12.8 ms of a 2048^2 set-up, 4.4-6.2 ms
+        through CuPy's (docs/fem_gpu.md)."""
         if self._cp is None or not self.set_up_on_cupy or owner_of(self._cp) is None:
             return None
         if self._twin is None:

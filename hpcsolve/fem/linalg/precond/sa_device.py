@@ -342,7 +342,8 @@ def rho_dinv_a_xp(A, dinv, xp, steps: int = LANCZOS_STEPS, seed: int = SEED) -> 
             alpha.append(a)
             beta.append(b)
             v_prev, v = v, w / xp.where(b > 0, b, 1.0)
-    alpha, beta = np.asarray(_host(xp.stack(alpha)), dtype=np.float64), np.asarray(_host(xp.stack(beta)), dtype=np.float64)
+    alpha = np.asarray(_host(xp.stack(alpha)), dtype=np.float64)
+    beta = np.asarray(_host(xp.stack(beta)), dtype=np.float64)
     ok = beta > 1e-12 * np.abs(alpha)
     k = steps if ok.all() else int(np.argmin(ok)) + 1     # up to the first breakdown, its alpha included
     Tk = np.diag(alpha[:k]) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
