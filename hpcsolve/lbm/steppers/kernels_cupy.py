@@ -63,6 +63,7 @@ from hpcsolve.lbm.boundaries.outlet import characteristic_outlet
 from hpcsolve.lbm.boundaries.velocity import velocity_table
 from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream_capture, device_flags,
                                               device_macroscopic, host_macroscopic)
+from hpcsolve.lbm.steppers import launch
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
 #: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
@@ -112,13 +113,13 @@ class CupyBouzidi:
         module = cupy.RawModule(code=bouzidi_source(policy), options=("--std=c++17",))
         self._gather = module.get_function("bouzidi_gather")
         self._scatter = module.get_function("bouzidi_scatter")
-        self.grid = ((self.n + 255) // 256,)
+        self.grid = (launch.blocks(self.n),)
 
     def __call__(self, A) -> None:
         slot, partner, a, b = self.arrays
         n = np.int64(self.n)
-        self._gather(self.grid, (256,), (A, slot, partner, a, b, self.values, n))
-        self._scatter(self.grid, (256,), (A, slot, self.values, n))
+        self._gather(self.grid, (launch.THREADS,), (A, slot, partner, a, b, self.values, n))
+        self._scatter(self.grid, (launch.THREADS,), (A, slot, self.values, n))
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,8 +176,7 @@ class CupyStepper(PlanSteps, Stepper):
         self.a = initial_state(setup, cupy)
         # non-fluid cells hold the initial value (0) in both buffers; in place: one array
         self.b = None if self.in_place else self.a.copy()
-        per_block = self.block_x * self.cells_per_thread
-        self.grid = ((nx + per_block - 1) // per_block, ny)   # pairs: cells_per_thread = 2 adjacent cells
+        self.grid = launch.step_grid(nx, ny, self.block_x, self.cells_per_thread)   # pairs: 2 adjacent cells
         self.block = (self.block_x, 1)
         self._plan(setup, cupy.asarray, lambda links: CupyBouzidi(links, pol))
         if self.in_place:
@@ -216,7 +216,7 @@ class CupyStepper(PlanSteps, Stepper):
         n = self.nx * self.ny
         if out is None:
             out = cp.empty((3, self.ny, self.nx), dtype=self.ct)
-        self._k_moments[self.state](((n + 255) // 256,), (256,), (self.a, self.flags, out, np.int32(self.nx), np.int32(self.ny)))
+        self._k_moments[self.state]((launch.blocks(n),), (launch.THREADS,), (self.a, self.flags, out, np.int32(self.nx), np.int32(self.ny)))
         return out
 
     def macroscopic(self):
@@ -235,7 +235,7 @@ class CupyStepper(PlanSteps, Stepper):
     def _launch_force(self, links, out) -> None:
         """``lbm_force`` over ``links`` (pos, cx, cy, m, c), added to the float64 pair ``out`` on the device."""
         pos, cx, cy, m, c = links
-        self._k_force(((pos.size + 255) // 256,), (256,), (self.a, pos, cx, cy, m, c, out, np.int64(pos.size)))
+        self._k_force((launch.blocks(pos.size),), (launch.THREADS,), (self.a, pos, cx, cy, m, c, out, np.int64(pos.size)))
 
     def point_kernels(self):
         """The batched monitor points' kernels for this stepper (``device_monitor.CupyPointKernels``)."""

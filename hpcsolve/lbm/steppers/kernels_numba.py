@@ -29,7 +29,6 @@ tiny grids.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -46,6 +45,7 @@ from hpcsolve.lbm.boundaries.velocity import velocity_table
 from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream_capture, device_flags,
                                               device_macroscopic, host_macroscopic)
 from hpcsolve.lbm.kernels.population_code import numba_code
+from hpcsolve.lbm.steppers import launch
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper, get_stepper
 
 
@@ -224,9 +224,9 @@ class NumbaPrepass:
         self.arrays = tuple(cuda.to_device(v, stream=self.stream) for v in links.device_arrays(ct))
         self.values = cuda.device_array(self.n, dtype=policy.storage, stream=self.stream)
         gather, scatter = bouzidi_kernels(policy)
-        blocks = math.ceil(self.n / 256)
-        self._gather = gather[blocks, 256, self.stream]
-        self._scatter = scatter[blocks, 256, self.stream]
+        blocks = launch.blocks(self.n)
+        self._gather = gather[blocks, launch.THREADS, self.stream]
+        self._scatter = scatter[blocks, launch.THREADS, self.stream]
 
     def __call__(self, A) -> None:
         slot, partner, a, b = self.arrays
@@ -301,18 +301,18 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         if setup.initial_density is None and setup.initial_velocity is None:
             # at rest the stored state is exactly 0 (h^eq(0, 0) = 0): make it on the device
             n = lattice.Q * nx * ny
-            grid1 = math.ceil(n / 256)
+            grid1 = launch.blocks(n)
             self.a = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
-            self._k_fill[grid1, 256, self.stream](self.a, np.int64(n))
+            self._k_fill[grid1, launch.THREADS, self.stream](self.a, np.int64(n))
             if not self.in_place:
                 self.b = cuda.device_array(n, dtype=pol.storage, stream=self.stream)
-                self._k_fill[grid1, 256, self.stream](self.b, np.int64(n))
+                self._k_fill[grid1, launch.THREADS, self.stream](self.b, np.int64(n))
         else:
             g0 = setup.initial_populations().ravel()
             self.a = cuda.to_device(g0)
             if not self.in_place:
                 self.b = cuda.to_device(g0)   # non-fluid cells hold the initial value (0) in both buffers
-        grid = (math.ceil(nx / (self.block_x * self.cells_per_thread)), ny)   # pairs: 2 adjacent cells per thread
+        grid = launch.step_grid(nx, ny, self.block_x, self.cells_per_thread)   # pairs: 2 adjacent cells per thread
         self._word_views: dict = {}
         self._plan(setup, lambda v: cuda.to_device(v, stream=self.stream),
                    lambda links: NumbaPrepass(links, pol, self.stream))
@@ -333,7 +333,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
             self._vel_full = self.cuda.to_device(velocity_table(self.setup, np.float64)[1].ravel(), stream=self.stream)
         n = self.vel_u.shape[0]
         # float64 product rounded to the compute dtype in place (the step kernel keeps its pointer)
-        self._k_scale[math.ceil(n / 256), 256, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
+        self._k_scale[launch.blocks(n), launch.THREADS, self.stream](self._vel_full, np.float64(factor), self.vel_u, np.int64(n))
 
     _index_type = np.int64      # the kernels' int arguments
 
@@ -383,7 +383,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         n = self.nx * self.ny
         if out is None:
             out = self.cuda.device_array(3 * n, dtype=self.ct, stream=self.stream)
-        self._k_moments[self.state][math.ceil(n / 256), 256, self.stream](self.a, self.flags, out, np.int64(self.nx), np.int64(self.ny))
+        self._k_moments[self.state][launch.blocks(n), launch.THREADS, self.stream](self.a, self.flags, out, np.int64(self.nx), np.int64(self.ny))
         return out
 
     def macroscopic(self):
@@ -411,7 +411,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         """``lbm_force`` over ``links`` (pos, cx, cy, m, c), added to the float64 pair ``out`` on the device."""
         pos, cx, cy, m, c = links
         n = pos.shape[0]
-        self._k_force[math.ceil(n / 256), 256, self.stream](self.a, pos, cx, cy, m, c, out, np.int64(n))
+        self._k_force[launch.blocks(n), launch.THREADS, self.stream](self.a, pos, cx, cy, m, c, out, np.int64(n))
 
     def point_kernels(self):
         """The batched monitor points' kernels for this stepper (``device_monitor.NumbaPointKernels``)."""
@@ -423,7 +423,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         n = self.nx * self.ny
         weights = self.cuda.to_device(lattice.weights(self.ct), stream=self.stream)
         self._require_even("perturb()")
-        self._k_perturb[math.ceil(lattice.Q * n / 256), 256, self.stream](
+        self._k_perturb[launch.blocks(lattice.Q * n), launch.THREADS, self.stream](
             self.a, self.flags, weights, np.int64(n), self.ct.type(amplitude), np.int64(seed))
         self._perturbed()
 
@@ -435,7 +435,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
     def nonfinite_into(self, out) -> None:
         """Set the int32 ``out[0]`` to 1 where a stored population is NaN/Inf (``lbm_nonfinite``), on the device."""
         n = self.a.shape[0]
-        self._k_nonfinite[math.ceil(n / 256), 256, self.stream](self.a, np.int64(n), out)
+        self._k_nonfinite[launch.blocks(n), launch.THREADS, self.stream](self.a, np.int64(n), out)
 
 
 def make_stepper(setup: LBMSetup, **options) -> NumbaCudaStepper:
