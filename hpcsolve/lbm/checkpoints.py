@@ -28,7 +28,11 @@ def make_checkpoint(case, backend, policy, stepper, monitor, result, step, mass0
     state = {"series": monitor.series, "mass0": mass0, "step_seconds": step_seconds, "snapshots": snaps,
              "total_seconds": total_seconds,
              "last_steady_step": monitor.last_steady_step, "steady_change": monitor.steady_change,
-             "steady_checks": [[int(k), float(c)] for k, c in monitor.steady_checks]}
+             "steady_checks": [[int(k), float(c)] for k, c in monitor.steady_checks],
+             "steady_growth": [[int(k), float(g)] for k, g in sorted(monitor.steady_growth.items())],
+             "steady_peek": None if monitor.steady_peek is None else [int(monitor.steady_peek[0]),
+                                                                      float(monitor.steady_peek[1])],
+             "steady_peek_step": monitor.steady_peek_step}
     meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
             "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
             "case_file": str(case.path) if case.path else ""}
@@ -48,6 +52,11 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     last_steady_step = ckpt.whole("state.last_steady_step", maximum=ckpt.step)
     steady_change = ckpt.number("state.steady_change", finite=False)
     steady_checks = _restored_steady_checks(ckpt)
+    steady_growth = dict(_restored_pairs(ckpt, "steady_growth", "[check step, growth exponent]", finite=False))
+    peek = _restored_pairs(ckpt, "steady_peek", "[step, change] of the reference's peek", single=True)
+    peek_step = ckpt.state.get("steady_peek_step")
+    if peek_step is not None:
+        peek_step = ckpt.whole("state.steady_peek_step", maximum=ckpt.step)
     mass0 = ckpt.number("state.mass0")
     if not mass0 > 0:
         raise ckpt.error("state.mass0", ckpt.state["mass0"], "a finite number > 0 (the initial fluid mass)")
@@ -66,6 +75,9 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     monitor.last_steady_step = last_steady_step
     monitor.steady_change = steady_change
     monitor.steady_checks = steady_checks
+    monitor.steady_growth = steady_growth
+    monitor.steady_peek = peek[0] if peek else None
+    monitor.steady_peek_step = peek_step
     result.snapshots.extend(snapshots)
     return ckpt.step, mass0, step_seconds, total_seconds
 
@@ -109,6 +121,27 @@ def _restored_steady_checks(ckpt: Checkpoint) -> list[tuple[int, float]]:
         if change is None:
             raise ckpt.error("state.steady_checks", pair, allowed)
         out.append((pair[0], change))
+    return out
+
+
+def _restored_pairs(ckpt: Checkpoint, key: str, what: str, *, finite: bool = True, single: bool = False):
+    """``state.<key>``: a list of [step, number] pairs (``single``: one pair or null); a checkpoint from before the
+    stall test's growth was kept has none. Steps are whole numbers up to the checkpoint's."""
+    value = ckpt.state.get(key)
+    if value is None:
+        return []
+    allowed = (f"{'null or one' if single else 'a list of'} {what} pair{'' if single else 's'} (step a whole number "
+               f"up to the checkpoint's, then a number)")
+    pairs = [value] if single else value
+    if not isinstance(pairs, list) or (single and not isinstance(value, list)):
+        raise ckpt.error(f"state.{key}", value, allowed)
+    out = []
+    for pair in pairs:
+        ok = isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] <= ckpt.step
+        number = as_number(pair[1]) if ok else None
+        if number is None or (finite and not math.isfinite(number)):
+            raise ckpt.error(f"state.{key}", pair, allowed)
+        out.append((pair[0], number))
     return out
 
 

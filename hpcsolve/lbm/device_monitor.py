@@ -53,8 +53,8 @@ ROWS = 1024
 #: steps, so ~350 points a batch
 FLUSH_SECONDS = 0.25
 #: ``Monitor.steady_action`` -> the reduction's mode: 0 no steady work, 1 compare with the reference and replace
-#: it, 2 replace it
-MODES = {None: 0, "clear": 0, "check": 1, "set": 2}
+#: it, 2 replace it, 3 compare with it and keep it (the stall test's peek)
+MODES = {None: 0, "clear": 0, "check": 1, "set": 2, "peek": 3}
 
 _CUDA_SOURCE = r"""
 #define BLOCK {block}
@@ -81,8 +81,8 @@ extern "C" __global__ void monitor_partial(const real_t* m, const unsigned char*
     const double rho = 1.0 + (double)m[k], ux = (double)m[n + k], uy = (double)m[2 * n + k];
     const double q = ux * ux + uy * uy;
     e += rho * q; q2 += q; p = peak_max(p, hypot(ux, uy));
-    if (mode == 1) {{ const double dx = ux - uref[k], dy = uy - uref[n + k]; d2 += dx * dx + dy * dy; }}
-    if (mode != 0) {{ uref[k] = ux; uref[n + k] = uy; }}
+    if (mode & 1) {{ const double dx = ux - uref[k], dy = uy - uref[n + k]; d2 += dx * dx + dy * dy; }}
+    if (mode == 1 || mode == 2) {{ uref[k] = ux; uref[n + k] = uy; }}
   }}
   s[0][t] = e; s[1][t] = p; s[2][t] = q2; s[3][t] = d2;
   tree(s, t);
@@ -213,10 +213,10 @@ def monitor_partial(m, flags, uref, n, mode, partial):
             e += rho * q
             q2 += q
             p = peak_max(p, math.hypot(ux, uy))
-            if mode == 1:
+            if mode & 1:
                 dx, dy = ux - uref[k], uy - uref[n + k]
                 d2 += dx * dx + dy * dy
-            if mode != 0:
+            if mode == 1 or mode == 2:
                 uref[k] = ux
                 uref[n + k] = uy
         k += cuda.gridDim.x * BLOCK
@@ -403,7 +403,7 @@ class BatchedPoints:
             if b or v[1] > self.peak_limit:
                 return BadPoint(step, self.good_step, not b, float(v[1])), seconds
             change = None
-            if action == "check":
+            if action in ("check", "peek"):
                 change = math.sqrt(v[3]) / math.sqrt(v[2]) if v[2] > 0.0 else math.inf
             forces = [(float(v[SUMS + 2 * j]), float(v[SUMS + 2 * j + 1])) for j in range(len(self.masks))]
             self.monitor.record_values(step, float(v[0]), float(v[1]), forces, action, change=change, moved=True)

@@ -14,12 +14,26 @@ from hpcsolve.lbm import observables as obs, physics
 from hpcsolve.lbm.case import Derived, LBMCase
 from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
 
-#: a stalled steady check: over the last STALL_CHECKS checks the change got no lower than STALL_FACTOR times the
-#: lowest before them, still above the tolerance, at a level within STALL_RESOLUTIONS units of the storage's
-#: resolution (fp32 Poiseuille: 3.4e-7, then 2.0e-7, 2.3e-7, 2.4e-7 from step 7000 against a tolerance of 1e-7)
+#: The stall test (``Monitor.steady_stall``, docs/lbm_algorithm.md "When a run stops early"): a run stops before
+#: steady.tolerance only where its change is measured to be the storage's rounding noise, not a flow still moving.
+#: Over the last STALL_CHECKS checks the change got no lower than STALL_FACTOR times the lowest before them, still
+#: above the tolerance, at a level within STALL_RESOLUTIONS units of the storage's resolution (fp32 Poiseuille: 3.4e-7,
+#: then 2.0e-7, 2.3e-7, 2.4e-7 from step 7000 against a tolerance of 1e-7) -- necessary, not sufficient: a 16-bit
+#: cavity spinning up at Re 1000 changes by 0.05-0.1 per check for thousands of steps, below 100 resolutions (issue 48).
 STALL_CHECKS = 3
 STALL_FACTOR = 0.5
 STALL_RESOLUTIONS = 100.0
+#: The proof: each reference is also compared half-way to its check (a "peek", at the first monitor point at least
+#: interval / 2 after it). A flow that is still developing changes in proportion to the time between the two states
+#: (growth exponent g = ln(c_check / c_peek) / ln(t_check / t_peek) = 1); rounding noise about a fixed state does
+#: not grow with the interval (g = 0), and a random walk of the rounding (stochastic rounding) grows as its square
+#: root (g = 1/2, not a stall: it is not settled). Every check of the window must show g <= STALL_GROWTH.
+STALL_GROWTH = 0.35
+#: ... and the window must be long against the flow: from the reference of its first check to now at least
+#: STALL_FLOW_TIMES characteristic times L / U (units.characteristic_time), and never before STALL_MIN_FRACTION of
+#: the run's steps (the first part of a run is spin-up whatever the numbers say).
+STALL_FLOW_TIMES = 2.0
+STALL_MIN_FRACTION = 0.25
 
 
 #: ``Monitor.last_steady_u`` where the steady reference velocity is kept in a device buffer
@@ -48,6 +62,9 @@ class Monitor:
         self._fluid_device = None
         self.steady_change = math.inf
         self.steady_checks: list[tuple[int, float]] = []   # (step, change) of each steady check (checkpointed)
+        self.steady_peek: tuple[int, float] | None = None   # (step, change) of the current reference's peek
+        self.steady_peek_step: int | None = None            # step of the peek queued for the current reference
+        self.steady_growth: dict[int, float] = {}           # check step -> growth exponent g (checkpointed)
 
     def fluid_like(self, array):
         """The fluid mask on the side of ``array`` (host, or a device copy made once)."""
@@ -75,10 +92,12 @@ class Monitor:
         forces = [stepper.force(self.geo.obstacles[k]) for k in self.geo.measured]
         action = self.steady_action(step)
         change = None
-        if action in ("set", "check"):
+        if action in ("set", "check", "peek"):
             u = self.fluid_velocity(ux, uy)
-            if action == "check":
+            if action in ("check", "peek"):
                 change = obs.relative_change(u, self.last_steady_u)
+            if action == "peek":
+                u = None                        # a peek keeps the reference
         else:
             u = None
         self.record_values(step, energy, self.peak(ux, uy) if peak is None else peak, forces, action, u, change)
@@ -86,8 +105,9 @@ class Monitor:
     def steady_action(self, step: int) -> str | None:
         """What the steady check does at the monitor point ``step`` (it depends on the steps only): "set" (the
         point's fluid velocity becomes the reference), "clear" (no reference: inside the smooth start), "check"
-        (compare with the reference, which the point's velocity then replaces) or None (nothing; also without
-        ``steady.enabled``)."""
+        (compare with the reference, which the point's velocity then replaces), "peek" (compare with the reference
+        and keep it: the first point at least interval / 2 after it, for the stall test's growth) or None (nothing;
+        also without ``steady.enabled``)."""
         if not self.case.steady.enabled:
             return None
         ramp = self.derived.ramp_steps
@@ -95,14 +115,19 @@ class Monitor:
             # compare only states from the end of the smooth start on (the boundary velocities rise before);
             # a reference from inside the smooth start is replaced at the next point, so none is kept
             return "set" if step >= ramp else "clear"
-        if step - self.last_steady_step >= self.case.steady.interval:
+        since, interval = step - self.last_steady_step, self.case.steady.interval
+        if since >= interval:
             return "check"
+        if 2 * since >= interval and (self.steady_peek_step is None or self.steady_peek_step <= self.last_steady_step):
+            return "peek"
         return None
 
     def steady_moved(self, step: int, action: str | None, reference) -> None:
         """The steady state after ``action`` at ``step`` (``steady_action``): ``reference`` the new reference
         velocity (host (2, fluid cells), or ``ON_DEVICE`` where a device buffer keeps it)."""
-        if action is not None:
+        if action == "peek":
+            self.steady_peek_step = step
+        elif action is not None:
             self.last_steady_u = None if action == "clear" else reference
             self.last_steady_step = step
 
@@ -133,18 +158,32 @@ class Monitor:
             s[f"drag_coefficient{sfx}"].append(cd)
             s[f"lift_coefficient{sfx}"].append(cl)
         if self.case.steady.enabled:
+            if action == "peek":
+                self.steady_peek = (step, change)
             if action == "check":
+                self._growth(step, change)
                 self.steady_change = change
                 self.steady_checks.append((step, change))
             if not moved:
                 self.steady_moved(step, action, reference)
             s["steady_change"].append(self.steady_change)
 
-    def steady_stall(self, tolerance: float, resolution: float) -> dict | None:
-        """Where the steady change stopped decreasing above ``tolerance`` at a level the storage's ``resolution``
-        (``storage_resolution``) explains: {from_step, level, highest} (the window's first step, its lowest and
-        its highest change), else None. A change still decreasing, or stalled far above the resolution (a flow
-        that is not steady), is no stall."""
+    def _growth(self, step: int, change: float) -> None:
+        """The growth exponent of the check at ``step`` from the current reference's peek (none without a peek)."""
+        peek, since = self.steady_peek, step - self.last_steady_step
+        self.steady_peek = None
+        if peek is None or not self.last_steady_step < peek[0] < step:
+            return
+        self.steady_growth[step] = growth_exponent(peek[1], change, peek[0] - self.last_steady_step, since)
+
+    def steady_stall(self, tolerance: float, resolution: float, *, total_steps: int | None = None,
+                     flow_steps: float = 0.0) -> dict | None:
+        """Where the steady change is measured to have stopped at the storage's rounding noise above ``tolerance``
+        (the constants above): {from_step, level, highest, growth} (the window's first step, its lowest and its
+        highest change, its largest growth exponent), else None. A change still decreasing, stalled far above the
+        ``resolution`` (``storage_resolution``), growing with the interval (a developing flow), unmeasured (no
+        peek), inside the first STALL_MIN_FRACTION of ``total_steps`` or over a window shorter than STALL_FLOW_TIMES
+        x ``flow_steps`` (the flow's characteristic time in steps) is no stall."""
         checks = self.steady_checks
         if len(checks) <= STALL_CHECKS:
             return None
@@ -152,10 +191,31 @@ class Monitor:
         level, before = min(window), min(c for _, c in checks[:-STALL_CHECKS])
         if not (level >= STALL_FACTOR * before and level >= tolerance and level <= STALL_RESOLUTIONS * resolution):
             return None
-        return {"from_step": checks[-STALL_CHECKS][0], "level": level, "highest": max(window)}
+        growths = [self.steady_growth.get(k) for k, _ in checks[-STALL_CHECKS:]]
+        if any(g is None or not g <= STALL_GROWTH for g in growths):
+            return None
+        step, start = checks[-1][0], checks[-STALL_CHECKS - 1][0]
+        if step - start < STALL_FLOW_TIMES * flow_steps:
+            return None
+        if total_steps is not None and step < STALL_MIN_FRACTION * total_steps:
+            return None
+        return {"from_step": checks[-STALL_CHECKS][0], "level": level, "highest": max(window),
+                "growth": max(growths)}
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v, dtype=np.float64) for k, v in self.series.items()}
+
+
+def growth_exponent(early: float, late: float, early_steps: int, late_steps: int) -> float:
+    """ln(late / early) / ln(late_steps / early_steps): how a change measured over ``early_steps`` and over
+    ``late_steps`` from the same reference grows with the interval (1: in proportion, a developing flow; 0: not at
+    all, noise about a fixed state). inf where only the early change is zero (it grew from nothing), 0 where both
+    are (a frozen state)."""
+    if early == 0.0:
+        return 0.0 if late == 0.0 else math.inf
+    if late == 0.0:
+        return -math.inf
+    return math.log(late / early) / math.log(late_steps / early_steps)
 
 
 def storage_resolution(policy) -> float:

@@ -36,7 +36,7 @@ from hpcsolve.lbm.checkpoints import make_checkpoint, restore
 from hpcsolve.lbm.device_monitor import batched_points
 from hpcsolve.lbm.guard import PrecisionGuard
 from hpcsolve.lbm.distributed import SlabStepper
-from hpcsolve.lbm.monitor import (Monitor, device_monitor, fields, host, point_fields, snapshot_fields,
+from hpcsolve.lbm.monitor import (STALL_GROWTH, Monitor, device_monitor, fields, host, point_fields, snapshot_fields,
                                   storage_resolution)
 from hpcsolve.lbm.plots import plot_result
 from hpcsolve.lbm.reference import reference_metrics, verdicts as lbm_verdicts
@@ -305,14 +305,16 @@ class _Loop:
         the run stops here as not_steady, since more steps cannot bring it lower; True where it does."""
         tol, policy = self.case.steady.tolerance, self.policy
         resolution = storage_resolution(policy)
-        stall = self.monitor.steady_stall(tol, resolution)
+        flow_steps = self.derived.units.characteristic_time / self.derived.units.dt
+        stall = self.monitor.steady_stall(tol, resolution, total_steps=self.derived.steps, flow_steps=flow_steps)
         if stall is None:
             return False
         exp = math.floor(math.log10(stall["highest"]))
         suggest = math.ceil(stall["highest"] / 10.0**exp * (1 - 1e-9)) * 10.0**exp
         wider = " or use fp64" if resolution > 1e3 * np.finfo(np.float64).eps else ""
         self.status = "not_steady"
-        self.message = (f"steady change stalled at {stall['level']:.2g} from step {stall['from_step']}, above "
+        self.message = (f"steady change stalled at {stall['level']:.2g} from step {stall['from_step']} (rounding "
+                        f"noise: it did not grow with the interval, growth exponent <= {stall['growth']:.2f}), above "
                         f"steady.tolerance {tol:g}: {policy.name} cannot resolve a smaller change here; raise "
                         f"steady.tolerance to >= {suggest:.1g}{wider} (stopped at step {self.step} of "
                         f"{self.derived.steps})")
@@ -414,7 +416,8 @@ class _Loop:
         if case.steady.enabled and status == "completed":
             status = "not_steady"
             message = (f"steady state not reached in {step} steps (last relative change "
-                       f"{monitor.steady_change:.3g}, tolerance {case.steady.tolerance:g}); raise time.end_time")
+                       f"{monitor.steady_change:.3g}, tolerance {case.steady.tolerance:g}); raise time.end_time"
+                       + _reachable(monitor, self.policy))
         result.status, result.message = status, message
         rho, ux, uy = host(*self.fields)
         result.fields = fields(rho, ux, uy, derived, geo, step)
@@ -428,6 +431,10 @@ class _Loop:
             m["resumed_from_step"] = resume.step
         if case.steady.enabled:
             m["steady_change"] = monitor.steady_change
+            if monitor.steady_checks:
+                m["steady_change_lowest"] = min(c for _, c in monitor.steady_checks)
+            if monitor.steady_growth:
+                m["steady_growth_last"] = monitor.steady_growth[max(monitor.steady_growth)]
         m.update(self.guard.metrics())
         m["timing_basis"] = TIMING_BASIS
         m.update(reference_metrics(case, derived, geo, self.stepper, rho, ux, uy, step, result))
@@ -442,6 +449,25 @@ class _Loop:
 #: what the run's time figures hold (the summary's timing_basis)
 TIMING_BASIS = ("mlups: every step, first-call compilation and graph capture in; mlups_warm: the steps after the "
                 "first monitor point read; total_s: the whole run (setup, monitor points, output)")
+
+
+def _reachable(monitor, policy) -> str:
+    """What a run that ended not_steady says of the tolerance its storage reached: its lowest change and, from the
+    last check's growth exponent (``Monitor.steady_stall``), whether the flow was still developing or the change had
+    settled at the storage's rounding noise (docs/lbm_algorithm.md "When a run stops early")."""
+    if not monitor.steady_checks:
+        return ""
+    step, lowest = min(monitor.steady_checks, key=lambda c: c[1])
+    text = f"; the lowest change was {lowest:.3g} (step {step})"
+    growth = monitor.steady_growth.get(monitor.steady_checks[-1][0])
+    if growth is None:
+        return text
+    if growth > STALL_GROWTH:
+        return text + f", and the flow was still developing at the end (growth exponent {growth:.2f} > {STALL_GROWTH})"
+    res = storage_resolution(policy)
+    return text + (f", and the change had settled at {policy.name}'s rounding noise (growth exponent {growth:.2f}; "
+                   f"storage resolution {res:.2g}): a steady.tolerance of at least {lowest:.2g} is what it resolves "
+                   f"here" + (", or use fp32" if res > 1e-5 else ", or use fp64" if res > 1e-12 else ""))
 
 
 def _speed_cause(peak: float) -> str:
