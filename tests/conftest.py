@@ -61,6 +61,18 @@ def _compare_takes_its_least_timings(monkeypatch):
     monkeypatch.setattr(compare, "MAX_REPEATS", comparison.MIN_TIMED)
 
 
+@pytest.fixture(autouse=True)
+def _steady_prediction_counts_work(monkeypatch):
+    """``--dry-run`` of a steady case runs coarse copies towards their steady stop for SURROGATE_SECONDS (2 s) of wall
+    time, then extrapolates: on a loaded machine a copy that stops in 0.4 s quiet ran out of its 2 s, and what a test
+    saw depended on the load. In the suite the 2 s are counted in the copies' work at a nominal rate
+    (``estimate.WorkClock``): the same prediction on every machine (the wall-clock rule itself is tested on a fake
+    clock in tests/test_load_proof.py)."""
+    from hpcsolve.lbm import estimate
+
+    monkeypatch.setattr(estimate, "surrogate_clock", estimate.WorkClock())
+
+
 def _plain(value):
     """NumPy scalars and arrays as Python numbers and lists (the pytest-xdist workers send recorded properties
     to the controller, whose serializer knows only Python's own types)."""

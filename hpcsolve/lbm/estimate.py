@@ -16,7 +16,7 @@ from hpcsolve.core import backends, heartbeat
 from hpcsolve.core.errors import HpcsolveError, RunInterrupted
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision
-from hpcsolve.lbm.case import Derived, LBMCase
+from hpcsolve.lbm.case import Derived, LBMCase, derive
 from hpcsolve.lbm.device_monitor import batched_points
 from hpcsolve.lbm.monitor import Monitor, device_monitor, host, point_fields, snapshot_fields
 from hpcsolve.lbm.setup import build_setup
@@ -38,6 +38,9 @@ MONITOR_PROBE_MAX_SECONDS = 1.5
 SURROGATE_MAX_FACTOR = 8
 SURROGATE_MIN_RESOLUTION = 16
 SURROGATE_SECONDS = 2.0
+#: the copies' nominal rate in cell updates per second, on which ``WorkClock`` counts SURROGATE_SECONDS (NumPy on
+#: the 2-core development machine, quiet: Poiseuille's copy at 8 cells 2.8 M, the cavity's at 16 cells 3.3 M)
+SURROGATE_NOMINAL_RATE = 3.0e6
 #: the extrapolation fits log(change) against the step over the last EXTRAPOLATION_CHECKS steady checks (at least
 #: 3); a change that is not decreasing over them gives no prediction
 EXTRAPOLATION_CHECKS = 6
@@ -233,15 +236,53 @@ def _stops(steps: int, intervals) -> int:
     return sum((-1) ** (r + 1) * (steps // math.lcm(*c)) for r in range(1, len(iv) + 1) for c in combinations(iv, r))
 
 
+class WallClock:
+    """What the coarse copies' SURROGATE_SECONDS are counted on in the product: wall time."""
+
+    def __call__(self) -> float:
+        return _time.perf_counter()
+
+    def copy(self, cells: int, monitor_interval: int) -> None:
+        """A coarse copy of ``cells`` cells, a monitor point every ``monitor_interval`` steps, starts (no effect)."""
+
+    def point(self) -> None:
+        """The copy running polls its stop at a monitor point (no effect: the wall time runs by itself)."""
+
+
+class WorkClock(WallClock):
+    """The copies' budget counted in their own work at ``rate`` cell updates per second, not on the machine's clock:
+    a copy's monitor point (where the run polls its stop, every ``monitor_interval`` steps) adds ``cells x
+    monitor_interval / rate`` seconds. The same case then gets the same prediction on every machine whatever its
+    load; the test suite counts on it (tests/conftest.py sets ``surrogate_clock`` to one)."""
+
+    def __init__(self, rate: float = SURROGATE_NOMINAL_RATE):
+        self.rate, self.now, self.per_point = float(rate), 0.0, 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def copy(self, cells: int, monitor_interval: int) -> None:
+        self.per_point = cells * monitor_interval / self.rate
+
+    def point(self) -> None:
+        self.now += self.per_point
+
+
+#: what SURROGATE_SECONDS are counted on: the wall time (``WallClock``), or the copies' work (``WorkClock``: tests)
+surrogate_clock: WallClock = WallClock()
+
+
 class _Deadline:
-    """A ``stop`` object for ``run``: requested once the wall time is past."""
+    """A ``stop`` object for ``run``: requested once ``seconds`` of ``surrogate_clock`` have passed (polled once per
+    monitor point of the copy)."""
 
     def __init__(self, seconds: float):
-        self.end = _time.perf_counter() + seconds
+        self.end = surrogate_clock() + seconds
 
     @property
     def requested(self) -> bool:
-        return _time.perf_counter() > self.end
+        surrogate_clock.point()
+        return surrogate_clock() > self.end
 
 
 def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run) -> dict:
@@ -250,7 +291,8 @@ def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run)
     interval) scaled to the same physical time span (dt is proportional to dx), runs on the same backend
     towards its steady stop; the stop time in physical units, divided by the fine dt and rounded up to the
     fine check interval, is the predicted step. A surrogate costs 1/k^3 of the run. All the copies tried share
-    ``SURROGATE_SECONDS`` of wall time; a copy still running then has its stop extrapolated from the decay of
+    ``SURROGATE_SECONDS`` of wall time (of ``surrogate_clock``: the copies' work at a nominal rate in the test
+    suite, ``WorkClock``); a copy still running then has its stop extrapolated from the decay of
     its steady change (``extrapolated_stop``; the prediction says ``"basis": "extrapolated"``). Measured on the
     shipped cases (docs/reliability.md): within 7% of the steps the runs took, where the copy ran to its stop.
     ``run``: the LBM run (``hpcsolve.lbm.runner.run``)."""
@@ -260,17 +302,19 @@ def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run)
         k //= 2
     if res / k < 8:
         return {"why": f"lattice.resolution {res} is too coarse to predict from a coarser case"}
-    why = ""
-    deadline = _time.perf_counter() + SURROGATE_SECONDS
-    while k >= 2 and _time.perf_counter() < deadline:
+    why, clock = "", surrogate_clock
+    deadline = clock() + SURROGATE_SECONDS
+    while k >= 2 and clock() < deadline:
         nres = int(round(res / k))
         small = case.with_overrides(*_surrogate_overrides(case, res / nres, nres))
-        t0 = _time.perf_counter()
+        t0 = clock()
         try:
+            small_derived = derive(small)
+            clock.copy(small_derived.nx * small_derived.ny, small.time.monitor_interval)
             res_s = run(small, backend, policy, progress=False, stop=_Deadline(deadline - t0))
-            took, stop_step, basis = _time.perf_counter() - t0, int(res_s.metrics["steps"]), "ran to its stop"
+            took, stop_step, basis = clock() - t0, int(res_s.metrics["steps"]), "ran to its stop"
         except RunInterrupted as exc:   # the shared wall time is over: the decay so far says when it would stop
-            took = _time.perf_counter() - t0
+            took = clock() - t0
             span = extrapolated_stop(getattr(exc, "result", None), small.steady.tolerance)
             if span is None:
                 return {"why": f"the case at resolution {nres} did not reach steady state within "
