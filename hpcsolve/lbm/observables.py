@@ -129,20 +129,27 @@ def force_coefficients(force: tuple[float, float], u_ref: float, length_cells: f
     return force[0] / q, force[1] / q
 
 
-def strouhal(times: np.ndarray, lift: np.ndarray, length: float, velocity: float, last_fraction: float = 0.5):
-    """St = f D / U, f from upward mean-crossings of the lift signal in its last part (linear
-    interpolation between samples). None when fewer than two full periods are seen."""
+def upward_crossings(times: np.ndarray, signal: np.ndarray, last_fraction: float = 0.5) -> np.ndarray:
+    """Times at which ``signal`` crosses its mean upward in its last part (the last ``last_fraction`` of the time
+    span; the mean is taken there), by linear interpolation between samples; empty with fewer than 8 samples.
+    The phase of a periodic signal counts from these (``strouhal``; hpcsolve/report/periodic.py)."""
     t = np.asarray(times, float)
-    y = np.asarray(lift, float)
+    y = np.asarray(signal, float)
     keep = t >= t[0] + (1 - last_fraction) * (t[-1] - t[0]) if t.size else np.zeros(0, bool)
     t, y = t[keep], y[keep]
     if t.size < 8:
-        return None
+        return np.zeros(0)
     y = y - y.mean()
     idx = np.flatnonzero((y[:-1] < 0) & (y[1:] >= 0))
-    if idx.size < 3:
+    return t[idx] - y[idx] * (t[idx + 1] - t[idx]) / (y[idx + 1] - y[idx])
+
+
+def strouhal(times: np.ndarray, lift: np.ndarray, length: float, velocity: float, last_fraction: float = 0.5):
+    """St = f D / U, f from upward mean-crossings of the lift signal in its last part (linear
+    interpolation between samples: ``upward_crossings``). None when fewer than two full periods are seen."""
+    crossings = upward_crossings(times, lift, last_fraction)
+    if crossings.size < 3:
         return None
-    crossings = t[idx] - y[idx] * (t[idx + 1] - t[idx]) / (y[idx + 1] - y[idx])
     freq = (crossings.size - 1) / (crossings[-1] - crossings[0])
     return float(freq * length / velocity)
 

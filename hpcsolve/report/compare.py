@@ -78,7 +78,7 @@ from hpcsolve.core.cases import CaseBase
 from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
-from hpcsolve.report import compare_reference
+from hpcsolve.report import compare_reference, periodic
 from hpcsolve.report.compare_inputs import _check_preconditioners, _retire_comparison, check_out, checked_inputs
 from hpcsolve.report.comparison import LONG_RUN_S, OK_STATUS, Comparison, Run, field_error
 
@@ -340,6 +340,8 @@ def _run_record(backend, prec, pc, res: Result, times, desc, extra: dict, ref_re
             rel = abs(a - b) / abs(b) if b != 0 else abs(a - b)
             run.field_errors[name] = {"rel_l2": rel, "rel_max": rel}
     run.drift = _drift(res, ref_result, judged)
+    # a periodic flow is judged at the same phase of its cycle and by its quantities of interest (report/periodic.py)
+    run.periodic = periodic.judge(res, ref_result, judged, SKIP_FIELDS, run.field_errors)
     return run
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from hpcsolve.core.errors import clip
 from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
+from hpcsolve.report import compare_plots
 
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
 #                              between launch-bound GPU runs flipped the cavity's recommendation between runs
@@ -56,6 +57,9 @@ class Run:
     # where the configuration's wall time went (compare): plan (set-up built once), warm-up, each timed run whole
     # (its set-up, solver time, finishing; the first one also writing its folder)
     phases_s: dict = field(default_factory=dict)
+    # a periodic flow (hpcsolve/report/periodic.py): the cycles, phase-aligned errors, quantities of interest, and the
+    # ``judged_errors`` the verdict uses instead of the snapshot errors; {} where the flow is not periodic
+    periodic: dict = field(default_factory=dict)
     reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
     result: Result | None = field(default=None, repr=False)
 
@@ -106,7 +110,15 @@ class Run:
 
     @property
     def judged_errors(self) -> dict:
-        """name -> relative L2 error of the fields (and metrics) the error is taken over (``judged``)."""
+        """name -> relative L2 error of the fields (and metrics) the error is taken over (``judged``); a periodic
+        flow: the phase-aligned errors and the quantities of interest (``periodic``)."""
+        if self.periodic.get("judged_errors") is not None:
+            return dict(self.periodic["judged_errors"])
+        return self.snapshot_errors
+
+    @property
+    def snapshot_errors(self) -> dict:
+        """name -> relative L2 error of the judged fields (and metrics) against the reference at the same time."""
         return {k: e["rel_l2"] for k, e in self.field_errors.items() if self.judged is None or k in self.judged}
 
     @property
@@ -124,7 +136,8 @@ class Run:
 
     def error_text(self) -> str:
         """The error with the field it is in: "0.00561 in pressure"."""
-        return f"{self.error:.3g}" + (f" in {self.error_field}" if self.error_field else "")
+        how = (self.periodic.get("judged_how") or {}).get(self.error_field)
+        return f"{self.error:.3g}" + (f" in {self.error_field}" if self.error_field else "") + (f" ({how})" if how else "")
 
     @property
     def setup_s(self) -> float:
@@ -218,7 +231,9 @@ class Comparison:
         if self.fields:
             return ", ".join(self.fields) if len(self.fields) == 1 else "largest over " + ", ".join(self.fields)
         names = sorted({k for r in self.runs for k in r.field_errors})
-        return "largest over fields" + (f" ({', '.join(names)})" if names else "")
+        return ("largest over fields" + (f" ({', '.join(names)})" if names else "")
+                + ("; periodic flow: the fields at the same phase of the cycle, and the quantities of interest"
+                   if any(r.periodic for r in self.runs) else ""))
 
     @property
     def reference_label(self) -> str:
@@ -342,6 +357,8 @@ class Comparison:
                             f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
             else:
                 out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
+            if r.periodic.get("note"):
+                out[key] += f"; {r.periodic['note']}"
             if _guard_step(r) is not None:
                 out[key] += (f"; the 16-bit guard flagged it at step {_guard_step(r)} (its storage stopped carrying "
                              f"the flow's changes: docs/lbm_algorithm.md, 'The 16-bit guard')")
@@ -382,6 +399,10 @@ class Comparison:
                 "process_peak_est_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
                 "err_vs_fp64_L2": (f"{r.error:.2e}" + (f" ({r.error_field})" if r.error_field else "")
                                    if math.isfinite(r.error) else ""),
+                "snapshot_err_L2": (f"{max(r.snapshot_errors.values()):.2e}" if r.periodic and r.snapshot_errors
+                                    else ""),
+                "qoi_vs_ref": ", ".join(f"{k} {v['rel_diff']:.1e}" for k, v in (r.periodic.get("qoi") or {}).items()
+                                        if not r.is_reference),
                 "err_L2_by_field": ", ".join(f"{k} {e['rel_l2']:.2e}" for k, e in r.field_errors.items()),
                 "accuracy_class": (f"{self._bin(r):g}" if math.isfinite(_error(r)) and self.tolerance > 0
                                    and self.status == "complete" else ""),
@@ -451,6 +472,12 @@ class Comparison:
             lines.append("pc_setup_s: median time building the preconditioner (multigrid hierarchy), included in time_s.")
         lines.append(f"err_vs_fp64_L2: relative L2 error vs {self._ref_text()}, {self._judged_text()}, with the field "
                      "it is in; err_L2_by_field: every field (and selected metric) compared.")
+        if any(row["snapshot_err_L2"] for row in rows):
+            lines.append("Periodic flow (its lift repeats: docs/compare.md, 'Periodic flows'): err_vs_fp64_L2 is the "
+                         "largest of the phase-aligned field errors (the end-time fields against the reference's at the "
+                         "same phase of its cycle) and the quantities of interest's relative differences (qoi_vs_ref); "
+                         "snapshot_err_L2: the fields against the reference's at the same time, which a phase lag "
+                         "dominates.")
         if any(row["predicted_s"] for row in rows):
             lines.append("predicted_s: the run-time estimate of one run, made before running (hpcsolve run --dry-run).")
         if any(row["outside_published_range"] for row in rows):
@@ -516,37 +543,10 @@ class Comparison:
                        legend_size=8)
 
     def plot_drift(self, path: str | Path) -> Path | None:
-        runs = [r for r in self.runs if r.drift.get("time") and not r.is_reference]
-        if not runs:
-            return None
-        import matplotlib.pyplot as plt   # late: start-up cost, as in plot_pareto
-
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        for r in runs:
-            err = np.asarray(r.drift["rel_l2"], dtype=float)
-            t = np.asarray(r.drift["time"], dtype=float)
-            keep = err > 0
-            ax.semilogy(t[keep], err[keep], "o-", label=r.label)
-        name = runs[0].drift.get("field", "velocity")
-        return _finish(fig, ax, path, "time [s]", f"{name} relative L2 error vs {self.reference_label}",
-                       f"{self.case_name}: {name} error drift over time", legend_size=8)
+        return compare_plots.drift(self, path)
 
     def plot_residuals(self, path: str | Path) -> Path | None:
-        runs = [r for r in self.runs if r.result is not None and any("residual" in k for k in r.result.series)]
-        if not runs:
-            return None
-        import matplotlib.pyplot as plt   # late: start-up cost, as in plot_pareto
-
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        for r in runs:
-            s = r.result.series
-            for key in sorted(k for k in s if "residual" in k and not k.endswith("_iterations")):
-                y = np.asarray(s[key], dtype=float)
-                xkey = key + "_iterations"
-                x = np.asarray(s[xkey]) if xkey in s else np.arange(y.size)
-                sparse = key == "residual_true"     # sampled at checks, not every iteration: markers, no line
-                ax.semilogy(x, y, "o" if sparse else "-", lw=1, ms=3, label=f"{r.label} {key}")
-        return _finish(fig, ax, path, "iteration", "relative residual", f"{self.case_name}: residual histories", legend_size=6)
+        return compare_plots.residuals(self, path)
 
     def write(self, out_dir: str | Path, plots: bool = True) -> dict[str, Path]:
         """comparison.json and .md, and with ``plots`` the plots (an interrupted comparison writes without)."""
@@ -573,19 +573,5 @@ LABEL_OFFSETS = ((5, 4), (5, -10), (-5, 10), (5, -16), (5, 12), (-5, -12))
 
 
 def _finish(fig, ax, path, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:
-    """Label the axes, title and legend of a comparison figure, then save it (:func:`_save`)."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=legend_size)
-    fig.tight_layout()
-    return _save(fig, path)
-
-
-def _save(fig, path) -> Path:
-    import matplotlib.pyplot as plt   # late: start-up cost, as in Comparison.plot_pareto
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    return Path(path)
+    """Label, title, legend and save a comparison figure (``compare_plots.finish``; tests replace this name)."""
+    return compare_plots.finish(fig, ax, path, xlabel, ylabel, title, legend_size)
