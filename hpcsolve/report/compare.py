@@ -41,6 +41,13 @@ Fields judged: a run's *field error* is the largest relative L2 error over the f
 or ``drag_coefficient``, whose error is |run - reference| / |reference|); every verdict names the field the error is
 in, comparison.md lists every field's error (``err_L2_by_field``) and the plots say what they show.
 
+Periodic flows (``hpcsolve.report.periodic``, docs/compare.md "Periodic flows"): where the reference's monitored lift
+repeats (regular upward mean-crossings, a swing of at least 5 % of its drag, in the second half of the run), a run's
+error is the largest of its *phase-aligned* field errors (its end-time fields against the reference's state at the
+same phase of the reference's cycle, from the reference's snapshots) and the relative differences of its quantities
+of interest (c_D max, c_L max, St) to the reference's; the snapshot error stays in the table (``snapshot_err_L2``).
+Where the snapshots cannot resolve the phase, the fields are judged at the same time and the verdict says so.
+
 Memory: ``state_MiB`` is the solver state of each configuration (LBM: populations, 2 x 9 x cells x storage bytes, 1 x
 with in-place streaming; FEM: the matrix at storage precision with int32 indices, 10 Krylov vectors, and the
 multigrid hierarchy's levels), which changes with precision; ``process_peak_est_MiB`` (``memory_bytes``) is the
