@@ -286,6 +286,18 @@ MUTANTS: list[Mutant] = [
       "(lane == 31) || (px == npairs - 1)", "(lane == 30) || (px == npairs - 1)", (KL,)),
     M("cuda-block-sum", "hpcsolve/fem/linalg/kernels_cupy.py", "FEM CUDA C block sum reads one warp slot too few",
       "a = lane < nw ? sa[lane] : 0.0;", "a = lane < nw - 1 ? sa[lane] : 0.0;", (KF,)),
+    # ---- the steady-state stopping rule (hpcsolve/lbm/monitor.py; added after its rewrite was committed, 8668d8a)
+    M("mon-growth-sign", "hpcsolve/lbm/monitor.py", "growth exponent with the step ratio inverted (a developing flow "
+      "reads as noise)", "return math.log(late / early) / math.log(late_steps / early_steps)",
+      "return math.log(late / early) / math.log(early_steps / late_steps)", ("tests/test_newuser_lbmrun.py", KL)),
+    M("mon-growth-gate", "hpcsolve/lbm/monitor.py", "stall accepted up to growth 0.6 (a random walk, g = 1/2, passes)",
+      "STALL_GROWTH = 0.35", "STALL_GROWTH = 0.6", ("tests/test_newuser_lbmrun.py", KL)),
+    M("mon-resolution", "hpcsolve/lbm/monitor.py", "16-bit storage resolution 2^-12 instead of 2^-11",
+      "return 2.0 ** -(8 * storage.itemsize - 5)", "return 2.0 ** -(8 * storage.itemsize - 4)",
+      ("tests/test_newuser_lbmrun.py", KL)),
+    M("mon-window", "hpcsolve/lbm/monitor.py", "stall window: STALL_CHECKS checks suffice (none left before them)",
+      "        if len(checks) <= STALL_CHECKS:\n", "        if len(checks) < STALL_CHECKS:\n",
+      ("tests/test_newuser_lbmrun.py", KL)),
 ]
 
 

@@ -56,8 +56,13 @@ def test_probe_rel_error_shrinks_with_refinement_from_below():
     assert [s for s, _ in runs] == ["converged"] * 3
     values = [m["probe_value"] for _, m in runs]
     errors = [m["probe_rel_error"] for _, m in runs]
-    np.testing.assert_allclose(values, [21.59215, 23.27512, 23.77422], atol=1e-4)
     assert all(v < REFERENCE for v in values) and values[0] < values[1] < values[2]
+    # second order towards the published value: each halving of h divides the error by 3 to 5 (4 asymptotically),
+    # and Richardson's extrapolation of the last two, v64 + (v64 - v32) / 3, lands within 0.3 % of 23.96
+    gaps = [REFERENCE - v for v in values]
+    assert all(3 < a / b < 5 for a, b in zip(gaps, gaps[1:])), gaps
+    assert values[2] + (values[2] - values[1]) / 3 == pytest.approx(REFERENCE, rel=3e-3)
+    np.testing.assert_allclose(errors, [g / REFERENCE for g in gaps], rtol=1e-9)
     assert errors[0] / errors[1] > 3 and errors[1] / errors[2] > 3, errors
     assert all(m["probe_point"] == [48.0, 52.0] for _, m in runs)
 
@@ -67,5 +72,7 @@ def test_plane_strain_is_not_the_published_setting():
     below 23.96, so the plane-strain reading of the README was wrong, not just imprecise."""
     status, m = _run("mesh.nx=64", 'problem.model="plane_strain"', "solve.rtol=1e-8")
     assert status == "converged"
-    assert m["probe_value"] == pytest.approx(21.3006, abs=1e-3)
+    # P1 approaches its limit from below (stiff), about 1 % short at nx = 64 as in plane stress (0.78 %); the limit
+    # 21.52 is scikit-fem's P3 (tests/fem/test_validation_fem.py), independent of this code
+    assert 21.52 * 0.98 < m["probe_value"] < 21.52, m["probe_value"]
     assert m["probe_rel_error"] > 0.10
