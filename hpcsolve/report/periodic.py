@@ -24,8 +24,9 @@ MAX_EXTRAPOLATE periods on); before the first crossing of the window none.
 **Alignment**: the run's end-time fields (phase p in the run's own cycle) are compared with the reference's state at
 phase p of the reference's cycle, made from the reference's snapshots and end-time fields inside its window: the two
 nearest in phase on either side, linearly interpolated in phase where they are at most MAX_BRACKET (0.1) of a period
-apart; else the nearest where it is within MAX_NEAREST (0.01) of a period; else the phase is not resolved and the
-run is judged by its snapshot error, saying so. Interpolating states of different cycles assumes the flow repeats
+apart (a state within PHASE_ACCURACY, 1e-3 of a period, is taken as it is); else the nearest where it is within MAX_NEAREST (0.01) of a period; each first among the states within a
+period of the run's end time, then among all; else the phase is not resolved and the run is judged by its snapshot
+error, saying so. Interpolating states of different cycles assumes the flow repeats
 itself (the window is the run's second half for that reason); linear interpolation over a bracket b of a period
 misses up to (pi b)^2 / 8 of the oscillating part of a field, nearest-in-phase at distance d about 2 pi d of it: the
 ``phase_gap`` and ``bracket`` of each alignment are reported with it. Snapshots every ``time.output_interval`` that
@@ -51,6 +52,7 @@ MIN_SWING = 0.05           # lift max - min over the window, at least this fract
 MAX_EXTRAPOLATE = 1.5      # periods after the last crossing that still have a phase
 MAX_BRACKET = 0.10         # the two reference states either side in phase: interpolated when at most this apart
 MAX_NEAREST = 0.01         # else the nearest one, when at most this far (of a period)
+PHASE_ACCURACY = 1e-3      # a phase is known to about this (of a period): a state this close is the state at it
 #: the quantities of interest of a periodic flow, where the run's metrics have them, with their short names
 QOI = {"drag_coefficient_max": "c_D max", "lift_coefficient_max": "c_L max", "strouhal": "St"}
 
@@ -122,33 +124,23 @@ def _end_time(res: Result) -> float | None:
 def aligned_error(fields: dict, phase: float, ref_states: list, ref_cycle: Cycle, names, near: float | None = None
                   ) -> dict:
     """``fields`` (at ``phase`` of its run's cycle, at time ``near``) against the reference's state at the same
-    phase of ``ref_cycle``, made from ``ref_states`` ((time, fields) pairs; module docstring): from the states within
-    a period of ``near`` where they resolve the phase (one cycle: no change between cycles enters), else from every
-    state of the window. {"errors": {name: field_error}, "how": words, "phase", "phase_gap", "bracket"} or {"why":
-    why the phase is not resolved}."""
+    phase of ``ref_cycle``, made from ``ref_states`` ((time, fields) pairs; module docstring): two states either
+    side in phase (interpolated) before the nearest one, each first from the states within a period of ``near``
+    (one cycle: no change between cycles enters), then from every state of the window. {"errors": {name:
+    field_error}, "how": words, "phase", "phase_gap", "bracket"} or {"why": why the phase is not resolved}."""
     cands = [(p, t, f) for t, f in ref_states if (p := ref_cycle.phase(t)) is not None]
     if not cands:
         return {"why": "the reference has no snapshot in its periodic window"}
     close = [c for c in cands if near is not None and abs(c[1] - near) <= ref_cycle.period]
-    if close and len(close) < len(cands):
-        found = aligned_error(fields, phase, [(t, f) for _, t, f in close], ref_cycle, names)
-        if "errors" in found:
-            return found
-    below = min(cands, key=lambda c: (phase - c[0]) % 1.0)
-    above = min(cands, key=lambda c: (c[0] - phase) % 1.0)
-    lo, hi = (phase - below[0]) % 1.0, (above[0] - phase) % 1.0
-    if min(lo, hi) == 0.0:
-        pick, bracket = [(below if lo == 0.0 else above, 1.0)], 0.0
-    elif below is not above and lo + hi <= MAX_BRACKET:
-        w = lo / (lo + hi)
-        pick, bracket = [(below, 1.0 - w), (above, w)], lo + hi
-    elif min(lo, hi) <= MAX_NEAREST:
-        pick, bracket = [(below if lo <= hi else above, 1.0)], None
-    else:
-        return {"why": (f"the reference's {len(cands)} states in its window are {min(lo, hi):.2f} of a period away "
+    tiers = [close, cands] if close and len(close) < len(cands) else [cands]
+    found = next((f for nearest in (False, True) for tier in tiers if (f := _pick(tier, phase, nearest))), None)
+    if found is None:
+        gap = min(min((phase - c[0]) % 1.0, (c[0] - phase) % 1.0) for c in cands)
+        return {"why": (f"the reference's {len(cands)} states in its window are {gap:.2f} of a period away "
                         f"from the run's phase {phase:.3f} at the nearest (at most {MAX_NEAREST:g}, or two either "
-                        f"side within {MAX_BRACKET:g}: a shorter time.output_interval, not a whole number of "
-                        f"periods, gives more phases)"), "phase_gap": min(lo, hi)}
+                        f"side within {MAX_BRACKET:g}: a time.output_interval a little off a whole number of "
+                        f"periods gives more phases)"), "phase_gap": gap}
+    pick, gap, bracket = found
     errors = {}
     for name in names:
         if all(name in s[2] for s, _ in pick) and name in fields:
@@ -157,8 +149,24 @@ def aligned_error(fields: dict, phase: float, ref_states: list, ref_cycle: Cycle
     at = " and ".join(f"t = {s[1]:.4g} s (phase {s[0]:.3f})" for s, _ in pick)
     how = (f"interpolated in phase between the reference's states at {at}" if len(pick) == 2
            else f"the reference's state at {at}")
-    return {"errors": errors, "how": how, "phase": phase, "phase_gap": min(lo, hi),
-            "bracket": bracket if bracket is not None else math.nan}
+    return {"errors": errors, "how": how, "phase": phase, "phase_gap": gap, "bracket": bracket}
+
+
+def _pick(cands: list, phase: float, nearest: bool):
+    """([(state, weight)], phase gap, bracket) of the reference's state at ``phase`` from ``cands`` ((phase, time,
+    fields)): the one at that phase (within PHASE_ACCURACY), or the two either side within MAX_BRACKET (interpolated linearly), or with
+    ``nearest`` the nearest within MAX_NEAREST (bracket nan); None where none is."""
+    below = min(cands, key=lambda c: (phase - c[0]) % 1.0)
+    above = min(cands, key=lambda c: (c[0] - phase) % 1.0)
+    lo, hi = (phase - below[0]) % 1.0, (above[0] - phase) % 1.0
+    if min(lo, hi) <= PHASE_ACCURACY:           # as close as the phase itself is known: taken as it is
+        return [(below if lo <= hi else above, 1.0)], min(lo, hi), 0.0
+    if below is not above and lo + hi <= MAX_BRACKET:
+        w = lo / (lo + hi)
+        return [(below, 1.0 - w), (above, w)], min(lo, hi), lo + hi
+    if nearest and min(lo, hi) <= MAX_NEAREST:
+        return [(below if lo <= hi else above, 1.0)], min(lo, hi), math.nan
+    return None
 
 
 def _field_names(ref: Result, skip) -> list[str]:
