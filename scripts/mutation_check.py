@@ -163,7 +163,7 @@ MUTANTS: list[Mutant] = [
       "freq = (crossings.size - 1) / (crossings[-1] - crossings[0])",
       "freq = crossings.size / (crossings[-1] - crossings[0])", (KL,)),
     M("lbm-strouhal-interp", "hpcsolve/lbm/observables.py", "Strouhal: crossing interpolated with the wrong sign",
-      "crossings = t[idx] - y[idx] *", "crossings = t[idx] + y[idx] *", (KL,)),
+      "return t[idx] - y[idx] * (t[idx + 1] - t[idx])", "return t[idx] + y[idx] * (t[idx + 1] - t[idx])", (KL,)),
     M("lbm-tg-decay", "hpcsolve/lbm/observables.py", "Taylor-Green analytic decay exp(-nu k^2 t) (factor 2 lost)",
       "decay = math.exp(-2 * viscosity * k * k * time)", "decay = math.exp(-viscosity * k * k * time)",
       (KL,) + LBM_REF),

@@ -249,6 +249,29 @@ def test_momentum_exchange_force_is_the_momentum_the_fluid_loses():
     np.testing.assert_allclose(F, lost, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.parametrize("rho", [1.0, 1.02])
+def test_momentum_exchange_force_on_a_wall_at_rest_is_the_pressure(rho):
+    """Fluid at rest at density rho above a flat wall: the force on the wall is its pressure c_s^2 rho per unit
+    length, downwards (one side of the body only, so the rest state's own momentum flux counts)."""
+    from hpcsolve.core.precision import get_precision
+    from hpcsolve.lbm.boundaries import force
+    from hpcsolve.lbm.flags import FLUID, WALL
+    from hpcsolve.lbm.steppers.stepper import LBMSetup, get_stepper
+
+    ny, nx = 6, 10
+    flags = np.full((ny, nx), FLUID, np.uint8)
+    flags[0, :] = flags[-1, :] = WALL
+    setup = LBMSetup(flags=flags, relaxation_time=0.9, boundary_velocity=np.zeros((2, ny, nx)),
+                     policy=get_precision("fp64", "lbm"), initial_density=np.full((ny, nx), rho))
+    st = get_stepper("numpy", setup)
+    st.step(2)
+    bottom = np.zeros_like(flags, dtype=bool)
+    bottom[0, :] = True
+    fx, fy = force.momentum_exchange_force(st.populations(), setup, bottom)
+    assert fx == pytest.approx(0.0, abs=1e-13)
+    assert fy == pytest.approx(-rho / 3 * nx, rel=1e-12)
+
+
 # ------------------------------------------------------------------------------ launch geometry (both GPU steppers)
 def test_launch_grids_cover_every_item_with_less_than_a_block_to_spare():
     from hpcsolve.lbm.steppers import launch
