@@ -31,7 +31,8 @@ def make_checkpoint(case, backend, policy, stepper, monitor, result, step, mass0
              "steady_checks": [[int(k), float(c)] for k, c in monitor.steady_checks],
              "steady_growth": [[int(k), float(g)] for k, g in sorted(monitor.steady_growth.items())],
              "steady_peek": None if monitor.steady_peek is None else [int(monitor.steady_peek[0]),
-                                                                      float(monitor.steady_peek[1])],
+                                                                      int(monitor.steady_peek[1]),
+                                                                      float(monitor.steady_peek[2])],
              "steady_peek_step": monitor.steady_peek_step}
     meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
             "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
@@ -53,7 +54,7 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     steady_change = ckpt.number("state.steady_change", finite=False)
     steady_checks = _restored_steady_checks(ckpt)
     steady_growth = dict(_restored_pairs(ckpt, "steady_growth", "[check step, growth exponent]", finite=False))
-    peek = _restored_pairs(ckpt, "steady_peek", "[step, change] of the reference's peek", single=True)
+    peek = _restored_peek(ckpt)
     peek_step = ckpt.state.get("steady_peek_step")
     if peek_step is not None:
         peek_step = ckpt.whole("state.steady_peek_step", maximum=ckpt.step)
@@ -76,7 +77,7 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     monitor.steady_change = steady_change
     monitor.steady_checks = steady_checks
     monitor.steady_growth = steady_growth
-    monitor.steady_peek = peek[0] if peek else None
+    monitor.steady_peek = peek
     monitor.steady_peek_step = peek_step
     result.snapshots.extend(snapshots)
     return ckpt.step, mass0, step_seconds, total_seconds
@@ -122,6 +123,21 @@ def _restored_steady_checks(ckpt: Checkpoint) -> list[tuple[int, float]]:
             raise ckpt.error("state.steady_checks", pair, allowed)
         out.append((pair[0], change))
     return out
+
+
+def _restored_peek(ckpt: Checkpoint):
+    """``state.steady_peek``: [reference step, step, change] of the last peek, or null (none, or a checkpoint from
+    before the stall test kept it)."""
+    value = ckpt.state.get("steady_peek")
+    if value is None:
+        return None
+    allowed = "null or [reference step, peek step, change] (whole steps up to the checkpoint's, then a number)"
+    ok = (isinstance(value, list) and len(value) == 3 and all(type(k) is int and 0 <= k <= ckpt.step for k in value[:2])
+          and value[0] < value[1])
+    change = as_number(value[2]) if ok else None
+    if change is None:
+        raise ckpt.error("state.steady_peek", value, allowed)
+    return value[0], value[1], change
 
 
 def _restored_pairs(ckpt: Checkpoint, key: str, what: str, *, finite: bool = True, single: bool = False):

@@ -353,7 +353,7 @@ class BatchedPoints:
         self.masks = [geo.obstacles[k] for k in geo.measured]
         kernels.alloc(rows, SUMS + 2 * len(self.masks))
         self.fluid = np.asarray(monitor.fluid, dtype=bool).ravel()
-        self.pending: list[tuple[int, str | None]] = []
+        self.pending: list[tuple[int, str | None, int]] = []      # (step, action, reference step)
         self._clock: list = []            # (start, stop) events of the step runs since the last flush
         self._seconds = 0.0               # step seconds where the backend has no events
         self._last_flush = time.perf_counter()
@@ -377,12 +377,13 @@ class BatchedPoints:
     def point(self, step: int) -> None:
         """Queue the monitor point of ``step`` (the stepper's current state) into the next row."""
         action = self.monitor.steady_action(step)
+        reference_step = self.monitor.last_steady_step      # the reference this point compares with (before it moves)
         row = len(self.pending)
         self.kernels.point(MODES[action], row)
         for j, mask in enumerate(self.masks):
             self.kernels.force(mask, row, SUMS + 2 * j)
         self.monitor.steady_moved(step, action, ON_DEVICE)
-        self.pending.append((step, action))
+        self.pending.append((step, action, reference_step))
 
     def due(self) -> bool:
         """The batch is to be read now: full, ending at a steady check, or FLUSH_SECONDS after the last read."""
@@ -399,14 +400,15 @@ class BatchedPoints:
         seconds = self._seconds + sum(self.kernels.elapsed(a, b) for a, b in self._clock)
         self._clock, self._seconds = [], 0.0
         self._last_flush = time.perf_counter()
-        for (step, action), v, b in zip(pending, values, bad):
+        for (step, action, reference_step), v, b in zip(pending, values, bad):
             if b or v[1] > self.peak_limit:
                 return BadPoint(step, self.good_step, not b, float(v[1])), seconds
             change = None
             if action in ("check", "peek"):
                 change = math.sqrt(v[3]) / math.sqrt(v[2]) if v[2] > 0.0 else math.inf
             forces = [(float(v[SUMS + 2 * j]), float(v[SUMS + 2 * j + 1])) for j in range(len(self.masks))]
-            self.monitor.record_values(step, float(v[0]), float(v[1]), forces, action, change=change, moved=True)
+            self.monitor.record_values(step, float(v[0]), float(v[1]), forces, action, change=change, moved=True,
+                                       reference_step=reference_step)
             self.good_step = step
         return None, seconds
 

@@ -62,7 +62,7 @@ class Monitor:
         self._fluid_device = None
         self.steady_change = math.inf
         self.steady_checks: list[tuple[int, float]] = []   # (step, change) of each steady check (checkpointed)
-        self.steady_peek: tuple[int, float] | None = None   # (step, change) of the current reference's peek
+        self.steady_peek: tuple[int, int, float] | None = None   # (reference step, step, change) of the last peek
         self.steady_peek_step: int | None = None            # step of the peek queued for the current reference
         self.steady_growth: dict[int, float] = {}           # check step -> growth exponent g (checkpointed)
 
@@ -100,7 +100,8 @@ class Monitor:
                 u = None                        # a peek keeps the reference
         else:
             u = None
-        self.record_values(step, energy, self.peak(ux, uy) if peak is None else peak, forces, action, u, change)
+        self.record_values(step, energy, self.peak(ux, uy) if peak is None else peak, forces, action, u, change,
+                           reference_step=self.last_steady_step)
 
     def steady_action(self, step: int) -> str | None:
         """What the steady check does at the monitor point ``step`` (it depends on the steps only): "set" (the
@@ -132,11 +133,12 @@ class Monitor:
             self.last_steady_step = step
 
     def record_values(self, step: int, energy_lattice: float, peak: float, forces, action: str | None = None,
-                      reference=None, change: float | None = None, moved: bool = False) -> None:
+                      reference=None, change: float | None = None, moved: bool = False,
+                      reference_step: int | None = None) -> None:
         """Append a point's series from its values: ``energy_lattice`` sum over the fluid of rho |u|^2 (lattice
         units), ``peak`` max |u| (lattice units), ``forces`` (Fx, Fy) per measured obstacle (lattice units);
-        ``action`` the point's ``steady_action`` with the new ``reference`` and, at a check, the relative
-        ``change``; ``moved``: ``steady_moved`` was called already (the batched device path moves the steady state
+        ``action`` the point's ``steady_action`` with the new ``reference`` and, at a check or a peek, the
+        relative ``change`` against the reference of ``reference_step``; ``moved``: ``steady_moved`` was called already (the batched device path moves the steady state
         when it queues the point, since the next point's action depends on it). The host path (``record``) and
         the batched device path (``device_monitor.BatchedPoints``) both end here."""
         s = self.series
@@ -159,22 +161,24 @@ class Monitor:
             s[f"lift_coefficient{sfx}"].append(cl)
         if self.case.steady.enabled:
             if action == "peek":
-                self.steady_peek = (step, change)
+                self.steady_peek = (reference_step, step, change)
+            elif action in ("set", "clear"):
+                self.steady_peek = None
             if action == "check":
-                self._growth(step, change)
+                self._growth(step, change, reference_step)
                 self.steady_change = change
                 self.steady_checks.append((step, change))
             if not moved:
                 self.steady_moved(step, action, reference)
             s["steady_change"].append(self.steady_change)
 
-    def _growth(self, step: int, change: float) -> None:
-        """The growth exponent of the check at ``step`` from the current reference's peek (none without a peek)."""
-        peek, since = self.steady_peek, step - self.last_steady_step
-        self.steady_peek = None
-        if peek is None or not self.last_steady_step < peek[0] < step:
+    def _growth(self, step: int, change: float, reference_step: int | None) -> None:
+        """The growth exponent of the check at ``step`` against the reference of ``reference_step``, from that
+        reference's peek (none without one)."""
+        peek, self.steady_peek = self.steady_peek, None
+        if peek is None or reference_step is None or peek[0] != reference_step or not reference_step < peek[1] < step:
             return
-        self.steady_growth[step] = growth_exponent(peek[1], change, peek[0] - self.last_steady_step, since)
+        self.steady_growth[step] = growth_exponent(peek[2], change, peek[1] - reference_step, step - reference_step)
 
     def steady_stall(self, tolerance: float, resolution: float, *, total_steps: int | None = None,
                      flow_steps: float = 0.0) -> dict | None:

@@ -110,6 +110,22 @@ def test_batched_points_equal_per_point_points_under_the_simulator(tmp_path, mon
     _assert_same(batched, per_point, rtol=1e-12)
 
 
+@pytest.mark.cudasim
+def test_batched_peeks_give_the_per_point_growth_and_not_steady_message(tmp_path, monkeypatch):
+    """A run that ends not_steady: the stall test's peeks (reduction mode 3, the reference kept) give the batched path
+    the growth exponents and the final message of the per-point path (a check's peek is read in the batch before it,
+    against the reference the check compares with)."""
+    case = tmp_path / "tiny.toml"
+    case.write_text(TINY.replace("tolerance = 0.315", "tolerance = 1e-12"))
+    monkeypatch.setattr(device_monitor, "ROWS", 3)
+    monkeypatch.setattr(device_monitor, "FLUSH_SECONDS", math.inf)
+    batched, per_point, _ = _both_paths(case, "numba-cuda", monkeypatch)
+    assert per_point.status == "not_steady" and per_point.metrics["steps"] == 24
+    assert "growth exponent" in per_point.message
+    _assert_same(batched, per_point, rtol=1e-12)
+    assert batched.metrics["steady_growth_last"] == pytest.approx(per_point.metrics["steady_growth_last"], rel=1e-9)
+
+
 class _Rows:
     """Point kernels whose rows are given (the main-stage test of the batch logic)."""
 
@@ -141,8 +157,8 @@ class _Monitor:
     def __init__(self, steady_plan):
         self.geo = SimpleNamespace(measured=[0], obstacles=[np.zeros((2, 2), bool)])
         self.fluid = np.ones((2, 2), bool)
-        self.last_steady_u = None
-        self.plan, self.recorded, self.moved = steady_plan, [], []
+        self.last_steady_u, self.last_steady_step = None, 0
+        self.plan, self.recorded, self.moved, self.references = steady_plan, [], [], []
 
     def steady_action(self, step):
         return self.plan.get(step)
@@ -150,8 +166,9 @@ class _Monitor:
     def steady_moved(self, step, action, reference):
         self.moved.append((step, action, reference))
 
-    def record_values(self, step, energy, peak, forces, action, change=None, moved=False):
+    def record_values(self, step, energy, peak, forces, action, change=None, moved=False, reference_step=None):
         self.recorded.append((step, energy, peak, forces, action, change, moved))
+        self.references.append(reference_step)
 
 
 def test_a_batch_records_its_good_points_and_stops_at_the_first_bad_one():
