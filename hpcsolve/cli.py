@@ -395,6 +395,14 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return _python_formatwarning(message, category, filename, lineno, line)
 
 
+def _forget_interrupts_seen_by_exec() -> None:
+    """Keep the exit code decided here. A KeyboardInterrupt (Ctrl-C, or SIGTERM's handler) raised inside an ``exec``
+    or ``eval`` of a string (a dataclass or namedtuple made in a late import) is marked unhandled by CPython even when
+    it is caught, and ``python -m hpcsolve.cli`` then ended by SIGINT at its exit (status -2 to a parent process)
+    instead of with 130; a string run to its end clears the mark."""
+    exec("None")  # noqa: S102 - a constant string: running one is what clears the mark
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -415,6 +423,8 @@ def main(argv=None) -> int:
             _end_ranks(1, None, unexpected=True)
         raise
     _set_handlers(signal.SIG_IGN)
+    if argv is None:
+        _forget_interrupts_seen_by_exec()
     if code == SIGPIPE_EXIT and argv is None:
         # stdout's reader is gone: what is still buffered (and flushed at interpreter exit) goes nowhere
         with contextlib.suppress(OSError, ValueError):

@@ -2,15 +2,16 @@
 
 Seeded (HPCSOLVE_FUZZ_SEED, default 13; one stream per chunk): each input starts two commands into one ``--out`` (a
 comparison and another comparison or a run, the second started 0 to 0.6 s after the first), or one comparison that
-gets SIGTERM or SIGINT 0.3 to 3 s after its start. Whatever the timing:
+gets SIGTERM or SIGINT 0 to 2.7 s after it made its ``--out`` folder. Whatever the timing:
 
 - two commands into one folder: exactly one exits 0 and the other exits 2 with one error line naming ``--out``;
   the folder holds the winner's output only (``comparison.json`` of a comparison, or a run's ``result.h5``, never
   both);
 - a signal: exit 130 with ``comparison.json`` marked ``interrupted`` (its last row ``interrupted``, no plots), or
   exit 0 where the comparison finished first (complete, no interrupted row); a folder without ``comparison.json``
-  is accepted only when the signal came before the first run wrote. A process killed by the signal itself may leave
-  no comparison claiming to be complete.
+  is accepted only when the signal came before the first run wrote. A process killed by a signal is a failure (it
+  was accepted while the signal could come before the handlers, and while ``python -m`` could end by SIGINT after an
+  interrupt that went through an ``exec`` string: ``cli._forget_interrupts_seen_by_exec``).
 
 The signal is sent 0 to 2.7 s after the comparison made its ``--out`` folder, never before: the command's handlers
 are in place by then (``cli.main`` sets them before the command starts). Before them the signal lands in the
@@ -105,20 +106,13 @@ def _signalled(rng: random.Random, out: Path) -> tuple[str, list]:
         if data is not None and (data.get("status") != "interrupted" or data["runs"][-1]["status"] != "interrupted"
                                  or (out / "plots" / "pareto.png").exists()):
             problems.append(f"an interrupted comparison's folder: status {data.get('status')!r}")
-    elif code in (-signal.SIGTERM, -signal.SIGINT):
-        # -SIGINT after "hpcsolve: interrupted" was said: the handler's KeyboardInterrupt went through an exec() or
-        # eval() of a string (a dataclass or namedtuple being made in a late import), which makes CPython end the
-        # process by SIGINT at its exit even though hpcsolve caught it (exit 130 decided); the folder may hold no
-        # comparison that claims to be complete
-        if data is not None and data.get("status") != "interrupted":
-            problems.append(f"killed by a signal ({code}) leaving a comparison marked {data.get('status')!r}")
     elif code == 0:
         if data is None or data.get("status") == "interrupted" or \
                 any(r["status"] == "interrupted" for r in data["runs"]):
             problems.append("exit 0 with an interrupted or missing comparison")
     else:
         problems.append(f"exit {code} after {signal.Signals(sig).name}: {err[-300:]!r}")
-    kind = "stopped" if code == 130 else "finished first" if code == 0 else "killed before its handlers"
+    kind = "stopped" if code == 130 else "finished first" if code == 0 else f"exit {code}"
     return f"signal ({kind})", problems
 
 
