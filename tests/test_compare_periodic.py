@@ -250,3 +250,17 @@ def test_a_cavity_is_not_periodic_and_its_verdicts_are_the_snapshot_ones():
     assert run.error == max(e["rel_l2"] for e in run.field_errors.values())
     assert "periodic" not in comp.verdicts()["numpy/fp32"] and "periodic" not in comp.table()
     assert all(not row["snapshot_err_L2"] and not row["qoi_vs_ref"] for row in comp.rows())
+
+
+def test_a_phase_beyond_the_reference_states_is_extrapolated_from_the_two_nearest():
+    """The reference's states at phases 0.48 and 0.50 (no state beyond): a run at phase 0.505 is compared with the
+    linear extrapolation 1.25 x state(0.50) - 0.25 x state(0.48), exact for a field linear in phase; a run 0.02
+    beyond (more than half the spacing) is not extrapolated."""
+    f = lambda ph: {"u": np.full(4, 1.0 + 2.0 * ph)}
+    cands = [(0.48, 1.0, f(0.48)), (0.50, 2.0, f(0.50)), (0.10, 3.0, f(0.10))]
+    pick, gap, bracket = periodic._pick(cands, 0.505, nearest=False)
+    assert [(c[0], w) for c, w in pick] == [(0.50, pytest.approx(1.25)), (0.48, pytest.approx(-0.25))]
+    assert gap == pytest.approx(0.005) and bracket == pytest.approx(-0.02)
+    value = sum(w * c[2]["u"] for c, w in pick)
+    assert np.allclose(value, 1.0 + 2.0 * 0.505)
+    assert periodic._pick(cands, 0.52, nearest=False) is None

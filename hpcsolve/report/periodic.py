@@ -24,7 +24,8 @@ MAX_EXTRAPOLATE periods on); before the first crossing of the window none.
 **Alignment**: the run's end-time fields (phase p in the run's own cycle) are compared with the reference's state at
 phase p of the reference's cycle, made from the reference's snapshots and end-time fields inside its window: the two
 nearest in phase on either side, linearly interpolated in phase where they are at most MAX_BRACKET (0.1) of a period
-apart (a state within PHASE_ACCURACY, 1e-3 of a period, is taken as it is); else the nearest where it is within MAX_NEAREST (0.01) of a period; each first among the states within a
+apart (a state within PHASE_ACCURACY, 1e-3 of a period, is taken as it is), else the two nearest on one side
+extrapolated linearly (at most half their spacing beyond the nearer: MAX_EXTRAPOLATION); else the nearest where it is within MAX_NEAREST (0.01) of a period; each first among the states within a
 period of the run's end time, then among all; else the phase is not resolved and the run is judged by its snapshot
 error, saying so. Interpolating states of different cycles assumes the flow repeats
 itself (the window is the run's second half for that reason); linear interpolation over a bracket b of a period
@@ -53,6 +54,10 @@ MAX_EXTRAPOLATE = 1.5      # periods after the last crossing that still have a p
 MAX_BRACKET = 0.10         # the two reference states either side in phase: interpolated when at most this apart
 MAX_NEAREST = 0.01         # else the nearest one, when at most this far (of a period)
 PHASE_ACCURACY = 1e-3      # a phase is known to about this (of a period): a state this close is the state at it
+#: else, without two states either side, the two nearest on one side extrapolated linearly, when at most MAX_BRACKET
+#: apart and the run's phase at most MAX_EXTRAPOLATION of their spacing beyond the nearer: a run a little behind or
+#: ahead of the reference's end is then compared with the reference at its own phase, not with a state further away
+MAX_EXTRAPOLATION = 0.5
 #: the quantities of interest of a periodic flow, where the run's metrics have them, with their short names
 QOI = {"drag_coefficient_max": "c_D max", "lift_coefficient_max": "c_L max", "strouhal": "St"}
 
@@ -147,8 +152,9 @@ def aligned_error(fields: dict, phase: float, ref_states: list, ref_cycle: Cycle
             ref = sum(wt * np.asarray(s[2][name], dtype=np.float64) for s, wt in pick)
             errors[name] = field_error(fields[name], ref)
     at = " and ".join(f"t = {s[1]:.4g} s (phase {s[0]:.3f})" for s, _ in pick)
-    how = (f"interpolated in phase between the reference's states at {at}" if len(pick) == 2
-           else f"the reference's state at {at}")
+    how = (f"the reference's state at {at}" if len(pick) == 1 else
+           f"interpolated in phase between the reference's states at {at}" if bracket >= 0 else
+           f"extrapolated in phase from the reference's states at {at}")
     return {"errors": errors, "how": how, "phase": phase, "phase_gap": gap, "bracket": bracket}
 
 
@@ -164,6 +170,16 @@ def _pick(cands: list, phase: float, nearest: bool):
     if below is not above and lo + hi <= MAX_BRACKET:
         w = lo / (lo + hi)
         return [(below, 1.0 - w), (above, w)], min(lo, hi), lo + hi
+    near_one = below if lo <= hi else above
+    gap = min(lo, hi)
+    dist = (lambda c: (phase - c[0]) % 1.0) if lo <= hi else (lambda c: (c[0] - phase) % 1.0)
+    farther = [c for c in cands if c is not near_one and dist(c) > gap]
+    if farther:
+        second = min(farther, key=dist)
+        spacing = dist(second) - gap
+        if 0.0 < spacing <= MAX_BRACKET and gap <= MAX_EXTRAPOLATION * spacing:
+            w = gap / spacing                  # f(phase) = f1 + (f1 - f2) * gap / spacing
+            return [(near_one, 1.0 + w), (second, -w)], gap, -spacing
     if nearest and min(lo, hi) <= MAX_NEAREST:
         return [(below if lo <= hi else above, 1.0)], min(lo, hi), math.nan
     return None
