@@ -24,7 +24,7 @@ MAX_EXTRAPOLATE periods on); before the first crossing of the window none.
 **Alignment**: the run's end-time fields (phase p in the run's own cycle) are compared with the reference's state at
 phase p of the reference's cycle, made from the reference's snapshots and end-time fields inside its window: the two
 nearest in phase on either side, linearly interpolated in phase where they are at most MAX_BRACKET (0.1) of a period
-apart (a state within PHASE_ACCURACY, 1e-3 of a period, is taken as it is), else the two nearest on one side
+apart (a state within PHASE_ACCURACY, 1e-5 of a period, is taken as it is), else the two nearest on one side
 extrapolated linearly (at most half their spacing beyond the nearer: MAX_EXTRAPOLATION); else the nearest where it is within MAX_NEAREST (0.01) of a period; each first among the states within a
 period of the run's end time, then among all; else the phase is not resolved and the run is judged by its snapshot
 error, saying so. Interpolating states of different cycles assumes the flow repeats
@@ -53,7 +53,12 @@ MIN_SWING = 0.05           # lift max - min over the window, at least this fract
 MAX_EXTRAPOLATE = 1.5      # periods after the last crossing that still have a phase
 MAX_BRACKET = 0.10         # the two reference states either side in phase: interpolated when at most this apart
 MAX_NEAREST = 0.01         # else the nearest one, when at most this far (of a period)
-PHASE_ACCURACY = 1e-3      # a phase is known to about this (of a period): a state this close is the state at it
+#: a phase is known to about this (of a period): a state this close is the state at it. The crossings are linear
+#: interpolations between monitor samples about the signal's mean over whole cycles (observables.upward_crossings):
+#: for a sine sampled 40 times a period 1e-6 of a period off where the lag is no whole number of samples, 1e-15 where
+#: it is. (With the samples' mean, 1e-3: the fp32 run of 2D-2, 2.9e-4 of a period behind fp64's, was compared with
+#: fp64's end state as it was, and its vorticity error 1.27e-3 was mostly that lag.)
+PHASE_ACCURACY = 1e-5
 #: else, without two states either side, the two nearest on one side extrapolated linearly, when at most MAX_BRACKET
 #: apart and the run's phase at most MAX_EXTRAPOLATION of their spacing beyond the nearer: a run a little behind or
 #: ahead of the reference's end is then compared with the reference at its own phase, not with a state further away
