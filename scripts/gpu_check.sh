@@ -20,6 +20,9 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+# the accuracy gate's runs (tests/test_accuracy_gate.py, part of -m gpu) append their values here
+export HPCSOLVE_GATE_OUT=${HPCSOLVE_GATE_OUT:-$OUT/accuracy_gate.jsonl}
+rm -f "$HPCSOLVE_GATE_OUT"
 status=0
 python3 -m hpcsolve.cli info 2>&1 | tee "$LOG/info.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG/info.txt"
@@ -55,8 +58,11 @@ if [ "${PC_COMPARE:-0}" = 1 ]; then
     cp "$LOG/pc_$c/comparison.md" "$OUT/compare_pc_$c.md" 2>/dev/null
   done
 fi
+if [ -s "$HPCSOLVE_GATE_OUT" ]; then
+  python3 scripts/accuracy_gate.py "$HPCSOLVE_GATE_OUT" --out "$OUT/accuracy_gate.md" > /dev/null
+fi
 echo "== pytest -m gpu: $(tail -n 1 "$OUT/pytest_gpu.txt" 2>/dev/null)"
-for f in "$OUT"/bench_*.md "$OUT"/validate_lbm_gpu.md "$OUT"/compare_*.md; do
+for f in "$OUT"/accuracy_gate.md "$OUT"/bench_*.md "$OUT"/validate_lbm_gpu.md "$OUT"/compare_*.md; do
   [ -f "$f" ] && { echo "== $(basename "$f")"; cat "$f"; }
 done
 exit $status
