@@ -216,6 +216,20 @@ def test_strouhal_of_a_sampled_sine(freq):
     assert st == pytest.approx(freq * 0.1 / 0.2, rel=2e-3)
 
 
+def test_upward_crossings_of_a_sampled_sine_are_its_zero_crossings():
+    """Linear interpolation between samples puts each upward crossing of sin(2 pi f t + phase) within a small
+    fraction of a sample interval of the exact one, (k - phase / 2 pi) / f (a sine is straight at its zeros)."""
+    freq, phase = 1.3, 0.4
+    t = np.cumsum(0.11 / freq * (1 + 0.3 * np.sin(np.arange(400) * 1.7)))
+    y = np.sin(2 * np.pi * freq * t + phase)
+    got = observables.upward_crossings(t, y + 5.0)           # crossings of the mean: the offset goes
+    k = np.round(got * freq + phase / (2 * np.pi))
+    exact = (k - phase / (2 * np.pi)) / freq
+    assert got.size > 10
+    np.testing.assert_allclose(got, exact, atol=5e-3 / freq)     # seen 1.7e-3 (the sampled mean is not 0); a wrong
+    # interpolation sign: 0.24
+
+
 def test_momentum_exchange_force_is_the_momentum_the_fluid_loses():
     """Momentum-exchange force on a resting 2 x 2 block in a uniform stream (periodic box, NumPy fp64): the force
     between t and t + 1 is the momentum the fluid loses in that step (collision conserves momentum; a control-volume
