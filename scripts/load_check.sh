@@ -28,13 +28,15 @@ python=${PYTHON:-python}
 cd "$(dirname "$0")/.." || exit 2
 
 pids=()
+tests_pid=""
 stop_busy() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
     pids=()
 }
+# pytest runs in the background and the script waits for it, so a signal stops everything at once
 trap stop_busy EXIT
-trap 'stop_busy; exit 130' INT TERM
+trap '[ -n "$tests_pid" ] && kill "$tests_pid" 2>/dev/null; stop_busy; exit 130' INT TERM
 for _ in $(seq 1 "$busy"); do
     "$python" -c 'while True: pass' &
     pids+=($!)
@@ -44,7 +46,10 @@ failed=0
 log=$(mktemp)
 for r in $(seq 1 "$repeats"); do
     echo "repeat $r of $repeats beside $busy busy processes (load average $(cut -d' ' -f1 /proc/loadavg))"
-    "$python" -m pytest -n 0 -p no:cacheprovider -q -rf "$@" >"$log" 2>&1 || failed=$((failed + 1))
+    "$python" -m pytest -n 0 -p no:cacheprovider -q -rf "$@" >"$log" 2>&1 &
+    tests_pid=$!
+    wait "$tests_pid" || failed=$((failed + 1))
+    tests_pid=""
     grep -E "^FAILED|^ERROR" "$log"
     tail -n 1 "$log"
 done
