@@ -132,8 +132,10 @@ class ProblemSection(StrictModel):
     model: Literal["plane_strain", "plane_stress"] = "plane_strain"
     young: float = Field(1.0, gt=0, description="Young's modulus E")
     poisson_ratio: float = Field(0.3, ge=0.0, lt=0.5, description="nu, 0 <= nu < 0.5")
-    thickness: float = Field(1.0, gt=0)
-    body_force: tuple[float, float] = (0.0, 0.0)
+    thickness: float = Field(1.0, gt=0, description="elasticity: out-of-plane thickness t; the stiffness, body_force "
+                             "and traction scale with it (a load per unit length of edge is t x traction), "
+                             "total_force does not")
+    body_force: tuple[float, float] = Field((0.0, 0.0), description="elasticity: force per unit volume")
     regions: list[Region] = Field(default_factory=list, max_length=MAX_ITEMS, description="piecewise-constant coefficients")
 
 
@@ -148,8 +150,12 @@ class DirichletBC(StrictModel):
 class NeumannBC(StrictModel):
     where: Where
     flux: float | None = Field(None, description="poisson: k du/dn per unit length")
-    traction: tuple[float, float] | None = Field(None, description="elasticity: force per unit length")
-    total_force: tuple[float, float] | None = Field(None, description="elasticity: total force spread uniformly")
+    traction: tuple[float, float] | None = Field(
+        None, description="elasticity: force per unit area of the loaded face (a stress); the load per unit length of "
+                          "the edge is problem.thickness x traction")
+    total_force: tuple[float, float] | None = Field(
+        None, description="elasticity: the force on the whole loaded face (through the thickness), spread uniformly "
+                          "along its edges: traction = total_force / (edge length x problem.thickness)")
 
 
 class BoundarySection(StrictModel):
