@@ -403,7 +403,18 @@ def _forget_interrupts_seen_by_exec() -> None:
     exec("None")  # noqa: S102 - a constant string: running one is what clears the mark
 
 
+def _escape_unencodable() -> None:
+    """Text the terminal's encoding cannot show (a non-ASCII --out with PYTHONIOENCODING=ascii or an ASCII locale)
+    is printed with backslash escapes (``\\xe9``) instead of ending the command with UnicodeEncodeError after its
+    result was written; the bytes of files are not affected."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv=None) -> int:
+    _escape_unencodable()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
