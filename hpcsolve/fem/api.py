@@ -20,12 +20,13 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from hpcsolve.core import backends
+from hpcsolve.core import backends, scaled
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg import cg, matrix, precond
 from hpcsolve.fem.linalg.cg_options import MIXED_METHODS, CGOptions
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.report import SolveReport
+from hpcsolve.fem.linalg.scaling import MATRIX_RANGE, RhsScale
 from hpcsolve.core.precision import POLICIES, Precision, get_precision
 
 METHODS = ("cg", "pcg-jacobi", "ir-restarted", "cg-reliable", "spsolve")
@@ -64,7 +65,8 @@ def update_matrix(M: DeviceCSR, A) -> DeviceCSR:
 
 
 def _vector(v, field: str, n: int) -> tuple[np.ndarray, float]:
-    """v as a float64 host vector of length n, finite, and its 2-norm (one pass over v when it is fine)."""
+    """v as a float64 host vector of length n, finite, and its 2-norm (scaled: ``hpcsolve.core.scaled.norm2``; inf
+    only where finite entries near 1.8e308 have a norm above the float64 range)."""
     what = {"b": "the right-hand side", "x0": "the initial guess"}.get(field, field)
     v = np.asarray(v)
     if v.ndim != 1 or v.shape[0] != n:
@@ -73,14 +75,13 @@ def _vector(v, field: str, n: int) -> tuple[np.ndarray, float]:
     if not np.issubdtype(v.dtype, np.number) or np.iscomplexobj(v):
         raise CaseError.invalid(field, str(v.dtype), "real numbers")
     v = v.astype(np.float64, copy=False)
-    norm = float(np.linalg.norm(v))
+    norm = scaled.norm2(v)       # scaled (no underflow for 1e-170 * ones, no overflow for 1e300 * ones)
     if not math.isfinite(norm):
         bad = np.flatnonzero(~np.isfinite(v))
         if bad.size:
             k = int(bad[0])
             raise CaseError.invalid(field, float(v[k]), "finite entries", why=f"{what} holds NaN or Inf (entry {k})")
-        raise CaseError.invalid(field, f"norm {norm}", "a vector whose norm is a finite float64",
-                                why=f"{what} is too large")
+        # finite entries whose norm exceeds float64 (max |v| near 1.8e308): the solve scales by a power of two
     return v, norm
 
 
@@ -143,19 +144,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
         report.setup_time_s = time.perf_counter() - t_start
         if bnorm == 0.0:
             return _zero_rhs(host.shape[0], report)
-        return _spsolve(host, b64, report)
+        return _spsolve(host, b64, report)       # (factor_solve scales b by its power of two)
 
-    if isinstance(A, DeviceCSR):
-        dA = A
-        b64, bnorm = _vector(b, "b", dA.global_n)      # a distributed matrix (fem.distributed): the whole b
-    else:
-        csr = matrix.as_csr(A)
-        b64, bnorm = _vector(b, "b", csr.shape[0])
-        dA = matrix.prepare(csr, be.piece("fem.low_ops")())
+    dA, rhs, b64, bnorm, x0 = _scaled_system(A, b, x0, be, policy)
     n = dA.global_n
-    if x0 is not None:
-        x0, _ = _vector(x0, "x0", n)
-        x0 = dA.local(x0)
     if maxiter is None:
         opts.maxiter = max(10 * n, 100)
     if bnorm == 0.0:
@@ -172,12 +164,45 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     x_dev = _solution_vector(dA, pc, x0)
     low.sync()
     setup = time.perf_counter() - t_start
-    x, report = cg.run(dA, b_dev, bnorm, x_dev, policy=policy, method=method, opts=opts, precond=pc)
+    x, report = cg.run(dA, b_dev, scaled.norm2(b64), x_dev, policy=policy, method=method, opts=opts, precond=pc)
     report.setup_time_s = setup
-    x = dA.gather(x)
+    x = rhs.finish(dA.gather(x), report, b64, dA.to_scipy)
     if dA.distributed:
         report.notes.append(f"{len(dA.blocks)} MPI ranks, rows in blocks of {[r1 - r0 for r0, r1 in dA.blocks]}")
     return x, report
+
+
+def _scaled_system(A, b, x0, be, policy):
+    """(dA, RhsScale, b, ||b||, x0) of the system as the CG methods solve it: b scaled to max |b| ~ 1 by a power of
+    two (exact; x scaled back after), a host matrix scaled too where a float32 working precision could not hold its
+    entries (docs/fem_solvers.md, "Tiny and huge right-hand sides"); b, x0 float64 host vectors (x0 this block's)."""
+    if isinstance(A, DeviceCSR):
+        dA = A
+        b64, bnorm = _vector(b, "b", dA.global_n)      # a distributed matrix (fem.distributed): the whole b
+        rhs = RhsScale(b64)
+        _check_range(dA, policy)
+    else:
+        csr = matrix.as_csr(A)
+        b64, bnorm = _vector(b, "b", csr.shape[0])
+        rhs = RhsScale(b64)
+        dA = matrix.prepare(rhs.scale_matrix(csr, policy.compute), be.piece("fem.low_ops")())
+    b64 = rhs.down(b64)
+    if x0 is not None:
+        x0, _ = _vector(x0, "x0", dA.global_n)
+        x0 = dA.local(rhs.down(x0, "x0"))
+    return dA, rhs, b64, bnorm, x0
+
+
+def _check_range(dA: DeviceCSR, policy: Precision) -> None:
+    """A prepared matrix is used as it is: refused for a float32 working precision where its entries are outside
+    the range the float32 work needs (a host matrix would have been scaled)."""
+    m, r = dA.max_abs, 2.0 ** MATRIX_RANGE
+    if np.dtype(policy.compute).itemsize < 8 and m > 0 and not (1.0 / r <= m <= r):
+        raise CaseError.invalid("A", f"max |a_ij| = {m:.3e}", f"entries of magnitude 2^-{MATRIX_RANGE}..2^{MATRIX_RANGE} "
+                                f"for precision {policy.name!r}",
+                                why="float32 work on this prepared matrix would under- or overflow; prepare it scaled by "
+                                    "a power of two (A * 2.0**k, then x / 2.0**k), pass the SciPy matrix (it is then "
+                                    "scaled for you) or use precision 'fp64'")
 
 
 def _solution_vector(dA: DeviceCSR, pc, x0):
@@ -259,8 +284,10 @@ class DirectSolve:
         from scipy.sparse.csgraph import reverse_cuthill_mckee    # late: it imports scipy.sparse.linalg (0.25 s)
 
         self.A, self.b, self.rtol = A, np.asarray(b, dtype=np.float64), rtol
+        self.rhs = RhsScale(self.b)              # solved scaled to max |b| ~ 1 (a power of two), as solve() does
+        self.b = self.rhs.down(self.b)
         self.csc = A.tocsc()
-        self.bnorm = float(np.linalg.norm(self.b))
+        self.bnorm = scaled.norm2(self.b)
         self.p = reverse_cuthill_mckee(self.csc.tocsr(), symmetric_mode=True)
         self.permuted = self.csc[self.p][:, self.p].tocsc()
         self.y = None
@@ -276,9 +303,17 @@ class DirectSolve:
             self.y = None
 
     def _residual(self, x) -> float:
-        return float(np.linalg.norm(self.b - self.A @ x) / self.bnorm) if np.all(np.isfinite(x)) else float("nan")
+        return scaled.ratio(scaled.norm2(self.b - self.A @ x), self.bnorm) if np.all(np.isfinite(x)) else float("nan")
 
     def finish(self) -> tuple[np.ndarray, float, str]:
+        """(x, its true relative residual, the factorization's kind), x scaled back to the caller's b."""
+        x, true, kind = self._best()
+        out, back = self.rhs.up(x)
+        if back is not None:          # x rounded into subnormals or overflowed: the residual of the x returned
+            true = self._residual(back) if np.all(np.isfinite(out)) else float("inf")
+        return out, true, kind
+
+    def _best(self) -> tuple[np.ndarray, float, str]:
         import scipy.sparse.linalg as spla    # late, as in factorize
 
         x, true = None, float("nan")

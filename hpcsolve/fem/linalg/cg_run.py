@@ -24,7 +24,9 @@ def residual_scale(norm: float) -> float:
     where ``norm`` is within SCALE_FREE_RANGE (or not a positive finite number)."""
     if not (math.isfinite(norm) and norm > 0) or 1.0 / SCALE_FREE_RANGE <= norm <= SCALE_FREE_RANGE:
         return 1.0
-    return 2.0 ** -round(math.log2(norm))
+    # math.ldexp: exact for any positive norm (2.0 ** 1063 for a subnormal norm would raise OverflowError): the exponent is
+    # clamped to the float64 range (the solve scales b to max |b| ~ 1 first, so the residual is far from it)
+    return math.ldexp(1.0, max(-1000, min(1000, -round(math.log2(norm)))))
 
 
 class SolveState:
