@@ -87,3 +87,53 @@ def test_the_case_reference_says_traction_is_force_per_unit_area_and_how_thickne
     assert "traction" in ProblemSection.model_fields["thickness"].description
     page = (ROOT / "docs" / "case_reference.md").read_text()
     assert "elasticity: force per unit length |" not in page and "force per unit area of the loaded face" in page
+
+
+# ------------------------------------------------------------------------------------ 7. tracebacks
+
+LONG = "1" * 5000          # beyond Python's 4,300-digit limit of int(str)
+
+
+@pytest.mark.parametrize("assignment,field", [(f"mesh.nx={LONG}", "mesh.nx"), (f"mesh.x=[0, {LONG}]", "mesh.x"),
+                                              (f"mesh.nx=-1_{LONG}", "mesh.nx"),
+                                              (f"mesh.x=[0, 0x{LONG}]", "mesh.x")])
+def test_a_huge_integer_in_set_is_one_error_naming_the_field(assignment, field):
+    code, _, err = _cli(["validate", str(CASES / "poisson_manufactured.toml"), "--set", assignment])
+    assert code == 2 and "Traceback" not in err, err[-500:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"hpcsolve: error: ") and field in line and "2^53" in line
+
+
+@pytest.mark.parametrize("body,field,line", [(f"[mesh]\nnx = {LONG}\n", "mesh.nx", 4),
+                                             (f"[mesh]\nx = [\n  0,\n  {LONG}]\n", "mesh.x", 6),
+                                             (f"description = {LONG}\n", "description", 3)])
+def test_a_huge_integer_in_a_case_file_is_a_case_error_naming_the_key_and_line(tmp_path, body, field, line):
+    path = tmp_path / "huge.toml"
+    path.write_text(f'solver = "fem"\nname = "x"\n{body}')
+    with pytest.raises(CaseError) as exc:
+        load_case(path)
+    assert exc.value.field == field and f"line {line}" in str(exc.value) and "5,000 digits" in str(exc.value)
+    code, _, err = _cli(["validate", str(path)])
+    assert code == 2 and "Traceback" not in err and field in err
+
+
+def test_a_non_ascii_out_with_an_ascii_stdout_is_written_and_said_with_escapes(tmp_path, monkeypatch):
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="ascii", errors="strict", write_through=True)
+    monkeypatch.setattr("sys.stdout", stdout)
+    out = tmp_path / "r\u00e9sultat-\u03a9"
+    code = cli.main(["run", str(CASES / "poisson_manufactured.toml"), "--set", "mesh.nx=4", "--out", str(out),
+                     "--quiet"])
+    stdout.flush()
+    assert code == 0 and (out / "manifest.json").is_file()
+    assert "r\\xe9sultat-\\u03a9" in raw.getvalue().decode("ascii")
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "4097", "0", "-3", "x", "1" * 5000, "\u0663"])
+def test_hpcsolve_cpu_threads_out_of_range_is_one_error_naming_it(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("HPCSOLVE_CPU_THREADS", value)
+    code, _, err = _cli(["run", str(CASES / "poisson_manufactured.toml"), "--set", "mesh.nx=4",
+                         "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("hpcsolve: error: HPCSOLVE_CPU_THREADS: got ")
+    assert "from 1 to 4096" in err and not (tmp_path / "o").exists()

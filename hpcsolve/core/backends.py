@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcsolve.core.errors import BackendError
+from hpcsolve.core.errors import BackendError, shown
 from hpcsolve.core.version import __version__
 
 
@@ -486,16 +486,20 @@ def _bandwidth(name: str, nbytes: int, times: list[float]) -> dict:
             "repeats": len(times)}
 
 
+#: most host threads HPCSOLVE_CPU_THREADS may ask for (threadpoolctl hands the number to C libraries as a C int;
+#: 99999999999999999999 was a ctypes OverflowError there)
+MAX_CPU_THREADS = 4096
+
+
 def cpu_threads() -> int:
     """Host BLAS/OpenMP threads for runs: ``HPCSOLVE_CPU_THREADS`` (default 1: the NumPy/SciPy
-    reference is a single-core reference, and its timings are then repeatable)."""
+    reference is a single-core reference, and its timings are then repeatable), 1 to MAX_CPU_THREADS."""
     value = os.environ.get("HPCSOLVE_CPU_THREADS", "1")
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise BackendError(f"HPCSOLVE_CPU_THREADS: got {value!r}; allowed: an integer >= 1")
+    text = value.strip()
+    n = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else 0
+    if not 1 <= n <= MAX_CPU_THREADS:
+        raise BackendError(f"HPCSOLVE_CPU_THREADS: got {shown(value)}; allowed: an integer from 1 to "
+                           f"{MAX_CPU_THREADS} (host BLAS/OpenMP threads of a run)")
     return n
 
 

@@ -92,6 +92,47 @@ def _big_integer(v, depth: int = 0) -> bool:
     return False
 
 
+#: what an integer field (or any field, for an integer literal) allows, said when a literal is too long to read
+_INT_ALLOWED = (f"integer literals of magnitude at most 2^53 = {MAX_INT} (a float field takes a float literal, "
+                "e.g. 1e16)")
+#: an integer literal (TOML: digits with single underscores between them) longer than Python converts to an int
+#: (4,300 digits by default); hex, octal and binary literals have no such limit
+_LONG_INTEGER = re.compile(r"(?<![\w.])[+-]?(\d(?:_?\d){%d,})(?![\w.])" % 999)
+
+
+def _long_integer(text: str) -> tuple[int, str, int] | None:
+    """(line number, key as written there with its [table] header, digits) of the first integer literal in TOML
+    ``text`` with more than 1,000 digits, or None."""
+    m = _LONG_INTEGER.search(text)
+    if m is None:
+        return None
+    head = text[:m.start()]
+    header = key = None
+    for header in re.finditer(r"^[ \t]*\[\[?[ \t]*([^\]\n]*?)[ \t]*\]", head, re.M):
+        pass
+    for key in re.finditer(r"^[ \t]*([\w\-.\"' ]+?)[ \t]*=", head, re.M):   # the value's key (or its array's)
+        pass
+    names = (header.group(1).strip() if header else "",
+             key.group(1).strip() if key and (header is None or key.start() > header.start()) else "")
+    key = ".".join(p for p in names if p)
+    return text.count("\n", 0, m.start()) + 1, key, len(m.group(1).replace("_", ""))
+
+
+def _long_integer_error(text: str, source: str) -> CaseError:
+    """The CaseError of a case ``text`` that ``tomllib`` could not read because of an integer literal longer than
+    Python converts (a ValueError of its own, not a TOMLDecodeError), naming the key and the line."""
+    found = _long_integer(text)
+    if found is None:
+        return CaseError(f"{clip(source)}: an integer literal too long to read; allowed: {_INT_ALLOWED}", field="case")
+    line, key, digits = found
+    return _too_long(key or "case", digits, f"{clip(source)}, line {line}")
+
+
+def _too_long(field: str, digits: int | None, where: str) -> CaseError:
+    got = f"an integer literal of {digits:,} digits" if digits else "an integer literal too long to read"
+    return CaseError(f"{got} ({where}); allowed: {_INT_ALLOWED}", field=clip(field, 80), allowed=_INT_ALLOWED)
+
+
 @functools.cache
 def _tuple_fields_of(model: type[BaseModel]) -> frozenset[str]:
     return _tuple_fields(model)
@@ -359,6 +400,9 @@ def parse_override(assignment: str) -> tuple[list[str], Any]:
         parsed = tomllib.loads(f"v = {raw}")
     except tomllib.TOMLDecodeError:
         parsed = None
+    except ValueError:   # an integer literal longer than Python converts (sys.get_int_max_str_digits)
+        found = _long_integer(raw)
+        raise _too_long(".".join(keys), found[2] if found else None, f"from --set {clip(assignment, 60)}") from None
     except RecursionError:
         raise refuse(f"the value nests arrays or tables more than {MAX_DEPTH} deep") from None
     if parsed is None:
@@ -403,6 +447,8 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CaseError.invalid("case", clip(source), "a TOML case file", why=f"not valid TOML: {clip(str(exc))}") from None
+    except ValueError:   # an integer literal longer than Python converts (sys.get_int_max_str_digits)
+        raise _long_integer_error(text, source) from None
     except RecursionError:
         raise CaseError(f"{clip(source)}: tables and arrays nest too deeply; allowed: at most {MAX_DEPTH} levels",
                         field="case") from None

@@ -12,8 +12,10 @@ def shown(value, limit: int = SHOWN_CHARS) -> str:
         text = repr(value)
     except RecursionError:  # a value nested too deeply to print
         return f"<{type(value).__name__} nested too deeply to show>"
-    except ValueError:  # an integer with more digits than Python prints
-        return f"<integer of {value.bit_length():,} bits>"
+    except ValueError:  # an integer with more digits than Python prints, or a container holding one
+        if isinstance(value, int):
+            return f"<integer of {value.bit_length():,} bits>"
+        return f"<{type(value).__name__} holding an integer too long to print>"
     return clip(text, limit)
 
 
