@@ -167,8 +167,12 @@ def test_bad_references_are_refused_naming_the_option_and_the_forms(value, capsy
 def test_the_case_reference_is_validated_under_its_own_name(capsys):
     code, out, err = _cli(capsys, "--set", 'compare.reference="numpy/fp99"', "--dry-run")
     assert code == 2 and "compare.reference" in err and "numpy/fp99" in err
-    # --reference wins over the case's value
+    # a bad value is a bad case (validate refuses it too, issue 49), --reference or not
     code, out, err = _cli(capsys, "--set", 'compare.reference="numpy/fp99"', "--reference", "numpy/fp32",
+                          "--dry-run", "--precisions", "fp64")
+    assert code == 2 and "compare.reference" in err and "numpy/fp99" in err
+    # --reference wins over the case's value
+    code, out, err = _cli(capsys, "--set", 'compare.reference="numpy/fp64"', "--reference", "numpy/fp32",
                           "--dry-run", "--precisions", "fp64")
     assert code == 0 and "compare: reference numpy/fp32 (asked for with --reference)" in out
 

@@ -137,3 +137,35 @@ def test_hpcsolve_cpu_threads_out_of_range_is_one_error_naming_it(tmp_path, monk
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("hpcsolve: error: HPCSOLVE_CPU_THREADS: got ")
     assert "from 1 to 4096" in err and not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------ 8. late or missing refusals
+
+REFERENCE_VALUES = ["", "\u03a9mega", "numpy/fp16s", "numpy", "numpy/", "/fp64", "numpy/fp64/x", " NumPy / FP32 ",
+                    "numpy/fp64", "cupy/fp32", "numba-cuda/mixed", "numpy/mixed", "numpy/fp16c", "auto", " AUTO ",
+                    "a/b", "numpy/fp99"]
+
+
+@pytest.mark.parametrize("family_case", ["poisson_manufactured.toml", "taylor_green.toml"])
+def test_validate_refuses_the_compare_reference_values_compare_refuses(family_case):
+    """validate applies compare's own rule (compare_reference.parse) to compare.reference, naming it."""
+    from hpcsolve.report import compare_reference
+
+    case = load_case(CASES / family_case)
+    for value in REFERENCE_VALUES:
+        try:
+            compare_reference.parse(value, case.solver, "compare.reference")
+            compare_ok = True
+        except CaseError:
+            compare_ok = False
+        try:
+            case.with_overrides(f"compare.reference={value!r}".replace("'", '"'))
+            validate_ok = True
+        except CaseError as exc:
+            validate_ok = False
+            assert exc.field == "compare.reference" and "BACKEND/PRECISION" in str(exc), str(exc)
+        assert validate_ok == compare_ok, (family_case, value)
+    for value in ("", "\u03a9mega", "numpy/fp16s", "numpy"):
+        code, _, err = _cli(["validate", str(CASES / family_case), "--set", f'compare.reference="{value}"'])
+        if family_case.startswith("poisson") or value != "numpy/fp16s":
+            assert code == 2 and "hpcsolve: error: compare.reference: got" in err, (value, err[-300:])

@@ -369,9 +369,30 @@ def parse_case_data(data: dict, *, text: str = "", path: Path | None = None, sou
         raise validation_error_to_case_error(exc, source or (str(path) if path else ""), model, overrides) from None
     except (TypeError, OverflowError) as exc:  # e.g. a value pydantic cannot even compare
         raise CaseError(f"invalid case{' in ' + clip(source) if source else ''}: {clip(str(exc))}") from None
+    check_compare_reference(case, overrides)
     case._text = text
     case._path = path
     return case
+
+
+def check_compare_reference(case, overrides=()) -> None:
+    """``compare.reference`` is ``auto`` or BACKEND/PRECISION with a precision of the case's family, by the rule
+    ``hpcsolve compare`` applies (``compare_reference.parse``): ``validate`` refuses what compare refuses. Whether
+    the backend can run here is compare's question (a case may be validated on another machine)."""
+    value = case.compare.reference
+    text = value.strip().lower()
+    if text == "auto":
+        return
+    parts = text.split("/")
+    fits = len(parts) == 2 and parts[0].strip() in backends.BACKENDS
+    if fits and parts[1].strip() not in precision.names(case.solver):
+        fits = False
+    if not fits:
+        allowed = (f"auto, or BACKEND/PRECISION with BACKEND one of {', '.join(backends.BACKENDS)} and PRECISION one "
+                   f"of {', '.join(precision.names(case.solver))} (e.g. numpy/fp64)")
+        err = CaseError.invalid("compare.reference", value, allowed)
+        raise CaseError(str(err) + _from_set("compare.reference", overrides), field=err.field, value=value,
+                        allowed=allowed)
 
 
 #: a --set value TOML cannot parse is taken as a string if it is one plain word (run.backend=cupy)
