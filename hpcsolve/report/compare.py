@@ -86,7 +86,8 @@ from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report import compare_reference, periodic
-from hpcsolve.report.compare_inputs import _check_preconditioners, _retire_comparison, check_out, checked_inputs
+from hpcsolve.report.compare_inputs import (_check_preconditioners, _retire_comparison, check_fields_known, check_out,
+                                           checked_inputs)
 from hpcsolve.report.comparison import LONG_RUN_S, OK_STATUS, Comparison, Run, field_error
 
 __all__ = ["DEFAULT_TOLERANCE", "compare", "plan"]
@@ -203,6 +204,7 @@ def _planned(case, backends, precisions, tolerance, overrides, repeats, warmup, 
                                                 runmod.as_names)
     pc_names = _check_preconditioners(case, preconditioners)
     fields = _check_fields(fields if fields is not None else getattr(getattr(case, "compare", None), "fields", None))
+    check_fields_known(case, fields)       # a field of another kind of case: refused before anything runs
     asked = getattr(getattr(case, "compare", None), "reference", compare_reference.AUTO)
     the_plan, pc_cases = compare_reference.make_plan(
         case, backends, precisions, pc_names, requested=asked if reference is None else reference,
