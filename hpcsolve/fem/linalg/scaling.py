@@ -24,6 +24,8 @@ from hpcsolve.core.errors import CaseError
 #: a float32 working precision gets the matrix scaled (a host matrix, by a power of two) where max |a_ij| is
 #: outside [2^-MATRIX_RANGE, 2^MATRIX_RANGE]: its entries, and A p, then stay far inside float32's 1e-38..3e38
 MATRIX_RANGE = 30
+#: a prepared matrix (used as it is) is refused for float32 work beyond [2^-PREPARED_RANGE, 2^PREPARED_RANGE]
+PREPARED_RANGE = 60
 
 
 class RhsScale:
