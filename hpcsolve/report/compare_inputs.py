@@ -220,3 +220,41 @@ def configurations(case: CaseBase, backends, precisions, pc_names, reference: tu
     configs = [(*reference, pc) for pc in ref_pcs]
     configs += [(b, p, pc) for b in backends for p in precisions for pc in pc_cases if (b, p) != reference]
     return configs, pc_cases
+
+
+#: the fields a run's result holds that a comparison judges (floating fields, less compare.SKIP_FIELDS), known from
+#: the case: by family and, for FEM, problem kind (tests/test_reliability4_text.py runs each kind to keep them in step)
+CASE_FIELDS = {("lbm", None): ("velocity", "pressure", "density_lattice", "vorticity"),
+               ("fem", "poisson"): ("u",), ("fem", "elasticity"): ("displacement",)}
+
+
+def case_fields(case: CaseBase) -> tuple[str, ...]:
+    """The fields a run of ``case`` will hold that ``--fields`` can name (without running it)."""
+    kind = getattr(getattr(case, "problem", None), "kind", None) if case.solver == "fem" else None
+    return CASE_FIELDS.get((case.solver, kind), ())
+
+
+def check_fields_known(case: CaseBase, fields) -> list[str]:
+    """Refuse (naming ``--fields``), before anything runs, a name of ``fields`` that is a field of another kind of
+    case (velocity for a FEM case, u for an elasticity case): its runs cannot have it. Returns the names left to be
+    checked once the reference has run: those that are not fields of the case, taken as scalar metrics (which
+    metrics a run reports depends on the run: its validation, its solver, its precision)."""
+    have = case_fields(case)
+    other = {f for names in CASE_FIELDS.values() for f in names} - set(have)
+    wrong = [f for f in fields or () if f in other]
+    if wrong:
+        raise CaseError.invalid("--fields", " ".join(wrong), "fields of this case: " + ", ".join(have)
+                                + ", or scalar metrics of its runs",
+                                why=f"{case.name} is a {case.solver.upper()} case whose runs have no field "
+                                    + " or ".join(repr(f) for f in wrong))
+    return [f for f in fields or () if f not in have]
+
+
+def fields_note(case: CaseBase, fields) -> str | None:
+    """The dry run's line on ``--fields`` names it cannot check without a run (taken as scalar metrics)."""
+    left = check_fields_known(case, fields)
+    if not left:
+        return None
+    return (f"--fields {' '.join(left)}: not a field of this case (its fields: {', '.join(case_fields(case))}); "
+            "taken as scalar metrics, checked once the reference has run (a name the reference does not report is "
+            "refused then)")
