@@ -281,7 +281,7 @@ def cmd_validate(args) -> int:
 def cmd_compare(args) -> int:
     from hpcsolve.core.cases import load_case   # late: start-up cost (0.3 s, pydantic)
     from hpcsolve.report.compare import DEFAULT_TOLERANCE, compare   # late: start-up cost (1.1 s, the solvers)
-    from hpcsolve.report.compare_inputs import check_out   # late: start-up cost (with compare)
+    from hpcsolve.report.compare_inputs import check_out, fields_note   # late: start-up cost (with compare)
 
     if args.backend or args.precision:
         _say("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored")
@@ -293,6 +293,9 @@ def cmd_compare(args) -> int:
                         reference=args.reference, budget=args.budget, warmup=not args.no_warmup, repeats=args.repeats,
                         fields=args.fields)
         print("\n".join(f"compare: {line}" for line in the_plan.lines()))
+        note = fields_note(case, args.fields if args.fields is not None else case.compare.fields)
+        if note:        # names a dry run cannot check: the reference's metrics are known once it has run
+            print(f"compare: {note}")
         return 0
     if args.out is not None:   # unusable, or holding a comparison without --overwrite: exit 2 before any run
         check_out(args.out, args.overwrite)
