@@ -84,7 +84,7 @@ def _add_compare_parser(sub) -> None:
                    help="FEM cases: run every backend x precision with each of these solve.preconditioner values "
                         "(auto, none, jacobi, mg, amg); default: the case's own setting only")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="largest acceptable relative L2 field error vs the FP64 reference (default 1e-3)")
+                   help="largest acceptable relative L2 field error vs the FP64 reference, 0 to 1 (default 1e-3)")
     p.add_argument("--fields", nargs="+", metavar="NAME", default=None,
                    help="fields or scalar metrics the error is judged on (e.g. velocity, or a metric such as "
                         "drag_coefficient); default: the largest error over every field")

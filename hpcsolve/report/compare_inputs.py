@@ -4,7 +4,6 @@ the preconditioner dimension of a FEM case; and the configurations to run, the r
 
 from __future__ import annotations
 
-import math
 import typing
 from pathlib import Path
 
@@ -15,6 +14,9 @@ from hpcsolve.core.cases import CaseBase, load_case
 from hpcsolve.core.errors import CaseError, HpcsolveError, OutputError
 from hpcsolve.report.comparison import REFERENCE
 
+#: largest --tolerance: a relative error of 1 is a run off by the size of the reference (1e300 made the Pareto plot's
+#: log axis overflow inside matplotlib)
+TOLERANCE_MAX = 1.0
 REPEATS_LIMIT = 1000         # largest --repeats: each is a whole run of the case, per configuration
 
 
@@ -152,9 +154,9 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
         case = load_case(case, overrides)
     else:       # validated again as a whole (edits in Python skip the rules across fields)
         case = case.with_overrides(*overrides)
-    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and tolerance >= 0
-                                           and math.isfinite(tolerance)):
-        raise CaseError.invalid("--tolerance", tolerance, "a finite number >= 0 (relative error)")
+    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and 0 <= tolerance <= TOLERANCE_MAX):
+        raise CaseError.invalid("--tolerance", tolerance, f"a number from 0 to {TOLERANCE_MAX:g} (a relative error: "
+                                f"{TOLERANCE_MAX:g} accepts a run off by as much as the reference itself)")
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)
                                 or not 1 <= repeats <= REPEATS_LIMIT):
         raise CaseError.invalid("--repeats", repeats, f"an integer in [1, {REPEATS_LIMIT}]",
