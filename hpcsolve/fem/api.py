@@ -26,7 +26,7 @@ from hpcsolve.fem.linalg import cg, matrix, precond
 from hpcsolve.fem.linalg.cg_options import MIXED_METHODS, CGOptions
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.report import SolveReport
-from hpcsolve.fem.linalg.scaling import PREPARED_RANGE, RhsScale
+from hpcsolve.fem.linalg.scaling import MATRIX_RANGE, RhsScale, matrix_in_range
 from hpcsolve.core.precision import POLICIES, Precision, get_precision
 
 METHODS = ("cg", "pcg-jacobi", "ir-restarted", "cg-reliable", "spsolve")
@@ -196,12 +196,12 @@ def _scaled_system(A, b, x0, be, policy):
 def _check_range(dA: DeviceCSR, policy: Precision) -> None:
     """A prepared matrix is used as it is: refused for a float32 working precision where its entries are outside
     the range the float32 work needs (a host matrix would have been scaled)."""
-    m, r = dA.max_abs, 2.0 ** PREPARED_RANGE
-    if np.dtype(policy.compute).itemsize < 8 and m > 0 and not (1.0 / r <= m <= r):
-        raise CaseError.invalid("A", f"max |a_ij| = {m:.3e}", f"entries of magnitude 2^-{PREPARED_RANGE}..2^{PREPARED_RANGE} "
-                                f"for precision {policy.name!r}",
+    if np.dtype(policy.compute).itemsize < 8 and not matrix_in_range(dA.max_abs):
+        lo, hi = MATRIX_RANGE
+        raise CaseError.invalid("A", f"max |a_ij| = {dA.max_abs:.3e}", f"a largest entry in 2^{lo}..2^{hi} for "
+                                f"precision {policy.name!r}",
                                 why="float32 work on this prepared matrix would under- or overflow; prepare it scaled by "
-                                    "a power of two (A * 2.0**k, then x / 2.0**k), pass the SciPy matrix (it is then "
+                                    "a power of two (A * 2.0**k, then x * 2.0**k), pass the SciPy matrix (it is then "
                                     "scaled for you) or use precision 'fp64'")
 
 

@@ -21,11 +21,18 @@ from hpcsolve.core import scaled
 from hpcsolve.core.errors import CaseError
 
 
-#: a float32 working precision gets the matrix scaled (a host matrix, by a power of two) where max |a_ij| is
-#: outside [2^-MATRIX_RANGE, 2^MATRIX_RANGE]: its entries, and A p, then stay far inside float32's 1e-38..3e38
-MATRIX_RANGE = 30
-#: a prepared matrix (used as it is) is refused for float32 work beyond [2^-PREPARED_RANGE, 2^PREPARED_RANGE]
-PREPARED_RANGE = 60
+#: a float32 working precision gets a host matrix scaled by a power of two (to max |a_ij| ~ 1) where max |a_ij| is
+#: outside [2^lo, 2^hi]: float32 holds 2^-126..2^128, so such entries and their products under- or overflow. A
+#: prepared matrix (used as it is) is refused there instead. The band is wide on purpose: a matrix whose entries
+#: span a large contrast (1 .. 4e34) is better left as it is (scaled to max ~ 1, its solution would near float32's
+#: top); mixed precision falls back to float64 where float32 fails on it
+MATRIX_RANGE = (-100, 120)
+
+
+def matrix_in_range(max_abs: float) -> bool:
+    """Whether a matrix with largest entry ``max_abs`` needs no scaling for float32 work (MATRIX_RANGE)."""
+    lo, hi = MATRIX_RANGE
+    return not (max_abs > 0) or 2.0 ** lo <= max_abs <= 2.0 ** hi
 
 
 class RhsScale:
@@ -42,7 +49,7 @@ class RhsScale:
         if np.dtype(dtype).itemsize >= 8 or not csr.nnz:
             return csr
         m = scaled.peak(csr.data)
-        if 2.0 ** -MATRIX_RANGE <= m <= 2.0 ** MATRIX_RANGE:
+        if matrix_in_range(m):
             return csr
         self.ea = -scaled.pow2_exponent(m)
         with np.errstate(under="ignore"):
