@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve.core import scaled
 from hpcsolve.core.errors import clip
 from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
 from hpcsolve.report import compare_plots
@@ -163,11 +164,13 @@ def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
     """Relative L2 and relative max error of ``a`` against ``ref``."""
     a = np.asarray(a, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
-    diff = a - ref
-    nref = float(np.linalg.norm(ref))
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a - ref                  # (two fields near 1.8e308 of opposite sign: inf, as their difference is)
+    nref = scaled.norm2(ref)            # scaled 2-norms: no underflow for fields of 1e-300, no overflow at 1e300
     mref = float(np.max(np.abs(ref))) if ref.size else 0.0
-    return {"rel_l2": float(np.linalg.norm(diff) / nref) if nref > 0 else float(np.linalg.norm(diff)),
-            "rel_max": float(np.max(np.abs(diff)) / mref) if mref > 0 else float(np.max(np.abs(diff), initial=0.0))}
+    return {"rel_l2": scaled.ratio(scaled.norm2(diff), nref) if nref > 0 else scaled.norm2(diff),
+            "rel_max": scaled.ratio(float(np.max(np.abs(diff))), mref) if mref > 0
+            else float(np.max(np.abs(diff), initial=0.0))}
 
 
 def _outside(verdict) -> bool:
