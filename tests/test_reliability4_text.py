@@ -169,3 +169,82 @@ def test_validate_refuses_the_compare_reference_values_compare_refuses(family_ca
         code, _, err = _cli(["validate", str(CASES / family_case), "--set", f'compare.reference="{value}"'])
         if family_case.startswith("poisson") or value != "numpy/fp16s":
             assert code == 2 and "hpcsolve: error: compare.reference: got" in err, (value, err[-300:])
+
+
+def test_compare_fields_of_another_kind_of_case_are_refused_before_anything_runs(monkeypatch, tmp_path):
+    from hpcsolve import run as runmod
+
+    def no_run(*a, **k):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(runmod, "run_case", no_run)
+    for case, name in (("poisson_manufactured.toml", "velocity"), ("cook_membrane.toml", "u"),
+                       ("taylor_green.toml", "displacement")):
+        for extra in (["--dry-run"], ["--out", str(tmp_path / name)]):
+            code, out, err = _cli(["compare", str(CASES / case), "--fields", name, *extra])
+            assert code == 2 and "hpcsolve: error: --fields:" in err and repr(name) in err, err[-400:]
+            assert not (tmp_path / name).exists()
+
+
+def test_the_fields_a_case_has_are_those_its_runs_have():
+    from hpcsolve.report.compare import SKIP_FIELDS
+    from hpcsolve.report.compare_inputs import case_fields
+
+    for case, sets in (("poisson_manufactured.toml", ["mesh.nx=4"]), ("cook_membrane.toml", ["mesh.nx=2"]),
+                       ("taylor_green.toml", ["lattice.resolution=8", "time.steps=2"])):
+        res = hpcsolve.run_case(CASES / case, backend="numpy", overrides=sets, progress=False)
+        have = {f for f, v in res.fields.items() if f not in SKIP_FIELDS and getattr(v, "dtype", None) is not None
+                and v.dtype.kind == "f"}
+        assert have == set(case_fields(load_case(CASES / case))), case
+
+
+def test_compare_dry_run_says_a_metric_name_is_checked_after_the_reference():
+    code, out, err = _cli(["compare", str(CASES / "poisson_manufactured.toml"), "--set", "mesh.nx=4", "--dry-run",
+                           "--precisions", "fp64", "--fields", "u", "probe_value"])
+    assert code == 0 and "compare: --fields probe_value: not a field of this case (its fields: u)" in out
+
+
+# ------------------------------------------------------------------------------------ 9. messages
+
+@pytest.mark.parametrize("tolerance", ["1e300", "1.5", "inf", "nan", "-1e-9"])
+def test_compare_tolerance_beyond_its_range_is_refused_before_running(tolerance, tmp_path):
+    code, _, err = _cli(["compare", str(CASES / "poisson_manufactured.toml"), f"--tolerance={tolerance}",
+                         "--out", str(tmp_path / "c")])
+    assert code == 2 and "hpcsolve: error: --tolerance:" in err and "from 0 to 1" in err
+    assert not (tmp_path / "c").exists()
+
+
+GMSH2 = "$MeshFormat\n2.2 0 8\n$EndMeshFormat\n$Nodes\n{n}\n{nodes}$EndNodes\n$Elements\n{m}\n{elements}$EndElements\n"
+
+
+def _mesh_case(tmp_path, text: str) -> Path:
+    (tmp_path / "m.msh").write_text(text)
+    path = tmp_path / "m.toml"
+    path.write_text('solver = "fem"\nname = "m"\n[mesh]\nkind = "file"\npath = "m.msh"\n[[boundary.dirichlet]]\n'
+                    'where = { x = 0.0 }\nvalue = 0.0\n')
+    return path
+
+
+def test_a_quadratic_triangle_mesh_is_said_to_be_second_order(tmp_path):
+    nodes = "".join(f"{i + 1} {x} {y} 0\n" for i, (x, y) in enumerate(
+        [(0, 0), (1, 0), (1, 1), (0, 1), (0.5, 0), (1, 0.5), (0.5, 0.5), (0.5, 1), (0, 0.5)]))
+    elements = "1 9 2 1 1 1 2 3 5 6 7\n2 9 2 1 1 1 3 4 7 8 9\n3 8 2 2 2 1 4 9\n"
+    code, _, err = _cli(["validate", str(_mesh_case(tmp_path, GMSH2.format(n=9, nodes=nodes, m=3,
+                                                                            elements=elements)))])
+    assert code == 2 and "mesh.path: second-order" in err and "triangle6" in err and "gmsh type 9" in err
+    assert "no triangles" not in err
+
+
+@pytest.mark.parametrize("big", [3_000_000_000, 2**31, 20_000_000])
+@pytest.mark.parametrize("version", ["2.2", "4.1"])
+def test_node_ids_beyond_int32_or_far_beyond_the_node_count_are_named(tmp_path, big, version):
+    if version == "2.2":
+        nodes = f"1 0 0 0\n2 1 0 0\n3 1 1 0\n{big} 0 1 0\n"
+        text = GMSH2.format(n=4, nodes=nodes, m=2, elements=f"1 2 2 1 1 1 2 3\n2 2 2 1 1 1 3 {big}\n")
+    else:
+        text = ("$MeshFormat\n4.1 0 8\n$EndMeshFormat\n"
+                f"$Nodes\n1 4 1 {big}\n2 1 0 4\n1\n2\n3\n{big}\n0 0 0\n1 0 0\n1 1 0\n0 1 0\n$EndNodes\n"
+                f"$Elements\n1 2 1 2\n2 1 2 2\n1 1 2 3\n2 1 3 {big}\n$EndElements\n")
+    code, _, err = _cli(["validate", str(_mesh_case(tmp_path, text))])
+    assert code == 2 and "hpcsolve: error: mesh.path:" in err and f"node id {big:,}" in err, err[-400:]
+    assert "OverflowError" not in err and "renumber" in err

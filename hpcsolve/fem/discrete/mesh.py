@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import mmap
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,6 +237,47 @@ def refine_uniform(mesh: Mesh) -> Mesh:
     return fine
 
 
+#: meshio's names of higher-order cells a 2D gmsh file may hold, with what they are (gmsh element type)
+SECOND_ORDER = {"line3": "3-node lines, gmsh type 8", "triangle6": "6-node triangles, gmsh type 9",
+                "quad9": "9-node quadrangles, gmsh type 10", "quad8": "8-node quadrangles, gmsh type 16",
+                "triangle10": "10-node triangles, gmsh type 21", "line4": "4-node lines, gmsh type 26",
+                "triangle15": "15-node triangles, gmsh type 23", "line5": "5-node lines, gmsh type 27"}
+#: meshio reads gmsh node and element ids into 32-bit integers
+_INT32_OVERFLOW = re.compile(r"integer (-?\d+) out of bounds for int32")
+
+
+#: largest node id of an ASCII gmsh file: meshio indexes nodes through an array of (largest id + 1) entries (int32 in
+#: gmsh 2, int64 in gmsh 4: a gmsh 4 file with node id 3e9 ended the process for memory)
+NODE_ID_FLOOR = 2**24
+NODE_IDS_PER_NODE = 16
+_NODE_ID_LINE = {2: re.compile(rb"(?m)^[ \t]*(\d{8,})[ \t]"), 4: re.compile(rb"(?m)^[ \t]*(\d{8,})[ \t]*\r?$")}
+
+
+def _refuse_sparse_node_ids(path: Path, nodes: int, field_name: str) -> None:
+    """Refuse an ASCII gmsh file whose largest node id is beyond 2^31 - 1, or beyond max(NODE_ID_FLOOR,
+    NODE_IDS_PER_NODE x its node count) (the index meshio builds would take more memory than the mesh), naming the
+    id. Binary files are left to meshio."""
+    limit = min(2**31 - 1, max(NODE_ID_FLOOR, NODE_IDS_PER_NODE * nodes))
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            fmt = re.search(rb"\$MeshFormat\r?\n\s*(\d)[^\s]*\s+(\d)", m)
+            start, end = m.find(b"$Nodes"), m.find(b"$EndNodes")
+            if fmt is None or fmt.group(2) != b"0" or start < 0 or end < start:
+                return
+            pattern = _NODE_ID_LINE[4 if fmt.group(1) == b"4" else 2]
+            start = m.find(b"\n", start + 1)              # past the count line's start: its own number is no id
+            largest = max((int(g) for g in pattern.findall(m, start, end)), default=0)
+            if largest > limit:
+                why = f"it has node id {largest:,}, beyond 2^31 - 1" if largest > 2**31 - 1 else (
+                    f"it has node id {largest:,} for {nodes:,} nodes: meshio would index them through an array of "
+                    f"{largest + 1:,} entries")
+                raise CaseError.invalid(field_name, clip(str(path)), f"node ids from 1 to {limit:,} (at most "
+                                        f"max({NODE_ID_FLOOR:,}, {NODE_IDS_PER_NODE} x the node count) and 2^31 - 1)",
+                                        why=why + "; renumber its nodes consecutively from 1")
+
+
 def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
     boundary; triangle physical groups name regions."""
@@ -243,7 +287,8 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
     regular_file(path, field_name, allowed, max_bytes=MESH_FILE_MAX_BYTES)   # no pipe or device is opened
     if path.suffix.lower() == ".msh":
-        gmsh_counts(path, field_name, allowed)                                # header and counts first
+        counts = gmsh_counts(path, field_name, allowed)                       # header and counts first
+        _refuse_sparse_node_ids(path, counts.get("nodes", 0), field_name)
     # meshio prints its readers' complaints and calls sys.exit when none accepts the file: its output
     # is kept out of the terminal and its exit becomes one CaseError
     said = io.StringIO()
@@ -251,6 +296,12 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
             mm = meshio.read(path)
     except (Exception, SystemExit) as exc:
+        big = _INT32_OVERFLOW.search(str(exc)) if isinstance(exc, OverflowError) else None
+        if big:
+            raise CaseError.invalid(field_name, clip(str(path)), "node and element ids from 1 to 2^31 - 1 = "
+                                    f"{2**31 - 1} (meshio reads gmsh ids as 32-bit integers)",
+                                    why=f"it has the id {clip(big.group(1), 40)}, beyond 2^31 - 1; renumber its nodes "
+                                        "and elements consecutively from 1") from None
         complaint = " ".join(said.getvalue().split()) or "no meshio reader accepts it"
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else complaint
         raise CaseError.invalid(field_name, clip(str(path)), allowed, why=f"cannot read it ({clip(what)})") from None
@@ -285,6 +336,12 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             line_blocks.append((block.data, tags))
         elif block.type != "vertex" and len(block.data):
             other.append(block.type)
+    higher = [t for t in dict.fromkeys(other) if t in SECOND_ORDER]
+    if higher:     # a quadratic mesh has no 3-node triangles: "no triangles" said nothing of why
+        kinds = ", ".join(f"{t} ({SECOND_ORDER[t]})" for t in higher)
+        raise CaseError.invalid(field_name, clip(str(path)), "a first-order mesh: 3-node triangles and 2-node lines",
+                                why=f"second-order (and higher) elements are not supported yet: the file has {kinds} "
+                                    "cells; mesh with Mesh.ElementOrder = 1 (gmsh -2 -order 1)")
     if not tri_blocks:
         raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
     if other:     # solving on the triangles alone would leave out part of the domain, silently
