@@ -16,11 +16,13 @@ from hpcsolve.core.version import __version__
 from hpcsolve.core import backends, heartbeat, interrupts, outdir, parallel
 from hpcsolve.core import family as families
 from hpcsolve.core.cases import CaseBase, load_case, parse_case_text
-from hpcsolve.core.checkpoint import MISSING, CheckpointError, check_compatible, latest_checkpoint, list_checkpoints
+from hpcsolve.core.checkpoint import (MISSING, CheckpointError, case_hash, check_compatible, check_same_run,
+                                     latest_checkpoint, list_checkpoints)
 from hpcsolve.core.errors import BackendError, CaseError, HpcsolveError, OutputError, RunInterrupted
 from hpcsolve.core.family import Description
 from hpcsolve.core.precision import Precision, get_precision
 from hpcsolve.core.results import Result, human_duration
+from hpcsolve.core.safe_io import read_json, regular_file
 from hpcsolve.core.verdicts import warning_text
 
 RESULT_FILES = outdir.RESULT_FILES
@@ -239,9 +241,14 @@ def provenance(case: CaseBase, backend: str, policy: Precision) -> dict:
 
 def _finished_status(run_dir) -> str:
     """The status in ``run_dir/summary.json`` when that run finished (not interrupted), else ''."""
+    path, allowed = Path(run_dir) / "summary.json", "a run folder whose summary.json is a regular file"
+    if not os.path.lexists(path):
+        return ""
+    # a pipe, a device, a link loop or a huge file is refused unopened (exit 2): a pipe used to block the resume
+    regular_file(path, "--resume", allowed, max_bytes=outdir.SUMMARY_MAX_BYTES)
     try:
-        status = json.loads((Path(run_dir) / "summary.json").read_text()).get("status", "")
-    except (OSError, ValueError, AttributeError):
+        status = read_json(path, "--resume", allowed, max_bytes=outdir.SUMMARY_MAX_BYTES).get("status", "")
+    except (OSError, ValueError, AttributeError):     # unreadable text: no finished run to protect
         return ""
     return status if status not in ("", "interrupted") else ""
 
@@ -266,6 +273,7 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
         raise OutputError(refused, field="--resume")
     skipped: list = []
     ckpt, recorded = latest_checkpoint(resume_dir, use=lambda c: (c, _checkpoint_case(c)), skipped=skipped)
+    _check_same_run(resume_dir, ckpt, force)
     _warn_skipped(skipped, ckpt)
     if case is None:
         case = recorded.with_overrides(*overrides) if overrides else recorded
@@ -279,6 +287,14 @@ def prepare_resume(resume_dir: str | Path, case=None, backend=None, precision=No
                                     overrides if not isinstance(case, CaseBase) else ())
     check_compatible(ckpt, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
     return case, backend, policy, ckpt
+
+
+def _check_same_run(resume_dir, ckpt, force: bool) -> None:
+    """The chosen checkpoint belongs to the run of its folder (``checkpoint.check_same_run``): one of another case is
+    refused naming both; with ``force`` it is resumed, with one warning naming both."""
+    for diff in check_same_run(resume_dir, ckpt, force):
+        warnings.warn(f"--resume --force: the checkpoint {ckpt.path.name} is of another case than the folder's run: "
+                      f"{diff}", stacklevel=1)
 
 
 def _warn_skipped(skipped: list, chosen, said: set | None = None) -> None:
@@ -407,6 +423,7 @@ def _older_checkpoint(resume_dir, case, backend, policy, failed: dict, force: bo
             raise failed[c.path]
         _checkpoint_case(c)
         check_compatible(c, case_json=case.effective_json(), backend=backend, precision=policy.name, force=force)
+        _check_same_run(resume_dir, c, force)
         return c
 
     return latest_checkpoint(resume_dir, use=usable, skipped=skipped)
@@ -484,5 +501,9 @@ def _resume_hint(out_path: Path | None) -> str:
 
 def _finish(result: Result, case: CaseBase, backend: str, policy: Precision) -> None:
     result.provenance = {**provenance(case, backend, policy), **result.provenance}
+    h = case_hash(case.effective_json())     # the case identity (as checkpoints record it; a resume compares them)
+    earlier = result.provenance.get("case_lineage", [])
+    result.provenance["case_hash"] = h
+    result.provenance["case_lineage"] = [x for x in (earlier if isinstance(earlier, list) else []) if x != h] + [h]
     result.case_text = case.text
     result.case_json = case.effective_json()

@@ -43,7 +43,8 @@ def test_resume_with_other_settings_is_refused_unless_forced(tmp_path):
     c = latest_checkpoint(tmp_path)
     assert check_compatible(c, case_json=CASE, backend="numpy", precision="fp16s") == []
     other = json.dumps({"name": "c", "physics": {"reynolds": 400}})
-    with pytest.raises(CaseError, match=r"precision 'fp16s' in the checkpoint, 'fp32' now; case differs in physics.reynolds"):
+    with pytest.raises(CaseError, match=r"precision 'fp16s' in the checkpoint, 'fp32' now; case 'c' \(case hash [0-9a-f]{16}\) in "
+                       r"the checkpoint, case 'c' \(case hash [0-9a-f]{16}\) now: the case differs in physics.reynolds"):
         check_compatible(c, case_json=other, backend="numpy", precision="fp32")
     assert len(check_compatible(c, case_json=other, backend="numpy", precision="fp32", force=True)) == 2
 

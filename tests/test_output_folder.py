@@ -455,7 +455,7 @@ def test_an_overwrite_on_a_full_disk_keeps_the_previous_result_at_every_write(tm
 
 def test_a_set_aside_result_of_a_killed_overwrite_run_is_put_back_or_dropped_by_the_next_run(tmp_path):
     """A run killed between setting the previous result aside and writing anything of its own: the next claim
-    puts it back; killed after its first checkpoint: the previous result goes (the new run's state stays); killed
+    puts it back; killed after its first checkpoint: put back too (the new run's checkpoint is no result); killed
     in the middle of the renames (journal "moving"): put back whatever the new run did."""
     out = tmp_path / "run"
     assert _run("--out", str(out), *SMALL) == 0
@@ -466,13 +466,13 @@ def test_a_set_aside_result_of_a_killed_overwrite_run_is_put_back_or_dropped_by_
     assert outdir.remove_stale(out) == [journal.name]
     assert _files(out) == before and read_result_folder(out)["status"] == "completed"
     assert _set_aside_folders(out) == []
-    # killed after its first checkpoint: that checkpoint stays, the previous run's files go
+    # killed after its first checkpoint: a checkpoint is no result (issue 49): the previous run's files come back
+    # and the new run's checkpoint goes
     journal = outdir.set_aside(out)
-    shutil.copy(out / "checkpoints" / f"{journal.name[:-len(outdir.JOURNAL_SUFFIX)]}-{ckpts[0]}",
-                out / "checkpoints" / ckpts[0])
+    (out / "checkpoints" / "checkpoint_0000000050.h5").write_bytes(b"the new run's checkpoint")
     outdir.remove_stale(out)
-    assert not (out / outdir.MARKER).exists() and not (out / "result.h5").exists()
-    assert [p.name for p in list_checkpoints(out)] == ckpts[:1] and _set_aside_folders(out) == []
+    assert _files(out) == before and read_result_folder(out)["status"] == "completed"
+    assert [p.name for p in list_checkpoints(out)] == ckpts and _set_aside_folders(out) == []
     # killed midway through the renames: the journal says "moving", so everything goes back, even beside the
     # new run's checkpoint
     assert _run("--out", str(out), "--overwrite", *SMALL) == 0

@@ -27,7 +27,8 @@ from hpcsolve.core.errors import CaseError, OutputError, clip, shown
 from hpcsolve.core.interrupts import deferred
 from hpcsolve.core.precision import POLICIES
 from hpcsolve.core.results import _jsonable
-from hpcsolve.core.safe_io import path_problem, write_h5_atomic
+from hpcsolve.core.outdir import SUMMARY_MAX_BYTES
+from hpcsolve.core.safe_io import H5_FILE_MAX_BYTES, open_h5, path_problem, read_json, write_h5_atomic
 from hpcsolve.core.version import __version__
 
 KEEP = 2
@@ -153,7 +154,8 @@ def _number_allowed(minimum, finite) -> str:
 #: the largest step a checkpoint may hold (a step counter is a 64-bit integer in the kernels)
 MAX_STEP = 2**62
 #: meta fields that are text when present (a checkpoint written by ``hpcsolve run`` has all of them)
-META_TEXT = ("hpcsolve_version", "backend", "precision", "solver", "case_text", "case_json", "case_file")
+META_TEXT = ("hpcsolve_version", "backend", "precision", "solver", "case_text", "case_json", "case_file", "case_name",
+             "case_hash")
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
@@ -162,7 +164,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     import h5py   # late: start-up cost (h5py, 0.16 s)
 
     path = Path(path)
-    with h5py.File(path, "r") as f:
+    with open_h5(path, "--resume", "a checkpoint that is a regular file", max_bytes=H5_FILE_MAX_BYTES) as f:
         meta = _json_object(f, path, "meta")
         state = _json_object(f, path, "state")
         group = f.get("arrays")
@@ -281,6 +283,9 @@ def _check_meta(ckpt: Checkpoint) -> None:
         raise ckpt.error("meta.backend", meta["backend"], ", ".join(BACKENDS))
     if "precision" in meta and meta["precision"] not in POLICIES:
         raise ckpt.error("meta.precision", meta["precision"], ", ".join(POLICIES))
+    lineage = meta.get("case_lineage", [])
+    if not isinstance(lineage, list) or not all(isinstance(h, str) for h in lineage):
+        raise ckpt.error("meta.case_lineage", lineage, "a list of case hashes (texts)")
     overrides = meta.get("overrides", [])
     if not isinstance(overrides, list) or not all(isinstance(a, str) for a in overrides):
         raise ckpt.error("meta.overrides", overrides, "a list of key.path=value texts")
@@ -359,7 +364,11 @@ def check_compatible(ckpt: Checkpoint, *, case_json: str, backend: str, precisio
         old, new = json.loads(meta["case_json"]), json.loads(case_json)
         changed = sorted(k for k in _diff_keys(old, new) if k not in RESULT_NEUTRAL_KEYS)
         if changed:
-            diffs.append("case differs in " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
+            then = _identity(meta.get("case_name", old.get("name") if isinstance(old, dict) else None),
+                             case_lineage(meta))
+            now = _identity(new.get("name") if isinstance(new, dict) else None, [case_hash(case_json)])
+            diffs.append(f"{then} in the checkpoint, {now} now: the case differs in " + ", ".join(changed[:8])
+                         + (" ..." if len(changed) > 8 else ""))
     if diffs and not force:
         raise CaseError.invalid("--resume", str(ckpt.path), "the same case, backend, precision and version "
                                 "(or --force)", why="the checkpoint does not match this run: " + "; ".join(diffs))
@@ -372,3 +381,79 @@ def _diff_keys(a, b, prefix=""):
             yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
     elif a != b:
         yield prefix.rstrip(".")
+
+
+# ------------------------------------------------------------------------------------------------
+# case identity: a checkpoint belongs to the run of one case (its hash), resumed only into that run's folder
+
+def case_hash(case_json: str) -> str:
+    """The identity of a case: the first 16 hex digits of the SHA-256 of its effective JSON (every default filled
+    in), as ``CaseBase.effective_json`` writes it."""
+    return hashlib.sha256(case_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def case_lineage(meta: dict) -> list[str]:
+    """The case hashes of the run a checkpoint (its ``meta``) or a result (its provenance) belongs to, oldest first:
+    ``case_lineage`` (a run resumed with --force into another case keeps the hashes before), else ``case_hash``, else
+    the hash of ``case_json`` (checkpoints written before the identity was recorded); [] where none is known."""
+    lineage = meta.get("case_lineage")
+    if isinstance(lineage, list) and lineage and all(isinstance(h, str) for h in lineage):
+        return list(lineage)
+    if isinstance(meta.get("case_hash"), str):
+        return [meta["case_hash"]]
+    return [case_hash(meta["case_json"])] if isinstance(meta.get("case_json"), str) else []
+
+
+def _identity(name, lineage: list[str]) -> str:
+    return f"case {name!r} (case hash {lineage[-1]})" if isinstance(name, str) else f"case hash {lineage[-1]}"
+
+
+def folder_identities(out_dir: str | Path, but: Path | None = None) -> list[tuple[str, object, list[str]]]:
+    """(where, case name, lineage) of each record in a run folder that says which case its run was: the other
+    checkpoints (their metadata only; an unreadable one says nothing) and the result (summary.json's provenance,
+    else result.h5's ``case_json``)."""
+    out, found = Path(out_dir), []
+    for path in list_checkpoints(out):
+        if but is not None and path == but:
+            continue
+        try:
+            with open_h5(path, "--resume", "a checkpoint") as f:
+                meta = json.loads(f.attrs["meta"])
+        except (OSError, KeyError, ValueError, TypeError):     # damaged: the choice of a checkpoint says so
+            continue
+        if isinstance(meta, dict) and case_lineage(meta):
+            found.append((f"{SUBDIR}/{path.name}", meta.get("case_name"), case_lineage(meta)))
+    try:
+        summary = read_json(out / "summary.json", "--resume", "a summary", max_bytes=SUMMARY_MAX_BYTES)
+        prov = summary.get("provenance", {}) if isinstance(summary, dict) else {}
+        lineage = case_lineage(prov) if isinstance(prov, dict) else []
+        if not lineage and (out / "result.h5").is_file():
+            with open_h5(out / "result.h5", "--resume", "a result") as f:
+                lineage = case_lineage({"case_json": _text(f.attrs.get("case_json"))})
+        if lineage:
+            found.append(("summary.json", summary.get("case"), lineage))
+    except (OSError, KeyError, ValueError, TypeError, AttributeError):   # no readable result: nothing to compare
+        pass
+    return found
+
+
+def _text(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def check_same_run(out_dir: str | Path, ckpt: Checkpoint, force: bool = False) -> list[str]:
+    """A checkpoint must belong to the run whose folder it is in: its case lineage shares a case hash with every other
+    record of the folder that names one (:func:`folder_identities`). A checkpoint of another case (copied in under a
+    newer name) is refused naming both cases and hashes, unless ``force`` (then the differences are returned)."""
+    mine = case_lineage(ckpt.meta)
+    if not mine:
+        return []
+    diffs = [f"{where} in the folder is of {_identity(name, lineage)}"
+             for where, name, lineage in folder_identities(out_dir, but=ckpt.path) if not set(lineage) & set(mine)]
+    if diffs and not force:
+        raise CaseError.invalid(
+            "--resume", str(ckpt.path), "a checkpoint of the run whose folder it is in (or --force)",
+            why=f"the checkpoint {ckpt.path.name} is of {_identity(ckpt.meta.get('case_name'), mine)}, but "
+                + "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
+                + ": a checkpoint of another case; remove it, or add --force to resume it anyway")
+    return diffs

@@ -6,10 +6,12 @@
   one is refused naming the holder), removes temporary files and staging folders that a killed run
   left, and with --overwrite sets the previous run's files aside (each renamed to a hidden name in its
   own folder, marker first, so the folder never looks complete meanwhile; a journal records the renames):
-  they are deleted once the new run has left a result or checkpoints of its own, and put back when it
-  stops without either (bad input found during the run, a full disk, an interrupt that left nothing to
-  resume, a kill: the next claim settles the journal), so a failed --overwrite loses nothing. Only files
-  hpcsolve writes move: the result files, the plots the previous marker names and
+  they are deleted once the new run has written a complete result of its own (its marker; an interrupted
+  run's result counts when it names a checkpoint to resume from), and put back whenever it stops without one (bad
+  input found during the run, a full disk, an interrupt that left nothing to resume, a kill: the next claim settles
+  the journal). Checkpoints of the new run are no result: when the previous files come back they are removed, so a
+  failed --overwrite loses nothing and mixes nothing. Only files hpcsolve writes move: the result files, the plots the
+  previous marker names and
   ``checkpoints/checkpoint_*.h5``; anything else in the folder stays. The lock is held until the result
   is written; its file is removed on release (:func:`release_lock`), so a finished folder holds no ``.hpcsolve.lock``. A --resume settles such a journal before it chooses a checkpoint (:func:`settle_idle`).
 
@@ -46,6 +48,8 @@ STAGING_PREFIX = ".staging-"
 PREVIOUS_PREFIX = ".previous-"
 JOURNAL_SUFFIX = ".journal"       # a hidden file is PREVIOUS_PREFIX<id>-<name>, never ending so
 COMPARISON_FILES = ("comparison.json", "comparison.md")   # a comparison's own files (hpcsolve.report.compare)
+SUMMARY_MAX_BYTES = 64 * 2**20    # largest summary.json read (a few kB; residual histories make it longer)
+JOURNAL_MAX_BYTES = 16 * 2**20    # largest journal of set-aside files read
 
 
 def _refuse(out: Path, why: str, allowed: str) -> OutputError:
@@ -240,15 +244,17 @@ def _interrupted_placeholder(out: Path) -> bool:
     if has_checkpoints(out):
         return False
     try:
-        return json.loads((out / "summary.json").read_text(encoding="utf-8")).get("status") == "interrupted"
-    except (OSError, ValueError, AttributeError):
+        text = read_text(out / "summary.json", "--out", "a result summary", max_bytes=SUMMARY_MAX_BYTES)
+        return json.loads(text).get("status") == "interrupted"
+    except (ValueError, AttributeError, OSError):   # CaseError is a ValueError: not a readable regular file
         return False
 
 
 def holds_own_state(out: Path) -> bool:
-    """``out`` holds a result or checkpoints of the run now writing into it (once its previous files are set
-    aside); an interrupted run's placeholder result without checkpoints does not count."""
-    return (has_result(out) and not _interrupted_placeholder(out)) or has_checkpoints(out)
+    """``out`` holds a complete result (its marker ``manifest.json``) of the run now writing into it, once its previous
+    files are set aside. Checkpoints alone are no result (a run that wrote some and then stopped on a full disk or a
+    kill has replaced nothing), and neither is an interrupted run's placeholder result without checkpoints."""
+    return (out / MARKER).is_file() and not (out / MARKER).is_symlink() and not _interrupted_placeholder(out)
 
 
 def set_aside(out: Path) -> Path | None:
@@ -280,28 +286,23 @@ def set_aside(out: Path) -> Path | None:
 
 
 def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
-    """Settle the files a journal of :func:`set_aside` lists: put back (marker last) when ``restore`` is True,
-    or when None and either the renames never completed or the run that set them aside left no state of its
-    own (:func:`holds_own_state`; its interrupted placeholder is removed first); else delete them. Returns
-    whether they went back. An unreadable journal leaves everything where it is."""
+    """Settle the files a journal of :func:`set_aside` lists: put back when ``restore`` is True, or when None and
+    either the renames never completed or the run that set them aside left no complete result of its own
+    (:func:`holds_own_state`); else delete them. Returns whether they went back.
+
+    Putting back (:func:`_restore`) replaces what the new run left under the same names (its checkpoints, a partial
+    result), removes its other result files and checkpoints, and brings the marker back last. An unreadable journal
+    leaves everything where it is."""
     try:
-        info = json.loads(journal.read_text(encoding="utf-8"))
+        info = json.loads(read_text(journal, "--out", "a journal of set-aside files", max_bytes=JOURNAL_MAX_BYTES))
         pairs, state = [tuple(p) for p in info["files"]], info["state"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):   # CaseError is a ValueError: not a readable regular file
         return False
     with _signals_held():
         if restore is None:
             restore = state != "complete" or not holds_own_state(out)
-            if restore and state == "complete" and has_result(out):
-                clear_result(out)                       # the interrupted placeholder: the old result is worth more
         if restore:
-            if state != "restoring":
-                with contextlib.suppress(OSError):      # best effort (a full disk): the renames need no space
-                    _journal_write(journal, "restoring", [list(p) for p in pairs])
-            for n, hidden in reversed(pairs):           # the marker was hidden first: it comes back last
-                if (out / hidden).exists() and not (out / n).exists():
-                    (out / n).parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(out / hidden, out / n)
+            _restore(out, journal, pairs, state)
         else:
             for _, hidden in pairs:
                 if (out / hidden).is_dir() and not (out / hidden).is_symlink():
@@ -314,6 +315,46 @@ def put_back(out: Path, journal: Path, restore: bool | None = None) -> bool:
                     (out / d).rmdir()                   # only when empty: other files there stay
         journal.unlink(missing_ok=True)
     return restore
+
+
+def _restore(out: Path, journal: Path, pairs: list, state: str) -> None:
+    """Put the files of ``pairs`` back: the new run's marker goes first (a placeholder's, or one whose old
+    counterpart is still hidden), then each hidden file is renamed over whatever the new run wrote under its name,
+    the new run's other result files and checkpoints (names the previous run did not have) are removed, and the
+    previous marker comes back last. Each step can be repeated after a kill (the next claim does so)."""
+    names = {n for n, _ in pairs}
+    hidden_marker = next((h for n, h in pairs if n == MARKER), None)
+    if hidden_marker is None or (out / hidden_marker).exists():
+        (out / MARKER).unlink(missing_ok=True)          # not the previous marker: that one is still hidden
+    if state != "restoring":
+        with contextlib.suppress(OSError):      # best effort (a full disk): the renames need no space
+            _journal_write(journal, "restoring", [list(p) for p in pairs])
+    for n, hidden in reversed(pairs):           # the marker was hidden first: it comes back last
+        if n == MARKER:
+            continue
+        if (out / hidden).exists():
+            (out / n).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out / hidden, out / n)
+    d = out / CHECKPOINT_DIR
+    new = [n for n in RESULT_FILES if n not in names]
+    new += [f"{CHECKPOINT_DIR}/{p.name}" for p in d.glob("checkpoint_*.h5")] if d.is_dir() else []
+    for n in new:
+        p = out / n
+        if n not in names and not p.is_symlink() and p.is_file():
+            p.unlink(missing_ok=True)           # the stopped run's own: no result of it stays beside the previous one
+    if hidden_marker is not None and (out / hidden_marker).exists():
+        os.replace(out / hidden_marker, out / MARKER)
+
+
+def _settle(out: Path, journal: Path) -> bool:
+    """:func:`put_back` at the end of a claim, once (a journal already settled is gone); what cannot be settled now
+    (an error on the way), the next claim settles. Returns whether the previous files went back."""
+    if not journal.exists():
+        return False
+    try:
+        return put_back(out, journal)
+    except OSError:
+        return False
 
 
 def settle_previous(out: Path) -> list[str]:
@@ -451,10 +492,15 @@ def claim(out: str | Path, *, overwrite: bool = False, resume: bool = False, com
             raise _refuse(out, f"cannot write into it ({exc.strerror})", allowed) from None
         try:
             yield out
+        except OutputError as exc:        # a full disk: the message says that the previous result came back
+            if journal is not None and _settle(out, journal):
+                raise OutputError(f"{exc}; the previous result in --out was put back unchanged (the checkpoints of "
+                                  "this run, if any, were removed)", field=exc.field, value=exc.value,
+                                  allowed=exc.allowed) from None
+            raise
         finally:
             if journal is not None:
-                with contextlib.suppress(OSError):    # what cannot be settled now, the next claim settles
-                    put_back(out, journal)
+                _settle(out, journal)
     finally:
         with contextlib.suppress(OSError):
             (out / OWNER_NAME).unlink(missing_ok=True)

@@ -34,8 +34,10 @@ import numpy as np
 
 from hpcsolve.core.errors import OutputError
 from hpcsolve.core.interrupts import deferred
-from hpcsolve.core.outdir import JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, manifest_files
-from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, write_atomic, write_h5_atomic
+from hpcsolve.core.outdir import (JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, SUMMARY_MAX_BYTES,
+                                  manifest_files)
+from hpcsolve.core.errors import CaseError
+from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, open_h5, read_json, write_atomic, write_h5_atomic
 from hpcsolve.core.verdicts import console_rows as verdict_rows
 from hpcsolve.core.verdicts import outside
 
@@ -260,29 +262,38 @@ def read_result_folder(out_dir: str | Path) -> dict:
     """The summary of a complete result folder, checked against its marker: every file the marker
     names exists with its size, and result.h5 and summary.json carry the marker's run id. Raises
     OutputError for an incomplete or inconsistent folder."""
-    import h5py   # late: start-up cost (h5py, 0.16 s)
-
     out = Path(out_dir)
 
     def bad(why):
         return OutputError.invalid("--out", str(out), "a complete result folder", why=why)
 
+    def checked(read, name, **kw):
+        try:
+            return read(out / name, "--out", f"a result folder whose {name} is a regular file", **kw)
+        except CaseError as exc:        # a pipe, a device, a link loop, too large: named, never opened
+            raise bad(f"{name}: {str(exc).partition(': ')[2]}") from None
+
     try:
-        manifest = json.loads((out / MARKER).read_text(encoding="utf-8"))
+        if not (out / MARKER).exists() and not (out / MARKER).is_symlink():
+            raise FileNotFoundError(MARKER)
+        manifest = checked(read_json, MARKER, max_bytes=1 << 20)
     except FileNotFoundError:
         if any(out.glob(f"{PREVIOUS_PREFIX}*{JOURNAL_SUFFIX}")):
             raise bad(f"no {MARKER}: an --overwrite run into it stopped before it finished, and the earlier result "
                       "is set aside there (.previous-*); the next hpcsolve run or compare into this folder (or "
-                      "hpcsolve run --resume on it) puts it back, unless the stopped run left checkpoints of its own "
-                      "(then --resume continues that run)") from None
+                      "hpcsolve run --resume on it) puts it back (a checkpoint of the stopped run is no result: it "
+                      "is removed then)") from None
         raise bad(f"no {MARKER}: the run that wrote it did not finish writing") from None
     for name, size in manifest["files"].items():
         p = out / name
         if not p.is_file() or p.stat().st_size != size:
             raise bad(f"{name} is missing or not the one {MARKER} names")
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    with h5py.File(out / "result.h5", "r") as f:
-        h5_run = f.attrs.get("run_id")
+    summary = checked(read_json, "summary.json", max_bytes=SUMMARY_MAX_BYTES)
+    try:
+        with open_h5(out / "result.h5", "--out", "a result folder whose result.h5 is a regular file") as f:
+            h5_run = f.attrs.get("run_id")
+    except CaseError as exc:
+        raise bad(f"result.h5: {str(exc).partition(': ')[2]}") from None
     h5_run = h5_run.decode() if isinstance(h5_run, bytes) else h5_run
     if not (summary.get("run_id") == h5_run == manifest["run_id"]):
         raise bad("result.h5, summary.json and the marker come from different runs")
@@ -491,8 +502,8 @@ def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> 
 
 
 def read_h5(path: str | Path) -> dict:
-    """Read a result.h5 back into plain dicts (for tests, notebooks and compare)."""
-    import h5py   # late: start-up cost (h5py, 0.16 s)
+    """Read a result.h5 back into plain dicts (for tests, notebooks and compare); opened through the checked opener
+    (a pipe, a device or a link loop is a CaseError naming ``result.h5``)."""
 
     def attrs(obj):
         out = {}
@@ -505,7 +516,7 @@ def read_h5(path: str | Path) -> dict:
             out[k] = v.item() if isinstance(v, np.generic) else v
         return out
 
-    with h5py.File(path, "r") as f:
+    with open_h5(path, "result.h5", "a result.h5 that is a regular file") as f:
         data = {"attrs": attrs(f)}
         for grp in ("provenance", "metrics", "derived", "timings"):
             data[grp] = attrs(f[grp]) if grp in f else {}

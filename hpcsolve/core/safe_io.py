@@ -1,7 +1,9 @@
 """Checked file input and output.
 
-Input: a file named in a case (case file, mesh, obstacle mask) is looked at with ``stat`` before it
-is opened, and refused unless it is a regular file of a sane size; an ``.npy`` header is read and
+Input: every file hpcsolve reads (a case file, mesh, obstacle mask; a result folder's summary.json, marker and
+journals; checkpoints and result.h5) is looked at with ``stat`` before it is opened (:func:`open_regular`,
+:func:`read_text`, :func:`read_json`, :func:`open_h5`), and refused unless it is a regular file of a sane size
+(a named pipe, a device, a socket, a folder or a loop of symbolic links: one error naming the field, exit 2); an ``.npy`` header is read and
 checked (dtype, shape, size on disk) before the array is loaded. A named pipe, a device or a folder
 never reaches a reader, so nothing blocks and nothing reads without end.
 
@@ -35,6 +37,8 @@ NAME_MAX = 255
 CASE_FILE_MAX_BYTES = 16 * 2**20
 #: largest mesh file read (a 2D mesh of ~20 M triangles in ASCII gmsh)
 MESH_FILE_MAX_BYTES = 2 * 2**30
+#: largest HDF5 file read (result.h5, a checkpoint: the populations of the largest grid a 141 GB GPU holds)
+H5_FILE_MAX_BYTES = 1 << 40
 #: disk writes go out in pieces of this size (each one a separate, checked write)
 WRITE_CHUNK_BYTES = 16 * 2**20
 
@@ -89,6 +93,8 @@ def regular_file(path: str | os.PathLike, field: str, allowed: str, *, max_bytes
     except FileNotFoundError:
         raise CaseError.invalid(field, shown, allowed, why="file not found") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CaseError.invalid(field, shown, allowed, why="a loop of symbolic links (it names no file)") from None
         raise CaseError.invalid(field, shown, allowed, why=f"cannot read it ({exc.strerror})") from None
     kind = _kind(st.st_mode)
     if kind:
@@ -115,6 +121,24 @@ def open_regular(path: str | os.PathLike, field: str, allowed: str, *, max_bytes
     os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as f:
         yield f
+
+
+@contextlib.contextmanager
+def open_h5(path: str | os.PathLike, field: str, allowed: str, *, max_bytes: int = H5_FILE_MAX_BYTES):
+    """An HDF5 file (h5py, read-only) of a checked regular file (:func:`open_regular`): HDF5 reads through the checked
+    file object, so a pipe, a device or a link loop never reaches the library."""
+    import h5py   # late: start-up cost (h5py, 0.16 s)
+
+    with open_regular(path, field, allowed, max_bytes=max_bytes) as f, h5py.File(f, "r") as h5:
+        yield h5
+
+
+def read_json(path: str | os.PathLike, field: str, allowed: str, *, max_bytes: int):
+    """The JSON value in a checked regular file (:func:`read_text`); ValueError (a CaseError among them) when it is
+    not one."""
+    import json
+
+    return json.loads(read_text(path, field, allowed, max_bytes=max_bytes))
 
 
 def read_text(path: str | os.PathLike, field: str, allowed: str, *, max_bytes: int) -> str:

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from hpcsolve.core.checkpoint import MISSING, Checkpoint, CheckpointError, as_number
+from hpcsolve.core.checkpoint import MISSING, Checkpoint, CheckpointError, as_number, case_hash, case_lineage
 from hpcsolve.core.errors import CaseError
 from hpcsolve.core.precision import Precision, get_precision
 from hpcsolve.core.results import Snapshot
@@ -34,10 +34,20 @@ def make_checkpoint(case, backend, policy, stepper, monitor, result, step, mass0
                                                                       int(monitor.steady_peek[1]),
                                                                       float(monitor.steady_peek[2])],
              "steady_peek_step": monitor.steady_peek_step}
+    case_json = case.effective_json()
     meta = {"backend": str(backend), "precision": policy.name, "case_text": case.text,
-            "case_json": case.effective_json(), "overrides": list(case.overrides), "solver": "lbm",
-            "case_file": str(case.path) if case.path else ""}
+            "case_json": case_json, "overrides": list(case.overrides), "solver": "lbm",
+            "case_file": str(case.path) if case.path else "", **identity(case.name, case_json, result)}
     return Checkpoint(step=step, arrays=arrays, state=state, meta=meta)
+
+
+def identity(name: str, case_json: str, result) -> dict:
+    """The case identity a checkpoint records: the case's name, its hash (``core.checkpoint.case_hash``) and the
+    lineage, the hashes of the run so far (a run resumed with --force into another case keeps the earlier ones: the
+    restored checkpoint's lineage is in ``result.provenance["case_lineage"]``)."""
+    h = case_hash(case_json)
+    earlier = result.provenance.get("case_lineage", []) if isinstance(result.provenance, dict) else []
+    return {"case_name": name, "case_hash": h, "case_lineage": [x for x in earlier if x != h] + [h]}
 
 
 def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, float, float]:
@@ -80,6 +90,8 @@ def restore(ckpt: Checkpoint, stepper, monitor, result) -> tuple[int, float, flo
     monitor.steady_peek = peek
     monitor.steady_peek_step = peek_step
     result.snapshots.extend(snapshots)
+    if case_lineage(ckpt.meta):
+        result.provenance["case_lineage"] = case_lineage(ckpt.meta)   # the run's identity so far (see identity)
     return ckpt.step, mass0, step_seconds, total_seconds
 
 
