@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from hpcsolve.core.version import __version__
-from hpcsolve.core import backends, heartbeat, outdir, parallel, precision
+from hpcsolve.core import backends, heartbeat, interrupts, outdir, parallel, precision
 from hpcsolve.core.errors import CaseError, HpcsolveError
 
 
@@ -364,14 +364,19 @@ def _interrupt(signum, frame):
 
 
 def _set_handlers(handler) -> dict:
-    """Set SIGINT and SIGTERM to ``handler`` (a callable, a dict by signal, or SIG_IGN); returns the previous."""
-    previous = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler[sig] if isinstance(handler, dict) else handler)
-    except ValueError:  # not the main thread: signals stay as they are
-        pass
+    """Set the stop signals (SIGINT, SIGTERM, SIGHUP unless inherited ignored: ``interrupts.STOP_SIGNALS``) to
+    ``handler`` (a callable, SIG_IGN, or a dict by signal as returned here) and SIGUSR1 to the status line (ignored
+    with SIG_IGN); returns the previous. SIGQUIT keeps its default (docs/reliability.md "Signals")."""
+    previous = interrupts.set_handlers(handler)
+    if _SIGUSR1 is not None and not isinstance(handler, dict):
+        try:
+            previous[_SIGUSR1] = signal.signal(_SIGUSR1, interrupts.status_line if callable(handler) else handler)
+        except ValueError:  # not the main thread: signals stay as they are
+            pass
     return previous
+
+
+_SIGUSR1 = getattr(signal, "SIGUSR1", None)
 
 
 SIGPIPE_EXIT = 141   # 128 + SIGPIPE: what a shell reports for a command whose output reader went away
@@ -421,7 +426,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = {"run": cmd_run, "validate": cmd_validate, "compare": cmd_compare, "info": cmd_info, "bench": cmd_bench}[args.command]
-    # SIGTERM ends a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.core.interrupts);
+    # SIGTERM and SIGHUP end a command like Ctrl-C (exit 130; a run stops gracefully, see hpcsolve.core.interrupts),
+    # SIGUSR1 prints a status line;
     # once the outcome is decided, late signals are ignored so they cannot turn it into a kill mid-exit
     previous = _set_handlers(_interrupt)
     if argv is None:   # the command line: a warning is one line in the form of the errors, not a source line

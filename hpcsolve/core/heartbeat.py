@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-__all__ = ["EVERY_S", "Heartbeat", "phase", "touch"]
+__all__ = ["EVERY_S", "Heartbeat", "phase", "status", "touch"]
 
 EVERY_S = 10.0
 
@@ -85,6 +85,15 @@ def touch() -> None:
     """Progress was shown some other way (a progress bar moved): the next heartbeat line waits ``every`` again."""
     if _open:
         _open[-1].touch()
+
+
+def status() -> str:
+    """What the command is doing now, as a heartbeat line says it (``<label>: <phase> (<n> s so far)``), for the
+    status line of SIGUSR1 (``hpcsolve.core.interrupts.status_line``); "working" without an open heartbeat."""
+    if not _open:
+        return "working"
+    beat = _open[-1]
+    return f"{beat.label}: {beat.what} ({beat.clock() - beat.t0:.0f} s so far)"
 
 
 def _stderr_line(text: str) -> None:

@@ -33,8 +33,11 @@ CLI exits 3), no run gets an error or speedup against it (``Run.error_note`` say
 
 The ``out`` folder is claimed for the whole comparison as a run claims its own (``outdir.claim``: one lock, so a
 second comparison or a run into it is refused naming the holder; a folder holding a run's result is refused). A
-SIGINT/SIGTERM stops the comparison: the configuration it stopped is an 'interrupted' row, comparison.json / .md are
-written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit 130) follows.
+SIGINT/SIGTERM/SIGHUP at any phase stops the comparison (a run's own stop request that the run did not act on, e.g.
+as it finishes or writes its result, is handed back to the comparison: ``interrupts.stop_on_signals``; one inside the
+comparison's own writes is looked at after them): the configuration it stopped is an 'interrupted' row,
+comparison.json / .md are written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit
+130) follows.
 
 Fields judged: a run's *field error* is the largest relative L2 error over the fields it shares with the reference
 (``fields`` selects which: field names such as ``velocity``, or scalar metrics of the run such as ``probe_value``
@@ -86,8 +89,8 @@ from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report import compare_reference, periodic
-from hpcsolve.report.compare_inputs import (_check_preconditioners, _retire_comparison, check_fields_known, check_out,
-                                           checked_inputs)
+from hpcsolve.report.compare_inputs import (COMPARISON_PLOTS, _check_preconditioners, _retire_comparison,
+                                           check_fields_known, check_out, checked_inputs)
 from hpcsolve.report.comparison import LONG_RUN_S, OK_STATUS, Comparison, Run, field_error
 
 __all__ = ["DEFAULT_TOLERANCE", "compare", "plan"]
@@ -154,11 +157,12 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
     # the folder's release are written as writes (a late signal only requests a stop)
     claim = (outdir.claim(out_path, overwrite=overwrite, comparison=True) if out_path is not None
              else contextlib.nullcontext())
-    with interrupts.stop_on_signals(graceful=False), interrupts.exit_deferred(claim):
+    with interrupts.stop_on_signals(graceful=False) as stop, interrupts.exit_deferred(claim):
         if out_path is not None:
             check_out(out_path, overwrite)      # again under the lock: a comparison that finished meanwhile counts
         comp = Comparison(case.name, case.solver, float(tolerance), [], {}, preconditioners=pc_names, fields=fields,
                           reference_info=the_plan.info())
+        at = ["before the first run"]           # where a signal that stops the comparison finds it
         try:
             with _Progress(progress, len(configs)) as report:
                 for text in the_plan.lines():
@@ -169,20 +173,34 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
                     comp.skipped.update({compare_reference.key(*c): "not run: the reference failed its cross-check"
                                          for c in configs})
                 else:
+                    at[0] = "between two runs"
                     _run_all(comp, configs, pc_cases, out_path, overwrite,
                              dict(progress=progress, warmup=warmup, repeats=repeats, time_budget_s=time_budget_s,
-                                  report=report, plan=the_plan))
-        except (RunInterrupted, KeyboardInterrupt):
+                                  report=report, plan=the_plan, stop=stop))
+            # the files are written as a write (a signal only requests a stop) and the request looked at after them:
+            # a signal inside them stops the comparison as one anywhere else does (it used to exit 0, issue 49)
+            at[0] = "while the comparison's files were written (every configuration had run)"
             with interrupts.deferred():
-                comp.interrupted = comp.interrupted or "interrupted by a signal between two runs"
-                where = f"; the runs done so far are in {out_path}/comparison.json" if out_path is not None else ""
                 if out_path is not None:
-                    comp.write(out_path, plots=False)
-            raise RunInterrupted(f"{case.name}: comparison stopped: {comp.interrupted}{where}") from None
-        with interrupts.deferred():
-            if out_path is not None:
-                comp.write(out_path)
+                    comp.write(out_path)
+            interrupts.stop_if_requested(stop)
+        except (RunInterrupted, KeyboardInterrupt):
+            _stopped(comp, case, out_path, at[0])
     return comp
+
+
+def _stopped(comp: Comparison, case, out_path, at: str):
+    """A signal stopped the comparison: its files say so (no plots: those of a complete write that the signal came
+    in are removed) and RunInterrupted (exit 130) follows."""
+    with interrupts.deferred():
+        comp.interrupted = comp.interrupted or f"interrupted by a signal {at}"
+        where = f"; the runs done so far are in {out_path}/comparison.json" if out_path is not None else ""
+        if out_path is not None:
+            for name in COMPARISON_PLOTS:
+                with contextlib.suppress(OSError):
+                    (out_path / "plots" / f"{name}.png").unlink()
+            comp.write(out_path, plots=False)
+    raise RunInterrupted(f"{case.name}: comparison stopped: {comp.interrupted}{where}") from None
 
 
 def plan(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
@@ -227,6 +245,7 @@ def _run_all(comp: Comparison, configs, pc_cases, out_path, overwrite: bool, tim
     ref_run: Run | None = None
     the_plan = timing["plan"]
     for i, (backend, prec, pc) in enumerate(configs):
+        interrupts.stop_if_requested(timing["stop"])     # a signal in a write between two runs (or as one ended)
         key = compare_reference.key(backend, prec, pc)
         if key in the_plan.skip:        # predicted past the budget: a row saying so
             comp.runs.append(Run(backend, prec, status="skipped", preconditioner=pc, message=the_plan.skip[key],

@@ -297,6 +297,8 @@ def cross_check(plan: Plan, case, fields, skip_fields, report) -> str | None:
         try:
             cfg, backend, policy, desc = runmod.plan(reduced, b, p)
             results[(b, p)] = runmod.run_case(cfg, backend, policy, progress=False, description=desc)
+        except RunInterrupted:      # a signal stops the comparison: no failed cross-check (it was exit 3, issue 49)
+            raise
         except HpcsolveError as exc:
             results[(b, p)] = None
             check.update(error=math.nan, error_field="", status="failed", why=f"{b}/{p} failed: {clip(str(exc), 200)}")
