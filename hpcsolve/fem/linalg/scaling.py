@@ -15,22 +15,28 @@ where it meets rtol; an overflow is "not converged" with the reason.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hpcsolve.core import scaled
 from hpcsolve.core.errors import CaseError
 
 
-#: a float32 working precision gets a host matrix scaled by a power of two (to max |a_ij| ~ 1) where max |a_ij| is
-#: outside [2^lo, 2^hi]: float32 holds 2^-126..2^128, so such entries and their products under- or overflow. A
-#: prepared matrix (used as it is) is refused there instead. The band is wide on purpose: a matrix whose entries
-#: span a large contrast (1 .. 4e34) is better left as it is (scaled to max ~ 1, its solution would near float32's
-#: top); mixed precision falls back to float64 where float32 fails on it
+#: a float32 working precision gets a host matrix scaled by a power of two where the middle of its range,
+#: c = sqrt(max |a_ij| * min a_ii), is outside [2^-CENTER_RANGE, 2^CENTER_RANGE]: c is brought to about 1, so that
+#: the entries (and the solution, about b / a) sit in float32's 2^-126..2^128 with the most room on both sides (a
+#: matrix of entries 1 .. 4e34 is scaled to 1e-17 .. 1e17, not to 1e-34 .. 1, where its solution would near
+#: float32's top). A matrix whose own contrast max |a_ij| / min a_ii exceeds 2^(2 CENTER_RANGE) is left as it is:
+#: float32 cannot solve it wherever it is centred, and mixed precision's float64 fallback takes it (a float32
+#: product that underflows says so: scaled, ir-restarted's float32 inner solve would spend every iteration instead)
+CENTER_RANGE = 30
+#: a prepared matrix (used as it is) is refused for float32 work where max |a_ij| is outside [2^lo, 2^hi]
 MATRIX_RANGE = (-100, 120)
 
 
 def matrix_in_range(max_abs: float) -> bool:
-    """Whether a matrix with largest entry ``max_abs`` needs no scaling for float32 work (MATRIX_RANGE)."""
+    """Whether a prepared matrix with largest entry ``max_abs`` is usable for float32 work (MATRIX_RANGE)."""
     lo, hi = MATRIX_RANGE
     return not (max_abs > 0) or 2.0 ** lo <= max_abs <= 2.0 ** hi
 
@@ -48,10 +54,14 @@ class RhsScale:
         products (a new matrix; the caller's is never modified); as it is otherwise."""
         if np.dtype(dtype).itemsize >= 8 or not csr.nnz:
             return csr
-        m = scaled.peak(csr.data)
-        if matrix_in_range(m):
+        m, diag = scaled.peak(csr.data), csr.diagonal()
+        dmin = float(diag.min()) if diag.size else 0.0
+        if not (dmin > 0 and math.isfinite(m)):        # refused by the matrix check that follows
             return csr
-        self.ea = -scaled.pow2_exponent(m)
+        c = math.sqrt(m) * math.sqrt(dmin)
+        if 2.0 ** -CENTER_RANGE <= c <= 2.0 ** CENTER_RANGE or m / dmin > 2.0 ** (2 * CENTER_RANGE):
+            return csr
+        self.ea = -round(math.log2(c))
         with np.errstate(under="ignore"):
             data = scaled.ldexp(csr.data, self.ea)
         return type(csr)((data, csr.indices, csr.indptr), shape=csr.shape)
