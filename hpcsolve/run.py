@@ -293,8 +293,7 @@ def _check_same_run(resume_dir, ckpt, force: bool) -> None:
     """The chosen checkpoint belongs to the run of its folder (``checkpoint.check_same_run``): one of another case is
     refused naming both; with ``force`` it is resumed, with one warning naming both."""
     for diff in check_same_run(resume_dir, ckpt, force):
-        warnings.warn(f"--resume --force: the checkpoint {ckpt.path.name} is of another case than the folder's run: "
-                      f"{diff}", stacklevel=1)
+        warnings.warn(f"--resume --force: a checkpoint of another case than the folder's run: {diff}", stacklevel=1)
 
 
 def _warn_skipped(skipped: list, chosen, said: set | None = None) -> None:

@@ -155,8 +155,8 @@ def test_a_checkpoint_of_another_case_is_refused_naming_both(tmp_path, capsys):
     assert tg_hash in err and read_checkpoint(list_checkpoints(cav)[0]).meta["case_hash"] in err
     assert _files(cav) == before
     # --force resumes it, with one warning naming both
-    with pytest.warns(UserWarning, match="--resume --force: the checkpoint checkpoint_0000000300.h5 is of another "
-                                         "case .*'lid_driven_cavity'"):
+    with pytest.warns(UserWarning, match="--resume --force: a checkpoint of another case than the folder's run: "
+                                         "checkpoint_0000000300.h5 is of case 'taylor_green'.*'lid_driven_cavity'"):
         assert cli.main(["run", "--resume", str(cav), "--quiet", "--no-plots", "--force"]) == 0
 
 
@@ -172,7 +172,7 @@ def test_a_checkpoint_of_another_case_named_by_the_result_only_is_refused(tmp_pa
     capsys.readouterr()
     assert cli.main(["run", "--resume", str(cav), "--quiet", "--no-plots"]) == 2
     err = capsys.readouterr().err
-    assert "summary.json in the folder is of case 'lid_driven_cavity'" in err, err
+    assert "summary.json in the folder of case 'lid_driven_cavity'" in err, err
 
 
 def test_a_forced_resume_into_a_changed_case_keeps_its_lineage(tmp_path, capsys):

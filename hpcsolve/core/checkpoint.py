@@ -448,12 +448,12 @@ def check_same_run(out_dir: str | Path, ckpt: Checkpoint, force: bool = False) -
     mine = case_lineage(ckpt.meta)
     if not mine:
         return []
-    diffs = [f"{where} in the folder is of {_identity(name, lineage)}"
+    me = _identity(ckpt.meta.get("case_name"), mine)
+    diffs = [f"{ckpt.path.name} is of {me}, {where} in the folder of {_identity(name, lineage)}"
              for where, name, lineage in folder_identities(out_dir, but=ckpt.path) if not set(lineage) & set(mine)]
     if diffs and not force:
         raise CaseError.invalid(
             "--resume", str(ckpt.path), "a checkpoint of the run whose folder it is in (or --force)",
-            why=f"the checkpoint {ckpt.path.name} is of {_identity(ckpt.meta.get('case_name'), mine)}, but "
-                + "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
-                + ": a checkpoint of another case; remove it, or add --force to resume it anyway")
+            why="a checkpoint of another case than the folder's run: " + "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
+                + "; remove it, or add --force to resume it anyway")
     return diffs
