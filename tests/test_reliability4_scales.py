@@ -163,3 +163,19 @@ def test_the_cli_with_a_tiny_or_huge_source_gives_the_scaled_solution(tmp_path, 
     assert m["converged"] and m["true_residual"] <= 1e-10
     assert m["u_max"] == pytest.approx(source * unit["u_max"], rel=1e-9, abs=0.0)
     assert m["error_vs_fp64_reference"] == pytest.approx(unit["error_vs_fp64_reference"], abs=1e-12)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("s", [1e-300, 1e-40, 1e300])
+@pytest.mark.parametrize("precision", ["fp64", "fp32", "mixed"])
+def test_numba_cuda_ops_share_the_scaling(s, precision):
+    """The scaling is done above the ops: the Numba-CUDA kernels (under the CUDA simulator) solve the scaled system
+    as the NumPy ones do."""
+    n = 12
+    A = sp.diags([-np.ones(n - 1), 2.5 * np.ones(n), -np.ones(n - 1)], [-1, 0, 1], format="csr")
+    x1 = np.linalg.solve(A.toarray(), np.ones(n))
+    x, rep = solve(A, s * np.ones(n), precision=precision, preconditioner="jacobi", backend="numba-cuda",
+                   rtol=RTOL[precision], check_every=4, maxiter=200)
+    assert rep.converged, rep.reason
+    assert true_residual(A, x, s * np.ones(n)) <= RTOL[precision]
+    assert np.max(np.abs(x / s - x1)) <= 50 * RTOL[precision] * np.max(np.abs(x1))
