@@ -336,12 +336,7 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             line_blocks.append((block.data, tags))
         elif block.type != "vertex" and len(block.data):
             other.append(block.type)
-    higher = [t for t in dict.fromkeys(other) if t in SECOND_ORDER]
-    if higher:     # a quadratic mesh has no 3-node triangles: "no triangles" said nothing of why
-        kinds = ", ".join(f"{t} ({SECOND_ORDER[t]})" for t in higher)
-        raise CaseError.invalid(field_name, clip(str(path)), "a first-order mesh: 3-node triangles and 2-node lines",
-                                why=f"second-order (and higher) elements are not supported yet: the file has {kinds} "
-                                    "cells; mesh with Mesh.ElementOrder = 1 (gmsh -2 -order 1)")
+    _refuse_second_order(other, path, field_name)
     if not tri_blocks:
         raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")
     if other:     # solving on the triangles alone would leave out part of the domain, silently
@@ -396,6 +391,16 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             tags[k] = ekey.get(int(c), "boundary")
     return Mesh(pts, tris, edges, tags.astype(str), regions, source=str(path),
                 info={"reoriented_triangles": inverted} if inverted else {})
+
+
+def _refuse_second_order(cell_types: list, path: Path, field_name: str) -> None:
+    """A quadratic (or higher) mesh has no 3-node triangles: "no triangles in the file" said nothing of why."""
+    higher = [t for t in dict.fromkeys(cell_types) if t in SECOND_ORDER]
+    if higher:
+        kinds = ", ".join(f"{t} ({SECOND_ORDER[t]})" for t in higher)
+        raise CaseError.invalid(field_name, clip(str(path)), "a first-order mesh: 3-node triangles and 2-node lines",
+                                why=f"second-order (and higher) elements are not supported yet: the file has {kinds} "
+                                    "cells; mesh with Mesh.ElementOrder = 1 (gmsh -2 -order 1)")
 
 
 def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, where: str) -> None:
