@@ -103,9 +103,15 @@ def _signalled(rng: random.Random, out: Path) -> tuple[str, list]:
     if "Traceback" in err:
         problems.append(f"traceback: {err[-400:]!r}")
     if code == 130:
-        if data is not None and (data.get("status") != "interrupted" or data["runs"][-1]["status"] != "interrupted"
+        # the stopped configuration is the last row, unless the signal came between two runs or in the comparison's
+        # own writes (issue 49: those stop it too), which its 'interrupted' text says
+        outside = ("between two runs", "while the comparison's files were written", "before the first run")
+        last_ok = data is not None and (data["runs"][-1]["status"] == "interrupted"
+                                        or any(w in (data.get("interrupted") or "") for w in outside))
+        if data is not None and (data.get("status") != "interrupted" or not last_ok
                                  or (out / "plots" / "pareto.png").exists()):
-            problems.append(f"an interrupted comparison's folder: status {data.get('status')!r}")
+            problems.append(f"an interrupted comparison's folder: status {data.get('status')!r}, "
+                            f"{data.get('interrupted')!r}, last row {data['runs'][-1]['status']!r}")
     elif code == 0:
         if data is None or data.get("status") == "interrupted" or \
                 any(r["status"] == "interrupted" for r in data["runs"]):

@@ -31,6 +31,7 @@ import random
 import resource
 import shutil
 import socket
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -250,8 +251,13 @@ def _make_special(path: Path, kind: str, keep: list) -> None:
     elif kind in ("zero", "null"):
         path.symlink_to(f"/dev/{kind}")
     elif kind == "socket":
+        # bound at a short name, then moved into place: an AF_UNIX address holds at most 107 bytes, and pytest's
+        # temporary paths in a deep checkout are longer (CI's are)
+        short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp")) / "s"
         s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
+        s.bind(str(short))
+        os.replace(short, path)
+        short.parent.rmdir()
         keep.append(s)
     else:
         path.symlink_to(path.name)
