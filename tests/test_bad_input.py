@@ -208,8 +208,9 @@ def test_validate_says_whether_it_checked_the_system_range(monkeypatch, capsys):
     from hpcsolve.fem import runner as fem_runner
 
     assert cli.main(["validate", POISSON, "--json", "--precision", "mixed"]) == 0
-    assert json.loads(capsys.readouterr().out)["system_range"] == ("checked: matrix, loads and solution bound "
-                                                                   "within 32-bit floats")
+    assert json.loads(capsys.readouterr().out)["system_range"] == (
+        "checked: matrix within 32-bit floats, solution bound within 64-bit floats (the loads are scaled by a power "
+        "of two before the solve)")
     monkeypatch.setattr(fem_runner, "VALIDATE_ASSEMBLY_UNKNOWNS", 100)
     assert cli.main(["validate", POISSON, "--json", "--set", "problem.conductivity=1e308"]) == 0
     assert json.loads(capsys.readouterr().out)["system_range"] == ("not checked: 4,225 unknowns > 100 (the run "

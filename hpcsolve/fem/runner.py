@@ -137,8 +137,9 @@ class FEMFamily:
                                     "it after assembly)", **later}
         disc = prob.build(case, mesh=description.setup)
         prob.check_scales(disc, policy.storage_bytes)
-        return {"system_range": f"checked: matrix, loads and solution bound within {8 * policy.storage_bytes}-bit "
-                                "floats", "preconditioner_setup": _check_hierarchy(case, disc, policy)}
+        return {"system_range": f"checked: matrix within {8 * policy.storage_bytes}-bit floats, solution bound within "
+                                "64-bit floats (the loads are scaled by a power of two before the solve)",
+                "preconditioner_setup": _check_hierarchy(case, disc, policy)}
 
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
         """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
