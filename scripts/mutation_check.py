@@ -346,7 +346,8 @@ def _env(tree: Path, cudasim: bool = False) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------ one run
-FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)(.*)$", re.M)
+#: pytest's short summary line: the node id (parametrize ids may hold spaces) and, after " - ", the message
+FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
 
 
 def pytest(tree: Path, args: list[str], cudasim: bool, workers: int, timeout: float) -> tuple[int, str | None, str]:
@@ -396,6 +397,9 @@ def run_mutant(mu: Mutant, tree: Path, full: bool, workers: int, timeout: float)
                 path.write_text(original.replace(mu.old, mu.new))
                 if again == 0:
                     break
+                if test in BROKEN:              # deselecting it did not help: report, do not loop
+                    row.update(result=f"error ({test} fails unmutated, not deselectable)", stage=name, failure=why)
+                    return row
                 with _BROKEN_LOCK:
                     BROKEN.add(test)
                 print(f"  {test} fails on the unmutated code too: deselected ({why[:120]})", flush=True)
@@ -484,6 +488,7 @@ def main(argv=None) -> int:
         return 0 if code == 0 else 1
     free = list(trees)
     lock = threading.Lock()
+    stem = Path(args.out) if args.out else ROOT / "docs" / "measured" / f"mutation_check_{_dt.date.today()}"
     rows: dict[str, dict] = {}
 
     def one(mu):
@@ -495,13 +500,17 @@ def main(argv=None) -> int:
             with lock:
                 free.append(tree)
         print(f"{row['id']:24s} {row['result']:10s} {row['seconds']:7.1f} s  {row['killed_by'] or ''}", flush=True)
-        rows[mu.id] = row
+        with lock:
+            rows[mu.id] = row
+            done = [rows[m.id] for m in mutants if m.id in rows]
+            write_report(done, Path(str(stem) + "_partial"), ["scripts/mutation_check.py"] + (argv or sys.argv[1:]))
         return row
 
     with ThreadPoolExecutor(jobs) as ex:
         list(ex.map(one, mutants))
     ordered = [rows[m.id] for m in mutants]
-    stem = Path(args.out) if args.out else ROOT / "docs" / "measured" / f"mutation_check_{_dt.date.today()}"
+    for suffix in ("_partial.json", "_partial.md"):
+        Path(str(stem) + suffix).unlink(missing_ok=True)
     if args.update:
         stem = Path(args.update)
         old = json.loads(stem.with_suffix(".json").read_text())
