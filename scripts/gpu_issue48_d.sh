@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call 4 of 2026-12-07 (issues 48 and 49), on the code to submit: the copy bandwidth, every GPU test (the
-# accuracy gate included, against its baseline), the gate's table, then the benchmarks (bench lbm --quick (planned at its default
-# sizes, then --quick: four failed machine starts left little device time; bench fem --quick without the robustness
-# and whole-run tables).
+# accuracy gate included, against its baseline), the gate's table, then `bench lbm --quick` and `bench fem --quick`
+# (without the robustness and whole-run tables): planned at the default sizes, cut down after four failed machine
+# starts had spent the device time.
 #   device run: bash scripts/gpu_issue48_d.sh   (carry: .whl)
 set -uo pipefail
 cd "$(dirname "$0")/.."
