@@ -70,6 +70,9 @@ HASH_TESTS = (
 BROKEN: set[str] = set()
 _BROKEN_LOCK = threading.Lock()
 
+#: the commit the copies were made from (the report's "code"); None for a working-tree copy
+COPIED_COMMIT: str | None = None
+
 DEFAULT_MARK = "not cudasim and not gpu and not slow"
 CUDASIM_MARK = "cudasim and not slow"
 
@@ -314,6 +317,9 @@ MUTANTS: list[Mutant] = [
 # ------------------------------------------------------------------------------------------------------- the copy
 def make_tree(dest: Path, worktree: bool) -> None:
     """A fresh copy of the code at ``dest``: ``git archive HEAD`` or the working tree's files."""
+    global COPIED_COMMIT
+    COPIED_COMMIT = None if worktree else subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                         capture_output=True, text=True).stdout.strip()
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -421,8 +427,8 @@ def run_mutant(mu: Mutant, tree: Path, full: bool, workers: int, timeout: float)
 def write_report(rows: list[dict], stem: Path, argv: list[str]) -> tuple[int, int]:
     valid = [r for r in rows if r["result"] in ("killed", "survived")]
     killed = sum(r["result"] == "killed" for r in valid)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = COPIED_COMMIT or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                             text=True).stdout.strip()
     data = {"date": _dt.date.today().isoformat(), "commit": commit, "command": " ".join(argv),
             "mutants": len(rows), "valid": len(valid), "killed": killed,
             "score": killed / len(valid) if valid else None, "hash_tests_deselected": list(HASH_TESTS),
