@@ -16,9 +16,11 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 git log --oneline -1 2>/dev/null
 python3 -c "from hpcsolve.report.bandwidth import copy_bandwidth; print('copy bandwidth GB/s', round(copy_bandwidth('cupy')['bandwidth_GBps']))" 2>&1 | tail -1
 start=$(date +%s)
-timeout "$(left 230)" python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::Warning -rfE -n 4 --durations=10 tests > "$OUT/pytest_gpu.txt" 2>&1
+timeout "$(left 185)" python3 -m pytest -m gpu -v -p no:cacheprovider -W ignore::Warning -rfE -n 4 --durations=10 tests > "$OUT/pytest_gpu.txt" 2>&1
 echo "pytest -m gpu rc $? in $(( $(date +%s) - start )) s"
 grep -E "passed|failed" "$OUT/pytest_gpu.txt" | tail -1
+echo "per-test lines: $(grep -c ' PASSED ' "$OUT/pytest_gpu.txt") passed, $(grep -c ' FAILED ' "$OUT/pytest_gpu.txt") failed, $(grep -c ' SKIPPED ' "$OUT/pytest_gpu.txt") skipped"
+grep ' FAILED ' "$OUT/pytest_gpu.txt" | head
 grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head -20
 python3 scripts/accuracy_gate.py "$OUT/accuracy_gate.jsonl" --out "$OUT/accuracy_gate.md" > /dev/null
 echo "gate rows: $(grep -c '| pass |' "$OUT/accuracy_gate.md") pass, $(grep -c 'FAIL' "$OUT/accuracy_gate.md") fail"
