@@ -24,6 +24,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
+def _default_signal_dispositions() -> None:
+    """The suite's process starts with the dispositions an interactive terminal gives, whatever started it: a
+    non-interactive shell's background job inherits SIGINT and SIGQUIT ignored, nohup SIGHUP ignored, and an
+    ignored signal stays ignored across exec (hpcsolve keeps an inherited ignored SIGHUP ignored, by design). The
+    signal tests, in process and in the subprocesses they start, then test hpcsolve, not how the suite was run."""
+    import signal
+
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL),
+                         (signal.SIGHUP, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, default)
+
+
+_default_signal_dispositions()
+
+
 def gpu_backends() -> list[str]:
     from hpcsolve.core import backends
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import socket
@@ -76,8 +77,13 @@ def _leftovers(out: Path) -> list[str]:
                   if p.name.endswith(".tmp") or p.name.startswith((outdir.STAGING_PREFIX, outdir.PREVIOUS_PREFIX)))
 
 
+#: a heartbeat line (hpcsolve/core/heartbeat.py): printed when a phase takes EVERY_S, i.e. only on a slow machine
+HEARTBEAT = re.compile(r"^hpcsolve: .*\(\d+ s so far\)$")
+
+
 def _one_error(err: str, field: str) -> bool:
-    lines = [line for line in err.strip().splitlines() if not line.startswith("hpcsolve: warning:")]
+    lines = [line for line in err.strip().splitlines()
+             if not line.startswith("hpcsolve: warning:") and not HEARTBEAT.match(line)]
     return len(lines) == 1 and lines[0].startswith(f"hpcsolve: error: {field}") and "Traceback" not in err
 
 
