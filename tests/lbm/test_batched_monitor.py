@@ -122,7 +122,9 @@ def test_batched_peeks_give_the_per_point_growth_and_not_steady_message(tmp_path
     batched, per_point, _ = _both_paths(case, "numba-cuda", monkeypatch)
     assert per_point.status == "not_steady" and per_point.metrics["steps"] == 24
     assert "growth exponent" in per_point.message
-    _assert_same(batched, per_point, rtol=1e-12)
+    # the forces are summed with atomics (their order follows the simulator's threads, which load reorders): the
+    # lift about 1e-14 here differs by round-off, hence an absolute tolerance for drag and lift (as on the GPU)
+    _assert_same(batched, per_point, rtol=1e-12, atol=1e-12)
     assert batched.metrics["steady_growth_last"] == pytest.approx(per_point.metrics["steady_growth_last"], rel=1e-9)
 
 
