@@ -236,9 +236,18 @@ def test_the_estimate_is_within_30_percent_of_the_measured_peak(args):
 
     if backends.resolve(args[0]).gpu:
         pytest.skip("auto resolves to a GPU backend here: the case measures the CPU fallback")
-    proc = subprocess.run([sys.executable, "-c", PEAK, *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "MPLBACKEND": "Agg"}, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    ratio = got["estimate"] / got["measured"]
-    assert 0.7 <= ratio <= 1.3, got
+    # The kernel may reclaim file-backed pages (the GPU libraries' code the estimate counts) from a process while the
+    # machine is short of memory, so a loaded machine can measure a lower peak (seen: 156 MB against 214 MB quiet,
+    # ratio 1.45, in a run beside 4 busy processes and other jobs): reclaim only lowers VmHWM, so the peak is the
+    # largest of up to 3 processes (one where the first is inside the bound).
+    peaks = []
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", PEAK, *args], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "MPLBACKEND": "Agg"}, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        peaks.append(got["measured"])
+        if 0.7 <= got["estimate"] / max(peaks) <= 1.3:
+            break
+    ratio = got["estimate"] / max(peaks)
+    assert 0.7 <= ratio <= 1.3, {**got, "peaks": peaks}
