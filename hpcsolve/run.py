@@ -27,6 +27,21 @@ from hpcsolve.core.verdicts import warning_text
 
 RESULT_FILES = outdir.RESULT_FILES
 
+#: a run's status and ``hpcsolve run``'s exit code: the statuses that fail the user's question exit EXIT_FAILED (3):
+#: "blew_up" (NaN/Inf) and "not_converged" (a solve that missed rtol without a solution known to be good enough).
+#: The others exit 0: "completed", "converged", "not_steady" (ran its full time; the fields are valid) and
+#: "accurate_to_discretisation" (an FEM solve that missed rtol, e.g. fp32 stalled at its floor, whose solution differs
+#: from the float64 one by at most NEGLIGIBLE_FRACTION of the discretisation error: hpcsolve.fem.judge; the question
+#: "is this precision accurate enough on my mesh" is answered yes). "interrupted" exits 130 (a signal).
+FAILED_STATUSES = ("blew_up", "not_converged")
+EXIT_FAILED = 3
+
+
+def exit_code(status: str) -> int:
+    """``hpcsolve run``'s exit code for a finished run's ``status`` (before ``run.strict_validation``): EXIT_FAILED
+    for FAILED_STATUSES, else 0 (see FAILED_STATUSES)."""
+    return EXIT_FAILED if status in FAILED_STATUSES else 0
+
 
 def as_names(value, name: str) -> list:
     """A list argument of the Python API (overrides, backends, precisions): one string is a list of one (it used
@@ -108,9 +123,10 @@ def describe(case, backend=None, precision=None, overrides=(), *, estimate: bool
     With ``check`` (``hpcsolve validate``), also the family's ``check_inputs`` (FEM: the assembled system's
     number range, which the run would otherwise find only after assembly).
 
-    With ``estimate``, also the memory available on the chosen device and a run-time estimate from
-    a timed probe on the chosen backend (nothing is written): a few seconds of steps or iterations, a
-    coarser copy of a steady LBM case run to its stop, or the whole run of a small FEM system."""
+    With ``estimate``, also the memory available on the chosen device and a run-time estimate (nothing is
+    written): LBM, a timed probe on the chosen backend (a few seconds of steps, or a coarser copy of a steady case
+    run to its stop); FEM, a model that times nothing (hpcsolve.fem.estimate: iterations from a small NumPy solve
+    on a coarser mesh, time from bytes moved), so the same call gives the same answer."""
     case, backend, policy = prepare(case, backend, precision, overrides)
     family = families.get(case.solver)
     desc = family.describe(case, backend, policy)
@@ -339,7 +355,9 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
     ``overrides``: ``["key.path=value", ...]`` as with ``--set`` (TOML values). ``progress``: a progress
     bar on stderr. ``overwrite``: replace a result already in ``out``. ``plots``: write plots/*.png.
     ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
-    its results there (``case`` may be None: the checkpoint's case is used). ``description``: the
+    its results there (``case`` may be None: the checkpoint's case is used). ``force``: with ``resume``, continue
+    a checkpoint of another case or a finished run; an LBM lattice known to blow up (hpcsolve.lbm.units: the cell
+    Reynolds number above its limit) is refused (CaseError) without it. ``description``: the
     family's ``describe`` of this case, backend and precision, made earlier (``plan``); its setup
     (LBM geometry, FEM mesh) is reused instead of built again.
 
@@ -382,6 +400,8 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
         kwargs = {"description": desc, "progress": progress,
                   "stop": stop if "graceful_stop" in caps else None,
                   "checkpoint_dir": out_path if "checkpoint" in caps else None, "resume": ckpt}
+        if "stability_rule" in caps:     # LBM: a lattice known to blow up is refused unless forced (--force)
+            kwargs["force"] = force
         failed: dict = {}
         # the checkpoints prepare_resume passed over (newer than its choice) were warned about there
         said = {p for p in list_checkpoints(resume) if p.name > ckpt.path.name} if ckpt is not None else set()

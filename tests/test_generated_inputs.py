@@ -328,7 +328,7 @@ class Generator:
 # ------------------------------------------------------------------------------------------------
 # the solver-options generator: (class, case name, data, precision), to be run.
 # Every table is {field: (allowed values, the documented edges among them; values outside the allowed ones)}
-# (docs/case_reference.md); a drawn input sets a random subset of the fields to allowed values, and one input in
+# (docs/guide/case_reference.md); a drawn input sets a random subset of the fields to allowed values, and one input in
 # five one field to a value outside them.
 
 FEM_SOLVE = {
@@ -543,6 +543,9 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 FAILED = ("blew_up", "not_converged")       # the statuses `hpcsolve run` exits 3 with
+#: the statuses `hpcsolve run` exits 0 with (issue 50: an FEM solve that missed rtol with a solution error negligible
+#: against the discretisation error ends accurate_to_discretisation, hpcsolve.fem.judge)
+EXIT_0 = ("completed", "converged", "not_steady", "accurate_to_discretisation")
 
 
 def _run_api(path: Path, precision: str):
@@ -645,7 +648,7 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(chunk, tmp_
                         outcomes[f"run exit {rcode}"] += 1
                         if rcode == 0:
                             summary = read_result_folder(outdir)
-                            assert summary["status"] in ("completed", "converged", "not_steady"), summary["status"]
+                            assert summary["status"] in EXIT_0, summary["status"]
                             assert summary["case"] == info["case"]
                         elif rcode == 2:            # validate passed it: a check validate misses
                             failures.append((kind, i, "validate passed, run refused", rerr[-500:]))
@@ -681,8 +684,10 @@ def test_generated_inputs_give_a_result_or_an_error_naming_the_field(chunk, tmp_
 def _check_result(result, data: dict) -> str | None:
     """What is wrong with the Result of a run that exited 0 (None: nothing): its status, finite fields, and the work
     it did against what it was given (steps of an LBM run, iterations of a FEM solve)."""
-    if result.status not in ("completed", "converged", "not_steady"):
+    if result.status not in EXIT_0:
         return f"exit 0 with status {result.status!r}"
+    if result.status == "accurate_to_discretisation" and result.metrics.get("precision_negligible") is not True:
+        return f"{result.status} without a negligible precision error: {result.metrics.get('precision_error_ratio')}"
     bad = [k for k, v in result.fields.items() if not np.all(np.isfinite(np.asarray(v, dtype=np.float64)))]
     if bad:
         return f"{result.status} with non-finite fields {bad}"
@@ -743,7 +748,7 @@ def test_generated_solver_options_run_to_a_result_or_an_error_naming_the_field(c
                     wrong = _check_result(result, data)
                 elif code == 0:
                     summary = read_result_folder(outdir)
-                    if summary["status"] not in ("completed", "converged", "not_steady"):
+                    if summary["status"] not in EXIT_0:
                         wrong = f"exit 0 with status {summary['status']!r}"
                 elif code == 2:
                     wrong = _one_error_naming_a_field(err)

@@ -103,7 +103,7 @@ def _method_for(policy: Precision, method: str | None) -> str:
 
 def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Backend | None" = None,
           rtol: float = 1e-8, maxiter: int | None = None, method: str | None = None, *, x0=None,
-          preconditioner: "str | precond.Preconditioner | None" = None, check_every: int | None = None,
+          preconditioner: "str | precond.Preconditioner | None" = None, M=None, check_every: int | None = None,
           true_every: int = 0, multigrid: dict | None = None, **options) -> tuple[np.ndarray, SolveReport]:
     """Solve the SPD system A x = b; return (x as a float64 NumPy array, SolveReport).
 
@@ -112,25 +112,30 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     'spsolve' (fp64 direct) for fp64/fp32; 'ir-restarted' or 'cg-reliable' (default) for mixed.
     preconditioner: 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic
     multigrid V-cycle, any SPD matrix), 'mg' (geometric: needs the structured grid, so pass
-    ``hpcsolve.fem.linalg.precond.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free))``) or a
-    :class:`hpcsolve.fem.linalg.precond.Preconditioner`; ``multigrid``: options of 'mg'/'amg'
-    (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
+    ``hpcsolve.fem.Multigrid('mg', grid=hpcsolve.fem.StructuredGrid(nx, ny, free))``), a
+    :class:`hpcsolve.fem.linalg.precond.Preconditioner`, or (NumPy backend) a ``scipy.sparse.linalg.LinearOperator``
+    or matrix applied as z = M @ r (M ~ A^-1, SciPy's convention; refused on a GPU backend: it would copy every
+    residual to the host). ``M``: SciPy's name for ``preconditioner`` (give one of the two). ``multigrid``: options of
+    'mg'/'amg' (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
     coarse_size, amg 'sa'|'rs', flexible, ...); report.preconditioner shows the hierarchy. backend: 'numpy' (default; for a prepared matrix, its
     backend), 'cupy', 'numba-cuda' or 'auto'. rtol: target on the float64 true relative residual.
     maxiter: total Krylov iterations (default 10 n). check_every: iterations per block between host
     decisions (default 64; one CUDA graph per block on CuPy). true_every: also record the true residual
     every N iterations. Other keywords are :class:`hpcsolve.fem.linalg.cg_options.CGOptions` (inner_rtol, max_outer,
     stagnation, reliable_criterion, reliable_delta, reliable_patience, reliable_p, accumulate,
-    kappa_limit, kappa_min_iterations, stall_checks).
+    kappa_limit, kappa_min_iterations, stall_checks). SciPy's ``tol`` and a nonzero ``atol`` are refused with a
+    TypeError naming ``rtol`` (the same relative measure; SciPy removed ``tol`` in 1.14).
     """
     t_start = time.perf_counter()
+    preconditioner = _scipy_keywords(options, preconditioner, M)
     policy = get_precision(precision, family="fem", field="precision")
     method = _method_for(policy, method)
     opts = _options(rtol, maxiter, check_every, true_every, options)
     if method == "pcg-jacobi" and preconditioner not in (None, "jacobi", "none"):
         raise CaseError.invalid("preconditioner", getattr(preconditioner, "name", preconditioner), "jacobi (or none)",
                                 why="method 'pcg-jacobi' is CG with the Jacobi preconditioner; use method 'cg'")
-    pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner, multigrid=multigrid)
+    pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner, multigrid=multigrid,
+                     field="M" if M is not None else "preconditioner")
     if method == "cg" and isinstance(pc, precond.Jacobi):
         method = "pcg-jacobi"
     be = _backend_for(A, backend)
@@ -147,6 +152,8 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
         return _spsolve(host, b64, report)       # (factor_solve scales b by its power of two)
 
     dA, rhs, b64, bnorm, x0 = _scaled_system(A, b, x0, be, policy)
+    if isinstance(pc, precond.HostOperator):
+        pc.scale = 2.0 ** -rhs.ea          # A was scaled by 2^ea for float32 (scaling.py): M ~ (2^ea A)^-1
     n = dA.global_n
     if maxiter is None:
         opts.maxiter = max(10 * n, 100)
@@ -175,7 +182,7 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
 def _scaled_system(A, b, x0, be, policy):
     """(dA, RhsScale, b, ||b||, x0) of the system as the CG methods solve it: b scaled to max |b| ~ 1 by a power of
     two (exact; x scaled back after), a host matrix scaled too where a float32 working precision could not hold its
-    entries (docs/fem_solvers.md, "Tiny and huge right-hand sides"); b, x0 float64 host vectors (x0 this block's)."""
+    entries (docs/design/fem_solvers.md, "Tiny and huge right-hand sides"); b, x0 float64 host vectors (x0 this block's)."""
     if isinstance(A, DeviceCSR):
         dA = A
         b64, bnorm = _vector(b, "b", dA.global_n)      # a distributed matrix (fem.distributed): the whole b
@@ -219,6 +226,33 @@ def _solution_vector(dA: DeviceCSR, pc, x0):
     else:
         low.fill_zero(x)
     return x
+
+
+#: SciPy keywords that ``solve`` does not take, and what to pass instead
+SCIPY_KEYWORDS = {
+    "tol": "pass rtol= (the same relative measure ||b - A x|| / ||b||, here judged on the float64 true residual; "
+           "SciPy renamed tol to rtol in 1.12 and removed tol in 1.14)",
+    "atol": "solve() stops on the relative true residual only: pass rtol= (for an absolute target, rtol = atol / "
+            "||b||)",
+    "callback": "the residual history is in the report: report.history_recursive (every iteration) and "
+                "report.history_true at report.history_true_iterations",
+}
+
+
+def _scipy_keywords(options: dict, preconditioner, M):
+    """The preconditioner from ``preconditioner`` or SciPy's ``M``; SciPy's ``tol``/``atol``/``callback`` refused with
+    a TypeError that says what to pass (``atol=0``/None, a no-op, is accepted and dropped)."""
+    if options.get("atol", 1) in (0, 0.0, None):
+        options.pop("atol")
+    for k in SCIPY_KEYWORDS:
+        if k in options:
+            raise TypeError(f"solve() got an unexpected keyword argument {k!r}: {SCIPY_KEYWORDS[k]}")
+    if M is None:
+        return preconditioner
+    if preconditioner is not None:
+        raise TypeError("solve() got both M= and preconditioner=: they are the same argument (M is SciPy's name); "
+                        "give one")
+    return M
 
 
 def _options(rtol, maxiter, check_every, true_every, options: dict) -> CGOptions:

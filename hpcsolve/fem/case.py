@@ -248,6 +248,9 @@ class OutputSection(StrictModel):
     h1_error_constant: float | None = Field(
         None, gt=0, le=1e6, description="problem.manufactured: the verdict accepts error_h1_seminorm <= this * h_max "
         "(order 1); default 3.5 (measured 2.47)")
+    negligible_fraction: float | None = Field(
+        None, gt=0, le=1, description="the precision's error (against the float64 reference) counts as negligible "
+        "when it is at most this fraction of the discretisation error (hpcsolve.fem.judge); default 0.1")
 
     @field_validator("probe_reference")
     @classmethod

@@ -16,7 +16,7 @@ def method_of(case, policy: Precision) -> str:
 
 
 #: "auto" picks multigrid from this many unknowns on: below it the V-cycle's set-up and launch latency
-#: cost more than the Krylov iterations it saves (H200, docs/fem_multigrid.md: shipped cases of 2-4k
+#: cost more than the Krylov iterations it saves (H200, docs/design/fem_multigrid.md: shipped cases of 2-4k
 #: unknowns 3-10 ms with jacobi against 20-25 ms with mg/amg; Poisson 255^2 10.8 ms plain CG against
 #: 32 ms for mg's set-up and solve; 1023^2 163 ms against 14 ms + set-up)
 AUTO_MULTIGRID_UNKNOWNS = 200_000
@@ -78,3 +78,27 @@ def _file_mesh_size(case) -> tuple[int, int]:
         return nodes, max(counts.get("elements", 0), 2 * nodes)
     nodes = max(1, st.st_size // 24)      # other formats: at least ~24 bytes per node
     return nodes, 2 * nodes
+
+
+def preconditioner_used(name: str, info: dict | None, grid=None) -> tuple[str, str]:
+    """(the preconditioner the solve used, a note for the report) from the asked-for ``name`` and the hierarchy's
+    ``info`` (``Multigrid.info``). Geometric multigrid ("mg") halves the grid while its cells are even: on a grid of
+    odd cells (mesh.nx = 255) it builds no geometric level and every level is aggregation, which is algebraic
+    multigrid ("amg", the note says why); with some geometric levels before the aggregation ones it stays "mg" and
+    the note counts them. ``grid``: the mesh's (nx, ny) cells."""
+    if name != "mg" or not info:
+        return name, ""
+    kinds = list(info.get("level_kinds") or [])
+    geometric, aggregation = kinds.count("geometric"), kinds.count("aggregation")
+    if not aggregation:
+        return name, ""
+    nx, ny = (int(grid[0]), int(grid[1])) if grid is not None else (None, None)
+    cells = f"the {nx} x {ny}-cell grid" if nx is not None else "the grid"
+    amg = f" ({info['amg']})" if info.get("amg") else ""
+    if not geometric:
+        return "amg", (f"mg fell back to aggregation AMG{amg}: {cells} cannot be halved (geometric multigrid needs an "
+                       "even number of cells a side), so every level is aggregation; for geometric levels choose "
+                       "mesh.nx (and mesh.ny) divisible by a power of two, or ask for solve.preconditioner = 'amg'")
+    coarse = (f"the {nx >> geometric} x {ny >> geometric}-cell grid" if nx is not None else "a grid")
+    return name, (f"mg: {geometric} geometric level{'s' if geometric > 1 else ''}, then {aggregation} aggregation "
+                  f"level{'s' if aggregation > 1 else ''}{amg} below {coarse}, which cannot be halved")

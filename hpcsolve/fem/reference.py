@@ -93,6 +93,12 @@ class Reference:
             self.error = exc
         self.seconds += time.perf_counter() - t0
 
+    @property
+    def solution(self):
+        """The reference's solution of the free unknowns (float64, host), once :meth:`metrics` made it; else None.
+        ``hpcsolve.fem.judge`` measures the run's precision error against it."""
+        return None if self.out is None else self.out[0]
+
     def _in_line(self) -> None:
         self.ran_in = threading.current_thread().name
         t0 = time.perf_counter()

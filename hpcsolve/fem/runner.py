@@ -10,16 +10,18 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve.core import backends, heartbeat, memory, parallel
+from hpcsolve.fem import estimate as fem_estimate
 from hpcsolve.fem import memory as fem_memory
-from hpcsolve.fem.choices import fem_mesh_size, method_of, preconditioner_name, structured_mesh
+from hpcsolve.fem import judge
+from hpcsolve.fem.choices import (fem_mesh_size, method_of, preconditioner_name, preconditioner_used,
+                                  structured_mesh)
 from hpcsolve.core.errors import BackendError, CaseError
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.core.family import SOLVER_SECONDS, Description
-from hpcsolve.fem.api import _method_for, factor_solve, prepare_matrix, solve
+from hpcsolve.fem.api import _method_for, prepare_matrix, solve
 from hpcsolve.fem.discrete import device
-from hpcsolve.fem.reference import BESIDE, Reference, beside, with_reference
+from hpcsolve.fem.reference import BESIDE, Reference, beside
 from hpcsolve.fem.verdicts import verdicts as fem_verdicts
-from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.distributed import prepare_distributed
 from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
@@ -142,82 +144,8 @@ class FEMFamily:
                 "preconditioner_setup": _check_hierarchy(case, disc, policy)}
 
     def estimate_runtime(self, case, backend, policy: Precision, description: Description) -> dict:
-        """The run time from a probe of this case's own solve: assembly (timed), then the solve itself
-        for up to PROBE_SECONDS (after a warm-up); if it has not converged by then, the remaining
-        iterations follow from the residual's reduction rate over the probe's second half. The
-        float64 reference (spsolve), when the run makes one, is timed on up to REFERENCE_PROBE_DOFS
-        unknowns and scaled as n^1.5 (a 2D sparse direct solve)."""
-        s = case.solve
-        if description.parameters.get("unknowns", math.inf) <= FULL_PROBE_UNKNOWNS:
-            # a small system: the probe is the run itself (without writing), its one-off costs (tens of
-            # ms, as large as the solve) included; it takes about as long as the run will
-            t0 = time.perf_counter()
-            res = run(case, backend, policy, mesh=description.setup)
-            seconds = float(res.timings.get("total_s", time.perf_counter() - t0))
-            its = int(res.metrics.get("iterations", 0))
-            return {"probe_seconds_per_iteration": float(res.metrics.get("time_per_iteration_s", math.nan)),
-                    "estimated_iterations": its, "estimated_seconds": seconds,
-                    "estimate_basis": (f"the run itself, probed without writing ({description.parameters.get('unknowns')} unknowns <= {FULL_PROBE_UNKNOWNS:,}: "
-                                       f"{its} iterations, {seconds:.3g} s)")}
-        t0 = time.perf_counter()
-        disc = prob.build(case, mesh=description.setup, backend=backends.get(backend))
-        prob.check_scales(disc, policy.storage_bytes)   # what run refuses, the probe does not try
-        setup_s = time.perf_counter() - t0
-        kwargs = dict(precision=policy, backend=backend, method=method_of(case, policy),
-                      preconditioner=make_preconditioner(case, disc, policy), check_every=s.check_every,
-                      true_every=s.true_every, **s.options())     # what the run passes: true_every costs time
-        maxiter = s.maxiter or max(10 * disc.A.shape[0], 100)     # solve()'s default
-        # a run makes one cold solve: its first-call costs (imports, caches, compilation) are measured by a
-        # cold probe of PROBE_ITERATIONS; warm probes then give the time per iteration
-        cold_its = min(PROBE_ITERATIONS, maxiter)
-        t0 = time.perf_counter()
-        x, rep = solve(disc.A, disc.b, rtol=s.rtol, maxiter=cold_its, **kwargs)
-        cold_s = time.perf_counter() - t0
-        probe_its, A = cold_its, None
-        while not rep.converged and rep.time_s < PROBE_SECONDS and probe_its < maxiter:
-            probe_its = min(4 * probe_its, maxiter)
-            A = A if A is not None else prepare_matrix(disc.A, backend=backend)   # checked and uploaded once
-            x, rep = solve(A, disc.b, rtol=s.rtol, maxiter=probe_its, **kwargs)
-        per_it = rep.time_s / max(rep.iterations, 1)
-        first_call = max(cold_s - min(cold_its, rep.iterations) * per_it, 0.0)
-        if rep.converged or rep.iterations >= maxiter:
-            its, how = rep.iterations, "the probe solved it"
-        else:
-            rec = np.asarray(rep.history_recursive, dtype=np.float64)
-            half = rec.size // 2
-            ratio = rec[-1] / rec[half] if rec.size > 4 and rec[half] > 0 else 1.0
-            rate = ratio ** (1.0 / max(rec.size - 1 - half, 1)) if ratio > 0 else 1.0
-            more = math.log(s.rtol / rec[-1]) / math.log(rate) if 0 < rate < 1 and rec[-1] > s.rtol else maxiter
-            its = int(min(rep.iterations + more, maxiter))
-            how = f"{rep.iterations} probe iterations, then the residual's rate {rate:.5f} per iteration"
-        t0 = time.perf_counter()
-        if disc.exact is not None:
-            _exact_errors(disc, disc.full_solution(x))
-        post_s = time.perf_counter() - t0
-        n = disc.A.shape[0]
-        ref_s = 0.0
-        if fem_memory.reference_plan(case, n)[0]:
-            host_A = disc.A.to_scipy() if isinstance(disc.A, DeviceCSR) else disc.A
-            m = min(n, REFERENCE_PROBE_DOFS)
-            t0 = time.perf_counter()
-            if m == n:     # the call the run makes (its host checks and residual included)
-                solve(host_A, disc.b, precision="fp64", method="spsolve", rtol=s.rtol)
-            else:          # the leading block: SPD as A is, factorized as the run's reference is
-                factor_solve(host_A[:m, :m].tocsr(), disc.b[:m], s.rtol)
-            ref_s = (time.perf_counter() - t0) * (n / m) ** 1.5
-        # the run's reference: after the solve; on a GPU beside the errors and fields (hpcsolve.fem.reference)
-        overlap = beside(backends.get(backend), parallel.ranks(parallel.world()))
-        seconds = with_reference(setup_s + first_call + its * per_it, ref_s, post_s, overlap)
-        solve_txt = f"first-call costs {first_call:.3g} s + {its} iterations at {per_it * 1e3:.3g} ms ({how})"
-        post_txt = f"errors and fields {post_s:.3g} s"
-        if ref_s and overlap:
-            post_txt = (f"the float64 reference (SuperLU) ~{ref_s:.3g} s with the {post_txt} beside it (the longer "
-                        "counts)")
-        elif ref_s:
-            post_txt = f"float64 reference (SuperLU) ~{ref_s:.3g} s + {post_txt}"
-        return {"probe_seconds_per_iteration": rep.time_s / max(rep.iterations, 1), "estimated_iterations": its,
-                "estimated_seconds": seconds,
-                "estimate_basis": f"assembly {setup_s:.3g} s + {solve_txt} + {post_txt}"}
+        """The run time and iterations from a model, nothing timed (hpcsolve/fem/estimate.py)."""
+        return fem_estimate.estimate_runtime(case, backend, policy, description, run)
 
     def run(self, case, backend, policy: Precision, *, description: Description | None = None,
             progress: bool = False, stop=None, checkpoint_dir=None, resume=None) -> Result:
@@ -235,14 +163,12 @@ def _check_hierarchy(case, disc, policy: Precision) -> str:
     A.ensure(policy.compute)
     pc.setup(A)
     info = pc.info()
-    return f"checked: {pc.name} hierarchy of {info['levels']} levels, coarsest {info['rows'][-1]:,} unknowns"
+    used, note = preconditioner_used(pc.name, info, disc.mesh.info.get("grid"))     # mg fallen back: amg, and why
+    return (f"checked: {used} hierarchy of {info['levels']} levels, coarsest {info['rows'][-1]:,} unknowns"
+            + (f" ({note})" if note else ""))
 
 
-PROBE_SECONDS = 0.3            # the run-time probe solves this long at most (after a cold first call)
-PROBE_ITERATIONS = 64          # iterations of the cold first probe call
-FULL_PROBE_UNKNOWNS = 50_000   # up to this size the probe is the run itself (under a second or so)
 VALIDATE_ASSEMBLY_UNKNOWNS = 1_000_000   # validate assembles systems up to this size to check their number range
-REFERENCE_PROBE_DOFS = 50_000  # the reference spsolve is timed on at most this many unknowns
 
 
 def describe(case, backend, policy: Precision) -> dict:
@@ -268,7 +194,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
                       method=method_of(case, policy), preconditioner=pc, check_every=s.check_every,
                       true_every=s.true_every, **s.options())
     u = disc.full_solution(x)
-    metrics = _solve_metrics(report, pc)
+    metrics = _solve_metrics(report, pc, disc.mesh.info.get("grid"))
     fields: dict[str, np.ndarray] = {"u" if disc.kind == "poisson" else "displacement": u}
     timings = _timings(disc, report)
     # on a GPU the float64 reference (host SuperLU, GIL released) factorizes beside what follows the solve (the
@@ -298,6 +224,15 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
         metrics.update(ref.metrics(disc, x, timings))
     else:
         metrics["reference"] = note
+    # the precision's error against the discretisation's (hpcsolve.fem.judge): what decides an unconverged status
+    t_judge = time.perf_counter()
+    own64 = np.dtype(policy.storage) == np.float64 and np.dtype(policy.compute) == np.float64
+    metrics.update(judge.solution_metrics(disc, u, None if ref is None else disc.full_solution(ref.solution),
+                                          own_is_float64=own64,
+                                          exact_error=metrics.get("reference_error_l2" if ref else "error_l2"),
+                                          fraction=getattr(case.output, "negligible_fraction", None)
+                                          or judge.NEGLIGIBLE_FRACTION))
+    timings["norms_s"] = timings.get("norms_s", 0.0) + time.perf_counter() - t_judge
     timings["total_s"] = time.perf_counter() - t_all
     metrics = _after(metrics, "time_per_iteration_s", _per_iteration(report, timings))    # the figures side by side
     return _result(case, backend, policy, disc, A, report, fields, metrics, timings)
@@ -333,11 +268,20 @@ def _distribute(case, disc, backend, policy: Precision, pc):
     return prepare_distributed(disc.A, comm), pc
 
 
-def _solve_metrics(report, pc) -> dict:
+def _solve_metrics(report, pc, grid=None) -> dict:
+    """The solve's report as metrics; ``preconditioner`` the one used: "mg" that fell back to aggregation AMG on a
+    grid it cannot halve is "amg", with ``preconditioner_requested`` and ``preconditioner_note`` saying so
+    (``choices.preconditioner_used``; the run's message repeats the note)."""
     metrics = {key: getattr(report, key) for key in (
         "converged", "reason", "method", "iterations", "outer_iterations", "true_residual", "recursive_residual",
         "residual_gap", "kappa_estimate", "fallback", "time_per_iteration_s")}
-    metrics["preconditioner"] = pc if isinstance(pc, str) else pc.name
+    name = pc if isinstance(pc, str) else pc.name
+    used, note = preconditioner_used(name, report.preconditioner, grid)
+    metrics["preconditioner"] = used
+    if used != name:
+        metrics["preconditioner_requested"] = name
+    if note:
+        metrics["preconditioner_note"] = note
     if report.preconditioner:
         metrics["preconditioner_info"] = report.preconditioner
     return metrics
@@ -419,8 +363,10 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
                 "residual_true_iterations": report.history_true_iterations,
                 "residual_true": report.history_true},
         metrics=metrics, derived=derived, timings=timings,
-        status="converged" if report.converged else "not_converged",
-        message=report.reason + (f"; {report.fallback}" if report.fallback else "") + _advice(report, policy, s),
+        status=judge.status(report.converged, metrics),
+        message=(report.reason + (f"; {report.fallback}" if report.fallback else "")
+                 + _advice(report, policy, s, metrics)
+                 + (f"; {metrics['preconditioner_note']}" if metrics.get("preconditioner_requested") else "")),
         plotter=functools.partial(plot_result, display=mesh.display_level()) if case.output.plots else None,
     )
     blocks = A.blocks if getattr(A, "distributed", False) else [(0, disc.A.shape[0])]
@@ -444,19 +390,30 @@ def _exact_errors(disc, u) -> tuple[dict, dict]:
             {"u_exact": backends.to_host(exact_nodal), "error": backends.to_host(err)})
 
 
-def _advice(report, policy: Precision, solve_opts) -> str:
-    """What to change when the solve missed rtol (empty when it converged)."""
-    if report.converged:
-        return ""
+def _advice(report, policy: Precision, solve_opts, metrics: dict) -> str:
+    """What to change when the solve missed rtol; first, where its solution error is negligible against the
+    discretisation error (``judge.ACCURATE_STATUS``), that the solution stands. A converged solve: nothing, unless its
+    solution error is not negligible (a loose rtol, a low precision)."""
+    accurate, why = judge.judge_solution(metrics)
+    if report.converged:      # rtol met, yet the precision's error may not be small against the discretisation's
+        more = "" if policy.refinement or policy.compute == np.float64 else " or use precision 'mixed'"
+        return (f"; but {why}: tighten solve.rtol{more}" if accurate is False else "")
     if not policy.refinement and policy.compute != np.float64:
         looser = (f" to about {max(report.true_residual, 1e-16):.0e}" if math.isfinite(report.true_residual) else "")
-        return (f"; {policy.name} cannot reach rtol {solve_opts.rtol:g} on this problem: use precision 'mixed' "
-                f"(float32 work, float64 accuracy) or loosen solve.rtol{looser}")
-    if "stalled" in report.reason and math.isfinite(report.true_residual):
+        advice = (f"{policy.name} cannot reach rtol {solve_opts.rtol:g} on this problem: use precision 'mixed' "
+                  f"(float32 work, float64 accuracy) or loosen solve.rtol{looser}")
+    elif "stalled" in report.reason and math.isfinite(report.true_residual):
         # the float64 true residual cannot go lower (about kappa x unit roundoff): more iterations cannot help
-        return (f"; more iterations cannot help (float64 reaches about kappa x unit roundoff on this matrix): loosen "
-                f"solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
-    return "; raise solve.maxiter or loosen solve.rtol"
+        advice = (f"more iterations cannot help (float64 reaches about kappa x unit roundoff on this matrix): loosen "
+                  f"solve.rtol to about {max(report.true_residual, 1e-16):.0e}")
+    else:
+        advice = "raise solve.maxiter or loosen solve.rtol"
+    if accurate:
+        return f"; accurate to the discretisation all the same: {why}; to reach rtol as well: {advice}"
+    if accurate is None and metrics.get("discretisation_error") is not None:
+        advice += ("; the solution's error was not judged against the discretisation error: no float64 reference "
+                   "(solve.reference = 'always' makes one)")
+    return f"; {advice}"
 
 
 #: a structured grid of more cells a side is drawn from every k-th node (a 768 x 576-pixel figure, its axes about
@@ -526,7 +483,7 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
     colorbar(fig, ax, pc, label)
     ax.set_xlabel("x (mesh units)")
     ax.set_ylabel("y (mesh units)")
-    ax.set_title(f"{result.case_name}: {label if elastic else name} ({run})")
+    ax.set_title(f"{result.case_name}: {label if elastic else name}\n({run})", pad=12)
     save(fig, "solution.png")
 
     if "error" in result.fields:
@@ -539,12 +496,14 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
         colorbar(fig, ax, pc, f"{name}_h - {name}_exact at the nodes")
         ax.set_xlabel("x (mesh units)")
         ax.set_ylabel("y (mesh units)")
-        ax.set_title(f"{result.case_name}: error, L2 {result.metrics.get('error_l2', float('nan')):.3e} ({run})")
+        l2 = result.metrics.get("error_l2", float("nan"))
+        ax.set_title(f"{result.case_name}: error, L2 {l2:.3e}\n({run})", pad=12)
         save(fig, "error.png")
 
     rec = np.asarray(result.series.get("residual_recursive", []))
     if rec.size:
         fig = new_figure((6.4, 4.8))
+        fig.subplots_adjust(top=0.82)       # room for a title of three lines (a long case name wraps)
         ax = fig.add_subplot()
         ax.semilogy(np.arange(rec.size), np.maximum(rec, 1e-300), lw=1, label="recursive residual")
         ti = np.asarray(result.series.get("residual_true_iterations", []))
@@ -554,7 +513,7 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
         ax.axhline(result.derived.get("rtol", np.nan), color="gray", ls="--", lw=0.8, label="rtol")
         ax.set_xlabel("Krylov iteration")
         ax.set_ylabel("||r|| / ||b||")
-        ax.set_title(f"{result.case_name}: {result.metrics.get('method', '')}, {result.status} ({run})")
+        ax.set_title(f"{result.case_name}: {result.metrics.get('method', '')}, {result.status}\n({run})")
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
         save(fig, "residuals.png")

@@ -10,6 +10,10 @@
 - ``output.probe_reference``: ``probe_rel_error`` in [0, ``output.probe_tolerance``] (default
   :data:`DEFAULT_PROBE_TOLERANCE`): Cook's membrane at its mesh.nx = 32 is 2.86 % below 23.96 (nx = 16: 9.9 %,
   outside), the manufactured probe at nx = 64 0.020 %.
+
+The precision's error against the discretisation error is not a verdict of this list (a value against a published or
+analytic reference): :mod:`hpcsolve.fem.judge` measures it (metrics ``precision_error_ratio``,
+``precision_negligible``) and it decides the status of a solve that missed rtol ("accurate_to_discretisation").
 """
 
 from __future__ import annotations

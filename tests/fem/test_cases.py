@@ -80,9 +80,12 @@ def test_mixed_precision_from_the_cli(tmp_path):
 def test_fp32_that_cannot_reach_rtol_says_so(tmp_path):
     out = tmp_path / "fp32"
     code, summary = _run_cli("poisson_manufactured.toml", out, "--precision", "fp32")
-    assert code == 3
-    assert summary["status"] == "not_converged"
-    assert "stalled" in summary["message"]
+    # issue 50: the stall misses rtol, but fp32's solution error is 1e-3 of the discretisation error
+    # (hpcsolve.fem.judge): status accurate_to_discretisation, exit 0 (it was not_converged, exit 3)
+    assert code == 0
+    assert summary["status"] == "accurate_to_discretisation" and summary["metrics"]["converged"] is False
+    assert summary["metrics"]["precision_error_ratio"] < 0.01
+    assert "stalled" in summary["message"] and "cannot reach rtol" in summary["message"]
     assert summary["metrics"]["true_residual"] > 1e-10
     # the discretization error still dwarfs the fp32 solve error at this size: the fp32 error is the fp64 one within
     # 1 %, that one is second order (h -> h/2 divides it by 4) and of the size of the nodal interpolant's error

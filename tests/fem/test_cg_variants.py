@@ -2,7 +2,7 @@
 
 Checks the NumPy low ops against SciPy, against the Numba-CUDA simulator (same iteration counts),
 the mixed-precision iteration ratio on 2D Poisson m = 256 (65,536 unknowns, kappa 2.7e4, random b,
-true relative residual 1e-10; docs/fem_gpu.md has the ratios at m = 512 .. 2048), the replacement
+true relative residual 1e-10; docs/design/fem_gpu.md has the ratios at m = 512 .. 2048), the replacement
 variants, and that a general (non-fused) preconditioner plugs into the same CG."""
 
 import numpy as np

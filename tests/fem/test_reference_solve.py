@@ -217,23 +217,6 @@ def test_the_plots_warm_up_imports_what_the_figures_need():
     assert out.stdout.split() == ["False", "True"], out.stderr
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_the_runtime_estimate_counts_a_reference_beside_the_solve_once(monkeypatch, overlap):
-    """The probe's estimate: the reference after the solve (CPU) adds; beside it (GPU) the longer of the two counts."""
-    monkeypatch.setattr(runner, "FULL_PROBE_UNKNOWNS", 0)                 # the probe path, not the run itself
-    monkeypatch.setattr(runner, "beside", lambda be, ranks=1: overlap)
-    case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=24", "solve.reference=always",
-                                                           "output.plots=false"])
-    policy = get_precision("fp64", family="fem")
-    desc = runner.FAMILY.describe(case, "numpy", policy)
-    info = runner.FAMILY.estimate_runtime(case, "numpy", policy, desc)
-    basis = info["estimate_basis"]
-    assert ("beside it (the longer counts)" in basis) == overlap
-    assert ("+ float64 reference (SuperLU)" in basis) == (not overlap)
-    assert "errors and fields" in basis
-    assert math.isfinite(info["estimated_seconds"]) and info["estimated_seconds"] > 0
-
-
 def test_a_reference_beside_the_work_after_the_solve_counts_the_longer_of_the_two():
     from hpcsolve.fem.reference import with_reference
 

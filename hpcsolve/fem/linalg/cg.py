@@ -22,7 +22,7 @@ scalars in device memory), captured once into a CUDA graph where the backend has
 replayed; the host looks once per block (k = ``check_every``, smaller near convergence) and takes
 every decision there. "Converged" always means the float64 true residual met rtol. A preconditioner
 (:mod:`hpcsolve.fem.linalg.precond`) is fused into the kernels (diagonal) or applied between them (general).
-Bytes per iteration: :func:`hpcsolve.fem.linalg.cg_engine.bytes_per_iteration`; docs/fem_gpu.md.
+Bytes per iteration: :func:`hpcsolve.fem.linalg.cg_engine.bytes_per_iteration`; docs/design/fem_gpu.md.
 
 This module is the entry (:func:`run`); the pieces live beside it by job: ``cg_options`` (:class:`CGOptions`, the
 method names), ``cg_decisions`` (breakdowns, the watches of the mixed methods, Lanczos estimates), ``cg_engine``

@@ -1,6 +1,6 @@
 """The engine of every CG method (:class:`CGEngine`): (P)CG recurrences in one working precision, in blocks of
 iterations that are three fused kernels each, captured once into a CUDA graph where the backend has graphs; and
-the device-memory bytes one iteration moves (:func:`bytes_per_iteration`, docs/fem_gpu.md)."""
+the device-memory bytes one iteration moves (:func:`bytes_per_iteration`, docs/design/fem_gpu.md)."""
 
 from __future__ import annotations
 

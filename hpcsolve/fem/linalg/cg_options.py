@@ -20,7 +20,7 @@ MAX_BLOCK = 10_000
 
 @dataclass
 class CGOptions:
-    """The options of every method and backend, with one set of defaults (docs/fem_solvers.md)."""
+    """The options of every method and backend, with one set of defaults (docs/design/fem_solvers.md)."""
 
     rtol: float = 1e-8             # target on the float64 true relative residual ||b - A x|| / ||b||
     maxiter: int = 10_000          # total Krylov iterations (float32 + float64); solve() defaults to 10 n

@@ -3,7 +3,7 @@ device-resident scalars and CUDA graphs (CuPy stream capture).
 
 The algorithm (fused CG, reliable updates, restarted refinement, convergence checks) lives once in
 ``hpcsolve.fem.linalg.cg``; this module only supplies the kernels of the ``hpcsolve.fem.linalg.lowops`` interface
-(``CupyOps``). Bytes per iteration are counted in ``cg.bytes_per_iteration`` and in docs/fem_gpu.md.
+(``CupyOps``). Bytes per iteration are counted in ``cg.bytes_per_iteration`` and in docs/design/fem_gpu.md.
 
 Kernels (T = float or double, the working precision; scalars are float64 in device memory):
 - ``spmv_dot``: q = A p and pq += p.q            (one pass over A and p; q written once)

@@ -259,7 +259,7 @@ class NumbaOps(lowops.LowOps):
         CuPy stream, and ``cupy.asarray`` (the same memory, through the CUDA array interface), where CuPy imports
         and its own probe passes and ``set_up_on_cupy`` is on; else None (Numba's own launches). The smoothers'
         power iterations are about 75 launches: through Numba's dispatcher 9.8-12.8 ms of a 2048^2 set-up, 4.4-6.2 ms
-        through CuPy's (docs/fem_gpu.md)."""
+        through CuPy's (docs/design/fem_gpu.md)."""
         if self._cp is None or not self.set_up_on_cupy or owner_of(self._cp) is None:
             return None
         if self._twin is None:

@@ -4,7 +4,7 @@ in NumPy/SciPy: the ``numpy`` backend of ``hpcsolve.fem.solve``.
 With it, the conjugate gradients of ``hpcsolve.fem.linalg.cg`` (fused CG, block-end decisions, reliable
 updates, promotion, restarted refinement) run on the CPU and take the same decisions as on a GPU:
 iteration counts do not depend on the hardware, so the mixed-precision strategies can be studied
-here (docs/fem_gpu.md has the measured ratios).
+here (docs/design/fem_gpu.md has the measured ratios).
 
 Arithmetic follows the GPU kernels: vector work in the working dtype T (float32 really computes in
 float32: SciPy's csr_matvec is templated on the data type), coefficients computed in float64 from

@@ -93,7 +93,7 @@ class LowOps:
         """A callable replaying what ``fn()`` launches (a CUDA graph), or None: then call ``fn`` each time."""
         return None
 
-    # ---- kernels (bytes moved: docs/fem_gpu.md)
+    # ---- kernels (bytes moved: docs/design/fem_gpu.md)
     def spmv_dot(self, A, p, q, ws, i_pq): raise NotImplementedError
     #   q = A p; ws[i_pq] += p.q
     def residual(self, A, x, b, r_out, dinv, ws, i_rz, i_rr): raise NotImplementedError

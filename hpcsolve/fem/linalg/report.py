@@ -12,8 +12,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 
-@dataclass
+@dataclass(repr=False)
 class SolveReport:
+    """What one ``hpcsolve.fem.solve`` did. ``repr`` is one line (outcome, counts, final residuals, time); the
+    residual histories are the arrays ``history_recursive`` / ``history_true`` (``to_dict(histories=True)``)."""
+
     method: str                    # "cg" | "pcg-jacobi" | "ir-restarted" | "cg-reliable" | "spsolve" ...
     precision: str                 # fp64 | fp32 | mixed
     backend: str                   # numpy | cupy | numba-cuda
@@ -37,6 +40,20 @@ class SolveReport:
     #                                                   setup_time_s, cycles, level_time_s, symmetry_defect, ...
     phase_time_s: dict = field(default_factory=dict)  # fused cg-reliable: synchronized wall time of the parts
     #                                                   outside the iteration blocks (kappa, replace, y_norm)
+
+    def __repr__(self) -> str:
+        pc = (self.preconditioner.get("kind") or self.preconditioner.get("name")) if self.preconditioner else None
+        parts = [f"method={self.method!r}", f"precision={self.precision!r}", f"backend={self.backend!r}",
+                 f"converged={self.converged}", f"iterations={self.iterations}"]
+        if self.outer_iterations:
+            parts.append(f"outer_iterations={self.outer_iterations}")
+        parts += [f"true_residual={self.true_residual:.3g}", f"rtol={self.rtol:.3g}"]
+        if pc:
+            parts.append(f"preconditioner={pc!r}")
+        if self.fallback:
+            parts.append(f"fallback={self.fallback!r}")
+        parts += [f"time_s={self.time_s:.3g}", f"reason={self.reason!r}"]
+        return f"SolveReport({', '.join(parts)})"
 
     @property
     def time_per_iteration_s(self) -> float:

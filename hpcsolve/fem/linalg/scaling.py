@@ -1,4 +1,4 @@
-"""The power-of-two scaling of a linear system's right-hand side (docs/fem_solvers.md, "Tiny and huge right-hand
+"""The power-of-two scaling of a linear system's right-hand side (docs/design/fem_solvers.md, "Tiny and huge right-hand
 sides"), done once on the host above every backend and precision.
 
 A x = b is solved as A y = 2^e b with e chosen so that max |2^e b_i| lies in [0.5, 1) (:class:`RhsScale`), then

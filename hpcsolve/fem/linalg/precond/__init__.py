@@ -13,6 +13,11 @@
   on the low ops' stream (no allocation, no synchronization), so that a block of CG iterations can
   still be captured into one CUDA graph; its hierarchy may be stored in a lower precision than the
   vectors it is applied to (it is called with r and z of the working dtype).
+
+A SciPy-style ``M`` (a ``scipy.sparse.linalg.LinearOperator``, a sparse or dense matrix, applied as z = M @ r, so M
+approximates A^-1 as in ``scipy.sparse.linalg.cg(M=...)``) is a general preconditioner too
+(:class:`HostOperator`), on the NumPy backend only: on a GPU it would copy r to the host and z back on every iteration
+and break the CUDA-graph capture of the CG blocks, so it is refused there naming the device preconditioners.
 """
 
 from __future__ import annotations
@@ -21,12 +26,68 @@ from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg.precond.base import NAMES, Jacobi, Preconditioner
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
 
-__all__ = ["NAMES", "Preconditioner", "Jacobi", "Multigrid", "get"]
+__all__ = ["NAMES", "Preconditioner", "Jacobi", "Multigrid", "HostOperator", "get"]
+
+ALLOWED = (", ".join(NAMES) + ", a hpcsolve.fem.Multigrid or Preconditioner, or (NumPy backend) a "
+           "scipy.sparse.linalg.LinearOperator or matrix M ~ A^-1")
+
+
+class HostOperator(Preconditioner):
+    """z = M @ r for a user's ``M`` (SciPy ``LinearOperator``, sparse matrix or 2D array, M ~ A^-1: SciPy's ``M=``
+    convention), applied on the host in its own dtype and cast to the working precision's z. NumPy backend only
+    (see the module docstring). Standard (not flexible) CG, as SciPy's ``cg``: M should be symmetric positive
+    definite. ``scale`` is set by ``hpcsolve.fem.solve`` where it scaled A by a power of two (float32 range):
+    the preconditioner of 2^k A is 2^-k M."""
+
+    identity = False
+    name = "operator"          # the report's method reads "cg+operator"
+
+    def __init__(self, op, field: str = "preconditioner"):
+        shape = getattr(op, "shape", None)
+        if shape is None or len(shape) != 2 or shape[0] != shape[1] or not hasattr(op, "dot"):
+            raise CaseError.invalid(field, type(op).__name__, ALLOWED)
+        self.op, self.field, self.scale = op, field, 1.0
+        self.type = type(op).__name__
+
+    def setup(self, A) -> None:
+        if A.backend.gpu:
+            raise CaseError.invalid(self.field, f"a {self.type} (host)", "'jacobi', 'amg', a hpcsolve.fem.Multigrid "
+                                    f"on backend {A.backend.name!r}, or backend='numpy'",
+                                    why="a SciPy operator runs on the host: applying it on every CG iteration "
+                                        "would copy each residual off the GPU and back")
+        if self.op.shape[0] != A.global_n:
+            raise CaseError.invalid(self.field, f"shape {tuple(self.op.shape)}", f"({A.global_n}, {A.global_n}) "
+                                    "(the size of A)", why="the preconditioner does not match the matrix")
+
+    def apply(self, low, A, r, z, ws, i_rz) -> None:
+        y = self.op.dot(r)
+        z[:] = (self.scale * y).reshape(z.shape) if self.scale != 1.0 else y.reshape(z.shape)
+        if i_rz >= 0:
+            low.dot(r, z, ws, i_rz)
+
+    def info(self) -> dict:
+        return {"kind": self.name, "type": self.type, "shape": list(self.op.shape), "dtype": str(getattr(self.op, "dtype", ""))}
+
+
+def _host_operator(value) -> bool:
+    """Whether ``value`` is a SciPy-style M (a LinearOperator, a sparse matrix or a 2D array)."""
+    import scipy.sparse as sp
+
+    if sp.issparse(value):
+        return True
+    if type(value).__module__.startswith("numpy") and getattr(value, "ndim", 0) == 2:
+        return True
+    try:
+        from scipy.sparse.linalg import LinearOperator     # late: 0.25 s, only for a caller who passes one
+    except ImportError:      # pragma: no cover - scipy is a dependency
+        return False
+    return isinstance(value, LinearOperator)
 
 
 def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> Preconditioner:
-    """The preconditioner for a name or an instance; ``multigrid``: options of "mg" / "amg"
-    (:class:`hpcsolve.fem.linalg.precond.multigrid.MGOptions` fields)."""
+    """The preconditioner for a name, an instance or a SciPy-style M (:class:`HostOperator`); ``multigrid``: options
+    of "mg" / "amg" (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions` fields); ``field``: the argument's
+    name in errors ("preconditioner", or "M")."""
     if isinstance(value, Preconditioner):
         if multigrid:
             raise CaseError.invalid("multigrid", multigrid, "nothing with a Preconditioner instance",
@@ -34,8 +95,13 @@ def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> 
         return value
     if value is None:
         value = "none"
+    if not isinstance(value, str) and _host_operator(value):
+        if multigrid:
+            raise CaseError.invalid("multigrid", multigrid, f"nothing with a {type(value).__name__} {field}",
+                                    why="multigrid options apply to preconditioner 'mg' or 'amg'")
+        return HostOperator(value, field)
     if not isinstance(value, str) or value.lower() not in NAMES:
-        raise CaseError.invalid(field, value, ", ".join(NAMES) + " (or a hpcsolve.fem.linalg.precond.Preconditioner)")
+        raise CaseError.invalid(field, value, ALLOWED)
     name = value.lower()
     if name in ("mg", "amg"):
         return Multigrid(name, multigrid)

@@ -23,7 +23,7 @@ AMG_SETUPS = ("auto", "device", "pyamg")
 
 @dataclass
 class MGOptions:
-    """Options of the multigrid preconditioners (docs/fem_solvers.md, case section ``[solve.multigrid]``)."""
+    """Options of the multigrid preconditioners (docs/design/fem_solvers.md, case section ``[solve.multigrid]``)."""
 
     hierarchy: str = "fp32"        # precision of the level operators and V-cycle vectors: fp64 | fp32 | fp16
     smoother: str = "chebyshev"    # chebyshev | jacobi (damped, weight jacobi_weight / lambda_max(D^-1 A))

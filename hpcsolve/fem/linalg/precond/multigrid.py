@@ -124,8 +124,8 @@ class Multigrid(Preconditioner):
             raise CaseError.invalid("preconditioner", "mg", "amg (any matrix), or mg with a structured grid",
                                     why="geometric multigrid needs the structured mesh behind the matrix (the rectangle "
                                         "and cook_membrane generators give it); pass "
-                                        "hpcsolve.fem.linalg.precond.multigrid.Multigrid('mg', grid=StructuredGrid(nx, ny, free)) "
-                                        "or use preconditioner='amg'")
+                                        "hpcsolve.fem.Multigrid('mg', grid=hpcsolve.fem.StructuredGrid(nx, ny, free)) (free: the indices "
+                                        "of the unknowns kept in A among the (nx+1)(ny+1) nodes) or use preconditioner='amg'")
         self.flexible = self.options.flexible
         self.levels: list[Level] = []
         self.coarse: LevelCSR | None = None

@@ -43,7 +43,7 @@ MIS_MAX_ROUNDS = 64        # rounds of the MIS(2) (each decides at least the lar
 #: the second pass of the aggregation (one candidate per node only): a node left after the roots' neighbours joined
 #: may become a root when at least this many of its strong neighbours are left too (a prototype on the CPU, 512^2,
 #: iterations to 1e-8 against pyamg's hierarchy: 1 / 3 / 4 / 5 gave anisotropic 0.99 / 1.01 / 1.04 / 1.10 at operator
-#: complexity 1.39 / 1.31 / 1.26 / 1.22; without the pass 1.44 at 1.17; docs/fem_multigrid.md)
+#: complexity 1.39 / 1.31 / 1.26 / 1.22; without the pass 1.44 at 1.17; docs/design/fem_multigrid.md)
 SECOND_PASS_DEGREE = 4
 SEED = 0
 

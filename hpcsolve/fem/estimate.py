@@ -1,0 +1,327 @@
+"""Run-time and iteration estimate of an FEM run (``FEMFamily.estimate_runtime``; ``hpcsolve run --dry-run``, the
+``compare`` plan and its ``--budget``), from a model: nothing is timed when the estimate is made, so two calls give
+the same answer.
+
+Iterations. A calibration solve of the same case on a coarse copy of its mesh (mesh.nx halved, or one refinement
+fewer, until at most CALIBRATION_UNKNOWNS unknowns; the case itself where it is that small), on NumPy, with the run's
+precision, method and preconditioner and no reference: its iteration counts are deterministic (a few ms). Scaled
+to the run's mesh as CG's iteration count scales with the mesh size h (2D: h ~ unknowns^-1/2):
+
+* none / jacobi: iterations ~ sqrt(kappa) ~ 1/h ~ unknowns^0.5 (SIZE_EXPONENT);
+* mg / amg: nearly independent of the size (SIZE_EXPONENT 0.05 / 0.1 for one unknown per node, 0.12 / 0.2 for
+  elasticity; fitted: Poisson mg 9-10 iterations from 64^2 to 4095^2, amg 15-20; Cook mg 42-97, amg 50-117 from
+  2k to 522k unknowns);
+* what ends the run is modelled, not extrapolated: CG runs until its recursive residual meets rtol (the iterations
+  scaled above) and then checks the float64 true residual. Where rtol is attainable that check converges. In
+  float32 (and float64 at an rtol below kappa x 1.1e-16) the true residual stalls near kappa x unit roundoff, kappa
+  the calibration's Lanczos estimate scaled as iterations^2 (:func:`stalls`): the run stops after ``stall_checks``
+  more checks without a 10% improvement (``hpcsolve.fem.linalg.cg_run.run_cg``), one block each (8 iterations with
+  a plain or Jacobi preconditioner, 1 with a V-cycle): the stop, not maxiter, is predicted. Mixed (cg-reliable):
+  float32 iterations with float64 residual replacements, the total scaled as above (MIXED_CYCLE_EXTRA more with a
+  V-cycle); ir-restarted: outer refinement steps x inner iterations, scaled as one;
+* checks come at block ends (``check_every``, capped by ``true_every``): a count below two blocks is rounded up to
+  a block.
+
+Time. assembly (per triangle) + preconditioner set-up (per unknown) + iterations x the cost of one (bytes moved per
+iteration / the backend's effective bandwidth + a fixed latency; a V-cycle MG_CYCLE_PLAIN_ITERATIONS plain
+iterations' bytes plus a latency per level) + error norms (manufactured cases; on a GPU the fields' copies, per
+node) + the float64 reference
+(``memory.reference_plan``'s prediction; beside the errors on a GPU). The constants per backend kind are fitted to
+measured runs (docs/measured/, scripts/fem_estimate_check.py prints how they hold). The estimate is of a warm run:
+a process's first call of a GPU backend also compiles kernels (cached on disk afterwards)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hpcsolve.core import backends, parallel
+from hpcsolve.core.errors import CaseError
+from hpcsolve.core.precision import Precision
+from hpcsolve.fem import memory as fem_memory
+from hpcsolve.fem.choices import fem_mesh_size, method_of
+from hpcsolve.fem.discrete import problem as prob
+from hpcsolve.fem.linalg.cg_options import CGOptions
+from hpcsolve.fem.linalg.cg_run import FIRST_SHORT_BLOCK
+from hpcsolve.fem.reference import beside, with_reference
+
+#: the calibration solve's mesh: the case's mesh coarsened until it has at most this many unknowns
+CALIBRATION_UNKNOWNS = 2500
+#: a mesh that cannot be coarsened (a file mesh without mesh.refine) is calibrated on itself up to this size; above
+#: it the iterations come from DEFAULT_ITERATIONS_PER_SQRT_N
+CALIBRATION_MAX_UNKNOWNS = 50_000
+#: iterations ~ (unknowns ratio)^p, by preconditioner, for one unknown per node (Poisson) and two (elasticity: the
+#: near-nullspace of rigid-body modes makes multigrid less size-independent; fitted: Cook fp64 mg 42 -> 97, amg 50 ->
+#: 117 from 2,178 to 522,242 unknowns, H100 and NumPy); mixed with a V-cycle grows faster (its residual replacements
+#: restart the V-cycle-preconditioned recurrences): MIXED_CYCLE_EXTRA more (Cook mixed mg 50 -> 221, the heat plate
+#: amg 12 -> 35 from 679 to 663,408 unknowns)
+SIZE_EXPONENT = {1: {"none": 0.5, "jacobi": 0.5, "mg": 0.05, "amg": 0.1},
+                 2: {"none": 0.5, "jacobi": 0.5, "mg": 0.12, "amg": 0.2}}
+MIXED_CYCLE_EXTRA = 0.05
+#: without a calibration: fp64 iterations per sqrt(unknowns) for rtol 1e-10 (the shipped cases: 0.8-10 with none),
+#: and a fixed count for the multigrid preconditioners
+DEFAULT_ITERATIONS_PER_SQRT_N = {"none": 5.0, "jacobi": 4.0}
+DEFAULT_MULTIGRID_ITERATIONS = {"mg": 30, "amg": 40}
+#: the block of iterations after the recursive residual met rtol: plain CG's shortest block, a V-cycle's one
+#: (``cg_run.Run.block_size``)
+TAIL_BLOCK = {"plain": 8, "cycle": 1}
+
+#: per backend kind: "cpu" (NumPy; SciPy's sparse product runs at about the same rate on float32 values, so its
+#: bytes are counted at 8 per value) and "gpu" (CuPy, Numba-CUDA: fused kernels, CUDA graphs)
+#: fitted on the H100 (scripts/fem_estimate_check.py, CuPy: 15-26 us per plain iteration up to 130k unknowns, 53 us
+#: at 663k scalar, 120 us at 522k elasticity, 223 us at 2.6M; a V-cycle 230 us at 8k unknowns to 660 us at 663k)
+#: and the 2-core development machine (NumPy, one BLAS thread)
+BANDWIDTH = {"cpu": 20e9, "gpu": 2e12}              # effective bytes/s of a CG iteration
+ITERATION_LATENCY_S = {"cpu": 20e-6, "gpu": 15e-6}  # per iteration: Python calls (CPU), launches and checks (GPU)
+LEVEL_LATENCY_S = {"cpu": 60e-6, "gpu": 70e-6}      # per multigrid level of one V-cycle
+MIXED_VALUE_BYTES = 6        # mixed on a GPU: float32 recurrences, float64 solution updates and replacements
+MG_CYCLE_PLAIN_ITERATIONS = 4.0                      # a V-cycle's bytes, in plain CG iterations (op. complexity 1.33)
+VECTORS_PER_ITERATION = {"none": 8, "jacobi": 10, "mg": 8, "amg": 8}
+#: set-up seconds: fixed + per triangle (mesh, assembly, boundary conditions; H100: 7 ms at 8k triangles, 64 ms at
+#: 1.3M, 365 ms at 5.3M)
+ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
+#: preconditioner set-up: fixed + per unknown, by backend kind and preconditioner (H100, CuPy: mg and amg 45-80 ms
+#: from 8k to 663k unknowns, the aggregation on the device)
+PC_SETUP_S = {("cpu", "mg"): (3e-3, 0.5e-6), ("cpu", "amg"): (3e-3, 1.0e-6),
+              ("gpu", "mg"): (45e-3, 0.03e-6), ("gpu", "amg"): (45e-3, 0.03e-6)}
+#: after the solve: error norms against a manufactured solution (6-point quadrature, exact fields; CPU, per
+#: triangle) and, on a GPU, the probe, ranges and fields copied back (per node: H100, 1.4-2.4 us per node from 21k to
+#: 1.3M nodes, with or without a manufactured solution)
+NORMS_S_PER_TRIANGLE = {"cpu": 0.9e-6, "gpu": 0.0}
+FIELDS_S_PER_NODE = {"cpu": 0.0, "gpu": 2.0e-6}
+RUN_OVERHEAD_S = {"cpu": 2e-3, "gpu": 5e-3}          # the rest of a run (metrics, result)
+
+
+def backend_kind(backend) -> str:
+    return "gpu" if backends.get(backend).gpu else "cpu"
+
+
+def estimate_runtime(case, backend, policy: Precision, description, run_case) -> dict:
+    """The estimate ``FEMFamily.estimate_runtime`` returns: estimated_iterations, estimated_seconds, the seconds per
+    iteration and the basis of each term. ``run_case(case, backend, policy)``: the FEM run (``runner.run``, passed in:
+    the runner delegates its estimate here), which solves the calibration copy."""
+    info = description.parameters
+    pc = info.get("preconditioner") or "none"
+    method = info.get("method") or method_of(case, policy)
+    points, triangles = fem_mesh_size(case)
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    unknowns = int(info.get("unknowns") or points * ncomp)
+    triangles = int(info.get("triangles") or triangles)
+    if method == "spsolve":
+        return _direct(case, backend, unknowns, triangles, ncomp)
+    its, its_basis = iterations(case, policy, pc, method, unknowns, run_case)
+    kind = backend_kind(backend)
+    per_it = seconds_per_iteration(kind, policy, pc, unknowns, ncomp, case.solve.multigrid.coarse_size)
+    terms = setup_terms(case, kind, pc, unknowns, triangles)
+    solve_s = its * per_it
+    before = terms["assembly"] + terms["preconditioner set-up"] + solve_s + RUN_OVERHEAD_S[kind]
+    post = terms["error norms"]
+    make_ref, ref_s, _ = fem_memory.reference_plan(case, unknowns)
+    ref_s = ref_s if make_ref else 0.0
+    overlap = beside(backends.get(backend), parallel.ranks(parallel.world()))
+    seconds = with_reference(before, ref_s, post, overlap)
+    post_txt = f"errors and fields {post:.3g} s"
+    if ref_s and overlap:
+        post_txt = f"the float64 reference (SuperLU) ~{ref_s:.3g} s with the {post_txt} beside it (the longer counts)"
+    elif ref_s:
+        post_txt = f"float64 reference (SuperLU) ~{ref_s:.3g} s + {post_txt}"
+    basis = (f"model ({kind}): assembly {terms['assembly']:.3g} s + {pc} set-up {terms['preconditioner set-up']:.3g} s"
+             f" + {its} iterations x {per_it * 1e3:.3g} ms ({its_basis}) + {post_txt}")
+    return {"seconds_per_iteration": per_it, "estimated_iterations": its, "estimated_seconds": seconds,
+            "estimate_basis": basis}
+
+
+def _direct(case, backend, unknowns: int, triangles: int, ncomp: int) -> dict:
+    """spsolve: SuperLU's n^1.5 (``memory.REFERENCE_SECONDS``), on the host whatever the backend."""
+    kind = backend_kind(backend)
+    terms = setup_terms(case, kind, "none", unknowns, triangles)
+    lu = fem_memory.REFERENCE_SECONDS[ncomp] * float(unknowns) ** 1.5
+    seconds = terms["assembly"] + lu + terms["error norms"] + RUN_OVERHEAD_S[kind]
+    return {"seconds_per_iteration": math.nan, "estimated_iterations": 0, "estimated_seconds": seconds,
+            "estimate_basis": f"model ({kind}): assembly {terms['assembly']:.3g} s + SuperLU ~{lu:.3g} s "
+                              f"(n^1.5) + errors and fields {terms['error norms']:.3g} s"}
+
+
+def setup_terms(case, kind: str, pc: str, unknowns: int, triangles: int) -> dict:
+    """Seconds of the work around the iterations: assembly, the preconditioner's set-up, the error norms."""
+    fixed, per_tri = ASSEMBLY_S[kind]
+    pc_fixed, pc_per = PC_SETUP_S.get((kind, pc), (0.0, 0.0))
+    manufactured = case.problem.kind == "poisson" and bool(getattr(case.problem, "manufactured", None))
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    norms = (NORMS_S_PER_TRIANGLE[kind] * triangles if manufactured else 0.0) + FIELDS_S_PER_NODE[kind] * unknowns / ncomp
+    return {"assembly": fixed + per_tri * triangles, "preconditioner set-up": pc_fixed + pc_per * unknowns,
+            "error norms": norms}
+
+
+def seconds_per_iteration(kind: str, policy: Precision, pc: str, unknowns: int, ncomp: int,
+                          coarse_size: int = 400) -> float:
+    """One Krylov iteration: the bytes it moves (the matrix in CSR: values and int32 columns; its vectors) over the
+    backend's effective bandwidth, plus a latency; with mg / amg also a V-cycle (MG_CYCLE_PLAIN_ITERATIONS plain
+    iterations' bytes, a latency per level: about log4(unknowns / coarse_size) + 1 levels)."""
+    value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES if policy.refinement else policy.storage_bytes)
+    nnz = unknowns * (7 if ncomp == 1 else 14)
+    plain = nnz * (value + 4) + (unknowns + 1) * 4
+    t = ITERATION_LATENCY_S[kind] + (plain + VECTORS_PER_ITERATION.get(pc, 8) * unknowns * value) / BANDWIDTH[kind]
+    if pc in ("mg", "amg"):
+        levels = 1 + max(0.0, math.log(max(unknowns, 1) / max(coarse_size, 1), 4))
+        t += MG_CYCLE_PLAIN_ITERATIONS * plain / BANDWIDTH[kind] + LEVEL_LATENCY_S[kind] * levels
+    return t
+
+
+def iterations(case, policy: Precision, pc: str, method: str, unknowns: int, run_case) -> tuple[int, str]:
+    """(predicted iterations of the run, how): the calibration solve's, scaled to ``unknowns`` (module docstring)."""
+    s = case.solve
+    maxiter = s.maxiter or max(10 * unknowns, 100)
+    cal = calibration(case, policy, pc, run_case)
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    p = SIZE_EXPONENT[ncomp].get(pc, 0.5) + (MIXED_CYCLE_EXTRA if policy.refinement and pc in ("mg", "amg") else 0.0)
+    if cal is None:
+        raw = (DEFAULT_MULTIGRID_ITERATIONS[pc] if pc in DEFAULT_MULTIGRID_ITERATIONS
+               else DEFAULT_ITERATIONS_PER_SQRT_N.get(pc, 5.0) * math.sqrt(unknowns)
+               * math.log(2 / s.rtol) / math.log(2e10))
+        its = _stop(case, policy, pc, method, raw, stalls(policy, method, math.nan, s.rtol))
+        return min(its, maxiter), f"no calibration (a mesh that cannot be coarsened): {raw:.0f} to rtol"
+    g = (unknowns / cal["unknowns"]) ** p
+    if method == "ir-restarted":
+        its = int(math.ceil(cal["iterations"] * g))
+        how = f"{cal['outer']} refinement steps, their inner iterations x {g:.3g}"
+    elif policy.refinement:
+        its = _stop(case, policy, pc, method, cal["to_rtol"] * g, False)
+        how = f"{cal['to_rtol']} x {g:.3g}, with float64 replacements"
+    else:
+        # iterations ~ sqrt(kappa); a V-cycle's kappa is not the matrix's, whose kappa x unit roundoff bounds the
+        # true residual: unknown there (a float32 V-cycle run stalls at any rtol below ~1e-3)
+        kappa = cal["kappa"] * g * g if pc in ("none", "jacobi") else math.nan
+        stop = stalls(policy, method, kappa, s.rtol)
+        its = _stop(case, policy, pc, method, cal["to_rtol"] * g, stop)
+        how = f"{cal['to_rtol']} to rtol x {g:.3g}" + (
+            (f", then the stall checks (attainable ~ kappa x unit roundoff = {kappa * _unit(policy):.1e} > rtol)"
+             if math.isfinite(kappa) else ", then the stall checks (float32: attainable ~ kappa x unit roundoff)")
+            if stop else "")
+    if not cal["stopped"]:
+        its, how = maxiter, f"the calibration reached maxiter ({cal['reason']})"
+    return min(its, maxiter), (f"calibrated on {cal['unknowns']:,} unknowns ({cal['mesh']}): {how}; "
+                               f"(size ratio)^{p:g}")
+
+
+def stalls(policy: Precision, method: str, kappa: float, rtol: float) -> bool:
+    """Whether CG in one precision stalls above ``rtol``: its true residual bottoms out near kappa x unit roundoff
+    (of the working precision); an unknown kappa (nan) counts as stalling in a precision below float64. Mixed
+    precision replaces its residuals in float64 and does not stall so."""
+    if policy.refinement or method not in ("cg", "pcg-jacobi"):
+        return False
+    unit = _unit(policy)
+    if not math.isfinite(kappa):
+        return unit > 1e-10
+    return kappa * unit > rtol
+
+
+def _unit(policy: Precision) -> float:
+    return float(np.finfo(policy.compute).eps) / 2
+
+
+def _stop(case, policy: Precision, pc: str, method: str, raw: float, stall: bool) -> int:
+    """The iteration at which the run stops when its recursive residual meets rtol after ``raw`` iterations: at the
+    end of the block holding it, plus the stall checks (``stall``) where the true residual cannot reach rtol."""
+    s = case.solve
+    K = s.check_every or 64
+    B = min(K, s.true_every) if s.true_every else K
+    cycle = pc in ("mg", "amg")
+
+    def block_end(n: int) -> int:
+        # plain CG: blocks of B until two blocks of history (the iterate count + the initial residual), then blocks
+        # sized to land on rtol; a V-cycle's blocks are short and sized the same way
+        if cycle:
+            return max(n, FIRST_SHORT_BLOCK)
+        return n if n + 1 >= 2 * K else math.ceil(n / B) * B
+
+    n = block_end(max(1, math.ceil(raw)))
+    for _ in range(_stall_checks(s) if stall else 0):
+        short = TAIL_BLOCK["cycle" if cycle else "plain"]
+        n += short if cycle or n + 1 >= 2 * K else B
+    return int(n)
+
+
+def _stall_checks(s) -> int:
+    """The run's stall_checks (a solve option without a case field: its default)."""
+    return getattr(s, "stall_checks", None) or CGOptions().stall_checks
+
+
+def calibration_case(case, pc: str, max_unknowns: int = CALIBRATION_UNKNOWNS):
+    """The coarse copy of ``case`` (preconditioner fixed to ``pc``, no reference, no plots) that the iterations are
+    calibrated on, and its mesh in words; None where the mesh cannot be coarsened and is above
+    CALIBRATION_MAX_UNKNOWNS."""
+    m = case.mesh
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    over = [f"solve.preconditioner='{pc}'", "solve.reference='never'", "output.plots=false"]
+    nx, ny, refine = getattr(m, "nx", None), getattr(m, "ny", None), m.refine
+
+    def size(nx_, ny_, refine_):
+        probe = case.with_overrides(*_mesh_overrides(m, nx_, ny_, refine_))
+        return fem_mesh_size(probe)[0] * ncomp
+
+    n = size(nx, ny, refine)
+    while n > max_unknowns:
+        if refine > 0:
+            refine -= 1
+        elif m.kind != "file" and nx // 2 >= 4:
+            nx, ny = nx // 2, (max(ny // 2, 1) if ny else ny)
+        else:
+            break
+        n = size(nx, ny, refine)
+    if n > CALIBRATION_MAX_UNKNOWNS:
+        return None, ""
+    mesh_over = _mesh_overrides(m, nx, ny, refine)
+    return case.with_overrides(*mesh_over, *over), ", ".join(mesh_over) or "the case's own mesh"
+
+
+def _mesh_overrides(m, nx, ny, refine) -> list[str]:
+    out = [] if m.kind == "file" else [f"mesh.nx={nx}"] + ([f"mesh.ny={ny}"] if ny else [])
+    return out + [f"mesh.refine={refine}"]
+
+
+def calibration(case, policy: Precision, pc: str, run_case) -> dict | None:
+    """The calibration solve's counts (cached per case, precision and preconditioner: a deterministic solve)."""
+    key = (str(case.path), case.effective_json(), policy.name, pc)
+    return _calibrate(key, case, policy, pc, run_case)
+
+
+#: calibration counts by (case file, effective case, precision, preconditioner): a deterministic solve, made once
+_CAL_RESULTS: dict = {}
+
+
+def _calibrate(key, case, policy: Precision, pc: str, run_case) -> dict | None:
+    if key in _CAL_RESULTS:
+        return _CAL_RESULTS[key]
+    coarse, mesh_txt = calibration_case(case, pc)
+    out = None
+    if coarse is not None:
+        try:
+            out = _solve_counts(coarse, policy, run_case)
+        except CaseError:
+            # a system the working precision cannot hold: the run's own error (its scale), not the coarse copy's
+            prob.check_scales(prob.build(case), policy.storage_bytes)
+            raise
+        out["mesh"] = mesh_txt
+    if len(_CAL_RESULTS) > 256:
+        _CAL_RESULTS.clear()
+    _CAL_RESULTS[key] = out
+    return out
+
+
+def _solve_counts(coarse, policy: Precision, run_case) -> dict:
+    """Iterations of the coarse copy's NumPy run: reported, to the recursive residual's first crossing of rtol
+    (the count before the run's block and stall structure), and how it ended."""
+    res = run_case(coarse, "numpy", policy)
+    m = res.metrics
+    rec = list(res.series.get("residual_recursive", []))
+    rtol = coarse.solve.rtol
+    its = int(m.get("iterations", 0))
+    to_rtol = next((i for i, r in enumerate(rec) if 0 <= r <= rtol), None)
+    reason = str(m.get("reason", ""))
+    ncomp = 1 if coarse.problem.kind == "poisson" else 2
+    return {"unknowns": fem_mesh_size(coarse)[0] * ncomp, "iterations": its,
+            "to_rtol": max(int(to_rtol if to_rtol is not None and not policy.refinement else its), 1),
+            "outer": int(m.get("outer_iterations") or 0), "kappa": float(m.get("kappa_estimate") or math.nan),
+            "stopped": "maxiter" not in reason, "reason": reason}
