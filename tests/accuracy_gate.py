@@ -34,7 +34,7 @@ BASELINE = ROOT / "tests" / "accuracy_baseline.toml"
 #: an error may grow to this multiple of its baseline (issue 48)
 GROWTH = 1.25
 #: a ranged value may lie outside its published range by this fraction of the bound it passes (issue 48: "within
-#: 0.1 % of the bound, with the reason documented": docs/testing.md lists the rows that use it)
+#: 0.1 % of the bound, with the reason documented": docs/design/testing.md lists the rows that use it)
 RANGE_SLACK = 1e-3
 #: a ranged value may move from its baseline by this fraction of the published range's half-width
 RANGE_DRIFT = 0.25
@@ -72,7 +72,7 @@ def _ghia_bound(precision: str, re: int) -> float:
     return {"fp16c": 1.5 * 0.0082, "fp16s": 1.5 * 0.052}.get(precision, 0.015)
 
 
-#: 2D-1 values the gate does not hold to the published range, and why (H100, 2026-12-07, docs/testing.md):
+#: 2D-1 values the gate does not hold to the published range, and why (H100, 2026-12-07, docs/design/testing.md):
 #: fp16s: the 16-bit guard flags the run (step 9,600), c_L 0.0118; fp16c: its c_L swings by 0.017 over the window
 #: (fp64: 2.5e-5), so the window mean (0.0102, 1.7 % under the range) is rounding noise of a lift 0.2 % of the drag:
 #: 16-bit storage cannot resolve 2D-1's lift at D = 80 (at lattice velocity 0.05, fp16c's swing is 0.0078 and fp64

@@ -1,4 +1,4 @@
-"""LBM checks added by the mutation check (scripts/mutation_check.py, docs/testing.md "Mutation check").
+"""LBM checks added by the mutation check (scripts/mutation_check.py, docs/design/testing.md "Mutation check").
 
 Each test holds a number the code produced against a reference that does not come from the code under test: the
 definitions written out here (D2Q9 equilibrium, BGK/TRT, the boundary rules of Krueger et al. 2017), the case's own

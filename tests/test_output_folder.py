@@ -16,13 +16,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hpcsolve import cli
 from hpcsolve.core import outdir, safe_io
 from hpcsolve.core.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
 from hpcsolve.core.errors import OutputError
-from hpcsolve.core.results import read_h5, read_result_folder
+from hpcsolve.core.results import load_result, read_h5, read_result_folder
 
 ROOT = Path(__file__).parent.parent
 CAVITY = ROOT / "cases" / "lid_driven_cavity.toml"
@@ -601,9 +602,14 @@ def test_resume_refuses_options_it_would_ignore(tmp_path, capsys, extra, field):
     assert cli.main(["run", "--resume", str(out), "--quiet", "--force", "--no-plots", "--out", str(out)]) == 0
 
 
-def test_force_without_resume_is_refused(tmp_path, capsys):
-    assert _run("--out", str(tmp_path / "run"), "--force", *SMALL) == 2
-    assert "--force: " in capsys.readouterr().err and not (tmp_path / "run").exists()
+def test_force_without_resume_changes_nothing_on_a_stable_lattice(tmp_path):
+    """--force without --resume forces a lattice past the stability rule (tests/lbm/test_lattice_stability.py; it
+    used to be refused): on a lattice the rule accepts, the forced run is the plain run, field for field."""
+    assert _run("--out", str(tmp_path / "plain"), *SMALL) == 0
+    assert _run("--out", str(tmp_path / "forced"), "--force", *SMALL) == 0
+    plain, forced = (load_result(tmp_path / n) for n in ("plain", "forced"))
+    assert np.array_equal(plain.fields["velocity"], forced.fields["velocity"])
+    assert forced.status == plain.status
 
 
 def test_resume_with_an_out_that_is_a_symlink_loop_is_one_error(tmp_path, capsys):

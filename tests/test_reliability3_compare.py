@@ -42,18 +42,22 @@ def test_an_unconverged_reference_fails_the_comparison_and_judges_nobody(tmp_pat
                     "--tolerance", "1e-5")
     captured = capsys.readouterr()
     assert code == 3, captured.err
-    _one_error_line(captured.err, "failed reference", "numpy/fp64/jacobi", "not_converged")
-    assert "**Failed reference**: the reference numpy/fp64/jacobi ended not_converged" in captured.out
     data = json.loads((out / "comparison.json").read_text())
-    assert data["status"] == "reference_failed" and "numpy/fp64/jacobi ended not_converged" in data["reference_failed"]
-    assert data["recommendation"]["label"] is None and "failed reference" in data["recommendation"]["why"]
     runs = {r["label"]: r for r in data["runs"]}
-    assert runs["numpy/fp64/jacobi"]["status"] == "not_converged" and runs["numpy/fp64/jacobi"]["reference"]
+    # issue 50: a solve that missed rtol but is accurate to its discretisation ends accurate_to_discretisation (FEM
+    # runner); as the reference it still did not finish (the rtol asked for), so the comparison fails as before
+    ended = runs["numpy/fp64/jacobi"]["status"]
+    assert ended in ("not_converged", "accurate_to_discretisation")
+    _one_error_line(captured.err, "failed reference", "numpy/fp64/jacobi", ended)
+    assert f"**Failed reference**: the reference numpy/fp64/jacobi ended {ended}" in captured.out
+    assert data["status"] == "reference_failed" and f"numpy/fp64/jacobi ended {ended}" in data["reference_failed"]
+    assert data["recommendation"]["label"] is None and "failed reference" in data["recommendation"]["why"]
+    assert runs["numpy/fp64/jacobi"]["reference"]
     assert runs["numpy/fp64/amg"]["status"] == "converged"
     for r in runs.values():                      # no error against the failed reference, and the reason why
         assert r["error"] is None and r["field_errors"] == {} and r["error_note"], r
     assert runs["numpy/fp64/amg"]["error_note"].startswith("not judged: the reference numpy/fp64/jacobi")
-    assert data["verdicts"]["numpy/fp64/jacobi"].startswith("failed reference: it ended not_converged")
+    assert data["verdicts"]["numpy/fp64/jacobi"].startswith(f"failed reference: it ended {ended}")
     assert data["verdicts"]["numpy/fp64/amg"].startswith("not judged")
     assert "above the tolerance" not in (out / "comparison.md").read_text()
 
@@ -165,22 +169,6 @@ def test_a_signal_between_runs_stops_the_comparison(tmp_path, capsys, monkeypatc
     assert [(r["label"], r["status"]) for r in data["runs"]] == [("numpy/fp64", "converged"),
                                                                 ("numpy/fp32", "interrupted")]
     assert "Interrupted" in (out / "comparison.md").read_text()
-
-
-# --- item 10: bench lbm with a precision nobody here times ------------------------------------------------------------
-
-@pytest.mark.parametrize("precisions", [["fp16c"], ["fp32", "fp16s"]])
-def test_bench_lbm_refuses_a_precision_no_backend_here_runs(tmp_path, capsys, precisions):
-    """Without a GPU backend to time (--backends numpy), fp16c / fp16s ran nowhere: exit 0, an empty table, and the
-    earlier bench_lbm.json / .md replaced. Now exit 2 naming --precisions, before anything is written."""
-    for name in ("bench_lbm.json", "bench_lbm.md"):
-        (tmp_path / name).write_text("earlier")
-    code = cli.main(["bench", "lbm", "--quick", "--backends", "numpy", "--precisions", *precisions,
-                     "--out", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    _one_error_line(err, "--precisions", repr(precisions[-1]), "no backend here runs it in the bench")
-    assert all((tmp_path / n).read_text() == "earlier" for n in ("bench_lbm.json", "bench_lbm.md"))
 
 
 # --- item 13: a folder where hpcsolve writes a file -------------------------------------------------------------------

@@ -52,8 +52,9 @@ def _tg_short_error(velocity) -> float:
 def _run(name: str, overrides=(), precision=None) -> Result:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # force: the short 2D-2 run at resolution 10 is past the stability rule (it blows up near step 1,000)
         return run_case(CASES / f"{name}.toml", "numpy", precision, overrides=list(overrides), progress=False,
-                        plots=False)
+                        plots=False, force=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,8 @@ A family (``lbm``, ``fem``) is an object registered in :data:`REGISTRY` that pro
   analytic references (``hpcsolve.core.verdicts``; ``Result.validation``);
 - ``capabilities``: which of :data:`CAPABILITIES` it has (``checkpoint``: writes checkpoints during the
   run; ``resume``: continues from one; ``graceful_stop``: stops cleanly at the next monitor point on
-  SIGINT/SIGTERM). ``hpcsolve.run`` asks these instead of inspecting signatures.
+  SIGINT/SIGTERM; ``stability_rule``: ``run`` takes ``force``, and a setting known to blow up is refused without
+  it). ``hpcsolve.run`` asks these instead of inspecting signatures.
 
 A new family is a module with such an object and one line in :data:`REGISTRY`.
 """
@@ -30,7 +31,7 @@ from hpcsolve.core.errors import CaseError
 
 #: the timings key every family's Result carries: seconds in the solver proper (what compare times)
 SOLVER_SECONDS = "solver_s"
-CAPABILITIES = frozenset({"checkpoint", "resume", "graceful_stop"})
+CAPABILITIES = frozenset({"checkpoint", "resume", "graceful_stop", "stability_rule"})
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from hpcsolve.core.cases import CaseBase, StrictModel
 from hpcsolve.core.errors import CaseError
 from hpcsolve.lbm import observables as obs
-from hpcsolve.lbm.units import Units
+from hpcsolve.lbm.units import CELL_REYNOLDS_MAX, MIN_OBSTACLE_CELLS, Units, cell_reynolds, resolution_for_cell_reynolds
 
 #: refuse tau <= 0.5 + TAU_MARGIN (viscosity too close to zero: BGK and TRT go unstable)
 TAU_MARGIN = 0.01
@@ -253,6 +253,8 @@ class Derived:
     peak_lattice_velocity: float
     warnings: list[str] = field(default_factory=list)
     ramp_steps: int = 0          # smooth start of the boundary velocities (boundaries.ramp_time)
+    #: settings known to blow up (``stability``): ``hpcsolve run`` refuses them unless forced; also in ``warnings``
+    risks: list[str] = field(default_factory=list)
 
     def grid_text(self) -> str:
         """The lattice as a reader wants it: the array size and, where the sides carry boundary layers, the domain's
@@ -366,8 +368,13 @@ def derive(case: LBMCase) -> Derived:
                                 why=f"peak lattice velocity {peak:.3g} is far too compressible (Mach {peak / 0.577:.2f}); "
                                     f"lower lattice.velocity (e.g. 0.05) and, to keep tau, raise lattice.resolution")
     if peak > U_WARN:
-        warnings.append(f"peak lattice velocity {peak:.3g} > {U_WARN}: compressibility errors ~ Ma^2 "
-                        f"({(peak / 0.577) ** 2:.3f}); lower lattice.velocity for accuracy")
+        warnings.append(f"lattice.velocity = {case.lattice.velocity:g}: the peak lattice velocity {peak:.3g} (Mach "
+                        f"{peak / 0.577:.2f}) is above {U_WARN} (Mach {U_WARN / 0.577:.2f}): compressibility errors "
+                        f"~ Ma^2 = {(peak / 0.577) ** 2:.3f}; set lattice.velocity lower (e.g. 0.05) and, to keep "
+                        f"tau, lattice.resolution higher")
+    risks = stability(case, units, peak)
+    warnings += [f"{r}; `hpcsolve run` refuses this unless forced (--force)" for r in risks]
+    warnings += obstacle_warnings(case, units)
 
     nxf = _cells(units, case.domain.length, "domain.length")
     nyf = _cells(units, case.domain.height, "domain.height")
@@ -397,7 +404,55 @@ def derive(case: LBMCase) -> Derived:
                             f"({steps} steps): the boundary velocities never reach their full value")
     _check_reference(case)
     return Derived(units=units, nx=nx, ny=ny, pad=pad, steps=steps, output_every=out_every, ramp_steps=ramp,
-                   peak_lattice_velocity=peak, warnings=warnings)
+                   peak_lattice_velocity=peak, warnings=warnings, risks=risks)
+
+
+def stability(case: LBMCase, units: Units, peak: float) -> list[str]:
+    """The stability rule (hpcsolve/lbm/units.py, with its measurements): why this lattice is known to blow up, as
+    texts naming the field, the value, the limit and what to set; empty where it is not. It applies to a flow with
+    an inlet, an outlet or an obstacle (a closed box stayed finite down to the tau floor ``derive`` refuses)."""
+    b = case.boundaries
+    if not (case.obstacles or {"inlet", "outlet"} & {b.left, b.right, b.bottom, b.top}):
+        return []
+    re_cell = cell_reynolds(peak, units.lattice_viscosity)
+    if re_cell <= CELL_REYNOLDS_MAX:
+        return []
+    need = _whole_resolution(case, resolution_for_cell_reynolds(units, peak))
+    return [f"lattice.resolution = {units.resolution}: the cell Reynolds number u_peak / nu_lattice = {peak:.3g} / "
+            f"{units.lattice_viscosity:.4g} = {re_cell:.3g} (tau {units.relaxation_time:.4f}) is above "
+            f"{CELL_REYNOLDS_MAX:g}, where a flow through an inlet or an outlet or past an obstacle blows up (measured: "
+            f"Re_cell 12 blew up, 10 stayed finite; hpcsolve/lbm/units.py); set lattice.resolution >= {need} or lower "
+            f"physics.reynolds (a lower lattice.velocity does not help: it lowers tau as much as the speed)"]
+
+
+def _whole_resolution(case: LBMCase, low: int) -> int:
+    """The smallest lattice.resolution >= ``low`` that divides the domain into whole cells (``low`` if none within
+    100 x)."""
+    p, d = case.physics, case.domain
+    for n in range(low, 100 * low + 1):
+        ok = all(abs(v - round(v)) <= 1e-6 * max(1.0, v) for v in (d.length * n / p.length, d.height * n / p.length))
+        if ok:
+            return n
+    return low
+
+
+def obstacle_warnings(case: LBMCase, units: Units) -> list[str]:
+    """An obstacle fewer than MIN_OBSTACLE_CELLS cells across: its drag and lift are inaccurate (units.py)."""
+    out = []
+    for k, o in enumerate(case.obstacles):
+        if o.shape == "circle":
+            what, size = "diameter", o.diameter
+        elif o.shape == "rectangle":
+            what, size = "smaller side", min(o.upper[0] - o.lower[0], o.upper[1] - o.lower[1])
+        else:
+            continue
+        cells = size / units.dx
+        if cells < MIN_OBSTACLE_CELLS:
+            need = _whole_resolution(case, math.ceil(units.resolution * MIN_OBSTACLE_CELLS / cells - 1e-9))
+            out.append(f"obstacles[{k}] ({o.shape}): {cells:.3g} cells across its {what} ({size:g} m / dx "
+                       f"{units.dx:.4g} m) is fewer than {MIN_OBSTACLE_CELLS}: its drag and lift are inaccurate; set "
+                       f"lattice.resolution >= {need}")
+    return out
 
 
 def _cells(units: Units, length: float, field_name: str) -> int:

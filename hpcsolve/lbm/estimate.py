@@ -294,7 +294,7 @@ def predict_steady_stop(case: LBMCase, backend, policy: Precision, derived, run)
     ``SURROGATE_SECONDS`` of wall time (of ``surrogate_clock``: the copies' work at a nominal rate in the test
     suite, ``WorkClock``); a copy still running then has its stop extrapolated from the decay of
     its steady change (``extrapolated_stop``; the prediction says ``"basis": "extrapolated"``). Measured on the
-    shipped cases (docs/reliability.md): within 7% of the steps the runs took, where the copy ran to its stop.
+    shipped cases (docs/design/reliability.md): within 7% of the steps the runs took, where the copy ran to its stop.
     ``run``: the LBM run (``hpcsolve.lbm.runner.run``)."""
     res = case.lattice.resolution
     k = SURROGATE_MAX_FACTOR

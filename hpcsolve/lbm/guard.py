@@ -18,7 +18,7 @@ Unbiased rounding noise is a difference of fixed size that does not grow with th
 flow's increments with a bias accumulates. A check is flagged when growth > ``GROWTH_THRESHOLD`` and divergence >=
 ``MIN_DIVERGENCE`` (a share of the window's change, not round-off of a flow at rest): the verdict "the 16-bit
 storage no longer carries the flow". (A single window's divergence against a threshold could not tell fp16s from
-fp16c on the H200: docs/lbm_algorithm.md.)
+fp16c on the H200: docs/design/lbm_algorithm.md.)
 
 The run's own trajectory is not changed by a check: the 16-bit window runs on the run's stepper, which is then
 loaded back with the state it had (``OWN_WINDOW``; every stepper's step is a function of the stored state alone,
@@ -26,7 +26,7 @@ so the run continues bit for bit as without the check; tests/lbm/test_precision_
 ``OWN_WINDOW = False``, on a second 16-bit stepper (more device memory, the run's stepper only read).
 
 Only 16-bit policies are guarded (``policy.storage_bytes == 2``); ``measure`` runs the same comparison for any
-policy (fp32's figure is the noise floor of the method). docs/lbm_algorithm.md, "The 16-bit guard", has the
+policy (fp32's figure is the noise floor of the method). docs/design/lbm_algorithm.md, "The 16-bit guard", has the
 calibration, the schedule and the overhead model.
 """
 
@@ -349,6 +349,7 @@ class PrecisionGuard:
             m["precision_guard_max_divergence"] = float(np.nanmax([c.divergence for c in self.checks] + [0.0]))
             m["precision_guard_max_growth"] = float(np.nanmax([c.growth for c in self.checks] + [0.0]))
             flagged = [c.step for c in self.checks if c.flagged]
+            m["precision_guard_flagged"] = bool(flagged)    # shown beside the status (the run's message says it)
             if flagged:
                 m["precision_guard_flagged_step"] = flagged[0]
         return m

@@ -1,5 +1,5 @@
 """Peak memory of an LBM run, from the case alone (see :mod:`hpcsolve.core.memory` for the method and
-docs/reliability.md for the measured table)."""
+docs/design/reliability.md for the measured table)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hpcsolve.lbm import lattice
 #: resident size of the process before the lattice exists: interpreter, NumPy, SciPy, h5py, tqdm
 LBM_BASE_BYTES = 62 * MiB
 #: ... and with a CUDA context and the GPU library loaded (CuPy or Numba-CUDA). The GPU constants
-#: below are counted from the arrays the GPU steppers allocate, not yet measured (docs/reliability.md)
+#: below are counted from the arrays the GPU steppers allocate, not yet measured (docs/design/reliability.md)
 LBM_BASE_GPU_BYTES = 420 * MiB
 #: host arrays of the geometry and setup per cell: flags (1), boundary velocity (2 x 8), masks
 SETUP_BYTES_PER_CELL = 21

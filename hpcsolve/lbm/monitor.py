@@ -14,7 +14,7 @@ from hpcsolve.lbm import observables as obs, physics
 from hpcsolve.lbm.case import Derived, LBMCase
 from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY
 
-#: The stall test (``Monitor.steady_stall``, docs/lbm_algorithm.md "When a run stops early"): a run stops before
+#: The stall test (``Monitor.steady_stall``, docs/design/lbm_algorithm.md "When a run stops early"): a run stops before
 #: steady.tolerance only where its change is measured to be the storage's rounding noise, not a flow still moving.
 #: Over the last STALL_CHECKS checks the change got no lower than STALL_FACTOR times the lowest before them, still
 #: above the tolerance, at a level within STALL_RESOLUTIONS units of the storage's resolution (fp32 Poiseuille: 3.4e-7,

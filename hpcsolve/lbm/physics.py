@@ -10,7 +10,7 @@ so one definition serves
 
 All populations are *shifted*: ``h_i = f_i - w_i`` (the rest-state equilibrium subtracted),
 so that their digits are spent on the deviation from rest, not on the constant w_i (see
-docs/lbm_algorithm.md). ``drho = rho - 1``. Velocities are in lattice units.
+docs/design/lbm_algorithm.md). ``drho = rho - 1``. Velocities are in lattice units.
 
 Numeric constants are captured per compute dtype (``np.float32(4.5)`` etc.), so a float32
 kernel does float32 arithmetic: Numba freezes closure variables as typed constants, and NumPy
@@ -242,7 +242,7 @@ def ramp_factor(step: int, ramp_steps: int) -> float:
     on (and always when ``ramp_steps`` is 0). Its time derivative is a half-sine pulse, so a ramp
     over several acoustic periods of the domain barely excites the weakly damped standing sound
     waves an impulsive start leaves between a velocity inlet and a pressure outlet
-    (docs/lbm_algorithm.md, "Smooth start")."""
+    (docs/design/lbm_algorithm.md, "Smooth start")."""
     if ramp_steps <= 0 or step >= ramp_steps:
         return 1.0
     if step <= 0:

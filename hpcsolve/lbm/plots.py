@@ -146,7 +146,9 @@ class _Figures:
 
     @staticmethod
     def subplots(nrows=1, ncols=1, figsize=None, **kwargs):
-        fig = new_figure(figsize)
+        # constrained layout: the long titles, colorbars and tick labels are fitted inside the figure itself (the
+        # tight bbox of the saved PNG then clips nothing: tests/test_plot_layout.py)
+        fig = new_figure(figsize, layout="constrained")
         axes = fig.subplots(nrows, ncols, **kwargs)
         return fig, axes
 

@@ -12,7 +12,7 @@ from hpcsolve.core import scaled
 from hpcsolve.core.verdicts import error_bound, judge, widened
 from hpcsolve.lbm import observables as obs
 
-#: the acceptance bound of each error-type reference (``validation.max_error`` overrides it); docs/validation_ci.md
+#: the acceptance bound of each error-type reference (``validation.max_error`` overrides it); docs/design/validation_ci.md
 #: ("Validation verdicts") gives the shipped cases' measured errors these leave margin over
 DEFAULT_MAX_ERROR = {
     "taylor_green": 0.01,   # relative L2 velocity error; taylor_green.toml: 6.7e-4 (fp64 and fp32)

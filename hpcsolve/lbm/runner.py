@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from hpcsolve.core import backends, heartbeat, memory, parallel
 from hpcsolve.core.checkpoint import Checkpoint, write_checkpoint
-from hpcsolve.core.errors import BlowUpError, RunInterrupted
+from hpcsolve.core.errors import BlowUpError, CaseError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.core.precision import Precision
 from hpcsolve.core.results import Result, Snapshot, StructuredGrid
@@ -57,7 +57,8 @@ class LBMFamily:
 
     warmup_is_whole_run = False     # compare's warm-up (``warmup_case``) a short copy of a long run
     name = "lbm"
-    capabilities = frozenset({"checkpoint", "resume", "graceful_stop"})
+    # stability_rule: ``run`` takes ``force`` (a lattice known to blow up is refused without it)
+    capabilities = frozenset({"checkpoint", "resume", "graceful_stop", "stability_rule"})
 
     def verdicts(self, case: LBMCase, metrics: dict, derived: dict) -> dict:
         """The run's values judged against their references (hpcsolve/lbm/reference.py)."""
@@ -101,9 +102,26 @@ class LBMFamily:
         return case
 
     def run(self, case: LBMCase, backend, policy: Precision, *, description: Description | None = None,
-            progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None) -> Result:
+            progress: bool = True, stop=None, checkpoint_dir=None, resume: Checkpoint | None = None,
+            force: bool = False) -> Result:
+        """The run (``hpcsolve run``, ``run_case``); a lattice the stability rule knows to blow up
+        (``case.stability``) is refused before any step unless ``force`` (``--force``; it then warns)."""
+        built = description.setup if description is not None else None
+        if not force:
+            refuse_unstable(case, built[0] if built else derive(case))
         return run(case, backend, policy, progress=progress, stop=stop, checkpoint_dir=checkpoint_dir,
-                   resume=resume, built=description.setup if description is not None else None)
+                   resume=resume, built=built)
+
+
+FORCE_TEXT = "a lattice the stability rule accepts, or --force (Python: run_case(..., force=True))"
+
+
+def refuse_unstable(case: LBMCase, derived, allowed: str = FORCE_TEXT) -> None:
+    """A CaseError (exit 2) naming lattice.resolution where the stability rule knows the lattice to blow up
+    (``case.stability``: every risk it finds is one of lattice.resolution); ``allowed``: what the caller accepts."""
+    if derived.risks:
+        raise CaseError.invalid("lattice.resolution", case.lattice.resolution, allowed,
+                                why=derived.risks[0].partition(": ")[2])
 
 
 def describe(case: LBMCase, backend, policy: Precision) -> dict:
@@ -272,7 +290,8 @@ class _Loop:
         if guard.flagged and not was:
             if guard.mode == "error":
                 self._precision_lost()
-            warnings.warn(guard.message, stacklevel=2)
+            with tqdm.external_write_mode():   # the progress bar is cleared first and drawn again below the warning
+                warnings.warn(guard.message, stacklevel=2)
             self.result.derived.setdefault("warnings", []).append(guard.message)
 
     def _precision_lost(self):
@@ -418,6 +437,11 @@ class _Loop:
             message = (f"steady state not reached in {step} steps (last relative change "
                        f"{monitor.steady_change:.3g}, tolerance {case.steady.tolerance:g}); raise time.end_time"
                        + _reachable(monitor, self.policy))
+        if self.guard.flagged and status in ("completed", "converged", "not_steady"):
+            # the status stays what the run did (compare, the exit code and the accuracy gate read it); the message
+            # beside it in the CLI line and summary.json says the 16-bit guard flagged it (precision_guard_flagged)
+            message = "; ".join(t for t in (message, f"FLAGGED by the 16-bit precision guard: {self.guard.message}")
+                                if t)
         result.status, result.message = status, message
         rho, ux, uy = host(*self.fields)
         result.fields = fields(rho, ux, uy, derived, geo, step)
@@ -438,12 +462,30 @@ class _Loop:
         m.update(self.guard.metrics())
         m["timing_basis"] = TIMING_BASIS
         m.update(reference_metrics(case, derived, geo, self.stepper, rho, ux, uy, step, result))
+        for k, v in obstacle_forces(case, geo, self.stepper, skip=m).items():
+            m.setdefault(k, v)
         result.metrics = {k: v for k, v in m.items() if v is not None}
         if status == "interrupted":
             exc = RunInterrupted(f"{case.name}: {message}")
             exc.result = result
             raise exc
         return result
+
+
+def obstacle_forces(case: LBMCase, geo, stepper, skip=()) -> dict:
+    """Drag and lift coefficients of every measured obstacle (``measure_force``) at the last step, under the names of
+    the monitor's series: ``drag_coefficient`` / ``lift_coefficient`` for the first, ``drag_coefficient_<k>`` /
+    ``lift_coefficient_<k>`` for obstacle k after it; names already in ``skip`` (the reference's metrics, the same
+    value) are not computed again."""
+    out = {}
+    for k in geo.measured:
+        sfx = "" if k == geo.measured[0] else f"_{k}"
+        if f"drag_coefficient{sfx}" in skip and f"lift_coefficient{sfx}" in skip:
+            continue
+        cd, cl = obs.force_coefficients(stepper.force(geo.obstacles[k]), case.lattice.velocity,
+                                        case.lattice.resolution)
+        out[f"drag_coefficient{sfx}"], out[f"lift_coefficient{sfx}"] = cd, cl
+    return out
 
 
 #: what the run's time figures hold (the summary's timing_basis)
@@ -454,7 +496,7 @@ TIMING_BASIS = ("mlups: every step, first-call compilation and graph capture in;
 def _reachable(monitor, policy) -> str:
     """What a run that ended not_steady says of the tolerance its storage reached: its lowest change and, from the
     last check's growth exponent (``Monitor.steady_stall``), whether the flow was still developing or the change had
-    settled at the storage's rounding noise (docs/lbm_algorithm.md "When a run stops early")."""
+    settled at the storage's rounding noise (docs/design/lbm_algorithm.md "When a run stops early")."""
     if not monitor.steady_checks:
         return ""
     step, lowest = min(monitor.steady_checks, key=lambda c: c[1])

@@ -3,8 +3,10 @@
 What one run does, in order:
 
 1. measures the device copy bandwidth (bytes read + written) in the same process: the ceiling;
-2. times the NumPy CPU reference at a small size (the speedup column's denominator; with no GPU backend to time, at
-   the ``--sizes`` given);
+2. times the NumPy CPU reference at a small size in every precision asked for (16-bit storage too, as ``run`` does on
+   NumPy) and always in fp64: NumPy fp64 is the speedup column's one baseline (a row's MLUPS over NumPy fp64's at
+   its size, else at the baseline size), so fp32 on NumPy shows what fp32 itself gains; with no GPU backend to
+   time, at the ``--sizes`` given;
 3. for each GPU backend x precision: checks every step kernel the timed sizes may run (``check_kernels``: both
    layouts under auto streaming; for 16-bit storage the pair kernel and one cell per thread) against the NumPy
    reference on a small cavity (relative L2 difference of the velocity after a few steps; fp16s and fp16c
@@ -34,7 +36,7 @@ import numpy as np
 
 from hpcsolve.core import backends
 from hpcsolve.core.errors import CaseError
-from hpcsolve.core.precision import get_precision, names
+from hpcsolve.core.precision import get_precision
 from hpcsolve.lbm import memory as lbm_memory
 from hpcsolve.lbm import physics
 from hpcsolve.lbm.steppers.gpu_common import bytes_per_cell
@@ -228,17 +230,15 @@ def _markdown(data: dict) -> str:
     lines = [f"LBM D2Q9 lid-driven cavity, {data['device']}; copy bandwidth {bw:,.0f} GB/s "
              f"(read + write, same run). Bytes per cell per step from each kernel's header.", "",
              "MLUPS: median of the timed repeats (min-max).", "",
-             "| backend | precision | grid | MLUPS (min-max) | GB/s | % of copy | B/cell/step | speedup vs NumPy | check vs ref |",
+             "| backend | precision | grid | MLUPS (min-max) | GB/s | % of copy | B/cell/step | speedup vs NumPy fp64 | check vs ref |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    cpu = {r["precision"]: r for r in data["cpu_reference"]}
     for r in data["rows"]:
         if "error" in r or "skipped" in r:
             label = r["backend"] + (" (in place)" if r.get("in_place") else "")
             what = f"failed: {r['error'][:80]}" if "error" in r else f"not timed: {r['skipped'][:100]}"
             lines.append(f"| {label} | {r['precision']} | {r.get('size', '')}^2 | {what} | | | | | |")
             continue
-        ref = cpu.get(r["precision"]) or cpu.get("fp32")
-        speed = f"{r['mlups'] / ref['mlups']:,.0f}x" if ref else ""
+        speed = _speedup_text(r.get("speedup_vs_numpy_fp64"))
         chk = data["checks"].get(_check_key(r["backend"], r["precision"], r.get("in_place", False),
                                             r.get("pairs", False)), {})
         chk_s = f"u {chk['u_rel_l2']:.1e} ({chk['against']})" if "u_rel_l2" in chk else chk.get("error", "")[:60]
@@ -248,7 +248,13 @@ def _markdown(data: dict) -> str:
                      f"{r['effective_bandwidth_GBps']:,.0f} | {pct:.0f}% | {r['bytes_per_cell_step']:g} | {speed} | {chk_s} |")
     for r in data["cpu_reference"]:
         lines.append(f"| numpy (CPU, {r.get('cpu_threads', 1)} thread) | {r['precision']} | {r['size']}^2 | "
-                     f"{r['mlups']:,.2f} ({_mlups_range(r, '.2f')}) | | | | 1x | reference |")
+                     f"{r['mlups']:,.2f} ({_mlups_range(r, '.2f')}) | | | | "
+                     f"{_speedup_text(r.get('speedup_vs_numpy_fp64'))} | "
+                     f"{'baseline' if r['precision'] == 'fp64' else 'not checked (CPU reference)'} |")
+    base = data.get("speedup_baseline")
+    if base and base not in data["cpu_reference"]:
+        lines.append(f"| numpy (CPU, {base.get('cpu_threads', 1)} thread) | fp64 | {base['size']}^2 | "
+                     f"{base['mlups']:,.2f} ({_mlups_range(base, '.2f')}) | | | | 1.00x | baseline of the speed-ups |")
     if data.get("memory"):
         lines += ["", "| backend | precision | resident B/cell | largest square grid that fits |",
                   "| --- | --- | ---: | ---: |"]
@@ -256,6 +262,27 @@ def _markdown(data: dict) -> str:
             lines.append(f"| {m['backend']} | {m['precision']} | {m['bytes_per_cell_resident']:g} | "
                          f"{m['largest_square']:,}^2 ({m['largest_square']**2 / 1e9:.2f} G cells) |")
     return "\n".join(lines) + "\n"
+
+
+def speedups(rows: list, cpu_rows: list, baseline: dict | None = None) -> None:
+    """Each row's ``speedup_vs_numpy_fp64``: its MLUPS over the NumPy fp64 reference's at the same grid, else at the
+    baseline size (the first fp64 row, or ``baseline`` where fp64 was not asked for; a GPU row at 4096^2 against
+    NumPy at 256^2). One baseline for every precision: NumPy fp32 against NumPy fp64 says what fp32 gains (each
+    precision against itself said 1x)."""
+    base = [r for r in cpu_rows if r["precision"] == "fp64" and "mlups" in r] + ([baseline] if baseline else [])
+    if not base:
+        return
+    for r in rows + cpu_rows + ([baseline] if baseline else []):
+        if "mlups" in r:
+            ref = next((b for b in base if b["size"] == r.get("size")), base[0])
+            r["speedup_vs_numpy_fp64"] = r["mlups"] / ref["mlups"]
+            r["speedup_baseline"] = f"numpy/fp64 {ref['size']}^2"
+
+
+def _speedup_text(x) -> str:
+    if x is None:
+        return ""
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.2f}x"
 
 
 def _bench_one(backend: str, precision: str, sizes, in_place, fits: dict, bw: dict, timing: dict, checks: dict,
@@ -310,19 +337,6 @@ def _bench_one(backend: str, precision: str, sizes, in_place, fits: dict, bw: di
                        "largest_square": _largest_square(mem[0], resident)})
 
 
-def _check_timed(precisions, cpu_precisions, skipped: dict) -> None:
-    """Without a GPU backend to time, only the NumPy reference runs, and only the precisions it runs natively: a
-    precision asked for by name that it does not run is refused (it used to give an empty table, exit 0, replacing
-    an earlier bench_lbm.json / .md)."""
-    for p in precisions:
-        if p not in cpu_precisions:
-            gpus = "; ".join(f"{b}: {why}" for b, why in skipped.items()) or "none asked for (--backends)"
-            native = [n for n in names("lbm") if get_precision(n).storage == get_precision(n).compute]
-            raise CaseError.invalid("--precisions", p, ", ".join(native) + " without a GPU backend to time",
-                                    why=f"no backend here runs it in the bench: the NumPy reference runs only the "
-                                        f"precisions it computes in natively, and no GPU backend is timed ({gpus})")
-
-
 def main(args) -> int:
     quick = bool(getattr(args, "quick", False))
     # every option is checked before anything is created or timed (CaseError: exit 2 naming the option)
@@ -339,11 +353,10 @@ def main(args) -> int:
     fits = _device_fit(gpu, precisions, sizes, in_place)   # sizes no requested kernel can hold: exit 2 now
     # the NumPy reference: the speedup column's baseline size; without a GPU backend to time, the sizes asked for
     cpu_sizes = list(dict.fromkeys(sizes)) if not gpu and getattr(args, "sizes", None) else [64 if quick else CPU_SIZE]
-    cpu_precisions = [p for p in precisions   # NumPy runs these natively
-                      if get_precision(p, "lbm").storage == get_precision(p, "lbm").compute]
-    if not gpu and getattr(args, "precisions", None):   # asked for by name: each must be timed by someone
-        _check_timed(precisions, cpu_precisions, skipped)
-    _host_fit(cpu_precisions, cpu_sizes)
+    # NumPy runs every LBM precision (16-bit storage decoded to its compute type, as ``run`` does); NumPy fp64 is the
+    # speedup column's baseline, timed apart where fp64 is not asked for
+    cpu_precisions = list(precisions)
+    _host_fit(list(dict.fromkeys(["fp64"] + cpu_precisions)), cpu_sizes)   # fp64: the speed-up baseline
     out = out_folder(args)
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
@@ -361,6 +374,8 @@ def main(args) -> int:
         for precision in precisions:
             _bench_one(backend, precision, sizes, in_place, fits, bw, dict(steps=steps, repeats=repeats, warmup=warmup),
                        checks, rows, memory)
+    baseline = None if "fp64" in cpu_precisions else time_numpy("fp64", cpu_sizes[0], steps=5 if quick else 20)
+    speedups(rows, cpu_rows, baseline)
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
             "in_place": in_place, "streaming": streaming,
@@ -368,6 +383,7 @@ def main(args) -> int:
             "sizes": sorted({r["size"] for r in rows + cpu_rows if "mlups" in r}), "sizes_requested": list(sizes),
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
+            "speedup_baseline": baseline or next((r for r in cpu_rows if r["precision"] == "fp64"), None),
             "packages": backends.package_versions()}
     stem = {"auto": "bench_lbm", "in-place": "bench_lbm_in_place", "two-buffer": "bench_lbm_two_buffer"}[streaming]
     write_output(out / f"{stem}.json", json.dumps(data, indent=2, default=str))

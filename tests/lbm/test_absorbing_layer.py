@@ -156,7 +156,7 @@ def test_no_layer_by_default():
 def test_strong_layer_stays_stable_at_low_viscosity():
     """tau 0.5745 (omega+ 1.74), bulk rate 0.04 (zeta = 340 nu), Mach 0.17 mean flow with shear waves and noise:
     the Hermite-projected bulk relaxation stays bounded (the orthogonal MRT vector of the same mode blew up here
-    within 100 steps for any bulk rate below 0.5; docs/lbm_algorithm.md)."""
+    within 100 steps for any bulk rate below 0.5; docs/design/lbm_algorithm.md)."""
     n, tau = 32, 0.5745
     y, x = np.mgrid[0:n, 0:n]
     rng = np.random.default_rng(0)

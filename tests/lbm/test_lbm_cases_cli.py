@@ -46,7 +46,8 @@ def test_case_loads_and_short_run_gives_number(path):
     assert case.solver == "lbm"
     overrides, check = SHORT[path.stem]
     overrides = overrides + ["steady.enabled=false"]
-    r = run_case(path, "numpy", overrides=overrides, progress=False)
+    # force: 2D-2 at resolution 10 is past the stability rule (it blows up near step 1,000), 200 steps are not
+    r = run_case(path, "numpy", overrides=overrides, progress=False, force=True)
     # closed and periodic boxes conserve mass to rounding; channels started from rest fill up with
     # the pressure head the inlet builds (seen 7 % and 9 % on the short cylinder runs)
     closed = path.stem.startswith(("lid", "taylor"))
@@ -55,7 +56,7 @@ def test_case_loads_and_short_run_gives_number(path):
     case = load_case(path, overrides)
     derived, geo, setup = build_setup(case, FP64)
     if check == "independent":
-        # the NumPy reference and an independent text of the algorithm (docs/lbm_algorithm.md) differ only in the
+        # the NumPy reference and an independent text of the algorithm (docs/design/lbm_algorithm.md) differ only in the
         # order of floating-point sums: seen <= 2e-13 of the lid / inflow speed after 200-400 steps; 1e-11 leaves
         # room for that round-off to grow while any change of a rule, a weight or the collision (>= 1e-6) fails
         ux, uy = independent_d2q9(setup, r.metrics["steps"])

@@ -137,7 +137,7 @@ def test_the_growth_of_a_biased_loss_is_flagged_and_unbiased_noise_is_not():
     of every step's velocity change (``lose``: the state pulled back towards the window's start after each step, as
     rounding that drops the increments with a bias would): the error grows with the window, past the threshold; the
     same stepper without the loss does not grow. (No tiny CPU case was found whose real fp16s storage loses its flow:
-    the measured cases are in docs/lbm_algorithm.md, "The 16-bit guard"; the real 2D-2 run is measured on the GPU.)"""
+    the measured cases are in docs/design/lbm_algorithm.md, "The 16-bit guard"; the real 2D-2 run is measured on the GPU.)"""
     case = _case("taylor_green.toml", "lattice.resolution=16", "lattice.velocity=0.05", "physics.reynolds=10")
     derived, _, setup = build_setup(case, FP16S)
     growth = {}

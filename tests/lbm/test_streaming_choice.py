@@ -2,10 +2,10 @@
 
 ``lattice.streaming = "auto"`` (``LBMSetup.in_place`` None) streams in place where the one-array lattice takes
 between 0.3 and 0.65 of the device's L2 cache (fp32 / fp64): there it stays in L2 from step to step (measured on
-the H200 in docs/lbm_algorithm.md, "Automatic in-place streaming"). Rows of at most 256 cells take a backend's
+the H200 in docs/design/lbm_algorithm.md, "Automatic in-place streaming"). Rows of at most 256 cells take a backend's
 short-row launch shape (Numba fp32: up to 256 threads per block, one block per row). 16-bit storage runs one cell
 per thread on grids of at most a backend's ``PER_CELL_CELLS`` cells and the two-cells-per-thread pair kernel on
-larger grids with an even nx (measured in docs/lbm_algorithm.md)."""
+larger grids with an even nx (measured in docs/design/lbm_algorithm.md)."""
 
 from __future__ import annotations
 
@@ -249,6 +249,9 @@ def test_bench_checks_both_16_bit_kernels_and_each_row_shows_its_own(monkeypatch
     monkeypatch.setattr(bench_lbm, "copy_bandwidth", lambda *a, **k: {"bandwidth_GBps": 4000.0})
     monkeypatch.setattr(bench_lbm, "check_against_reference", check)
     monkeypatch.setattr(bench_lbm, "time_backend", time_backend)
+    monkeypatch.setattr(bench_lbm, "time_numpy", lambda p, n, steps, repeats=3: {      # the NumPy fp64 baseline
+        "backend": "numpy", "precision": p, "size": n, "cells": n * n, "seconds_per_step": 1e-2,
+        "seconds_spread": [1e-2, 1e-2], "mlups": n * n / 1e-2 / 1e6, "cpu_threads": 1})
     args = SimpleNamespace(quick=False, out=tmp_path, sizes=[256, 1024], precisions=["fp16c"], backends=["cupy"],
                            in_place=False, streaming=None)
     assert bench_lbm.main(args) == 0

@@ -1,6 +1,6 @@
 """Fast validation checks of the LBM reference with references that do not come from hpcsolve's own output.
 
-- ``independent_d2q9``: a second, deliberately plain text of the algorithm of docs/lbm_algorithm.md (full populations,
+- ``independent_d2q9``: a second, deliberately plain text of the algorithm of docs/design/lbm_algorithm.md (full populations,
   ``np.roll`` streaming, TRT written out), used by tests/lbm/test_lbm_cases_cli.py to check the case files' short runs
   field for field, and here on a resting box with a moving wall of every orientation.
 - The outlet rules' reflection of a sound pulse against linear acoustics (the fast version of the slow
@@ -8,7 +8,7 @@
 - The Strouhal number of a shedding run, from ``observables.strouhal`` (what ``hpcsolve run`` reports) against an FFT of
   the same lift series computed here.
 
-docs/validation_ci.md lists every check, its resolution, reference and tolerance.
+docs/design/validation_ci.md lists every check, its resolution, reference and tolerance.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hpcsolve.core.precision import FP64
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-# D2Q9, in the order of docs/lbm_algorithm.md (written out here, not imported)
+# D2Q9, in the order of docs/design/lbm_algorithm.md (written out here, not imported)
 CX = np.array([0, 1, 0, -1, 0, 1, -1, -1, 1])
 CY = np.array([0, 0, 1, 0, -1, 1, 1, -1, -1])
 W = np.array([4 / 9, 1 / 9, 1 / 9, 1 / 9, 1 / 9, 1 / 36, 1 / 36, 1 / 36, 1 / 36])

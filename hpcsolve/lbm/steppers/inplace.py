@@ -1,7 +1,7 @@
 """In-place streaming (the AA pattern of Bailey et al. 2009) for the GPU steppers: one population
 array instead of two, so the resident bytes per cell are halved (fp64 73, fp32 37, fp16s 19).
 
-The stored state is still the post-collision f*(t) of docs/lbm_algorithm.md; only *where* each value
+The stored state is still the post-collision f*(t) of docs/design/lbm_algorithm.md; only *where* each value
 lives alternates with the parity of the steps done since the state was loaded:
 
 - **even layout** (the two-buffer layout): slot (i, x) holds f*_i(x);

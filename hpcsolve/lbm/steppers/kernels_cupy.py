@@ -8,7 +8,7 @@ FMA), and no physics constant is typed twice. Population loads and stores are th
 (``population_code.cuda_code``). One source per (policy, collision model, kernel shape), compiled once per
 process by CuPy (RawModule cache). This module holds the stepper: launches, buffers, observables.
 
-The step kernel (``lbm_step``) fuses, per fluid cell, as docs/lbm_algorithm.md specifies:
+The step kernel (``lbm_step``) fuses, per fluid cell, as docs/design/lbm_algorithm.md specifies:
 pull streaming from the 9 neighbours (periodic wrap), the boundary rule of the cell the
 population comes from (wall / velocity bounce-back, outlet anti-bounce-back), the collision
 (BGK or TRT), and the store. Layout: structure of arrays ``g[i, y, x]``; one thread per cell,

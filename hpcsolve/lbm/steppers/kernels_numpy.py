@@ -1,4 +1,4 @@
-"""NumPy reference Stepper: the algorithm of docs/lbm_algorithm.md, vectorized.
+"""NumPy reference Stepper: the algorithm of docs/design/lbm_algorithm.md, vectorized.
 
 One step = pull streaming with the boundary rules, then collision, both on the fluid cells only.
 Streaming is a single gather: for every (direction i, fluid cell x) a precomputed index says

@@ -2,7 +2,7 @@
 
 A backend gets an :class:`LBMSetup` (geometry as a flags array, boundary velocities, relaxation,
 collision model, precision policy, initial state) and returns a :class:`Stepper`. The algorithm a
-Stepper must implement is fixed in docs/lbm_algorithm.md; ``kernels_numpy.NumpyStepper`` is the
+Stepper must implement is fixed in docs/design/lbm_algorithm.md; ``kernels_numpy.NumpyStepper`` is the
 reference every other backend is compared with.
 """
 
@@ -135,7 +135,7 @@ class SavedState:
 class Stepper(abc.ABC):
     """One backend's state and time stepping. State stays on the backend's device.
 
-    The stored array holds post-collision populations (see docs/lbm_algorithm.md); ``time_step``
+    The stored array holds post-collision populations (see docs/design/lbm_algorithm.md); ``time_step``
     counts the steps done since the initial state.
 
     A stepper whose ``array_module`` is not None (NumPy: numpy; CuPy and Numba-CUDA with CuPy: cupy) also gives its
