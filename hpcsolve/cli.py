@@ -97,19 +97,33 @@ def _add_compare_parser(sub) -> None:
                         "compilation and caches included); default: one untimed run first")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed runs per configuration, at most 1000 (default: at least 3, up to 10 while the "
-                        "spread is above 5%%; once where the first timed run takes 10 s or more)")
+                        "spread is above 5%%; exactly 3 where the first timed run takes 10 s or more)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars or progress lines (the table, the results folder and errors are still "
                         "printed)")
     p.add_argument("--reference", default=None, metavar="BACKEND/PRECISION",
                    help="the configuration every other is judged against, e.g. numpy/fp64 or cupy/fp64; default: the "
                         "case's compare.reference, else auto: fp64 on the fastest usable backend, cross-checked "
-                        "against numpy/fp64 on a reduced copy of the case (docs/compare.md)")
+                        "against numpy/fp64 on a reduced copy of the case (docs/guide/compare.md)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="skip (as a row saying why) every configuration whose run is predicted to take longer; a "
                         "reference predicted longer is an error before anything runs")
     p.add_argument("--dry-run", action="store_true",
                    help="print the reference, its cross-check and every configuration's predicted time, then stop")
+    p.add_argument("--judge", choices=("solution", "residual"), default=None,
+                   help="FEM: judge a run by its solution error against the discretisation error (solution: "
+                        "accepted at <= 1/10 of it, even if its solve stalled above rtol) or by convergence and "
+                        "--tolerance (residual); default: the case's compare.judge, else solution where the "
+                        "reference knows its discretisation error")
+    p.add_argument("--wide", action="store_true",
+                   help="print the wide table (every column: throughput, memory, residuals, each field's error); "
+                        "default: the compact one (the wide one is always in comparison.json)")
+    p.add_argument("--rejudge", type=_folder_arg, metavar="DIR",
+                   help="judge the comparison saved in DIR again (with --tolerance, --fields, --judge), running "
+                        "nothing; written to --out (default DIR/rejudged; DIR itself only with --overwrite)")
+    for action in p._actions:           # the case is not needed with --rejudge (the saved comparison names it)
+        if action.dest == "case":
+            action.nargs, action.required, action.default = "?", False, None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in DIR from its newest checkpoint (results are written there; "
                         "give --no-plots again if wanted: run options are not kept in the checkpoint)")
     p.add_argument("--force", action="store_true",
-                   help="with --resume: continue even if the case, backend, precision or version differ "
+                   help="run a lattice the stability rule knows to blow up (validate lists it under warnings); "
+                        "with --resume: continue even if the case, backend, precision or version differ "
                         "(another precision continues from the checkpoint's state, rounded to the new storage)")
     p.add_argument("--out", type=_folder_arg, help="output folder (default: results/<case>-<backend>-<precision>-<time>)")
     p.add_argument("--overwrite", action="store_true", help="replace a result already in --out")
@@ -184,10 +199,6 @@ def _check_run_options(args) -> None:
     """Options of ``run`` that cannot go together: an error (exit 2) before anything is read or written, rather
     than one of them silently ignored."""
     if args.resume is None:
-        if args.force:
-            raise CaseError.invalid("--force", True, "only with --resume DIR",
-                                    why="it lets a resumed run continue although its case or setup differ, "
-                                        "and no run is resumed")
         return
     if args.dry_run:
         raise CaseError.invalid("--dry-run", True, "not with --resume",
@@ -236,7 +247,7 @@ def cmd_run(args) -> int:
             print(f"hpcsolve: running {case.name} ({case.solver}) on {backend} in {policy.name} -> {out}",
                   file=sys.stderr)
         result = runmod.run_case(case, backend, policy, out=out, progress=not args.quiet, overwrite=args.overwrite,
-                                 plots=not args.no_plots)
+                                 plots=not args.no_plots, force=args.force)
     except BaseException:
         if reserved:                  # refused before it wrote anything: the reserved folder goes again
             outdir.remove_unused(out)
@@ -285,13 +296,17 @@ def cmd_compare(args) -> int:
 
     if args.backend or args.precision:
         _say("hpcsolve: note: compare uses --backends/--precisions; --backend/--precision are ignored")
+    if args.rejudge is not None:
+        return _rejudge(args)
+    if args.case is None:
+        raise CaseError.invalid("case", None, "a path to a .toml case file (or --rejudge DIR: a saved comparison)")
     case = load_case(args.case, args.overrides)
     tol = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
     if args.dry_run:                    # the plan and its predicted times, nothing run or written
         from hpcsolve.report.compare import plan   # late: as compare above
         the_plan = plan(case, args.backends, args.precisions, tol, preconditioners=args.preconditioners,
                         reference=args.reference, budget=args.budget, warmup=not args.no_warmup, repeats=args.repeats,
-                        fields=args.fields)
+                        fields=args.fields, judge=args.judge)
         print("\n".join(f"compare: {line}" for line in the_plan.lines()))
         note = fields_note(case, args.fields if args.fields is not None else case.compare.fields)
         if note:        # names a dry run cannot check: the reference's metrics are known once it has run
@@ -305,17 +320,25 @@ def cmd_compare(args) -> int:
     try:
         comp = compare(case, args.backends, args.precisions, tol, out=out, progress=not args.quiet,
                        warmup=not args.no_warmup, repeats=args.repeats, preconditioners=args.preconditioners,
-                       overwrite=args.overwrite, fields=args.fields, reference=args.reference, budget=args.budget)
+                       overwrite=args.overwrite, fields=args.fields, reference=args.reference, budget=args.budget,
+                       judge=args.judge)
     except BaseException:
         if args.out is None:              # the default folder reserved above: removed again while still unused
             outdir.remove_unused(out)
         raise
-    print(comp.table())
+    print(comp.table(wide=args.wide))
     print(f"results in {out}/ (comparison.md, comparison.json, plots/, one folder per run)")
     if comp.reference_failed:           # nobody could be judged: a failed comparison, not a success
         _say(f"hpcsolve: error: {case.name}: failed reference: {comp.reference_failed}; no run is judged against it")
         return 3
     return 0
+
+
+def _rejudge(args) -> int:
+    """``compare --rejudge DIR``: the saved comparison judged again, nothing run (hpcsolve.report.compare_rejudge)."""
+    from hpcsolve.report.compare_rejudge import command   # late: start-up cost (with compare)
+
+    return command(args)
 
 
 def cmd_info(args) -> int:
@@ -366,7 +389,7 @@ def _interrupt(signum, frame):
 def _set_handlers(handler) -> dict:
     """Set the stop signals (SIGINT, SIGTERM, SIGHUP unless inherited ignored: ``interrupts.STOP_SIGNALS``) to
     ``handler`` (a callable, SIG_IGN, or a dict by signal as returned here) and SIGUSR1 to the status line (ignored
-    with SIG_IGN); returns the previous. SIGQUIT keeps its default (docs/reliability.md "Signals")."""
+    with SIG_IGN); returns the previous. SIGQUIT keeps its default (docs/design/reliability.md "Signals")."""
     previous = interrupts.set_handlers(handler)
     if _SIGUSR1 is not None and not isinstance(handler, dict):
         try:

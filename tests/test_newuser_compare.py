@@ -29,7 +29,7 @@ def test_the_verdict_names_the_field_and_the_table_lists_every_field(cavity):
     assert fp16.error_field == "pressure" and fp16.error > 1e-3 > fp16.field_errors["velocity"]["rel_l2"]
     verdict = cavity.verdicts()["numpy/fp16s"]
     assert verdict.startswith(f"field error {fp16.error:.3g} in pressure above the tolerance 0.001 (velocity ")
-    table = cavity.table()
+    table = cavity.table(wide=True)      # issue 50: every field's error is in the wide table
     assert f"{fp16.error:.2e} (pressure)" in table
     assert f"velocity {fp16.field_errors['velocity']['rel_l2']:.2e}, pressure {fp16.error:.2e}" in table
     assert "largest over fields (density_lattice, pressure, velocity, vorticity)" in table
@@ -54,7 +54,7 @@ def test_a_metric_can_be_judged_and_an_unknown_name_is_refused():
     a, b = run.result.metrics["ghia_max_abs_diff"], ref.result.metrics["ghia_max_abs_diff"]
     assert run.error_field == "ghia_max_abs_diff" and run.error == abs(a - b) / abs(b) > 0
     assert set(run.judged_errors) == {"ghia_max_abs_diff"} and "pressure" in run.field_errors   # shown, not judged
-    with pytest.raises(CaseError, match="--fields.*no field or scalar metric") as exc:
+    with pytest.raises(CaseError, match="--fields.*no (field or scalar metric|LBM run reports a field or metric)") as exc:
         compare(CASES / "lid_driven_cavity.toml", backends=["numpy"], precisions=["fp32"], repeats=1, warmup=False,
                 overrides=SMALL_CAVITY, fields=["velocty"])
     assert "velocity" in str(exc.value)
@@ -68,7 +68,7 @@ def test_lbm_state_memory_follows_the_precision(cavity):
     state = {r.precision: r.state_bytes for r in cavity.runs}
     assert state == {"fp64": 2 * 9 * cells * 8, "fp32": 2 * 9 * cells * 4, "fp16s": 2 * 9 * cells * 2}
     assert len({r.memory_bytes for r in cavity.runs}) == 1        # the process peak estimate: the same for all
-    assert f"{state['fp16s'] / 2**20:.3g}" in cavity.table() and "state_MiB" in cavity.table()
+    assert f"{state['fp16s'] / 2**20:.3g}" in cavity.table(wide=True) and "state_MiB" in cavity.table(wide=True)
 
 
 def test_fem_state_memory_counts_matrix_vectors_and_hierarchy():
@@ -81,7 +81,7 @@ def test_fem_state_memory_counts_matrix_vectors_and_hierarchy():
     assert runs["numpy/fp32/none"].state_bytes == nnz * 8 + (rows + 1) * 4 + 10 * rows * 4
     mg = runs["numpy/fp64/mg"]
     assert mg.state_bytes > runs["numpy/fp64/none"].state_bytes and "hierarchy" in mg.state_basis
-    assert len(mg.setup_times) == 1 and mg.setup_times[0] > 0 and "pc_setup_s" in comp.table()
+    assert len(mg.setup_times) == 1 and mg.setup_times[0] > 0 and "pc_setup_s" in comp.table(wide=True)
 
 
 def _synthetic(spec, tol=1e-3):
@@ -105,7 +105,7 @@ def test_round_off_does_not_decide_the_recommendation():
     rec = comp.recommendation()
     assert rec["label"] == "cupy/fp64/mg" and rec["why"].startswith("as accurate as cupy/fp64/amg")
     assert comp.verdicts()["cupy/fp64/amg"].startswith("as accurate as cupy/fp64/mg (same accuracy class), but slower")
-    assert "accuracy_class: 0 for errors at or below tolerance/100 (1e-05)" in comp.table()
+    assert "accuracy_class: 0 for errors at or below tolerance/100 (1e-05)" in comp.table(wide=True)
 
 
 def test_progress_lines_at_least_every_ten_seconds():
@@ -165,7 +165,7 @@ def test_the_fields_option_of_the_cli_reaches_compare(tmp_path, capsys):
     assert data["fields"] == ["velocity"] and data["runs"][1]["error_field"] == "velocity"
 
 
-def test_the_pareto_plot_marks_the_recommended_run_and_staggers_eleven_labels(tmp_path, monkeypatch):
+def test_the_pareto_plot_marks_the_recommended_run_and_keeps_eleven_labels_apart(tmp_path, monkeypatch):
     """Eleven configurations: the recommended one (computed by the comparison) carries a 'recommended' marker in
     the legend and a bold label; neighbouring labels (sorted by error) get different offsets."""
     from hpcsolve.report import comparison as cmp
@@ -189,17 +189,24 @@ def test_the_pareto_plot_marks_the_recommended_run_and_staggers_eleven_labels(tm
     ax, best = seen["ax"], comp.recommendation()["label"]
     assert best is not None
     assert any(line.get_label() == f"recommended: {best}" for line in ax.get_lines())
+    # issue 50: points carry numbers placed clear of each other (tests/test_plot_layout.py checks the overlaps), the
+    # configurations are named in a key beside the axes, the recommended one starred there and its number bold
     texts = [t for t in ax.texts]
     bold = [t.get_text() for t in texts if t.get_fontweight() == "bold"]
-    assert len(bold) == 1 and bold[0].startswith(best)
-    offsets = [t.xyann for t in texts]
-    assert all(a != b for a, b in zip(offsets, offsets[1:]))
+    shown = sorted((r for r in comp.runs if not r.is_reference), key=lambda r: (r.error, r.wall_s))
+    number = str(1 + [r.label for r in shown].index(best))
+    assert len(bold) == 1 and bold[0] == number
+    key = next(t.get_text() for a in ax.figure.axes if a is not ax for t in a.texts)
+    assert f"*{number:>2}  {best}" in key.replace("\n     ", "")
+    renderer = ax.figure.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert len(boxes) == 10 and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     ax.figure.clf()
 
 
 def test_a_run_the_16bit_guard_flagged_says_so_in_its_verdict():
     """The guard's flag (result.metrics['precision_guard_flagged_step'], set by a real fp16s run of Poiseuille, which
-    the guard flags on the CPU: docs/lbm_algorithm.md) reaches the run's compare verdict; an unflagged run's does not."""
+    the guard flags on the CPU: docs/design/lbm_algorithm.md) reaches the run's compare verdict; an unflagged run's does not."""
     from hpcsolve.run import run_case
 
     res = run_case(CASES / "poiseuille.toml", "numpy", "fp16s", progress=False, plots=False)

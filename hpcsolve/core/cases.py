@@ -178,6 +178,11 @@ class CompareSection(StrictModel):
     reference: str = Field("auto", description="the configuration every other is judged against, BACKEND/PRECISION "
                            "(e.g. numpy/fp64, cupy/fp64) or auto: fp64 on the fastest usable backend, cross-checked "
                            "against numpy/fp64 on a reduced copy of the case (--reference overrides)")
+    judge: typing.Literal["solution", "residual"] | None = Field(
+        None, description="FEM: what `hpcsolve compare` judges a run by: solution (its solution error against the "
+        "discretisation error, accepted at <= 1/10 of it even where its solve stalled above rtol) or residual "
+        "(converged, field error within --tolerance); default: solution where the reference knows its "
+        "discretisation error (--judge overrides); LBM cases: residual only")
 
 
 class CaseBase(StrictModel):
@@ -379,6 +384,11 @@ def check_compare_reference(case, overrides=()) -> None:
     """``compare.reference`` is ``auto`` or BACKEND/PRECISION with a precision of the case's family, by the rule
     ``hpcsolve compare`` applies (``compare_reference.parse``): ``validate`` refuses what compare refuses. Whether
     the backend can run here is compare's question (a case may be validated on another machine)."""
+    if case.compare.judge == "solution" and case.solver != "fem":
+        err = CaseError.invalid("compare.judge", "solution", "residual (or leave compare.judge out) for an LBM case",
+                                why="solution judges a FEM run by its discretisation error; an LBM case has none")
+        raise CaseError(str(err) + _from_set("compare.judge", overrides), field=err.field, value="solution",
+                        allowed="residual")
     value = case.compare.reference
     text = value.strip().lower()
     if text == "auto":

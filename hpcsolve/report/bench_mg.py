@@ -182,7 +182,7 @@ def poisson_table(result, *, sizes, device, numba: bool, quick: bool) -> None:
 
 
 def robustness_table(result, *, device, quick: bool) -> None:
-    """Plain CG, amg and mg on the hard problems (docs/fem_solvers.md) on ``device`` (a Backend)."""
+    """Plain CG, amg and mg on the hard problems (docs/design/fem_solvers.md) on ``device`` (a Backend)."""
     n, nc = (1024, 512) if device.gpu and not quick else (128, 64) if not quick else (48, 24)
     backend = device.name
     for problem in (tp.anisotropic(n), tp.jumps(n), tp.cook(nc)):

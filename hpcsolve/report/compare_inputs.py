@@ -4,6 +4,7 @@ the preconditioner dimension of a FEM case; and the configurations to run, the r
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -154,9 +155,12 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
         case = load_case(case, overrides)
     else:       # validated again as a whole (edits in Python skip the rules across fields)
         case = case.with_overrides(*overrides)
-    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and 0 <= tolerance <= TOLERANCE_MAX):
-        raise CaseError.invalid("--tolerance", tolerance, f"a number from 0 to {TOLERANCE_MAX:g} (a relative error: "
-                                f"{TOLERANCE_MAX:g} accepts a run off by as much as the reference itself)")
+    checked_tolerance(tolerance)
+    if case.solver == "lbm":    # a lattice the stability rule knows to blow up: refused before the reference runs
+        from hpcsolve.lbm.case import derive              # late: the LBM family's modules, for LBM cases only
+        from hpcsolve.lbm.runner import refuse_unstable   # late: as above
+        refuse_unstable(case, derive(case), "a lattice the stability rule accepts (compare has no --force: a "
+                        "lattice past the rule is run alone, with hpcsolve run --force)")
     if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int)
                                 or not 1 <= repeats <= REPEATS_LIMIT):
         raise CaseError.invalid("--repeats", repeats, f"an integer in [1, {REPEATS_LIMIT}]",
@@ -165,13 +169,21 @@ def checked_inputs(case, backends, precisions, tolerance, repeats, overrides, as
     return case, backends, precisions
 
 
+def checked_tolerance(tolerance) -> float:
+    """``--tolerance`` as a float, a number from 0 to TOLERANCE_MAX; CaseError naming it otherwise."""
+    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and 0 <= tolerance <= TOLERANCE_MAX):
+        raise CaseError.invalid("--tolerance", tolerance, f"a number from 0 to {TOLERANCE_MAX:g} (a relative error: "
+                                f"{TOLERANCE_MAX:g} accepts a run off by as much as the reference itself)")
+    return float(tolerance)
+
+
 def default_backends(case: CaseBase | None = None) -> tuple[list[str], list[str]]:
     """(the backends a comparison runs when none are named, the others usable here): NumPy (the CPU reference: its
     rows are run, or skipped by the budget with their predicted time) and the backend ``hpcsolve run`` takes for
     ``case`` (its ``run.backend``; ``auto``, or one not usable here: ``backends.resolve("auto")``, CuPy, else
     Numba-CUDA). The question is which precision to run a case in, on the backend it will run on; a second GPU
     backend would run every precision again for a backend comparison (``hpcsolve bench lbm``/``fem`` answer that),
-    which doubled the 2D-2 comparison at D = 80 on the H200 (docs/compare.md). Named with ``--backends``, every one
+    which doubled the 2D-2 comparison at D = 80 on the H200 (docs/guide/compare.md). Named with ``--backends``, every one
     runs."""
     usable = [b for b in backends_mod.BACKENDS if backends_mod.probe(b).available and not backends_mod.probe(b).simulator]
     named = getattr(getattr(case, "run", None), "backend", None)
@@ -249,7 +261,36 @@ def check_fields_known(case: CaseBase, fields) -> list[str]:
                                 + ", or scalar metrics of its runs",
                                 why=f"{case.name} is a {case.solver.upper()} case whose runs have no field "
                                     + " or ".join(repr(f) for f in wrong))
-    return [f for f in fields or () if f not in have]
+    left = [f for f in fields or () if f not in have]
+    unknown = [f for f in left if not _could_be_metric(case.solver, f)]
+    if unknown:
+        raise CaseError.invalid("--fields", " ".join(unknown), "fields of this case: " + ", ".join(have)
+                                + ", or scalar metrics its runs report (e.g. " + ", ".join(EXAMPLE_METRICS.get(
+                                    case.solver, ())) + ")",
+                                why=f"no {case.solver.upper()} run reports a field or metric of that name")
+    return left
+
+
+#: metrics named in the error of an unknown ``--fields`` name, by family (a few; summary.json lists them all)
+EXAMPLE_METRICS = {"lbm": ("drag_coefficient", "lift_coefficient", "strouhal"),
+                   "fem": ("probe_value", "error_l2", "tip_displacement")}
+_WORDS: dict = {}
+
+
+def _could_be_metric(family: str, name: str) -> bool:
+    """Whether a run of ``family`` could report a scalar metric called ``name``, known without running one: every
+    word of it (split at "_") is a word of the family's source code or of hpcsolve.core (metric names are written
+    there, whole or, as ``f"{key}_window_mean"``, in parts). A misspelt name ("velocty", "drag_coeficient") is
+    refused before anything runs; a name that passes is checked against the reference's metrics once it has run."""
+    if family not in _WORDS:
+        root = Path(__file__).resolve().parents[1]
+        words: set = set()
+        for folder in (root / family, root / "core"):
+            for path in folder.rglob("*.py"):
+                words.update(re.findall(r"[a-z0-9]+", path.read_text(encoding="utf-8", errors="replace").lower()))
+        _WORDS[family] = words
+    parts = [w for w in name.lower().split("_") if w]
+    return bool(parts) and all(w in _WORDS[family] for w in parts)
 
 
 def fields_note(case: CaseBase, fields) -> str | None:

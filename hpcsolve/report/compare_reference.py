@@ -1,4 +1,4 @@
-"""The reference of a comparison and its cost before running (``hpcsolve.report.compare``; docs/compare.md).
+"""The reference of a comparison and its cost before running (``hpcsolve.report.compare``; docs/guide/compare.md).
 
 Reference: ``--reference BACKEND/PRECISION`` (or ``[compare] reference`` of the case; ``--reference`` wins), default
 ``auto``: fp64 on the fastest usable backend of the comparison (the lowest predicted time among the fp64
@@ -12,7 +12,7 @@ fails its cross-check is a failed reference (``Comparison.reference_failed``, ex
 reference that is not fp64 is allowed (the user asked for it) and labelled so.
 
 Cost: every configuration's predicted time comes from the run-time estimate (``hpcsolve.run.describe(...,
-estimate=True)``, one probe each); ``--dry-run`` prints them and stops, a comparison prints them first (progress
+estimate=True)``: a timed probe each for LBM, a model for FEM); ``--dry-run`` prints them and stops, a comparison prints them first (progress
 lines). ``--budget SECONDS`` skips a configuration whose one run is predicted past it (a 'skipped' row with the
 reason); a reference predicted past it is an error before anything runs. Without ``--budget`` and without
 ``--backends``, a reference off the NumPy backend brings a default budget of max(AUTO_BUDGET_FLOOR_S,

@@ -5,6 +5,7 @@ recommendation follows is in the docstring of ``hpcsolve.report.compare``."""
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,14 +14,15 @@ import numpy as np
 from hpcsolve.core import scaled
 from hpcsolve.core.errors import clip
 from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
-from hpcsolve.report import compare_plots
+from hpcsolve.report import compare_judge, compare_plots, compare_table
 
 MIN_GAIN = 0.10              # a run counts as faster only when its median is also at least 10% lower: 3-6%
 #                              between launch-bound GPU runs flipped the cavity's recommendation between runs
 MIN_TIMED = 3                # timings each run needs before one can be called faster than another (a spread)
-#: a configuration whose first timed run takes at least this long (solver seconds) is timed once (compare, unless
-#: --repeats): its time is the mean of many steps or iterations. Two such runs are compared by their times with the
-#: MIN_GAIN margin (the H200 repeated a 23 s 2D-2 run within 4 %: 23.4 and 22.6 s in two calls)
+#: a configuration whose first timed run takes at least this long (solver seconds) is timed MIN_TIMED times, none more
+#: for its spread (compare, unless --repeats); timed fewer (--repeats 1 or 2) it counts as "timed long": compared by
+#: its time with the MIN_GAIN margin, and every claim resting on it says it rests on one timed run (one fp64 2D-2
+#: configuration took 69.1 s in one comparison and 25.5 s in another: one timing is not a measurement of speed)
 LONG_RUN_S = 10.0
 #: errors at or below tolerance x EQUAL_BELOW count as equally accurate (round-off: 4e-13 and 7e-13 are the same
 #: answer); above it, errors in the same decade (tol/100-tol/10, tol/10-tol, ...) count as equal, and time decides
@@ -61,6 +63,8 @@ class Run:
     # a periodic flow (hpcsolve/report/periodic.py): the cycles, phase-aligned errors, quantities of interest, and the
     # ``judged_errors`` the verdict uses instead of the snapshot errors; {} where the flow is not periodic
     periodic: dict = field(default_factory=dict)
+    # FEM: the run's own solution-vs-discretisation metrics (hpcsolve.report.compare_judge.SOLUTION_KEYS); {} else
+    solution: dict = field(default_factory=dict)
     reference_run: bool | None = field(default=None, repr=False)   # set by compare(); None: (backend, precision) == REFERENCE
     result: Result | None = field(default=None, repr=False)
 
@@ -150,6 +154,15 @@ class Run:
         """name -> validation entry of the published-reference checks this run fell outside of (``validation``)."""
         return {k: v for k, v in self.validation.items() if isinstance(v, dict) and _outside(v.get("verdict"))}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Run":
+        """A Run from its ``to_dict`` (comparison.json), without its Result: what judging it again needs."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: _from_json(v) for k, v in d.items() if k in names and k not in ("result", "reference_run")}
+        for k in ("wall_s", "total_s", "speedup"):
+            kw[k] = math.nan if kw.get(k) is None else float(kw[k])
+        return cls(reference_run=bool(d.get("reference")), **kw)
+
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k not in ("result", "reference_run")}
         d["label"] = self.label
@@ -158,6 +171,17 @@ class Run:
         d["reference"] = self.is_reference
         d["wall_min_s"], d["wall_max_s"] = self.wall_min, self.wall_max
         return _jsonable(d)
+
+
+def _from_json(v):
+    """A value of comparison.json as it was: the strings "nan", "inf", "-inf" (``_jsonable``) as floats."""
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _from_json(x) for k, x in v.items()}
+    return v
 
 
 def field_error(a: np.ndarray, ref: np.ndarray) -> dict:
@@ -179,21 +203,16 @@ def _outside(verdict) -> bool:
     return text.startswith("outside") or text in ("fail", "failed")
 
 
-def _validation_text(r: "Run") -> str:
-    """The run's outside-range validation verdicts in one cell: "c_D_max 3.44 outside [3.22, 3.24]"."""
-    parts = []
-    for name, v in r.outside_range.items():
-        val, rng = v.get("value"), v.get("range")
-        shown = f"{val:.4g}" if isinstance(val, (int, float)) and not isinstance(val, bool) else str(val)
-        rng = f"[{', '.join(f'{x:g}' for x in rng)}]" if isinstance(rng, (list, tuple)) else str(rng or "")
-        parts.append(f"{name} {shown} outside {rng}".rstrip())
-    return "; ".join(parts)
-
-
 def _guard_step(r: "Run") -> int | None:
     """The step at which the run's 16-bit guard flagged it (hpcsolve/lbm/guard.py), None where it did not."""
     step = (getattr(r.result, "metrics", None) or {}).get("precision_guard_flagged_step")
     return int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+
+
+def _one_run(a: "Run", b: "Run") -> str:
+    """The words a speed claim adds when it rests on one timed run of either (long runs with --repeats 1 or 2)."""
+    once = [r.label for r in (a, b) if len(r.times) < MIN_TIMED]
+    return f"; this rests on one timed run of {' and '.join(once)} (--repeats {MIN_TIMED} to repeat)" if once else ""
 
 
 def _error(r: "Run") -> float:
@@ -225,9 +244,36 @@ class Comparison:
     interrupted: str | None = None                # a signal stopped the comparison part way: what it stopped
     fields: list | None = None                    # the fields / metrics judged (None: every field)
     reference_info: dict = field(default_factory=dict)   # how the reference was chosen and checked (compare_reference)
+    # what a FEM run is judged by (hpcsolve.report.compare_judge): "solution" (its error against the discretisation
+    # error) or "residual" (finished, field error within the tolerance); why a "solution" asked for fell back
+    judge: str = "residual"
+    judge_note: str | None = None
+    discretisation: dict = field(default_factory=dict)   # {"error", "source", "fraction"} from the reference
+    rejudged_from: dict | None = None              # a comparison judged again: the folder and what it was judged with
+
+    @property
+    def limit(self) -> float:
+        """The largest accepted error: the tolerance; judged by solution, at most NEGLIGIBLE_FRACTION x the
+        discretisation error (never looser than the tolerance: hpcsolve.report.compare_judge)."""
+        d = self.discretisation.get("error")
+        if self.judge == "solution" and isinstance(d, (int, float)) and math.isfinite(d) and d > 0:
+            return min(self.tolerance, float(self.discretisation.get("fraction", 0.1)) * d)
+        return self.tolerance
+
+    def limit_text(self) -> str:
+        """The limit in words: "tolerance 0.001", or "3.1e-05 (0.1 x the discretisation error 3.1e-04)"."""
+        if self.limit == self.tolerance:
+            return f"tolerance {self.tolerance:g}"
+        return (f"{self.limit:.2g} ({self.discretisation.get('fraction', 0.1):g} x the discretisation error "
+                f"{self.discretisation['error']:.2g})")
 
     def _bin(self, r: Run) -> float:
-        return accuracy_bin(_error(r), self.tolerance)
+        return accuracy_bin(_error(r), self.limit)
+
+    @property
+    def equal_below(self) -> float:
+        """Errors at or below this count as equal (round-off): the limit x EQUAL_BELOW."""
+        return self.limit * EQUAL_BELOW
 
     def _judged_text(self) -> str:
         """What the error is taken over, for legends and labels."""
@@ -257,9 +303,14 @@ class Comparison:
     def reference(self) -> Run:
         return next(r for r in self.runs if r.is_reference)
 
+    def finished(self, r: Run) -> bool:
+        """Its result counts: it finished well (OK_STATUS); judged by solution, also a solve that stalled above rtol
+        (``not_converged``: its solution is judged by its error instead, hpcsolve.report.compare_judge)."""
+        return r.status in OK_STATUS or (self.judge == "solution" and r.status in compare_judge.STALLED)
+
     def acceptable(self, r: Run) -> bool:
-        return (self.status == "complete" and r.status in OK_STATUS and math.isfinite(r.wall_s)
-                and (r.is_reference or (math.isfinite(r.error) and r.error <= self.tolerance)))
+        return (self.status == "complete" and self.finished(r) and math.isfinite(r.wall_s)
+                and (r.is_reference or (math.isfinite(r.error) and r.error <= self.limit)))
 
     def preferred(self, r: Run, other: Run) -> bool:
         """``r`` is preferred to ``other`` (at least as accurate a class): of the same accuracy class (equally
@@ -277,7 +328,7 @@ class Comparison:
             return {"backend": None, "precision": None, "preconditioner": None, "label": None, "why": why}
         if not ok:
             others = [r for r in self.runs if not r.is_reference and math.isfinite(r.error)]
-            why = "no run finished within the tolerance"
+            why = f"no run finished within the {self.limit_text()}"
             if others:
                 closest = min(others, key=lambda r: r.error)
                 why += f"; the closest is {closest.label} with error {closest.error_text()} ({closest.status})"
@@ -292,23 +343,25 @@ class Comparison:
                 best, beaten = r, best
         if best is by_accuracy[0]:
             equal = [r for r in ok if r is not best and self._bin(r) == self._bin(best)]
-            most = "the most accurate run" + (f"; none as accurate (same accuracy class: errors at or below tolerance/"
-                                              f"{1 / EQUAL_BELOW:g} count as equal) is {MIN_GAIN:.0%} faster"
+            most = "the most accurate run" + (f"; none as accurate (same accuracy class: errors at or below "
+                                              f"{self.equal_below:.2g} count as equal) is {MIN_GAIN:.0%} faster"
                                               if equal else "")
             why = (f"no configuration is measurably faster than {best.label} "
                    f"(median {best.wall_s:.3g} s, {best.wall_min:.3g}-{best.wall_max:.3g}), {most}")
             if len(ok) == 1:
-                why += f"; every other configuration is outside the tolerance {self.tolerance:g} or did not finish"
+                why += f"; every other configuration is outside the {self.limit_text()} or did not finish"
             elif any(not r.speed_known for r in ok):
                 why += (f"; fewer than {MIN_TIMED} timings per run give no spread to compare speeds with "
                         f"(--repeats {MIN_TIMED} or more)")
         elif self._bin(best) == self._bin(beaten):
             why = (f"as accurate as {beaten.label} (accuracy class {self._bin(best):g}: errors {best.error_text()} and "
-                   f"{_error(beaten):.2g}) and faster: median {best.wall_s:.3g} s against {beaten.wall_s:.3g} s")
+                   f"{_error(beaten):.2g}) and faster: median {best.wall_s:.3g} s against {beaten.wall_s:.3g} s"
+                   f"{_one_run(best, beaten)}")
         else:
             why = (f"measurably faster than {beaten.label} "
                    f"({best.wall_min:.3g}-{best.wall_max:.3g} s against {beaten.wall_min:.3g}-"
-                   f"{beaten.wall_max:.3g} s) with field error {best.error_text()} <= tolerance {self.tolerance:g}")
+                   f"{beaten.wall_max:.3g} s{_one_run(best, beaten)}) with field error {best.error_text()} <= "
+                   f"{self.limit_text()}")
         return {"backend": best.backend, "precision": best.precision, "preconditioner": best.preconditioner,
                 "label": best.label, "error": best.error, "wall_s": best.wall_s, "speedup": best.speedup, "why": why}
 
@@ -319,181 +372,67 @@ class Comparison:
         out = {}
         for r in self.runs:
             key = r.label
-            if r is chosen:
-                out[key] = "recommended: " + rec["why"]
-            elif r.is_reference and self.reference_failed:
-                out[key] = (f"failed reference: it ended {r.status}" + (f" ({clip(r.message, 300)})" if r.message else "")
-                            + "; no run is judged against it")
-            elif r.status == "not_converged":
-                true = r.residuals.get("true_residual")
-                head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
-                    "not converged"
-                # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual), whole:
-                # the advice is its end
-                out[key] = f"{head}: {r.message}" if r.message else head
-            elif r.status not in OK_STATUS:
-                out[key] = f"{r.status}: {clip(r.message, 300)}"
-            elif self.interrupted:
-                out[key] = "no verdict: the comparison was interrupted before every configuration ran"
-            elif r.error_note:
-                out[key] = r.error_note
-            elif not self.acceptable(r):
-                others = ", ".join(f"{k} {v:.2g}" for k, v in r.judged_errors.items() if k != r.error_field)
-                out[key] = (f"field error {r.error_text()} above the tolerance {self.tolerance:g}"
-                            + (f" ({others})" if others else ""))
-            elif chosen is not None and self._bin(r) == self._bin(chosen) and self.preferred(chosen, r):
-                out[key] = (f"as accurate as {chosen.label} (same accuracy class), but slower: median "
-                            f"{r.wall_s:.3g} s against {chosen.wall_s:.3g} s")
-            elif chosen is not None and chosen.faster_than(r):
-                out[key] = (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
-                            f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s) within the tolerance")
-            elif chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
-                out[key] = (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
-                            f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
-            elif chosen is not None and self._bin(r) == self._bin(chosen):
-                out[key] = (f"as accurate as {chosen.label} (same accuracy class) and not faster by {MIN_GAIN:.0%}: "
-                            f"median {r.wall_s:.3g} s against {chosen.wall_s:.3g} s, so the more accurate is kept")
-            elif chosen is not None and not r.faster_than(chosen):
-                more = "more accurate, but " if self._bin(r) < self._bin(chosen) else ""
-                out[key] = (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
-                            f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
-                            f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
-            else:
-                out[key] = "acceptable, but less accurate than the recommendation and not faster beyond the spread"
+            out[key] = "recommended: " + rec["why"] if r is chosen else self._verdict(r, chosen)
+            solution = compare_judge.note(self, r)
+            if solution:
+                out[key] += f"; {solution}"
             if r.periodic.get("note"):
                 out[key] += f"; {r.periodic['note']}"
             if _guard_step(r) is not None:
                 out[key] += (f"; the 16-bit guard flagged it at step {_guard_step(r)} (its storage stopped carrying "
-                             f"the flow's changes: docs/lbm_algorithm.md, 'The 16-bit guard')")
+                             f"the flow's changes: docs/design/lbm_algorithm.md, 'The 16-bit guard')")
         return out
 
-    # -- presentation -------------------------------------------------------------------------
-    def rows(self) -> list[dict]:
-        rows = []
-        for r in self.runs:
-            thr = r.throughput
-            if "mlups" in thr:
-                throughput = f"{thr['mlups']:.1f} MLUPS"
-            elif "time_per_iteration_s" in thr:
-                throughput = f"{thr['time_per_iteration_s'] * 1e3:.3g} ms/it"
-            else:
-                throughput = ""
-            ref_err = ", ".join(f"{k}={v:.3g}" for k, v in list(r.reference_errors.items())[:3])
-            res = ""
-            if "true_residual" in r.residuals:
-                res = f"{r.residuals['true_residual']:.2e}"
-                if "residual_gap" in r.residuals:
-                    res += f" (gap {r.residuals['residual_gap']:.1e})"
-            pc = r.preconditioner or r.preconditioner_used or ""
-            if r.preconditioner and r.preconditioner_used and r.preconditioner_used != r.preconditioner:
-                pc += f" ({r.preconditioner_used})"          # auto -> what it resolved to
-            its = r.residuals.get("iterations")
-            pc_setup = r.setup_s if r.setup_times else r.preconditioner_info.get("setup_time_s")
-            rows.append({
-                "backend": r.backend, "precision": r.precision + (" (ref)" if r.is_reference else ""),
-                "preconditioner": pc,
-                "status": r.status, "time_s": (f"{r.wall_s:.3g} ({r.wall_min:.3g}-{r.wall_max:.3g}, n={len(r.times)})"
-                                               if r.times else f"{r.wall_s:.3g}" if math.isfinite(r.wall_s) else ""),
-                "throughput": throughput,
-                "speedup": f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "",
-                "iterations": str(int(its)) if isinstance(its, (int, float)) and math.isfinite(its) else "",
-                "pc_setup_s": f"{pc_setup:.3g}" if isinstance(pc_setup, (int, float)) else "",
-                "state_MiB": f"{r.state_bytes / 2**20:.3g}" if r.state_bytes else "",
-                "process_peak_est_MiB": f"{r.memory_bytes / 2**20:.1f}" if r.memory_bytes else "",
-                "err_vs_fp64_L2": (f"{r.error:.2e}" + (f" ({r.error_field})" if r.error_field else "")
-                                   if math.isfinite(r.error) else ""),
-                "snapshot_err_L2": (f"{max(r.snapshot_errors.values()):.2e}" if r.periodic and r.snapshot_errors
-                                    else ""),
-                "qoi_vs_ref": ", ".join(f"{k} {v['rel_diff']:.1e}" for k, v in (r.periodic.get("qoi") or {}).items()
-                                        if not r.is_reference),
-                "err_L2_by_field": ", ".join(f"{k} {e['rel_l2']:.2e}" for k, e in r.field_errors.items()),
-                "accuracy_class": (f"{self._bin(r):g}" if math.isfinite(_error(r)) and self.tolerance > 0
-                                   and self.status == "complete" else ""),
-                "err_vs_fp64_max": (f"{max(e['rel_max'] for e in r.field_errors.values()):.2e}"
-                                    if r.field_errors else ""),
-                "true_residual": res, "vs_published/analytic": ref_err,
-                "predicted_s": f"{r.predicted_s:.3g}" if isinstance(r.predicted_s, (int, float)) else "",
-                "outside_published_range": _validation_text(r),
-            })
-        return rows
-
-    def table(self) -> str:
-        rows = self.rows()
-        cols = [c for c in rows[0] if any(row[c] for row in rows)] if rows else []
-        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-        lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
-        rec = self.recommendation()
-        lines.append("")
-        lines += self._reference_lines()
-        if self.reference_failed:
-            lines += [f"**Failed reference**: {self.reference_failed}; no run is judged against it (error and "
-                      f"speedup columns empty).", ""]
+    def _verdict(self, r: Run, chosen: Run | None) -> str:
+        """Why ``r`` (not the recommended run) is not recommended."""
+        if r.is_reference and self.reference_failed:
+            return (f"failed reference: it ended {r.status}" + (f" ({clip(r.message, 300)})" if r.message else "")
+                    + "; no run is judged against it")
+        if r.status in compare_judge.STALLED and not self.acceptable(r):     # missed rtol: its residual and advice
+            true = r.residuals.get("true_residual")
+            head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
+                "not converged"
+            # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual), whole:
+            # the advice is its end
+            return f"{head}: {r.message}" if r.message else head
+        if not self.finished(r):
+            return f"{r.status}: {clip(r.message, 300)}"
         if self.interrupted:
-            lines += [f"**Interrupted**: {self.interrupted}.", ""]
-        lines += self._legend(rows)
-        lines.append("")
-        if rec["backend"]:
-            pc = f" / {rec['preconditioner']}" if rec.get("preconditioner") else ""
-            lines.append(f"Recommendation: **{rec['backend']} / {rec['precision']}{pc}** ({rec['why']}).")
-        else:
-            lines.append(f"Recommendation: none ({rec['why']}).")
-        lines.append("")
-        for k, why in self.verdicts().items():
-            lines.append(f"- {k}: {why}")
-        for k, why in self.skipped.items():
-            lines.append(f"- skipped {k}: {why}")
-        return "\n".join(lines)
+            return "no verdict: the comparison was interrupted before every configuration ran"
+        if r.error_note:
+            return r.error_note
+        if not self.acceptable(r):
+            others = ", ".join(f"{k} {v:.2g}" for k, v in r.judged_errors.items() if k != r.error_field)
+            return (f"field error {r.error_text()} above the {self.limit_text()}"
+                    + (f" ({others})" if others else ""))
+        if chosen is not None and self._bin(r) == self._bin(chosen) and self.preferred(chosen, r):
+            return (f"as accurate as {chosen.label} (same accuracy class), but slower: median "
+                    f"{r.wall_s:.3g} s against {chosen.wall_s:.3g} s{_one_run(chosen, r)}")
+        if chosen is not None and chosen.faster_than(r):
+            return (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
+                    f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s"
+                    f"{_one_run(chosen, r)}) within the {self.limit_text()}")
+        if chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
+            return (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
+                    f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
+        if chosen is not None and self._bin(r) == self._bin(chosen):
+            return (f"as accurate as {chosen.label} (same accuracy class) and not faster by {MIN_GAIN:.0%}: "
+                    f"median {r.wall_s:.3g} s against {chosen.wall_s:.3g} s, so the more accurate is kept")
+        if chosen is not None and not r.faster_than(chosen):
+            more = "more accurate, but " if self._bin(r) < self._bin(chosen) else ""
+            return (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
+                    f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
+                    f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
+        return "acceptable, but less accurate than the recommendation and not faster beyond the spread"
 
-    def _reference_lines(self) -> list[str]:
-        """How the reference was chosen and checked (``reference_info``), for the table."""
-        info = self.reference_info
-        if not info:
-            return []
-        lines = [f"Reference: **{info['label']}** ({info['how']})" + (f"; {info['note']}" if info.get("note") else "")
-                 + "."]
-        check = info.get("cross_check") or {}
-        if check.get("status") == "not needed":
-            lines.append(f"Cross-check: not needed ({check.get('why', '')}).")
-        elif check:
-            err = check.get("error")
-            measured = (f"relative L2 {err:.3g}" + (f" in {check['error_field']}" if check.get("error_field") else "")
-                        if isinstance(err, float) and math.isfinite(err) else "no error measured")
-            lines.append(f"Cross-check against {check.get('against')} on {check.get('reduction')}: {measured}, needed "
-                         f"<= {check.get('threshold', math.nan):.3g} ({check.get('threshold_rule', '')}): "
-                         f"**{check.get('status')}**" + (f" ({check['why']})" if check.get("why") else "") + ".")
-        if info.get("budget_s") is not None:
-            lines.append(f"Budget: {info['budget_s']:.3g} s per run ({info.get('budget_how', '')}).")
-        return lines + [""]
+    # -- presentation (hpcsolve.report.compare_table) ---------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        """The wide table's rows (every column; comparison.json, ``--wide``)."""
+        return compare_table.wide_rows(self)
 
-    def _legend(self, rows: list[dict]) -> list[str]:
-        """What the columns of the table mean (and how the recommendation weighs them)."""
-        setup = any(row["pc_setup_s"] for row in rows)
-        lines = ["time_s: median solver time of the timed runs (min-max, number of runs), after one untimed warm-up"
-                 + ("; FEM: the solve plus the preconditioner set-up (pc_setup_s), the time to solution the "
-                    "recommendation decides on." if setup else ".")]
-        if setup:
-            lines.append("pc_setup_s: median time building the preconditioner (multigrid hierarchy), included in time_s.")
-        lines.append(f"err_vs_fp64_L2: relative L2 error vs {self._ref_text()}, {self._judged_text()}, with the field "
-                     "it is in; err_L2_by_field: every field (and selected metric) compared.")
-        if any(row["snapshot_err_L2"] for row in rows):
-            lines.append("Periodic flow (its lift repeats: docs/compare.md, 'Periodic flows'): err_vs_fp64_L2 is the "
-                         "largest of the phase-aligned field errors (the end-time fields against the reference's at the "
-                         "same phase of its cycle) and the quantities of interest's relative differences (qoi_vs_ref); "
-                         "snapshot_err_L2: the fields against the reference's at the same time, which a phase lag "
-                         "dominates.")
-        if any(row["predicted_s"] for row in rows):
-            lines.append("predicted_s: the run-time estimate of one run, made before running (hpcsolve run --dry-run).")
-        if any(row["outside_published_range"] for row in rows):
-            lines.append("outside_published_range: the run's values outside their published reference range.")
-        if self.tolerance > 0:
-            lines.append(f"accuracy_class: 0 for errors at or below tolerance/{1 / EQUAL_BELOW:g} "
-                         f"({self.tolerance * EQUAL_BELOW:.3g}), then one class per decade above; runs of one class "
-                         "count as equally accurate, and among them the faster time_s is preferred.")
-        if any(row["state_MiB"] for row in rows):
-            lines.append("state_MiB: the solver state of this configuration (LBM: the population arrays; FEM: matrix, "
-                         "Krylov vectors and preconditioner hierarchy); process_peak_est_MiB: the estimated peak of "
-                         "the whole process (interpreter, libraries, set-up, output), much the same for every precision.")
-        return lines
+    def table(self, wide: bool = False) -> str:
+        """The table (compact by default; ``wide``: every column), the reference, the recommendation, the verdicts."""
+        return compare_table.table(self, wide)
 
     def __str__(self) -> str:
         return self.table()
@@ -508,42 +447,29 @@ class Comparison:
                           "preconditioners": self.preconditioners, "recommendation": self.recommendation(),
                           "verdicts": self.verdicts(),
                           "runs": [r.to_dict() for r in self.runs], "skipped": self.skipped,
-                          "fields": self.fields, "accuracy_equal_below": self.tolerance * EQUAL_BELOW,
+                          "fields": self.fields, "accuracy_equal_below": self.equal_below,
                           "error_definition": f"relative L2 error vs {self._ref_text()}, {self._judged_text()}",
                           "memory_definition": {"state_bytes": "the solver state of the configuration (LBM populations;"
                                                 " FEM matrix, vectors, hierarchy)",
-                                                "memory_bytes": "estimated peak of the whole process"}})
+                                                "memory_bytes": "estimated peak of the whole process"},
+                          "judge": self.judge, "judge_note": self.judge_note, "limit": self.limit,
+                          "discretisation": self.discretisation, "rejudged_from": self.rejudged_from,
+                          "table_rows": self.rows()})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        """A Comparison from its ``to_dict`` (comparison.json): what judging it again needs (no results, no runs)."""
+        comp = cls(str(d.get("case", "")), str(d.get("solver", "")), float(d.get("tolerance", 0.0)),
+                   [Run.from_dict(r) for r in d.get("runs") or []], skipped=dict(d.get("skipped") or {}),
+                   preconditioners=d.get("preconditioners"), reference_failed=d.get("reference_failed"),
+                   interrupted=d.get("interrupted"), fields=d.get("fields"),
+                   reference_info=dict(d.get("reference_info") or {}), judge=d.get("judge") or "residual",
+                   judge_note=d.get("judge_note"), discretisation=_from_json(dict(d.get("discretisation") or {})))
+        return comp
 
     def plot_pareto(self, path: str | Path) -> Path:
-        import matplotlib.pyplot as plt   # late: start-up cost (0.7 s), only when plotting
-
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        marked = False
-        shown = sorted((r for r in self.runs if not r.is_reference and math.isfinite(r.error) and r.error > 0
-                        and math.isfinite(r.wall_s)), key=lambda r: (r.error, r.wall_s))
-        best = self.recommendation().get("label")
-        small = 8 if len(shown) <= 6 else 6          # 12 configurations: smaller labels, staggered below
-        for i, r in enumerate(shown):
-            ok = r.status in OK_STATUS
-            xerr = [[r.wall_s - r.wall_min], [r.wall_max - r.wall_s]]
-            ax.errorbar(r.wall_s, r.error, xerr=xerr, fmt="o" if ok else "x", ms=6 if ok else 9, capsize=3,
-                        color=None if ok else "red", label=None if ok or marked else "not converged / failed")
-            marked = marked or not ok
-            if r.label == best:
-                ax.plot(r.wall_s, r.error, marker="*", ms=18, mfc="none", mec="goldenrod", mew=2, ls="none",
-                        label=f"recommended: {r.label}")
-            ax.annotate(r.label + f" [{r.error_field}]" + ("" if ok else f" ({r.status})"), (r.wall_s, r.error),
-                        textcoords="offset points", xytext=LABEL_OFFSETS[i % len(LABEL_OFFSETS)], fontsize=small,
-                        fontweight="bold" if r.label == best else "normal")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.axhline(self.tolerance, color="gray", ls="--", lw=1, label=f"tolerance {self.tolerance:g}")
-        ref = self.reference
-        ax.axvspan(ref.wall_min, ref.wall_max, color="k", alpha=0.08)
-        ax.axvline(ref.wall_s, color="k", ls=":", lw=1, label=f"{ref.label} reference time (median, min-max)")
-        return _finish(fig, ax, path, "solver time [s] (median, bars: min-max of the timed runs)",
-                       f"relative L2 error vs {self.reference_label}\n({self._judged_text()})", f"{self.case_name}: accuracy vs speed",
-                       legend_size=8)
+        fig, ax, xlabel, ylabel, title, legend_size = compare_plots.pareto(self)
+        return _finish(fig, ax, path, xlabel, ylabel, title, legend_size)
 
     def plot_drift(self, path: str | Path) -> Path | None:
         return compare_plots.drift(self, path)
@@ -569,10 +495,6 @@ class Comparison:
             if p is not None:
                 files[name] = p
         return files
-
-
-#: label offsets (points) of successive Pareto points, sorted by error: neighbours alternate above and below
-LABEL_OFFSETS = ((5, 4), (5, -10), (-5, 10), (5, -16), (5, 12), (-5, -12))
 
 
 def _finish(fig, ax, path, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:

@@ -1,4 +1,4 @@
-"""What a periodic flow is judged by in a comparison (``hpcsolve compare``; docs/compare.md, "Periodic flows").
+"""What a periodic flow is judged by in a comparison (``hpcsolve compare``; docs/guide/compare.md, "Periodic flows").
 
 The snapshot error (the run's end-time fields against the reference's at the same time) of a periodic flow such as
 the vortex shedding of Schafer-Turek 2D-2 mostly measures a phase lag: a run whose shedding frequency differs by
