@@ -29,7 +29,7 @@ takes the top 12 bits of ``STREAM[i] = (a_i, c_i)``: a_i s + c_i, the (i + 1)-th
 s <- 1664525 s + 1013904223 (Numerical Recipes) from s, so no state is threaded through a kernel. With round to
 nearest, the systematic part of the rounding error adds up step after step near a steady state (the cavity at
 Re 1000, 256 cells: 5x fp32's distance from Ghia); stochastic rounding leaves noise of the same size without that
-drift (docs/lbm_algorithm.md).
+drift (docs/design/lbm_algorithm.md).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class StopRequest:
 
 #: the signals that stop a command cleanly: SIGINT (Ctrl-C), SIGTERM, and SIGHUP (the terminal or the session went
 #: away), unless inherited ignored (nohup). SIGQUIT keeps its default (core dump: the "stop now, show me" key) and
-#: SIGUSR1 prints a status line (``hpcsolve.cli``); docs/reliability.md "Signals".
+#: SIGUSR1 prints a status line (``hpcsolve.cli``); docs/design/reliability.md "Signals".
 _SIGHUP = getattr(signal, "SIGHUP", None)
 STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, _SIGHUP) if s is not None)
 

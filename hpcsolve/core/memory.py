@@ -8,7 +8,7 @@ memory the run allocates, as
 where the bytes per cell or triangle count the arrays each backend holds at its peak (named below)
 and the temporaries of the NumPy expressions are a measured multiple of them. The coefficients
 were measured with ``scripts/memory_estimates.py`` (estimate vs measured peak, several sizes; the
-table is in docs/reliability.md); the estimates are meant to be within 20 % of the measured peak.
+table is in docs/design/reliability.md); the estimates are meant to be within 20 % of the measured peak.
 A run that does not fit is refused before it allocates, naming the case field to reduce.
 
 This module holds what the families share (:class:`MemoryEstimate`, :func:`describe`); each family's estimate

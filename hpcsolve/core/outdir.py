@@ -98,7 +98,7 @@ def check(out: Path, *, overwrite: bool = False, resume: bool = False, compariso
     except OSError as exc:
         raise _refuse(out, f"cannot look at it ({exc.strerror})", "a folder this user can write") from None
     if exists and not is_dir:
-        raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite)")
+        raise _refuse(out, "exists and is not a folder", "a folder (new, or holding a result with --overwrite / overwrite=True)")
     if odd is not None:
         raise OutputError.invalid("--out", str(out / odd), f"a folder where {odd} is a file or absent",
                                   why=f"{clip(str(out / odd))} is not a file (hpcsolve writes a file of that name "
@@ -114,10 +114,10 @@ def check(out: Path, *, overwrite: bool = False, resume: bool = False, compariso
     if not is_dir or overwrite or resume:
         return
     if holds_result:
-        raise _refuse(out, "already holds a result", "a new folder, or --overwrite to replace the result there")
+        raise _refuse(out, "already holds a result", "a new folder, or --overwrite (overwrite=True) to replace the result there")
     if holds_checkpoints:
         raise _refuse(out, "holds the checkpoints of an unfinished run",
-                      f"--resume {clip(str(out))} to continue it, --overwrite to replace it, or a new folder")
+                      f"--resume {clip(str(out))} (resume=...) to continue it, --overwrite (overwrite=True) to replace it, or a new folder")
 
 
 def _owner_text() -> str:

@@ -5,7 +5,9 @@ Output folder of a run::
     result.h5      fields (final and at output times), series, metrics, provenance, case text; the validation
                    verdicts in the group ``validation``: one subgroup per judged value, its verdict as attributes
                    (value, range, verdict, by, by_relative, reference; hpcsolve.core.verdicts)
-    result.xdmf    sidecar that makes the fields in result.h5 open in ParaView
+    result.xdmf    the final fields in result.h5 as one XDMF grid (ParaView, meshio.read; :func:`write_xdmf`)
+    result_series.xdmf  the snapshots as a temporal XDMF collection (ParaView; meshio.xdmf.TimeSeriesReader), where
+                   the run kept snapshots
     summary.json   metrics, timings, derived parameters, provenance (machine-readable)
     plots/*.png    family-specific plots
 
@@ -40,8 +42,12 @@ from hpcsolve.core.errors import CaseError
 from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, open_h5, read_json, write_atomic, write_h5_atomic
 from hpcsolve.core.verdicts import console_rows as verdict_rows
 from hpcsolve.core.verdicts import outside
+from hpcsolve.core.xdmf import SERIES_XDMF, XDMF_POINTS_MAX, write_xdmf, write_xdmf_series
 
-H5_LAYOUT_VERSION = 1
+#: 2: fields of a structured grid up to XDMF_POINTS_MAX points stored with one row per grid point (``grid_shape``
+#: attribute: (ny, nx)), and the grid's points and quadrilaterals in ``grid/points``, ``grid/cells``, so that readers of
+#: unstructured XDMF (meshio) read them; 2-component vectors padded to 3 carry ``components`` = 2
+H5_LAYOUT_VERSION = 2
 
 
 @dataclass
@@ -55,9 +61,26 @@ class StructuredGrid:
     unit: str = "lattice"
 
     def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y): the cell centres along each axis (lengths nx, ny); field[j, i] sits at (x[i], y[j])."""
         x = self.origin[0] + self.spacing * np.arange(self.nx)
         y = self.origin[1] + self.spacing * np.arange(self.ny)
         return x, y
+
+    @property
+    def explicit(self) -> bool:
+        """Whether result files store this grid's points and cells (:data:`XDMF_POINTS_MAX`)."""
+        return self.nx * self.ny <= XDMF_POINTS_MAX
+
+    def points_and_cells(self) -> tuple[np.ndarray, np.ndarray]:
+        """(points (nx ny, 2) float64 in row-major (ny, nx) order, quadrilaterals (ncells, 4) int32 between them,
+        counter-clockwise): the grid as an unstructured mesh of its cell centres."""
+        x, y = self.coordinates()
+        X, Y = np.meshgrid(x, y)
+        points = np.stack([X.ravel(), Y.ravel()], axis=1)
+        j, i = np.divmod(np.arange((self.nx - 1) * (self.ny - 1), dtype=np.int64), max(self.nx - 1, 1))
+        n0 = j * self.nx + i
+        cells = np.stack([n0, n0 + 1, n0 + 1 + self.nx, n0 + self.nx], axis=1)
+        return points, cells.astype(np.int32 if points.shape[0] < 2**31 else np.int64)
 
 
 @dataclass
@@ -66,6 +89,10 @@ class TriangleMesh:
 
     points: np.ndarray      # (npoints, 2) float64
     triangles: np.ndarray   # (ntriangles, 3) int
+
+    def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of the nodes (length npoints each): field[k] sits at (x[k], y[k])."""
+        return self.points[:, 0], self.points[:, 1]
 
 
 @dataclass
@@ -89,7 +116,8 @@ class Result:
     derived: dict[str, Any] = field(default_factory=dict)             # derived parameters (tau, dt, ...)
     timings: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
-    status: str = "completed"        # completed | converged | not_steady | not_converged | blew_up | interrupted
+    status: str = "completed"        # completed | converged | not_steady | not_converged | blew_up | interrupted |
+    #   accurate_to_discretisation (FEM: missed rtol, error negligible against the mesh; hpcsolve.fem.judge)
     message: str = ""
     case_text: str = ""
     case_json: str = ""
@@ -204,6 +232,9 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
         if result.grid is not None and (result.fields or result.snapshots):
             write_xdmf(result, stage / "result.xdmf", h5_name="result.h5")
             names.append("result.xdmf")
+            if result.snapshots:
+                write_xdmf_series(result, stage / SERIES_XDMF, h5_name="result.h5")
+                names.append(SERIES_XDMF)
         if plots and result.plotter is not None:
             (stage / PLOT_DIR).mkdir()
             try:
@@ -244,7 +275,7 @@ def _write_folder(result: Result, out: Path, plots: bool) -> dict[str, Path]:
 
 def _file_keys(names: list[str]) -> dict[str, str]:
     """{"h5": "result.h5", "xdmf": ..., "plot0": "plots/...", "summary": ...} for the written names."""
-    fixed = {"result.h5": "h5", "result.xdmf": "xdmf", "summary.json": "summary"}
+    fixed = {"result.h5": "h5", "result.xdmf": "xdmf", SERIES_XDMF: "xdmf_series", "summary.json": "summary"}
     plots = [n for n in names if n not in fixed]
     return {**{fixed[n]: n for n in names if n in fixed}, **{f"plot{i}": n for i, n in enumerate(plots)}}
 
@@ -252,24 +283,24 @@ def _file_keys(names: list[str]) -> dict[str, str]:
 def _stale_files(out: Path, names: list[str]) -> list[Path]:
     """Files of an earlier result in ``out`` that this one does not have (its xdmf, the plots its marker names);
     files hpcsolve did not write (a plot of the user's own in plots/) stay."""
-    stale = [out / "result.xdmf"] if "result.xdmf" not in names else []
+    stale = [out / n for n in ("result.xdmf", SERIES_XDMF) if n not in names]
     stale += [out / n for n in manifest_files(out)
               if n.startswith(f"{PLOT_DIR}/") and n not in names and (out / n).is_file()]
     return stale
 
 
-def read_result_folder(out_dir: str | Path) -> dict:
+def read_result_folder(out_dir: str | Path, field: str = "--out") -> dict:
     """The summary of a complete result folder, checked against its marker: every file the marker
     names exists with its size, and result.h5 and summary.json carry the marker's run id. Raises
-    OutputError for an incomplete or inconsistent folder."""
+    OutputError naming ``field`` (the argument that gave the folder) for an incomplete or inconsistent folder."""
     out = Path(out_dir)
 
     def bad(why):
-        return OutputError.invalid("--out", str(out), "a complete result folder", why=why)
+        return OutputError.invalid(field, str(out), "a complete result folder", why=why)
 
     def checked(read, name, **kw):
         try:
-            return read(out / name, "--out", f"a result folder whose {name} is a regular file", **kw)
+            return read(out / name, field, f"a result folder whose {name} is a regular file", **kw)
         except CaseError as exc:        # a pipe, a device, a link loop, too large: named, never opened
             raise bad(f"{name}: {str(exc).partition(': ')[2]}") from None
 
@@ -290,7 +321,7 @@ def read_result_folder(out_dir: str | Path) -> dict:
             raise bad(f"{name} is missing or not the one {MARKER} names")
     summary = checked(read_json, "summary.json", max_bytes=SUMMARY_MAX_BYTES)
     try:
-        with open_h5(out / "result.h5", "--out", "a result folder whose result.h5 is a regular file") as f:
+        with open_h5(out / "result.h5", field, "a result folder whose result.h5 is a regular file") as f:
             h5_run = f.attrs.get("run_id")
     except CaseError as exc:
         raise bad(f"result.h5: {str(exc).partition(': ')[2]}") from None
@@ -302,6 +333,19 @@ def read_result_folder(out_dir: str | Path) -> dict:
 
 # ----------------------------------------------------------------------------------------------
 # helpers
+
+def _floats(obj):
+    """summary.json's "nan" / "inf" / "-inf" strings (JSON has no such numbers: :func:`_jsonable`) as floats again."""
+    if isinstance(obj, dict):
+        return {k: _floats(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_floats(v) for v in obj]
+    return float(obj) if obj in ("nan", "inf", "-inf") else obj
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
 
 def _jsonable(obj):
     if isinstance(obj, dict):
@@ -368,18 +412,41 @@ def _vector3(a: np.ndarray) -> np.ndarray:
 COMPRESS_MAX_BYTES = 8 << 20
 
 
-def _dataset(group, name: str, a: np.ndarray) -> None:
+def _dataset(group, name: str, a: np.ndarray, grid=None) -> None:
     """One field dataset: small ones compressed (standard gzip + shuffle, readable by ParaView's HDF5), large ones
-    raw (``COMPRESS_MAX_BYTES``)."""
-    a = _vector3(np.asarray(a))
+    raw (``COMPRESS_MAX_BYTES``). On an explicit structured grid one row per point (``grid_shape`` = (ny, nx)
+    restores the array); 2-component vectors padded to 3 (``components`` = 2)."""
+    a = np.asarray(a)
+    components = a.shape[-1] if _field_rank(grid, a) == 1 else 0
+    a = _vector3(a)
+    flat = isinstance(grid, StructuredGrid) and grid.explicit and a.shape[:2] == (grid.ny, grid.nx)
+    if flat:
+        a = a.reshape((grid.ny * grid.nx,) + a.shape[2:])
     if a.nbytes <= COMPRESS_MAX_BYTES:
-        group.create_dataset(name, data=a, compression="gzip", compression_opts=1, shuffle=True)
+        ds = group.create_dataset(name, data=a, compression="gzip", compression_opts=1, shuffle=True)
     else:
-        group.create_dataset(name, data=a)
+        ds = group.create_dataset(name, data=a)
+    if flat:
+        ds.attrs["grid_shape"] = [grid.ny, grid.nx]
+    if components and components != a.shape[-1]:
+        ds.attrs["components"] = components
+
+
+def _field_array(ds, unpad: bool) -> np.ndarray:
+    """A stored field as the solver held it: (ny, nx[, 3]) again where stored one row per point; with ``unpad``
+    the 2-component vectors without the zero third component they were padded with."""
+    a = ds[()]
+    shape = ds.attrs.get("grid_shape")
+    if shape is not None:
+        a = a.reshape(tuple(int(v) for v in shape) + a.shape[1:])
+    comps = ds.attrs.get("components")
+    if unpad and comps is not None:
+        a = a[..., :int(comps)]
+    return a
 
 
 def _field_rank(grid, a: np.ndarray) -> int:
-    base = 2 if isinstance(grid, StructuredGrid) else 1
+    base = 2 if isinstance(grid, StructuredGrid) else 1     # the solver's shape: (ny, nx[, c]) or (npoints[, c])
     return a.ndim - base  # 0 scalar, 1 vector
 
 
@@ -417,93 +484,34 @@ def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
             gg.attrs.update({"nx": g.nx, "ny": g.ny, "spacing": g.spacing, "origin": list(g.origin), "unit": g.unit})
             x, y = g.coordinates()
             gg["x"], gg["y"] = x, y
+            if g.explicit:          # for unstructured XDMF readers (meshio); regular: gzip takes them to ~2 %
+                points, cells = g.points_and_cells()
+                gg.create_dataset("points", data=points, compression="gzip", compression_opts=1, shuffle=True)
+                gg.create_dataset("cells", data=cells, compression="gzip", compression_opts=1, shuffle=True)
         elif isinstance(g, TriangleMesh):
             gm = f.create_group("mesh")
             gm["points"] = np.asarray(g.points, dtype=np.float64)
             gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
         fg = f.create_group("fields")
         for name, a in result.fields.items():
-            _dataset(fg, name, a)
+            _dataset(fg, name, a, g)
         sg = f.create_group("snapshots")
         for i, snap in enumerate(result.snapshots):
             s = sg.create_group(f"{i:06d}")
             s.attrs["time"] = snap.time
             s.attrs["step"] = snap.step
             for name, a in snap.fields.items():
-                _dataset(s, name, a)
+                _dataset(s, name, a, g)
         tg = f.create_group("series")
         for name, a in result.series.items():
             tg[name] = np.asarray(a)
     return write_h5_atomic(path, fill)
 
 
-def _xdmf_attrs(result: Result, fields: dict, h5_name: str, h5_group: str, dims: str) -> list[str]:
-    out = []
-    for name, a in fields.items():
-        a = np.asarray(a)
-        rank = _field_rank(result.grid, a)
-        if rank == 0:
-            kind, shape = "Scalar", dims
-        elif rank == 1:
-            kind, shape = "Vector", f"{dims} 3"
-        else:
-            continue
-        prec = 8 if a.dtype.itemsize >= 8 else 4
-        num = "Int" if np.issubdtype(a.dtype, np.integer) else "Float"
-        out.append(
-            f'      <Attribute Name="{name}" AttributeType="{kind}" Center="Node">\n'
-            f'        <DataItem Dimensions="{shape}" NumberType="{num}" Precision="{prec}" Format="HDF">'
-            f'{h5_name}:/{h5_group}/{name}</DataItem>\n      </Attribute>')
-    return out
-
-
-def write_xdmf(result: Result, path: str | Path, h5_name: str = "result.h5") -> Path:
-    """XDMF 3 sidecar pointing into result.h5: the final fields, and a time series if snapshots exist."""
-    g = result.grid
-    if isinstance(g, StructuredGrid):
-        dims = f"{g.ny} {g.nx}"
-        topo = f'      <Topology TopologyType="2DCoRectMesh" Dimensions="{dims}"/>'
-        geom = ('      <Geometry GeometryType="ORIGIN_DXDY">\n'
-                f'        <DataItem Dimensions="2" NumberType="Float" Precision="8" Format="XML">{g.origin[1]!r} {g.origin[0]!r}</DataItem>\n'
-                f'        <DataItem Dimensions="2" NumberType="Float" Precision="8" Format="XML">{g.spacing!r} {g.spacing!r}</DataItem>\n'
-                '      </Geometry>')
-    else:
-        npts, ntri = len(g.points), len(g.triangles)
-        dims = f"{npts}"
-        topo = (f'      <Topology TopologyType="Triangle" NumberOfElements="{ntri}">\n'
-                f'        <DataItem Dimensions="{ntri} 3" NumberType="Int" Precision="8" Format="HDF">{h5_name}:/mesh/triangles</DataItem>\n'
-                '      </Topology>')
-        geom = ('      <Geometry GeometryType="XY">\n'
-                f'        <DataItem Dimensions="{npts} 2" NumberType="Float" Precision="8" Format="HDF">{h5_name}:/mesh/points</DataItem>\n'
-                '      </Geometry>')
-
-    def grid_block(name, fields, group, time=None):
-        lines = [f'    <Grid Name="{name}" GridType="Uniform">', topo, geom]
-        if time is not None:
-            lines.append(f'      <Time Value="{time!r}"/>')
-        lines += _xdmf_attrs(result, fields, h5_name, group, dims)
-        lines.append("    </Grid>")
-        return "\n".join(lines)
-
-    blocks = []
-    if result.snapshots:
-        inner = [grid_block(f"t{i:06d}", s.fields, f"snapshots/{i:06d}", s.time) for i, s in enumerate(result.snapshots)]
-        final_time = result.metrics.get("simulated_time_s")
-        if isinstance(final_time, (int, float)) and final_time > result.snapshots[-1].time and result.fields:
-            inner.append(grid_block("final", result.fields, "fields", float(final_time)))   # the state at the end
-        blocks.append('    <Grid Name="snapshots" GridType="Collection" CollectionType="Temporal">\n'
-                      + "\n".join("  " + b.replace("\n", "\n  ") for b in inner) + "\n    </Grid>")
-    else:
-        blocks.append(grid_block("final", result.fields, "fields"))
-    text = ('<?xml version="1.0" ?>\n<!DOCTYPE Xdmf SYSTEM "Xdmf.dtd" []>\n<Xdmf Version="3.0">\n  <Domain>\n'
-            + "\n".join(blocks) + "\n  </Domain>\n</Xdmf>\n")
-
-    return write_atomic(path, text.encode("utf-8"))
-
-
 def read_h5(path: str | Path) -> dict:
-    """Read a result.h5 back into plain dicts (for tests, notebooks and compare); opened through the checked opener
-    (a pipe, a device or a link loop is a CaseError naming ``result.h5``)."""
+    """Read a result.h5 back into plain dicts (for tests and compare; a user loads a folder with :func:`load_result`);
+    opened through the checked opener (a pipe, a device or a link loop is a CaseError naming ``result.h5``). Fields
+    come in the solver's shape, 2-component vectors padded with a zero third component (as stored)."""
 
     def attrs(obj):
         out = {}
@@ -521,16 +529,50 @@ def read_h5(path: str | Path) -> dict:
         for grp in ("provenance", "metrics", "derived", "timings"):
             data[grp] = attrs(f[grp]) if grp in f else {}
         data["validation"] = {k: attrs(g) for k, g in f["validation"].items()} if "validation" in f else {}
-        data["fields"] = {k: f["fields"][k][()] for k in f["fields"]} if "fields" in f else {}
+        data["fields"] = {k: _field_array(f["fields"][k], False) for k in f["fields"]} if "fields" in f else {}
         data["series"] = {k: f["series"][k][()] for k in f["series"]} if "series" in f else {}
         data["snapshots"] = []
         if "snapshots" in f:
             for k in sorted(f["snapshots"]):
                 s = f["snapshots"][k]
                 data["snapshots"].append({"time": float(s.attrs["time"]), "step": int(s.attrs["step"]),
-                                          "fields": {n: s[n][()] for n in s}})
+                                          "fields": {n: _field_array(s[n], False) for n in s}})
         if "grid" in f:
             data["grid"] = attrs(f["grid"])
         if "mesh" in f:
             data["mesh"] = {"points": f["mesh/points"][()], "triangles": f["mesh/triangles"][()]}
     return data
+
+
+def load_result(folder: str | Path) -> Result:
+    """The result a run wrote into ``folder`` (``hpcsolve run --out`` or ``run_case(out=...)``), as the
+    :class:`Result` that ``run_case`` returned: ``fields`` (name -> NumPy array in the solver's shape: (ny, nx[, 2])
+    on an LBM grid, (npoints[, 2]) on a FEM mesh), ``grid`` (:class:`StructuredGrid` or :class:`TriangleMesh`;
+    ``x, y = result.grid.coordinates()`` gives where each value sits), ``snapshots``, ``series``, ``metrics``,
+    ``derived``, ``timings``, ``validation``, ``status``; ``summary()`` is summary.json's content. The folder is
+    checked first (:func:`read_result_folder`: complete, one run's files); an incomplete one raises OutputError."""
+    summary = read_result_folder(folder, "folder")
+    out = Path(folder)
+    with open_h5(out / "result.h5", "folder", "a result folder whose result.h5 is a regular file") as f:
+        text = {k: _text(f.attrs[k]) for k in ("case_text", "case_json") if k in f.attrs}
+        fields = {k: _field_array(f["fields"][k], True) for k in f["fields"]} if "fields" in f else {}
+        snapshots = [Snapshot(time=float(g.attrs["time"]), step=int(g.attrs["step"]),
+                              fields={n: _field_array(g[n], True) for n in g})
+                     for _, g in sorted(f["snapshots"].items())] if "snapshots" in f else []
+        series = {k: f["series"][k][()] for k in f["series"]} if "series" in f else {}
+        grid = None
+        if "grid" in f:
+            ga = f["grid"].attrs
+            grid = StructuredGrid(int(ga["nx"]), int(ga["ny"]), float(ga["spacing"]),
+                                  tuple(float(v) for v in np.ravel(ga["origin"])), _text(ga["unit"]))
+        elif "mesh" in f:
+            grid = TriangleMesh(points=f["mesh/points"][()], triangles=f["mesh/triangles"][()])
+    summary = _floats(summary)
+    return Result(case_name=summary.get("case", ""), solver=summary.get("solver", ""),
+                  backend=summary.get("backend", ""), precision=summary.get("precision", ""), grid=grid,
+                  fields=fields, snapshots=snapshots, series=series, metrics=summary.get("metrics", {}),
+                  derived=summary.get("derived", {}), timings=summary.get("timings", {}),
+                  provenance=summary.get("provenance", {}), status=summary.get("status", ""),
+                  message=summary.get("message", ""), case_text=text.get("case_text", ""),
+                  case_json=text.get("case_json", ""), validation=summary.get("validation", {}))
+

@@ -1,4 +1,4 @@
-"""Norms and scalings that neither underflow nor overflow for any finite input (docs/reliability.md, "Tiny and huge
+"""Norms and scalings that neither underflow nor overflow for any finite input (docs/design/reliability.md, "Tiny and huge
 right-hand sides").
 
 ``sqrt(sum(v**2))`` underflows to 0 once the entries are below about 1e-154 (their squares are below the smallest
