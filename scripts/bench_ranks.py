@@ -10,7 +10,7 @@ over row blocks for exactly ``--iterations`` iterations; per iteration the wall 
 Rank 0 prints a markdown table and writes bench_ranks.json (to --out, default results/bench/): compare runs
 with different N by hand (a run knows only its own N). Wall times are medians of ``--repeats`` on each rank,
 the slowest rank reported. This is the NumPy reference on the CPU: it measures the decomposition's cost
-(halo bytes and time), not GPU scaling (docs/parallel.md).
+(halo bytes and time), not GPU scaling (docs/design/parallel.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Write docs/case_reference.md: every key of the LBM and FEM case files, from the pydantic models.
+"""Write docs/guide/case_reference.md: every key of the LBM and FEM case files, from the pydantic models.
 
     python scripts/case_reference.py            # rewrite the page
     python scripts/case_reference.py --check    # exit 1 if the page is out of date (tests use this)
@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "case_reference.md"
+PAGE = ROOT / "docs" / "guide" / "case_reference.md"
 
 
 def _type_name(tp) -> str:
@@ -88,7 +88,7 @@ if __name__ == "__main__":
     text = render()
     if "--check" in sys.argv:
         ok = PAGE.exists() and PAGE.read_text() == text
-        print("docs/case_reference.md is up to date" if ok else "docs/case_reference.md is out of date: run "
+        print("docs/guide/case_reference.md is up to date" if ok else "docs/guide/case_reference.md is out of date: run "
               "python scripts/case_reference.py")
         sys.exit(0 if ok else 1)
     PAGE.write_text(text)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run tests beside busy processes: the suite's "load-proof" check (docs/testing.md).
+# Run tests beside busy processes: the suite's "load-proof" check (docs/design/testing.md).
 #
 #   bash scripts/load_check.sh [-b BUSY] [-r REPEATS] [PYTEST ARGS ...]
 #

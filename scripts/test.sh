@@ -47,7 +47,9 @@ stage() {   # stage NAME COMMAND...: run it, keep its result and time
 stage "main" python -m pytest -n auto -m "not cudasim and not gpu and $select" "$@"
 stage "cuda simulator" env NUMBA_ENABLE_CUDASIM=1 python -m pytest -n auto -m "cudasim and $select" "$@"
 if [ "$notebooks" = 1 ] && compgen -G "notebooks/*.ipynb" > /dev/null; then
-  stage "notebooks" python -m pytest -n auto --nbmake notebooks "$@"
+  # one notebook at a time: kernels started side by side race for their TCP ports (jupyter_client picks free ports,
+  # then the kernel binds them; seen: "ZMQError: Address already in use", "Kernel died before replying to kernel_info")
+  stage "notebooks" python -m pytest -n 0 --nbmake notebooks "$@"
 fi
 
 echo

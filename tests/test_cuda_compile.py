@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(NVRTC_PROBLEM is not None, reason=f"NVRTC unavai
 SOURCES = collect_sources()
 
 #: the number of distinct sources and of code classes the configurations emit (the docs quote them:
-#: docs/ci_gpu_coverage.md); a change to the emitters or to the configurations changes them on purpose
+#: docs/design/ci_gpu_coverage.md); a change to the emitters or to the configurations changes them on purpose
 DISTINCT_SOURCES = 65
 CODE_CLASSES = 57
 
@@ -376,7 +376,7 @@ def test_a_compile_error_fails_with_the_log():
     assert out.cubin == b"" and out.entries() == []
 
 
-if __name__ == "__main__":        # the inventory, for docs/ci_gpu_coverage.md
+if __name__ == "__main__":        # the inventory, for docs/design/ci_gpu_coverage.md
     for arch in TARGETS:
         print(arch, "CUBIN:", sum(arch in s.cubin for s in SOURCES), "of", len(SOURCES))
     print(Path(__file__).name, len(SOURCES), "sources,", len({s.code_class for s in SOURCES}), "code classes")

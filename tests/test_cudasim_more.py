@@ -10,7 +10,7 @@
   only. The shuffle kernel must give the shared-memory kernel's populations bit for bit, and the reference's
   within the policy's bound, on a grid with two blocks, a warp edge inside a block and a partly used block.
 
-What cannot run under the simulator, and why (docs/ci_gpu_coverage.md has the list with the line counts):
+What cannot run under the simulator, and why (docs/design/ci_gpu_coverage.md has the list with the line counts):
 
 - LLVM intrinsics (``numba.cuda.extending.intrinsic``: ``kernels_numba._half_bits`` / ``_raw_access``, the FP16C
   codec's ``fp16c.numba_functions`` / ``numba_pair_functions`` / ``numba_stochastic_functions``): the simulator runs

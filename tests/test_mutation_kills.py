@@ -1,5 +1,5 @@
 """FEM, codec-free report figures and CUDA C runtime checks added by the mutation check (scripts/mutation_check.py,
-docs/testing.md "Mutation check").
+docs/design/testing.md "Mutation check").
 
 Every reference here is independent of the code under test: exact integrals of P1 basis functions, textbook
 element energies, CG's finite termination (n distinct eigenvalues -> n iterations), the Chebyshev polynomial

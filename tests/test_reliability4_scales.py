@@ -5,7 +5,7 @@ x = 0 is exact", converged; 1e-160 * ones reported converged with a true residua
 precision raised a raw OverflowError; 1e300 * ones was refused as "too large"; fp32 could not solve b = 1e-40 or
 1e30 (float32 under/overflow); the CLI with problem.source = 1e-300 exited 0 with u_max 0. Now the solve scales b
 (and, for float32 work, a host matrix far outside float32's range) by a power of two, exactly, and every norm is
-scaled (``hpcsolve.core.scaled``). docs/reliability.md, "Tiny and huge right-hand sides".
+scaled (``hpcsolve.core.scaled``). docs/design/reliability.md, "Tiny and huge right-hand sides".
 """
 
 from __future__ import annotations

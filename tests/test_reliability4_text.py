@@ -85,7 +85,7 @@ def test_the_case_reference_says_traction_is_force_per_unit_area_and_how_thickne
     assert "per unit area" in traction and "thickness" in traction and "per unit length\"" not in traction
     assert "thickness" in NeumannBC.model_fields["total_force"].description
     assert "traction" in ProblemSection.model_fields["thickness"].description
-    page = (ROOT / "docs" / "case_reference.md").read_text()
+    page = (ROOT / "docs" / "guide" / "case_reference.md").read_text()
     assert "elasticity: force per unit length |" not in page and "force per unit area of the loaded face" in page
 
 
