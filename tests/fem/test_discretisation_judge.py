@@ -188,3 +188,29 @@ def test_case_option_negligible_fraction_tightens_the_judgement(tmp_path):
         assert main(["run", POISSON, "--backend", "numpy", "--out", str(out), "--quiet", "--no-plots",
                      "--set", f"output.negligible_fraction={bad}"]) == 2
         assert not (out / "summary.json").exists()
+
+
+def test_the_norms_on_the_assembly_device_equal_the_host_norms():
+    """Where the system was assembled on a device (a DeviceMesh; NumPy stands in for CuPy here) the judge's norms
+    run there (a 4 M-node run spent seconds on host norms): the same scale, precision error and ratio as the host
+    path, to rounding; a solution of 1e200 neither overflows nor changes the ratio."""
+    import dataclasses
+
+    from hpcsolve.core.cases import load_case
+    from hpcsolve.fem.discrete import problem
+    from hpcsolve.fem.discrete.device import DeviceMesh
+
+    disc = problem.build(load_case(POISSON, ["mesh.nx=24"]))
+    dm = DeviceMesh(np, np.asarray(disc.mesh.points), np.asarray(disc.mesh.triangles))
+    on_device = dataclasses.replace(disc, device_mesh=dm)
+    rng = np.random.default_rng(5)
+    u_ref = disc.exact[0](disc.mesh.points[:, 0], disc.mesh.points[:, 1])
+    u = u_ref + 1e-6 * rng.standard_normal(u_ref.size)
+    host = judge.solution_metrics(disc, u, u_ref, True, exact_error=1e-3)
+    dev = judge.solution_metrics(on_device, u, u_ref, True, exact_error=1e-3)
+    assert dev["precision_error"] == pytest.approx(host["precision_error"], rel=1e-12)
+    assert dev["discretisation_error"] == pytest.approx(host["discretisation_error"], rel=1e-12)
+    assert host["discretisation_error"] == pytest.approx(1e-3 / EXACT_NORM, rel=1e-3)   # ||u|| = 1/2 (6-point rule)
+    with np.errstate(over="raise"):
+        big = judge.solution_metrics(on_device, 1e200 * u, 1e200 * u_ref, True, exact_error=1e197)
+    assert big["precision_error_ratio"] == pytest.approx(dev["precision_error_ratio"], rel=1e-9)
