@@ -78,18 +78,25 @@ L2 = "relative L2"
 RECOVERY_SOURCE = "estimate: gradient recovery (ZZ) of the float64 solution, P2 edge correction"
 
 
-def _triangle_values(mesh, v) -> tuple[np.ndarray, np.ndarray]:
-    """(areas (m,), nodal values per triangle (m, 3, k)) of a P1 field ``v`` of shape (n,) or (n, k), on the host."""
-    v = np.asarray(v, dtype=np.float64)
+def _xp(mesh):
+    """The array module of ``mesh``: a DeviceMesh's (CuPy where the system was assembled on a GPU), else NumPy."""
+    return getattr(mesh, "xp", np)
+
+
+def _triangle_values(mesh, v):
+    """(areas (m,), nodal values per triangle (m, 3, k)) of a P1 field ``v`` of shape (n,) or (n, k), as arrays of
+    the mesh's array module."""
+    xp = _xp(mesh)
+    v = xp.asarray(v, dtype=xp.float64)
     v = v[:, None] if v.ndim == 1 else v
     area, _, _ = assembly._gradients(mesh)
-    return np.abs(np.asarray(area)), v[np.asarray(mesh.triangles)]
+    return xp.abs(area), v[mesh.triangles]
 
 
 def _p1_squares(area, d) -> float:
     """sum_T int_T |w|^2 of the P1 field w with nodal values ``d`` (m, 3, k): |T|/12 (sum d_i^2 + (sum d_i)^2),
     exact for P1."""
-    return float(np.sum(area[:, None] / 12.0 * ((d * d).sum(1) + d.sum(1) ** 2)))
+    return float((area[:, None] / 12.0 * ((d * d).sum(1) + d.sum(1) ** 2)).sum())
 
 
 def _unit_scaled(v) -> tuple[np.ndarray, float]:
@@ -101,63 +108,51 @@ def _unit_scaled(v) -> tuple[np.ndarray, float]:
     return v / s, s
 
 
-def _zero(x, y):
-    return 0.0 * x
-
-
-def _zero_gradient(x, y):
-    return 0.0 * x, 0.0 * y
-
-
-def device_l2_norm(dm, v) -> float:
-    """||v||_L2 of a P1 field ``v`` (n,) on the device mesh ``dm`` where the system was assembled (hpcsolve.fem.
-    discrete.device): :func:`hpcsolve.fem.discrete.problem.error_norms` against 0, whose 6-point rule is exact for
-    the square of a P1 field, so this is :func:`l2_norm` computed where the mesh is (one float comes back: on the
-    host the norms of a 4 M-node run took seconds, against a 1 s run)."""
-    v, s = _unit_scaled(v)
-    return s * prob.error_norms(dm, dm.xp.asarray(v), _zero, _zero_gradient)[0]
-
-
 def l2_norm(mesh, v) -> float:
-    """||v||_L2 of a P1 field ``v`` (n,) or (n, k) (components summed), exactly."""
+    """||v||_L2 of a P1 field ``v`` (n,) or (n, k) given on the host (components summed), exactly; computed where
+    the mesh is (a DeviceMesh: on its device, one float comes back; on the host the norms of a 1 M-node mesh took
+    seconds, against a GPU run of about 1 s)."""
     v, s = _unit_scaled(v)
     area, d = _triangle_values(mesh, v)
     return s * math.sqrt(_p1_squares(area, d))
 
 
-def _recovered_gradient(mesh, u) -> np.ndarray:
+def _recovered_gradient(mesh, u):
     """Zienkiewicz-Zhu recovery: each node's area-weighted mean of the constant gradients of the triangles around it,
-    (n, k, 2) for a field of k components."""
+    (n, k, 2) for a field of k components (arrays of the mesh's array module)."""
+    xp = _xp(mesh)
     area, bx, by = assembly._gradients(mesh)
-    area, bx, by = np.abs(np.asarray(area)), np.asarray(bx), np.asarray(by)
-    tris = np.asarray(mesh.triangles)
-    u = np.asarray(u, dtype=np.float64)
+    area = xp.abs(area)
+    tris = mesh.triangles
+    u = xp.asarray(u, dtype=xp.float64)
     d = (u[:, None] if u.ndim == 1 else u)[tris]                          # (m, 3, k)
-    n = np.asarray(mesh.points).shape[0]
-    weight = np.maximum(np.bincount(tris.ravel(), weights=np.repeat(area, 3), minlength=n), 1e-300)
-    out = np.empty((n, d.shape[2], 2))
+    n = int(mesh.points.shape[0])
+    flat = tris.ravel()
+    weight = xp.maximum(xp.bincount(flat, weights=xp.repeat(area, 3), minlength=n), 1e-300)
+    out = xp.empty((n, d.shape[2], 2))
     for axis, b in enumerate((bx, by)):
-        g = np.einsum("mi,mik->mk", b, d) * area[:, None]                  # |T| du/dx per cell and component
+        g = xp.einsum("mi,mik->mk", b, d) * area[:, None]                  # |T| du/dx per cell and component
         for c in range(d.shape[2]):
-            out[:, c, axis] = np.bincount(tris.ravel(), weights=np.repeat(g[:, c], 3), minlength=n) / weight
+            out[:, c, axis] = xp.bincount(flat, weights=xp.repeat(g[:, c], 3), minlength=n) / weight
     return out
 
 
 def recovery_estimate(mesh, u) -> float:
     """An estimate of ||u - u_h||_L2 (module docstring): the L2 norm of the P2 edge correction that the recovered
     gradients give, integrated exactly: |T| 4/45 (sum m_e^2 + (sum m_e)^2) per triangle for edge-midpoint values
-    m_e (the bubbles 4 lambda_i lambda_j)."""
+    m_e (the bubbles 4 lambda_i lambda_j). ``u`` on the host; computed where the mesh is (as :func:`l2_norm`)."""
+    xp = _xp(mesh)
     u, s = _unit_scaled(u)
     G = _recovered_gradient(mesh, u)
     area, _, _ = assembly._gradients(mesh)
-    area = np.abs(np.asarray(area))
-    tris, pts = np.asarray(mesh.triangles), np.asarray(mesh.points, dtype=np.float64)
+    area = xp.abs(area)
+    tris, pts = mesh.triangles, xp.asarray(mesh.points, dtype=xp.float64)
     mids = []
     for i, j in ((1, 2), (2, 0), (0, 1)):
         a, b = tris[:, i], tris[:, j]
-        mids.append(np.einsum("mkd,md->mk", G[a] - G[b], pts[b] - pts[a]) / 8.0)
-    m = np.stack(mids, axis=1)                                             # (m, 3 edges, k)
-    return s * math.sqrt(float(np.sum(4.0 * area[:, None] / 45.0 * ((m * m).sum(1) + m.sum(1) ** 2))))
+        mids.append(xp.einsum("mkd,md->mk", G[a] - G[b], pts[b] - pts[a]) / 8.0)
+    m = xp.stack(mids, axis=1)                                             # (m, 3 edges, k)
+    return s * math.sqrt(float((4.0 * area[:, None] / 45.0 * ((m * m).sum(1) + m.sum(1) ** 2)).sum()))
 
 
 def solution_metrics(disc, u, u_ref, own_is_float64: bool, exact_error: float | None = None,
@@ -178,7 +173,8 @@ def solution_metrics(disc, u, u_ref, own_is_float64: bool, exact_error: float | 
         disc_err = exact_error if exact_error is not None else prob.error_norms(disc.mesh, base, u_ex, grad_ex)[0]
         source = "analytic"
     else:
-        scale, disc_err, source = l2_norm(disc.mesh, base), recovery_estimate(disc.mesh, base), RECOVERY_SOURCE
+        where = dm if dm is not None else disc.mesh
+        scale, disc_err, source = l2_norm(where, base), recovery_estimate(where, base), RECOVERY_SOURCE
     if u_ref is None:
         source += (" (on this run's own float64 solution: no float64 reference made)" if own_is_float64 else
                    " (on this run's own solution: no float64 reference made, so it includes the precision's error)")
@@ -188,7 +184,7 @@ def solution_metrics(disc, u, u_ref, own_is_float64: bool, exact_error: float | 
         out.update(precision_error=None, precision_error_ratio=None, precision_negligible=None)
         return out
     d = np.asarray(u, dtype=np.float64) - np.asarray(u_ref, dtype=np.float64)
-    perr = device_l2_norm(dm, d) if dm is not None and d.ndim == 1 else l2_norm(disc.mesh, d)
+    perr = l2_norm(dm if dm is not None else disc.mesh, d)
     perr = perr / scale if scale > 0 else perr
     ratio = perr / rel if rel > 0 else (0.0 if perr == 0 else math.inf)
     ratio = ratio if math.isfinite(perr) else math.nan

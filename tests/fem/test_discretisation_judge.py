@@ -214,3 +214,21 @@ def test_the_norms_on_the_assembly_device_equal_the_host_norms():
     with np.errstate(over="raise"):
         big = judge.solution_metrics(on_device, 1e200 * u, 1e200 * u_ref, True, exact_error=1e197)
     assert big["precision_error_ratio"] == pytest.approx(dev["precision_error_ratio"], rel=1e-9)
+
+
+def test_the_recovery_estimate_on_the_assembly_device_equals_the_host_one():
+    """Cook's membrane (no exact solution, two components): the recovery estimate and the L2 norms computed on a
+    DeviceMesh (NumPy standing in for CuPy) equal the host's to rounding, and are positive."""
+    from hpcsolve.core.cases import load_case
+    from hpcsolve.fem.discrete import problem
+    from hpcsolve.fem.discrete.device import DeviceMesh
+
+    disc = problem.build(load_case(COOK, ["mesh.nx=8"]))
+    dm = DeviceMesh(np, np.asarray(disc.mesh.points), np.asarray(disc.mesh.triangles, dtype=np.int32))
+    import scipy.sparse.linalg as spla
+    u = disc.full_solution(spla.spsolve(disc.A.tocsc(), disc.b))
+    assert u.ndim == 2 and u.shape[1] == 2
+    host, dev = judge.recovery_estimate(disc.mesh, u), judge.recovery_estimate(dm, u)
+    assert host > 0 and dev == pytest.approx(host, rel=1e-12)
+    norm = judge.l2_norm(disc.mesh, u)
+    assert norm > 0 and judge.l2_norm(dm, u) == pytest.approx(norm, rel=1e-12)
