@@ -22,6 +22,7 @@ from hpcsolve.core.errors import (  # noqa: E402
 )
 from hpcsolve.core.precision import Precision, get_precision  # noqa: E402
 from hpcsolve.core import backends as _backends  # noqa: E402  (already loaded by precision: probes nothing)
+from hpcsolve.core.lazy import lazy_attributes  # noqa: E402
 
 
 # The entry points live in modules that import numpy, scipy and the solver families; they load on first
@@ -41,19 +42,7 @@ def resolve_backend(name: str = "auto"):
     return _backends.resolve(name, field="backend")
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hpcsolve' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

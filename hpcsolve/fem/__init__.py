@@ -14,6 +14,7 @@ they are ``hpcsolve``'s own.
 
 from hpcsolve.core import backends
 from hpcsolve.core.errors import CaseError
+from hpcsolve.core.lazy import lazy_attributes
 from hpcsolve.fem.api import METHODS, check_system, prepare_matrix, solve, update_matrix
 from hpcsolve.fem.linalg.cg_options import CGOptions
 from hpcsolve.fem.linalg.precond import Jacobi, Multigrid, Preconditioner
@@ -45,19 +46,7 @@ def assemble(case, overrides=(), backend=None):
     return problem.build(case, backend=be if be is not None and be.gpu else None)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hpcsolve.fem' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = ["solve", "prepare_matrix", "update_matrix", "check_system", "assemble", "SolveReport", "CGOptions",
