@@ -251,9 +251,9 @@ def half_pair_functions():
 
 def _half_intrinsics():
     """The GPU versions of :func:`half_pair_functions` (LLVM IR intrinsics)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
+    from llvmlite import ir  # late: optional GPU dependency, imported on first use
+    from numba import types  # late: optional GPU dependency, imported on first use
+    from numba.cuda.extending import intrinsic  # late: optional GPU dependency, imported on first use
 
     def _widen(builder, v16):
         return builder.fpext(builder.bitcast(v16, ir.HalfType()), ir.FloatType())

@@ -232,13 +232,13 @@ def _widen_body():
     t = ir.var("t", _U)
     decl, v = ir.let("v", MUL(ir.as_float(t & 0x87FFF000), ir.f32(2.0 ** 112, "0x1p112f")))
     nan = ir.as_float(ir.u32(0x7FC00000))
-    return (decl,), (ir.Ret(ir.select(ir.fabs(v).eq(ir.f32(MAX_CODE_VALUE, "1.99951171875f")), nan, v)),)
+    return (decl,), (ir.Return(ir.select(ir.fabs(v).eq(ir.f32(MAX_CODE_VALUE, "1.99951171875f")), nan, v)),)
 
 
 WIDEN = ir.Fn("fp16c_widen", _F, (("t", _U),), _widen_body(), comment="the value of a code whose sign is at bit 31 "
               "and magnitude at bits 26..12 of t (other bits ignored)")
 DECODE = ir.Fn("fp16c_decode", _F, (("c", "u16"),),
-               ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", ir.cast("i16", ir.var("c", "u16"))) << 12))),),))
+               ((ir.Return(WIDEN(ir.cast(_U, ir.cast("i32", ir.cast("i16", ir.var("c", "u16"))) << 12))),),))
 
 
 def _encode_body():
@@ -249,28 +249,28 @@ def _encode_body():
     q_decl, q = ir.let("q", ir.as_uint(ir.as_float(a) * ir.f32(2.0 ** 25, "0x1p25f") + ir.f32(2.0 ** 23, "8388608.0f"))
                        & 0x7FFFFF)
     mag = ir.select(a.ge(ir.u32(113, "113u") << 23), n, q)
-    return ((ir.Let(("b", "a"), (ir.as_uint(x), b & 0x7FFFFFFF)),), (n_decl,), (q_decl,),
-            (ir.Ret(ir.cast("u16", ((b >> 16) & 0x8000) | mag)),))
+    return ((ir.Lets(_U, ("b", "a"), (ir.as_uint(x), b & 0x7FFFFFFF)),), (n_decl,), (q_decl,),
+            (ir.Return(ir.cast("u16", ((b >> 16) & 0x8000) | mag)),))
 
 
 ENCODE = ir.Fn("fp16c_encode", "u16", (("x", _F),), _encode_body())
 _SR_X, _SR_R = ir.var("x", _F), ir.var("r", _U)
 SCALED_SR = ir.Fn("fp16c_scaled_sr", _U, (("x", _F), ("r", _U)), (
-    (ir.Ret(ir.umin(ir.as_uint(MUL(ir.fabs(_SR_X), ir.f32(2.0 ** -112, "0x1p-112f"))), _MAX_CODE_SCALED)
-            + (_SR_R >> 20)),),),
+    (ir.Return(ir.umin(ir.as_uint(MUL(ir.fabs(_SR_X), ir.f32(2.0 ** -112, "0x1p-112f"))), _MAX_CODE_SCALED)
+               + (_SR_R >> 20)),),),
     comment="stochastic rounding (fp16c.encode_stochastic): the magnitude bits of y = |x| 2^-112, at most those of\n"
             "MAX_CODE_VALUE 2^-112 (NaN and infinities too: an unsigned min of the bits), plus the top 12 bits of the "
             "random\nword r, before the shift that drops 12 bits")
 ENCODE_SR = ir.Fn("fp16c_encode_sr", "u16", (("x", _F), ("r", _U)), (
-    (ir.Ret(ir.cast("u16", (SCALED_SR(_SR_X, _SR_R) >> 12) | ((ir.as_uint(_SR_X) >> 16) & 0x8000))),),))
+    (ir.Return(ir.cast("u16", (SCALED_SR(_SR_X, _SR_R) >> 12) | ((ir.as_uint(_SR_X) >> 16) & 0x8000))),),))
 
 
 def _seed_body():
     h = ir.var("h", _U)
     mix = [ir.Update("h", "^", h >> 16), ir.Update("h", "*", ir.u32(0x7FEB352D)), ir.Update("h", "^", h >> 15),
            ir.Update("h", "*", ir.u32(0x846CA68B)), ir.Update("h", "^", h >> 16)]
-    first = ir.Var("h", ir.as_uint(ir.var("h0", _F)) ^ (ir.var("cell", _U) * SEED_MULT))
-    return (first,), tuple(mix), (ir.Ret(h),)
+    first = ir.Var("h", _U, ir.as_uint(ir.var("h0", _F)) ^ (ir.var("cell", _U) * SEED_MULT))
+    return (first,), tuple(mix), (ir.Return(h),)
 
 
 SEED = ir.Fn("fp16c_seed", _U, (("h0", _F), ("cell", _U)), _seed_body(),
@@ -278,13 +278,14 @@ SEED = ir.Fn("fp16c_seed", _U, (("h0", _F), ("cell", _U)), _seed_body(),
 
 # the pair kernel's words of two codes (the even cell in the low half)
 _W = ir.var("w", _U)
-LOW = ir.Fn("fp16c_low", _F, (("w", _U),), ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", _W << 16) >> 4))),),),
+LOW = ir.Fn("fp16c_low", _F, (("w", _U),), ((ir.Return(WIDEN(ir.cast(_U, ir.cast("i32", _W << 16) >> 4))),),),
             one_line=True)
-HIGH = ir.Fn("fp16c_high", _F, (("w", _U),), ((ir.Ret(WIDEN(ir.cast(_U, ir.cast("i32", _W) >> 4))),),), one_line=True)
+HIGH = ir.Fn("fp16c_high", _F, (("w", _U),), ((ir.Return(WIDEN(ir.cast(_U, ir.cast("i32", _W) >> 4))),),),
+             one_line=True)
 _PA, _PB = ir.var("a", _F), ir.var("b", _F)
 PACK = ir.Fn("fp16c_pack", _U, (("a", _F), ("b", _F)),
-             ((ir.Ret(ir.cast(_U, ENCODE(_PA)) | (ir.cast(_U, ENCODE(_PB)) << 16)),),))
-PACK_SR = ir.Fn("fp16c_pack_sr", _U, (("a", _F), ("b", _F), ("ra", _U), ("rb", _U)), ((ir.Ret(
+             ((ir.Return(ir.cast(_U, ENCODE(_PA)) | (ir.cast(_U, ENCODE(_PB)) << 16)),),))
+PACK_SR = ir.Fn("fp16c_pack_sr", _U, (("a", _F), ("b", _F), ("ra", _U), ("rb", _U)), ((ir.Return(
     ir.cast(_U, ENCODE_SR(_PA, ir.var("ra", _U))) | ((SCALED_SR(_PB, ir.var("rb", _U)) << 4) & 0x7FFF0000)
     | (ir.as_uint(_PB) & 0x80000000)),),),
     comment="the low code as fp16c_encode_sr; the high one shifted into place directly (bits 30..16: its magnitude, "
@@ -297,7 +298,7 @@ CUDA_SOURCE = "\n" + ir.c_source((MUL, WIDEN, DECODE, ENCODE, SCALED_SR, ENCODE_
 CUDA_PAIR_SOURCE = "\n" + ir.c_source((LOW, HIGH, PACK, PACK_SR))[:-1]
 
 
-def random_word(i: int, s: ir.X) -> ir.X:
+def random_word(i: int, s: ir.Scalar) -> ir.Scalar:
     """The random word a_i s + c_i of direction ``i`` (``STREAM``) from the seed ``s``."""
     a, c = STREAM[i]
     return ir.u32(a, f"{a:#x}u") * s + ir.u32(c, f"{c:#x}u")
@@ -305,7 +306,7 @@ def random_word(i: int, s: ir.X) -> ir.X:
 
 def cuda_random_word(i: int, seed: str) -> str:
     """C of direction ``i``'s random word from the seed expression ``seed``."""
-    return ir._c(random_word(i, ir.var(seed, _U)))
+    return ir.c_expr(random_word(i, ir.var(seed, _U)))
 
 
 # ---- LLVM IR (llvmlite builders) of the device functions, used by the intrinsics below and the host tests
@@ -332,7 +333,7 @@ def _seed_ir(builder, h0, cell):
 
 def _word_ir(builder, s, i):
     """The random word of direction ``i`` from the i32 seed ``s``."""
-    return ir._llvm(builder, random_word(i, ir.var("s", _U)), {"s": s})
+    return ir.llvm_expr(builder, random_word(i, ir.var("s", _U)), {"s": s})
 
 
 def _convert(builder, value, numba_type, ty):
@@ -348,8 +349,8 @@ def _convert(builder, value, numba_type, ty):
 def _intrinsic(ret, tys, emit):
     """A Numba-CUDA intrinsic of the arguments of IR types ``tys`` (Float / Integer Numba types) returning the
     Numba type ``ret``: ``emit(builder, *converted args)``."""
-    from numba import types    # optional dependency
-    from numba.cuda.extending import intrinsic
+    from numba import types  # late: optional dependency
+    from numba.cuda.extending import intrinsic  # late: optional dependency, with numba above
 
     def typed(args):
         if not all(isinstance(a, types.Float if t == _F else types.Integer) for a, t in zip(args, tys)):
@@ -387,7 +388,7 @@ def numba_functions():
             return np.uint16(encode(np.asarray(x, dtype=np.float32))[()])
 
         return fp16c_decode, fp16c_encode
-    from numba import types    # optional dependency
+    from numba import types  # late: optional dependency
 
     return _fn_intrinsic(types.float32, DECODE), _fn_intrinsic(types.uint16, ENCODE)
 
@@ -410,7 +411,7 @@ def numba_pair_functions():
             return np.array(bits[0] | (bits[1] << 16), dtype=np.uint32).view(np.int32)[()]
 
         return lo, hi, pack
-    from numba import types    # optional dependency
+    from numba import types  # late: optional dependency
 
     return (_fn_intrinsic(types.float32, LOW), _fn_intrinsic(types.float32, HIGH),
             _fn_intrinsic(types.int32, PACK))
@@ -448,7 +449,7 @@ def numba_stochastic_functions():
 
     if cuda_simulator_enabled():
         return _simulated_stochastic_functions()
-    from numba import types    # optional dependency
+    from numba import types  # late: optional dependency
 
     def encoder(i):
         def enc(builder, x, s):

@@ -102,8 +102,8 @@ def test_link_rules_cover_the_boundary_flags_once_and_name_their_value():
         assert [r.flag for r in rules] == [WALL, VELOCITY, OUTLET]
         for rule in rules:
             assert "h" in rule.piece[-1].out
-        kinds = [op.kind for op in rules[-1].piece]
-        assert ("lookup" in kinds) == characteristic and "own_velocity" in kinds
+        types = {type(op) for op in rules[-1].piece}
+        assert (kernel_plan.Lookup in types) == characteristic and kernel_plan.OwnVelocity in types
 
 
 def test_generic_position_of_a_neighbour_cell_is_refused():

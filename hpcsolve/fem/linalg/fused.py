@@ -24,7 +24,8 @@ kind          CUDA C                              Numba
 kind + ``?``  the same, may be null (0)           ``p, has_p`` (a placeholder array and a flag)
 ============  ==================================  ==============================
 
-**Body**: a restricted Python, parsed with :mod:`ast` (the printers refuse anything else):
+**Body**: a restricted Python, read into the code generator's nodes (``hpcsolve.core.codegen.frontend``; anything else
+is refused) and printed by its printers:
 
 - ``x: T = e`` declares (``x: const(T) = e`` a const); ``decl(T, a=e1, b=e2)`` declares several in one statement
   (Numba: ``x = T(e)``, so that a float32 kernel really computes in float32);
@@ -54,12 +55,17 @@ import dataclasses
 import functools
 import textwrap
 
+from hpcsolve.core.codegen.frontend import read
+
 #: the CUDA instantiations: one working precision; two (computed / stored); storage S x compute T
 ONE = (("float",), ("double",))
 TWO = tuple((a, b) for a in ("float", "double") for b in ("float", "double"))
 LEVEL = tuple((s, t) for s in ("__half", "float", "double") for t in ("float", "double"))
 
 POINTER_KINDS = ("in", "out", "rd", "rw")
+#: the C scalar types a body casts to; the runtime's functions it calls (besides the device functions below)
+SCALAR_TYPES = ("double", "float", "int", "size_t")
+RUNTIME = ("fmax", "fabs", "isfinite", "block_add2", "block_max3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,16 @@ class Param:
     @property
     def pointer(self) -> bool:
         return self.kind in POINTER_KINDS
+
+    @property
+    def const(self) -> bool:
+        """Not written through: a scalar other than ``plain``, an array ``in`` or ``rd``."""
+        return self.kind in ("", "in", "rd")
+
+    @property
+    def restrict(self) -> bool:
+        """An array that aliases no other (``in``, ``out``)."""
+        return self.kind in ("in", "out")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +116,11 @@ class Fused:
     @property
     def device(self) -> bool:
         return bool(self.returns)
+
+    @functools.cached_property
+    def nodes(self) -> tuple:
+        """The body as the code generator's nodes (``hpcsolve.core.codegen``), both printers' input."""
+        return read(self.source, (*self.types, *SCALAR_TYPES), (*RUNTIME, *BY_NAME), self.name)
 
 
 def parse_params(spec: str) -> tuple[Param, ...]:

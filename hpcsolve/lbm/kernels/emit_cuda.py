@@ -23,11 +23,11 @@ import functools
 
 import numpy as np
 
-from hpcsolve.lbm.boundaries import bouzidi
+from hpcsolve.lbm.kernels import prepass_plan as bouzidi
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import physics
-from hpcsolve.lbm.boundaries import link_rules
-from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS, C_SOURCE as LAYER_C
+from hpcsolve.lbm.rules import link_rules
+from hpcsolve.lbm.kernels.layer_code import ARGS as LAYER_ARGS, C_SOURCE as LAYER_C
 from hpcsolve.lbm.kernels.population_code import cuda_code
 from hpcsolve.lbm.kernels import helper_plan, pair_plan, step_plan
 from hpcsolve.lbm.kernels.print_cuda import C_ARG, CPrinter, emit_ops

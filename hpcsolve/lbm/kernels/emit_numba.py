@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import functools
 
-from hpcsolve.lbm.boundaries import bouzidi
+from hpcsolve.lbm.kernels import prepass_plan as bouzidi
 from hpcsolve.lbm.kernels import kernel_plan
-from hpcsolve.lbm.boundaries import link_rules
-from hpcsolve.lbm.boundaries.layer import PYTHON_SOURCE as LAYER_PYTHON
+from hpcsolve.lbm.rules import link_rules
+from hpcsolve.lbm.kernels.layer_code import PYTHON_SOURCE as LAYER_PYTHON
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.kernels import helper_plan, pair_plan, step_plan
 from hpcsolve.lbm.kernels.population_code import numba_code

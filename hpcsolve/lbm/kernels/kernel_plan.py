@@ -19,17 +19,22 @@ From those two facts :meth:`StepLayout.pull` (f*_i(x - c_i) of a fluid neighbour
     N = nx * ny, row / rowm / rowp (rows y, y - 1, y + 1 times nx, periodic), x / xm / xp (columns),
     cell = row + x, s = the source cell x - c_i of a boundary link.
 
-The emitters take the positions, the boundary rules' kernel pieces (:class:`Op` sequences) and the
+The emitters take the positions, the boundary rules' kernel pieces (:class:`PieceOp` sequences) and the
 physics (``physics.py``), and write their language; none of them spells a position or a rule itself.
-Whole kernel bodies are written in the statement vocabulary at the end of this module (:class:`Let`, :class:`If`,
-:class:`Unrolled`, :class:`Pop`, :class:`Collide`, ...; the step and moments kernels in ``step_plan.py``) and
-printed by each emitter's printer (``printer.Printer``: ``print_cuda`` / ``print_numba``).
+Whole kernel bodies are written in the code generator's nodes (``hpcsolve.core.codegen.nodes``: :class:`Let`,
+:class:`If`, :class:`Unrolled`, ...) and the LBM's own statements at the end of this module (:class:`Pop`,
+:class:`Collide`, ...; the step and moments kernels in ``step_plan.py``), and printed by each emitter's printer
+(``print_cuda.CPrinter`` / ``print_numba.PythonPrinter``, one method per node type).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from hpcsolve.core.codegen.nodes import (  # noqa: F401 (re-exported: the kernel descriptions write them)
+    And, At, Block, Call, Cast, Conv, Decl, Fmt, Function, IDiv, If, Kernel, Let, Named, Not, Return, Sel, Set,
+    Unrolled, Var, While)
 from hpcsolve.lbm import lattice
 
 Q, CX, CY, OPP = lattice.Q, lattice.CX, lattice.CY, lattice.OPPOSITE
@@ -141,32 +146,96 @@ def step_layouts(in_place: bool) -> tuple[StepLayout, ...]:
 # kernel pieces: what a boundary rule (or a link-list kernel) does, in neither language
 
 @dataclass(frozen=True)
-class Op:
-    """One statement of a kernel piece.
+class PieceOp:
+    """One statement of a kernel piece: ``out`` (the names it binds), ``args`` and, where it says so, ``fn``. Each
+    statement is a class of its own, printed by the method of its type; :func:`Op` builds one from its name.
 
-    - ``Op("lookup", out=(a, b), args=(key,))``: the boundary-velocity table entry of cell ``key``
-      (``boundaries.velocity.velocity_table``: a velocity cell's u_w, an outlet cell's reference outflow);
-    - ``Op("own_velocity", out=(ux, uy))``: the cell's velocity at time t, as the step layout keeps it
-      (:attr:`StepLayout.own_velocity`);
-    - ``Op("physics", fn, out=(v,), args=...)``: ``v = physics.<fn>(*args)``; an argument is a name of the
-      piece, a kernel local, or one of the link constants ``w_i``, ``cx_i``, ``cy_i`` and ``ZERO``.
+    The rule's value for the link is the name ``h``."""
 
-    The rule's value for the link is the name ``h``.
-
-    Ops of list kernels (one thread per entry k of a link list; ``ListKernel``):
-
-    - ``Op("load", out=(v,), args=(array, index))``: v = the decoded stored population array[index];
-    - ``Op("widen", out=(v,), args=(x,))``: v = x as float64;
-    - ``Op("expr", "double" | "real", out=(v,), args=(text,))``: v = text, arithmetic valid in C and Python;
-    - ``Op("store", args=(array, index, v))``: array[index] = the encoded v;
-    - ``Op("copy", args=(dst, dst_index, src, src_index))``: a stored value moved as it is;
-    - ``Op("atomic_add", args=(array, index, v))``: array[index] += v, atomically (float64).
-    """
-
-    kind: str
     fn: str = ""
     out: tuple = ()
     args: tuple = ()
+    #: the statement's name in :func:`Op`
+    kind: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class Lookup(PieceOp):
+    """``out = (a, b)``: the boundary-velocity table entry of cell ``args[0]`` (``boundaries.velocity.velocity_table``:
+    a velocity cell's u_w, an outlet cell's reference outflow)."""
+
+    kind: ClassVar[str] = "lookup"
+
+
+@dataclass(frozen=True)
+class OwnVelocity(PieceOp):
+    """``out = (ux, uy)``: the cell's velocity at time t, as the step layout keeps it
+    (:attr:`StepLayout.own_velocity`)."""
+
+    kind: ClassVar[str] = "own_velocity"
+
+
+@dataclass(frozen=True)
+class PhysicsOp(PieceOp):
+    """``out = physics.<fn>(*args)``; an argument is a name of the piece, a kernel local, or one of the link
+    constants ``w_i``, ``cx_i``, ``cy_i`` and ``ZERO``."""
+
+    kind: ClassVar[str] = "physics"
+
+
+@dataclass(frozen=True)
+class Load(PieceOp):
+    """List kernels (one thread per entry k of a link list; :class:`ListKernel`): ``out = (v,)``, the decoded stored
+    population ``array[index]`` of ``args = (array, index)``."""
+
+    kind: ClassVar[str] = "load"
+
+
+@dataclass(frozen=True)
+class Widen(PieceOp):
+    """``out = (v,)``: ``args[0]`` as float64."""
+
+    kind: ClassVar[str] = "widen"
+
+
+@dataclass(frozen=True)
+class Expr(PieceOp):
+    """``out = (v,)``: ``args[0]``, arithmetic text valid in C and Python, of type ``fn`` (``"double"`` or
+    ``"real"``)."""
+
+    kind: ClassVar[str] = "expr"
+
+
+@dataclass(frozen=True)
+class Store(PieceOp):
+    """``args = (array, index, v)``: array[index] = the encoded v."""
+
+    kind: ClassVar[str] = "store"
+
+
+@dataclass(frozen=True)
+class Copy(PieceOp):
+    """``args = (dst, dst_index, src, src_index)``: a stored value moved as it is."""
+
+    kind: ClassVar[str] = "copy"
+
+
+@dataclass(frozen=True)
+class AtomicAdd(PieceOp):
+    """``args = (array, index, v)``: array[index] += v, atomically (float64)."""
+
+    kind: ClassVar[str] = "atomic_add"
+
+
+#: the statements of kernel pieces by name
+OPS = {cls.kind: cls for cls in (Lookup, OwnVelocity, PhysicsOp, Load, Widen, Expr, Store, Copy, AtomicAdd)}
+
+
+def Op(kind: str, fn: str = "", out: tuple = (), args: tuple = ()) -> PieceOp:  # noqa: N802 (a node constructor)
+    """The kernel-piece statement named ``kind`` (a key of :data:`OPS`)."""
+    if kind not in OPS:
+        raise ValueError(f"unknown kernel op {kind!r}; known: {', '.join(OPS)}")
+    return OPS[kind](fn, out, args)
 
 
 @dataclass(frozen=True)
@@ -185,12 +254,11 @@ def link_constants(P, i) -> dict:
     return {"w_i": P.W[i], "cx_i": P.CX[i], "cy_i": P.CY[i], "ZERO": P.ZERO}
 
 
-
 @dataclass(frozen=True)
 class ListKernel:
     """A kernel over a list of n entries (one thread per entry k): arguments ``(name, kind)`` with kind
     ``pop`` / ``pop_in`` (stored populations, written / read only), ``index`` (int64), ``real`` (compute
-    dtype), ``f64`` / ``f64_out`` (float64, read / accumulated), then ``n``; the ``body`` is :class:`Op`
+    dtype), ``f64`` / ``f64_out`` (float64, read / accumulated), then ``n``; the ``body`` is :class:`PieceOp`
     statements. The Bouzidi pre-pass (``bouzidi.GATHER`` / ``SCATTER``) and the momentum exchange
     (:data:`FORCE_KERNEL`) are such kernels, emitted by both backends."""
 
@@ -204,9 +272,9 @@ class ListKernel:
 FORCE_KERNEL = ListKernel(
     "lbm_force", "momentum exchange: out[0:2] += (cx, cy) * (m * h[pos] + c), float64 (gpu_common.force_links)",
     (("A", "pop_in"), ("pos", "index"), ("cx", "f64"), ("cy", "f64"), ("m", "f64"), ("c", "f64"), ("out", "f64_out")),
-    (Op("load", out=("h",), args=("A", "pos[k]")), Op("widen", out=("hd",), args=("h",)),
-     Op("expr", "double", out=("s",), args=("m[k] * hd + c[k]",)),
-     Op("atomic_add", args=("out", "0", "cx[k] * s")), Op("atomic_add", args=("out", "1", "cy[k] * s"))))
+    (Load(out=("h",), args=("A", "pos[k]")), Widen(out=("hd",), args=("h",)),
+     Expr("double", out=("s",), args=("m[k] * hd + c[k]",)),
+     AtomicAdd(args=("out", "0", "cx[k] * s")), AtomicAdd(args=("out", "1", "cy[k] * s"))))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -243,50 +311,9 @@ PAIR_PULLS = tuple(_pair_pull(i) for i in range(Q))
 
 
 # ------------------------------------------------------------------------------------------------
-# kernel bodies: declarations, guards, loops, loads and stores, in neither language (printed by the
-# emitters' printers, ``printer.Printer``). Expressions are strings valid in C and Python (arithmetic,
-# comparisons, ``a[i]`` of a local array) or the nodes below, where the two languages differ.
-
-@dataclass(frozen=True)
-class Sel:
-    """``a`` where ``cond`` holds, else ``b`` (C ``?:``, Python ``a if cond else b``)."""
-
-    cond: object
-    a: object
-    b: object
-
-
-@dataclass(frozen=True)
-class Cast:
-    """``value`` converted to the kernel type ``type`` (C: a cast; Python: the value, its type follows)."""
-
-    type: str
-    value: object
-
-
-@dataclass(frozen=True)
-class Fmt:
-    """``text`` with its ``{}`` holes filled by the printed ``args``."""
-
-    text: str
-    args: tuple = ()
-
-
-@dataclass(frozen=True)
-class And:
-    """``a`` and ``b`` (both conditions; C ``&&``, Python ``and``)."""
-
-    a: object
-    b: object
-
-
-@dataclass(frozen=True)
-class Conv:
-    """``value`` converted to the integer type ``type`` (``int``, ``u64``) in both languages (C: a cast; Python: the
-    conversion function of that type)."""
-
-    type: str
-    value: object
+# kernel bodies: the code generator's nodes (hpcsolve/core/codegen/nodes.py: declarations, guards, loops, device
+# arrays, re-exported above for the kernel descriptions) and the LBM's own statements below, printed by the LBM
+# printers (``print_cuda.CPrinter``, ``print_numba.PythonPrinter``: one method per node type).
 
 
 @dataclass(frozen=True)
@@ -295,120 +322,6 @@ class Pop:
 
     array: str
     pos: object
-
-
-@dataclass(frozen=True)
-class At:
-    """A raw element ``array[index]`` of a device array (Python: through ``load_at``, no wraparound)."""
-
-    array: str
-    index: object
-
-
-@dataclass(frozen=True)
-class Named:
-    """A value every language spells its own way: ``zero``, ``block_x`` / ``block_y`` / ``thread_x`` (CUDA
-    indices), ``thread`` (the global 1D thread index)."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class IDiv:
-    """Integer division ``a / b`` of non-negative integers."""
-
-    a: object
-    b: object
-
-
-@dataclass(frozen=True)
-class Let:
-    """Bind ``name`` (kernel type ``type``: ``index``, ``int``, ``real``, ...) to ``value``, once."""
-
-    name: str
-    type: str
-    value: object
-
-
-@dataclass(frozen=True)
-class Var:
-    """Declare the mutable local ``name`` (kernel type ``type``) with the first value ``value`` (later :class:`Set`)."""
-
-    name: str
-    type: str
-    value: object
-
-
-@dataclass(frozen=True)
-class While:
-    """``while cond: body``."""
-
-    cond: object
-    body: tuple
-
-
-@dataclass(frozen=True)
-class Decl:
-    """A local array ``name`` of ``shape``, written later; where the first axis is that of an unrolled loop (the
-    cells of a thread), ``init`` is the value each cell's entry starts from where a language needs one."""
-
-    type: str
-    name: str
-    shape: tuple
-    init: object = None
-
-
-@dataclass(frozen=True)
-class Set:
-    """``target = value`` (a local array entry or a device array element)."""
-
-    target: str
-    value: object
-
-
-@dataclass(frozen=True)
-class If:
-    """``if cond: then else orelse``; ``compact``: one guarded statement written on the line of its guard."""
-
-    cond: object
-    then: tuple
-    orelse: tuple = ()
-    compact: bool = False
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Return:
-    """Leave the kernel, or a device function with the result ``value``."""
-
-    value: object = None
-
-
-@dataclass(frozen=True)
-class Block:
-    """A scope of its own (its names do not leak)."""
-
-    body: tuple
-
-
-@dataclass(frozen=True)
-class Unrolled:
-    """``for var in range(n)``, unrolled (``name[var]`` of a per-cell array is one local per iteration);
-    ``compact``: C writes the one statement of the body on the line of the loop, without braces."""
-
-    var: str
-    n: int
-    body: tuple
-    compact: bool = False
-
-
-@dataclass(frozen=True)
-class Call:
-    """``out = fn(*args)``; a device function whose result (a population array) is written into ``out``."""
-
-    fn: str
-    args: tuple
-    out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -468,7 +381,7 @@ class CollideStore:
 
 @dataclass(frozen=True)
 class Piece:
-    """A boundary rule's kernel piece (``Op`` statements, ``LinkRule.piece``) on the link of direction ``i``: its link
+    """A boundary rule's kernel piece (``PieceOp`` s, ``LinkRule.piece``) on the link of direction ``i``: its link
     constants ``w_i`` / ``cx_i`` / ``cy_i`` are direction i's, its value is the name ``h``; ``own``: where the cell's
     velocity at time t is (:attr:`StepLayout.own_velocity`), fetched once per cell into ``own_ux`` / ``own_uy``
     (flag ``have_own``); ``tag`` keeps the piece's temporaries apart from the other links'."""
@@ -477,13 +390,6 @@ class Piece:
     i: int
     own: str
     tag: str
-
-
-@dataclass(frozen=True)
-class Not:
-    """``a`` does not hold (C ``!``, Python ``not``)."""
-
-    a: object
 
 
 @dataclass(frozen=True)
@@ -527,33 +433,5 @@ class PairStores:
     hb0: str
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """A kernel: arguments ``(name, kind)`` (see the emitters' argument types), its ``body``; ``bounds``: it
-    takes the step kernels' launch qualifier; ``views``: ``(name, array, kind)``, the 32-bit word views of population
-    arrays (C: a cast of the array; Python: one more argument, after the arrays)."""
-
-    name: str
-    doc: str
-    args: tuple
-    body: tuple
-    bounds: bool = False
-    views: tuple = ()
-
-
-@dataclass(frozen=True)
-class Function:
-    """A device function: arguments as a :class:`Kernel`'s, its ``body``, the values it gives back ``returns``
-    (``(name, type)``, or ``(name, type, value)``: C writes ``value`` through the pointer ``name``); ``inline``: the
-    compiler is told to inline it; ``result``: the kernel type of the value a :class:`Return` gives back (C's return
-    type; ``""``: none); ``out_array``: ``(name, n)``, an array of n compute-dtype values the function fills (C: the
-    last parameter, a pointer; Python: n locals given back as a tuple)."""
-
-    name: str
-    doc: str
-    args: tuple
-    body: tuple
-    returns: tuple
-    inline: bool = True
-    result: str = ""
-    out_array: tuple = ()
+#: the LBM's own node types (beside the code generator's), each printed by a method of both LBM printers
+NODES = (Pop, Physics, Collide, StoreStep, Seed, CollideStore, Piece, PairExchange, PairHalves, PairFlags, PairStores)
