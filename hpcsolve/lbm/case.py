@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from hpcsolve.core.cases import CaseBase, StrictModel
 from hpcsolve.core.errors import CaseError
-from hpcsolve.lbm import observables as obs
+from hpcsolve.lbm import collision as collision_models, observables as obs, rules
 from hpcsolve.lbm.units import CELL_REYNOLDS_MAX, MIN_OBSTACLE_CELLS, Units, cell_reynolds, resolution_for_cell_reynolds
 
 #: refuse tau <= 0.5 + TAU_MARGIN (viscosity too close to zero: BGK and TRT go unstable)
@@ -31,7 +31,9 @@ U_WARN, U_REFUSE = 0.1, 0.3
 MAX_STEPS = 1_000_000_000
 MAX_CELLS_PER_SIDE = 10_000_000
 
-Side = Literal["periodic", "wall", "moving_wall", "inlet", "outlet"]
+#: a domain side: periodic, or the case name of a registered boundary rule (``rules.side_flags``: wall, moving_wall,
+#: inlet, outlet)
+Side = Literal[("periodic",) + tuple(rules.side_flags())]
 BounceBack = Literal["simple", "bouzidi"]
 REFERENCES = ("none", "taylor_green", "poiseuille", "ghia", "schafer_turek_2d1", "schafer_turek_2d2")
 
@@ -46,7 +48,7 @@ class PhysicsSection(StrictModel):
 class LatticeSection(StrictModel):
     resolution: int = Field(..., ge=4, le=1_000_000, description="cells across the characteristic length")
     velocity: float = Field(0.05, gt=0, description="characteristic velocity U in lattice units (Mach = u / 0.577)")
-    collision: Literal["bgk", "trt"] = "trt"
+    collision: Literal[collision_models.NAMES] = "trt"
     magic: float = Field(3.0 / 16.0, gt=0, le=10, description="TRT magic parameter Lambda")
     bounce_back: BounceBack = Field("simple", description="obstacle walls: 'simple' (half-way, staircase) or 'bouzidi' "
                                     "(linear interpolated bounce-back at the exact circle/rectangle surface)")
@@ -352,8 +354,7 @@ def derive(case: LBMCase) -> Derived:
         raise CaseError.invalid("lattice.resolution", case.lattice.resolution, f"tau > {0.5 + TAU_MARGIN}",
                                 why=f"relaxation time tau = {tau:.5f} is too close to 1/2 (unstable); "
                                     + _what_to_change_tau(units))
-    if tau < 0.55 and case.lattice.collision == "bgk":
-        warnings.append(f"tau = {tau:.4f} with BGK is prone to instability; lattice.collision = 'trt' is more robust")
+    warnings += collision_models.get(case.lattice.collision).stability_warnings(tau)
     if tau > 5:
         warnings.append(f"tau = {tau:.3g} is large (accuracy degrades): raise physics.reynolds or lower lattice.resolution")
 

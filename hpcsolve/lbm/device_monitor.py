@@ -125,7 +125,7 @@ def cuda_source(policy) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _cupy_module(policy):
-    import cupy
+    import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
     return cupy.RawModule(code=cuda_source(policy), options=("--std=c++17",))
 
@@ -135,7 +135,7 @@ class CupyPointKernels:
     current stream like the stepper's own kernels."""
 
     def __init__(self, stepper):
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
         self.cp, self.stepper = cupy, stepper
         self.n = stepper.nx * stepper.ny
@@ -259,7 +259,7 @@ def monitor_final(partial, blocks, values, row, bad):
 def numba_kernels():
     """(partial, final, threads per block): ``numba.cuda.jit`` twins of ``monitor_partial`` / ``monitor_final``
     (Python source run with ``cuda`` among its globals, which the simulator swaps for its own module)."""
-    from numba import cuda, float64
+    from numba import cuda, float64  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
     block = BLOCK
     if backends.cuda_simulator_enabled():
@@ -277,7 +277,7 @@ class NumbaPointKernels:
     ``lbm_nonfinite``), launched on the stepper's stream."""
 
     def __init__(self, stepper):
-        from numba import cuda
+        from numba import cuda  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
         self.cuda, self.stepper, self.stream = cuda, stepper, stepper.stream
         self.n = stepper.nx * stepper.ny

@@ -15,10 +15,9 @@ import numpy as np
 
 from hpcsolve.core.errors import CaseError
 from hpcsolve.core.safe_io import load_npy
+from hpcsolve.lbm import rules
 from hpcsolve.lbm.boundaries import bouzidi
-from hpcsolve.lbm.flags import FLUID, OUTLET, VELOCITY, WALL
-
-_SIDE_FLAG = {"wall": WALL, "moving_wall": VELOCITY, "inlet": VELOCITY, "outlet": OUTLET}
+from hpcsolve.lbm.flags import FLUID, WALL
 
 
 @dataclass
@@ -48,54 +47,43 @@ class Geometry:
         return self.flags == FLUID
 
 
-def inlet_profile(n: int, mean_velocity: float, kind: str) -> np.ndarray:
-    """Inlet velocity at n cell centres across a channel whose walls lie half a cell outside them.
-
-    parabolic: u(y) = 6 U y (H - y) / H^2 with H = n, y = j + 1/2 (peak 1.5 U, mean ~U)."""
-    if kind == "uniform":
-        return np.full(n, mean_velocity)
-    y = np.arange(n) + 0.5
-    return 6.0 * mean_velocity * y * (n - y) / n ** 2
-
-
-def _into(side: str, kind: str) -> float:
-    """Sign of the velocity along a side's axis: an inlet's flow points into the domain, a characteristic
-    outlet's reference outflow out of it (+1 at a left inlet and at a right outlet)."""
-    return (1.0 if side in ("left", "bottom") else -1.0) * (-1.0 if kind == "outlet" else 1.0)
-
-
 def build(case, derived) -> Geometry:
     """Flags, boundary velocities (lattice units) and obstacle masks of ``case``."""
     b = case.boundaries
     nx, ny, pad = derived.nx, derived.ny, derived.pad
-    u_lb = case.lattice.velocity
     flags = np.zeros((ny, nx), np.uint8)
     bv = np.zeros((2, ny, nx))
-    wall_u = b.moving_wall_velocity * u_lb
     nyf = ny - pad[2] - pad[3]
     nxf = nx - pad[0] - pad[1]
     rows = slice(pad[2], ny - pad[3])
     cols = slice(pad[0], nx - pad[1])
+    side_rule = rules.side_rules()      # each registered rule's case names -> the rule
     for side, col in (("left", 0), ("right", nx - 1)):
         kind = getattr(b, side)
         if kind == "periodic":
             continue
-        flags[:, col] = _SIDE_FLAG[kind]
-        if kind == "moving_wall":
-            bv[1, :, col] = wall_u
-        elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
-            # an inlet's velocity; a characteristic outlet's reference outflow: the opposite inlet's profile
-            bv[0, rows, col] = _into(side, kind) * inlet_profile(nyf, u_lb, b.inlet_profile)
+        flags[:, col] = side_rule[kind].flag
+        # the rule's velocity of the side: a moving wall's (along y), an inlet's or a characteristic outlet's (x)
+        value = side_rule[kind].side_velocity(kind, side, case, nyf)
+        if value is not None:
+            role, v = value
+            if role == "tangential":
+                bv[1, :, col] = v
+            else:
+                bv[0, rows, col] = v
     for side, row in (("bottom", 0), ("top", ny - 1)):
         kind = getattr(b, side)
         if kind == "periodic":
             continue
-        flags[row, :] = _SIDE_FLAG[kind]
+        flags[row, :] = side_rule[kind].flag
         bv[:, row, :] = 0.0
-        if kind == "moving_wall":
-            bv[0, row, :] = wall_u
-        elif kind == "inlet" or (kind == "outlet" and b.outlet == "characteristic"):
-            bv[1, row, cols] = _into(side, kind) * inlet_profile(nxf, u_lb, b.inlet_profile)
+        value = side_rule[kind].side_velocity(kind, side, case, nxf)
+        if value is not None:
+            role, v = value
+            if role == "tangential":
+                bv[0, row, :] = v
+            else:
+                bv[1, row, cols] = v
     geo = Geometry(flags=flags, boundary_velocity=bv, pad=pad, dx=derived.units.dx)
     x, y = geo.cell_centres()
     X, Y = np.meshgrid(x, y)

@@ -63,9 +63,7 @@ SHORT_PARTS = 16
 #: the verdict: the error grew by more than GROWTH_THRESHOLD from the short window to the long one (rounding that
 #: loses the flow's increments with a bias accumulates; unbiased rounding noise does not) and the long window's
 #: divergence is at least MIN_DIVERGENCE (a share of the flow's change, not round-off of a flow at rest).
-#: Calibration (H200, 2D-2 at D = 80, lattice velocity 0.025, checks every 8,000 steps to step 80,000, windows 64 and
-#: 1,024): fp16s grows 1.5, 2.5, 1.7, 3.1, 4.6, then 4.0-6.3; fp16c 1.15-1.56 at every check; fp16s's divergence
-#: 0.006-0.015 from step 32,000, fp16c's 0.0014-0.0022
+#: Calibrated on the 2D-2 cylinder in fp16s and fp16c: docs/measured/notes_calibrations.md ("Precision guard")
 GROWTH_THRESHOLD = 2.0
 MIN_DIVERGENCE = 0.003
 #: the floor of the denominator in units of the storage's resolution times the flow's speed U

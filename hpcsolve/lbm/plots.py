@@ -147,7 +147,7 @@ class _Figures:
     @staticmethod
     def subplots(nrows=1, ncols=1, figsize=None, **kwargs):
         # constrained layout: the long titles, colorbars and tick labels are fitted inside the figure itself (the
-        # tight bbox of the saved PNG then clips nothing: tests/test_plot_layout.py)
+        # tight bbox of the saved PNG then clips nothing: tests/report/test_plot_layout.py)
         fig = new_figure(figsize, layout="constrained")
         axes = fig.subplots(nrows, ncols, **kwargs)
         return fig, axes

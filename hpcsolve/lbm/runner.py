@@ -27,7 +27,7 @@ from hpcsolve.core.errors import BlowUpError, CaseError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS, Description
 from hpcsolve.core.precision import Precision
 from hpcsolve.core.results import Result, Snapshot, StructuredGrid
-from hpcsolve.lbm import estimate
+from hpcsolve.lbm import collision as collision_models, estimate
 from hpcsolve.lbm import geometry as geom
 from hpcsolve.lbm import lattice, observables as obs
 from hpcsolve.lbm import memory as lbm_memory
@@ -182,7 +182,99 @@ def _new_result(case, backend, policy, derived, geo, stepper, ranks: int) -> Res
     return result
 
 
-class _Loop:
+class _Watch:
+    """What the time loop (``_Loop``) does at a monitor point: the state checks and the series (``_point``, read in
+    batches by ``_flush``), the steady stall and the precision guard. Its state is the loop's."""
+
+    def _guard_check(self) -> None:
+        """A precision-guard check (hpcsolve/lbm/guard.py): a warning at the first flagged check, or (precision_guard
+        = "error") the run ends with PrecisionLossError (exit 3) and its result."""
+        guard, was = self.guard, self.guard.flagged
+        self._flush()
+        guard.check(self.stepper, self.step)
+        if guard.flagged and not was:
+            if guard.mode == "error":
+                self._precision_lost()
+            with tqdm.external_write_mode():   # the progress bar is cleared first and drawn again below the warning
+                warnings.warn(guard.message, stacklevel=2)
+            self.result.derived.setdefault("warnings", []).append(guard.message)
+
+    def _precision_lost(self):
+        result, guard = self.result, self.guard
+        rho, ux, uy = host(*self.fields)
+        result.status, result.message = "precision_lost", guard.message
+        result.fields = fields(rho, ux, uy, self.derived, self.geo, self.step)
+        result.series = {**self.monitor.arrays(), **guard.series()}
+        result.metrics = {"steps": self.step, **guard.metrics()}
+        exc = guard.error()
+        exc.result = result
+        raise exc
+
+    def _stalled(self) -> bool:
+        """The steady change stalled above the tolerance at the storage's resolution (``Monitor.steady_stall``):
+        the run stops here as not_steady, since more steps cannot bring it lower; True where it does."""
+        tol, policy = self.case.steady.tolerance, self.policy
+        resolution = storage_resolution(policy)
+        flow_steps = self.derived.units.characteristic_time / self.derived.units.dt
+        stall = self.monitor.steady_stall(tol, resolution, total_steps=self.derived.steps, flow_steps=flow_steps)
+        if stall is None:
+            return False
+        exp = math.floor(math.log10(stall["highest"]))
+        suggest = math.ceil(stall["highest"] / 10.0**exp * (1 - 1e-9)) * 10.0**exp
+        wider = " or use fp64" if resolution > 1e3 * np.finfo(np.float64).eps else ""
+        self.status = "not_steady"
+        self.message = (f"steady change stalled at {stall['level']:.2g} from step {stall['from_step']} (rounding "
+                        f"noise: it did not grow with the interval, growth exponent <= {stall['growth']:.2f}), above "
+                        f"steady.tolerance {tol:g}: {policy.name} cannot resolve a smaller change here; raise "
+                        f"steady.tolerance to >= {suggest:.1g}{wider} (stopped at step {self.step} of "
+                        f"{self.derived.steps})")
+        return True
+
+    def _point(self) -> None:
+        """A monitor point: the state checks (a blow-up raises), the series and, at output times, a snapshot.
+        Batched: the point is queued on the device, and the batch read where it is due, at outputs and at the
+        last step (``_flush``)."""
+        step, stepper = self.step, self.stepper
+        out_every = self.derived.output_every
+        output = bool(out_every and step % out_every == 0)
+        if self.points is not None:
+            self.points.point(step)
+            if output or step >= self.derived.steps or self.points.due():
+                self._flush()
+        else:
+            if not stepper.finite():
+                self._blow_up("NaN/Inf in the populations")
+            rho, ux, uy = point_fields(stepper, self.on_device)
+            peak = self.monitor.peak(ux, uy)          # lattice units (the stability limit)
+            if peak > BLOW_UP_LATTICE_SPEED:
+                self._blow_up(_speed_cause(peak))
+            self.fields = (rho, ux, uy)
+            self.last_good = (rho, ux, uy, step)
+            self.monitor.record(stepper, step, rho, ux, uy, peak)
+            self._warm()
+        if output:
+            self.result.snapshots.append(Snapshot(time=self.derived.units.time_of(step), step=step,
+                                                  fields=snapshot_fields(*host(*self.fields), self.derived,
+                                                                         self.geo, step)))
+
+    def _flush(self) -> None:
+        """Read the queued points (batched path; nothing queued: nothing): their series, their step time, a
+        blow-up among them (raised at its first bad point, with the fields of the last flush), and the fields
+        of the current step, which become the last good ones."""
+        if self.points is None or not self.points.pending:
+            return
+        bad, seconds = self.points.flush()
+        self.step_seconds += seconds
+        self._warm()
+        if bad is not None:
+            self.step = bad.step
+            self._blow_up("NaN/Inf in the populations" if not bad.finite else _speed_cause(bad.peak), bad.good_step)
+        rho, ux, uy = point_fields(self.stepper, self.on_device)
+        self.fields = (rho, ux, uy)
+        self.last_good = (rho, ux, uy, self.step)
+
+
+class _Loop(_Watch):
     """The monitored time loop of one run: its state between monitor points (step, timings, the last good
     fields, status) and what it does at them (checks, series, snapshots, checkpoints, the stop)."""
 
@@ -281,30 +373,6 @@ class _Loop:
             self.stepper.step(n)
         self.step_seconds += timer.seconds
 
-    def _guard_check(self) -> None:
-        """A precision-guard check (hpcsolve/lbm/guard.py): a warning at the first flagged check, or (precision_guard
-        = "error") the run ends with PrecisionLossError (exit 3) and its result."""
-        guard, was = self.guard, self.guard.flagged
-        self._flush()
-        guard.check(self.stepper, self.step)
-        if guard.flagged and not was:
-            if guard.mode == "error":
-                self._precision_lost()
-            with tqdm.external_write_mode():   # the progress bar is cleared first and drawn again below the warning
-                warnings.warn(guard.message, stacklevel=2)
-            self.result.derived.setdefault("warnings", []).append(guard.message)
-
-    def _precision_lost(self):
-        result, guard = self.result, self.guard
-        rho, ux, uy = host(*self.fields)
-        result.status, result.message = "precision_lost", guard.message
-        result.fields = fields(rho, ux, uy, self.derived, self.geo, self.step)
-        result.series = {**self.monitor.arrays(), **guard.series()}
-        result.metrics = {"steps": self.step, **guard.metrics()}
-        exc = guard.error()
-        exc.result = result
-        raise exc
-
     def _warm(self) -> None:
         """Note where the warm timing starts: the first monitor point read (compilation, first graph captures and
         the first launches are before it)."""
@@ -318,69 +386,6 @@ class _Loop:
             return "the run has ended; finishing its result and plots (a second signal stops at once)"
         return (f"stopping at the next monitor point (step {self.next_point}); {writes} "
                 f"(a second signal stops at once)")
-
-    def _stalled(self) -> bool:
-        """The steady change stalled above the tolerance at the storage's resolution (``Monitor.steady_stall``):
-        the run stops here as not_steady, since more steps cannot bring it lower; True where it does."""
-        tol, policy = self.case.steady.tolerance, self.policy
-        resolution = storage_resolution(policy)
-        flow_steps = self.derived.units.characteristic_time / self.derived.units.dt
-        stall = self.monitor.steady_stall(tol, resolution, total_steps=self.derived.steps, flow_steps=flow_steps)
-        if stall is None:
-            return False
-        exp = math.floor(math.log10(stall["highest"]))
-        suggest = math.ceil(stall["highest"] / 10.0**exp * (1 - 1e-9)) * 10.0**exp
-        wider = " or use fp64" if resolution > 1e3 * np.finfo(np.float64).eps else ""
-        self.status = "not_steady"
-        self.message = (f"steady change stalled at {stall['level']:.2g} from step {stall['from_step']} (rounding "
-                        f"noise: it did not grow with the interval, growth exponent <= {stall['growth']:.2f}), above "
-                        f"steady.tolerance {tol:g}: {policy.name} cannot resolve a smaller change here; raise "
-                        f"steady.tolerance to >= {suggest:.1g}{wider} (stopped at step {self.step} of "
-                        f"{self.derived.steps})")
-        return True
-
-    def _point(self) -> None:
-        """A monitor point: the state checks (a blow-up raises), the series and, at output times, a snapshot.
-        Batched: the point is queued on the device, and the batch read where it is due, at outputs and at the
-        last step (``_flush``)."""
-        step, stepper = self.step, self.stepper
-        out_every = self.derived.output_every
-        output = bool(out_every and step % out_every == 0)
-        if self.points is not None:
-            self.points.point(step)
-            if output or step >= self.derived.steps or self.points.due():
-                self._flush()
-        else:
-            if not stepper.finite():
-                self._blow_up("NaN/Inf in the populations")
-            rho, ux, uy = point_fields(stepper, self.on_device)
-            peak = self.monitor.peak(ux, uy)          # lattice units (the stability limit)
-            if peak > BLOW_UP_LATTICE_SPEED:
-                self._blow_up(_speed_cause(peak))
-            self.fields = (rho, ux, uy)
-            self.last_good = (rho, ux, uy, step)
-            self.monitor.record(stepper, step, rho, ux, uy, peak)
-            self._warm()
-        if output:
-            self.result.snapshots.append(Snapshot(time=self.derived.units.time_of(step), step=step,
-                                                  fields=snapshot_fields(*host(*self.fields), self.derived,
-                                                                         self.geo, step)))
-
-    def _flush(self) -> None:
-        """Read the queued points (batched path; nothing queued: nothing): their series, their step time, a
-        blow-up among them (raised at its first bad point, with the fields of the last flush), and the fields
-        of the current step, which become the last good ones."""
-        if self.points is None or not self.points.pending:
-            return
-        bad, seconds = self.points.flush()
-        self.step_seconds += seconds
-        self._warm()
-        if bad is not None:
-            self.step = bad.step
-            self._blow_up("NaN/Inf in the populations" if not bad.finite else _speed_cause(bad.peak), bad.good_step)
-        rho, ux, uy = point_fields(self.stepper, self.on_device)
-        self.fields = (rho, ux, uy)
-        self.last_good = (rho, ux, uy, self.step)
 
     def _stop_requested(self, stop) -> bool:
         requested = stop is not None and getattr(stop, "requested", False)
@@ -400,7 +405,7 @@ class _Loop:
         tau = derived.units.relaxation_time
         suggestion = (f"tau = {tau:.4f}, peak lattice velocity {derived.peak_lattice_velocity:.3g}: raise "
                       f"lattice.resolution (tau further from 1/2), lower lattice.velocity"
-                      + (", or use lattice.collision = 'trt'" if case.lattice.collision == "bgk" else ""))
+                      + collision_models.get(case.lattice.collision).advice)
         result.message = f"{cause} between step {good_step} and step {self.step}"
         result.fields = fields(rho, ux, uy, derived, self.geo, fields_step)
         result.series = self.monitor.arrays()

@@ -80,7 +80,14 @@ def test_lbm_import_graph_has_no_cycle():
     # the cycle bouzidi -> backends -> kernels_cupy -> bouzidi is gone: each Stepper builds its own pre-pass
     # (kernels_cupy.CupyBouzidi, kernels_numba.NumbaPrepass) from the list kernels bouzidi plans
     assert _imports(f"{PACKAGE}.boundaries.bouzidi", "hpcsolve") == {f"{PACKAGE}.{m}" for m in
-                                                                    ("lattice", "physics", "flags", "kernels.kernel_plan")}
+                                                                    ("lattice", "physics", "flags", "kernels.prepass_plan")}
+    # one direction between the two rooms: the boundary rules write their pieces in the kernel plan's vocabulary,
+    # the kernel room reaches the rules through hpcsolve.lbm.rules (imported by name on first use), never by import
+    kernel_modules = [m for m in MODULES if m.startswith(kernels + ".")]
+    assert kernel_modules and not {m: sorted(n for n in graph[m] if ".boundaries" in n or ".steppers" in n)
+                                   for m in kernel_modules if any(".boundaries" in n or ".steppers" in n
+                                                                  for n in graph[m])}
+    assert any(".kernels." in n for m in MODULES if ".boundaries" in m for n in graph[m])
     # the plan and the boundary rules are the emitters' input: they import no emitter and no stepper
     for m in [f"{kernels}.kernel_plan"] + [m for m in MODULES if ".boundaries" in m]:
         assert not {n for n in graph[m] if n.rsplit(".", 1)[1] in ("kernels_cupy", "kernels_numba", "emit_cuda",

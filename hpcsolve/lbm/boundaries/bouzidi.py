@@ -32,7 +32,8 @@ buffer at the start of every step (None without links, :func:`has_links`): the N
 the array-module function :func:`prepass` (:class:`NumpyPrepass`), ``numba-cuda`` two small
 ``numba.cuda.jit`` kernels (``kernels_numba.NumbaPrepass``) and ``cupy`` two RawKernels
 (``kernels_cupy.CupyBouzidi``), both emitted from the list kernels :data:`GATHER` / :data:`SCATTER`
-(``kernel_plan.ListKernel``: the same physics function, the loads and stores of ``population_code``). ``Backend.piece("lbm.bouzidi_prepass")(links, policy)`` gives the one of a backend.
+(``kernel_plan.ListKernel`` in ``kernels.prepass_plan``, re-exported here: the same physics function, the loads
+and stores of ``population_code``). ``Backend.piece("lbm.bouzidi_prepass")(links, policy)`` gives the one of a backend.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.kernels.kernel_plan import ListKernel, Op
 from hpcsolve.lbm.flags import FLUID
+from hpcsolve.lbm.kernels.prepass_plan import GATHER, SCATTER
+
+__all__ = ["GATHER", "SCATTER", "BouzidiLinks", "NumpyPrepass", "build_links", "circle_fraction", "force_terms",
+           "has_links", "prepass", "rectangle_fraction", "reference_values", "weights"]
 
 
 @dataclass(frozen=True)
@@ -246,16 +250,3 @@ def has_links(setup) -> bool:
     """True when ``setup`` (an LBMSetup) has interpolated links, so its steppers run a pre-pass."""
     links = getattr(setup, "links", None)
     return links is not None and len(links) > 0
-
-
-#: the pre-pass's two list kernels (``kernel_plan.ListKernel``), emitted by both GPU backends: every link value
-#: is gathered into V (storage dtype) before the scatter writes any slot, as :func:`prepass` requires
-GATHER = ListKernel(
-    "bouzidi_gather", "interpolated bounce-back pre-pass, gather: V[k] = a h[slot] + b h[partner] (bouzidi.prepass)",
-    (("A", "pop_in"), ("slot", "index"), ("partner", "index"), ("a", "real"), ("b", "real"), ("V", "pop")),
-    (Op("load", out=("hn",), args=("A", "slot[k]")), Op("load", out=("hf",), args=("A", "partner[k]")),
-     Op("physics", "interpolated_bounce_back", ("v",), ("hn", "hf", "a[k]", "b[k]")),
-     Op("store", args=("V", "k", "v"))))
-SCATTER = ListKernel(
-    "bouzidi_scatter", "interpolated bounce-back pre-pass, scatter: the gathered link values into their slots",
-    (("A", "pop"), ("slot", "index"), ("V", "pop_in")), (Op("copy", args=("A", "slot[k]", "V", "k")),))

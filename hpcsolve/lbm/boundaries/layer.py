@@ -14,7 +14,8 @@ t = 0 further than ``width`` from the outlet side, rising over ``ramp`` to 1 and
 - reference: :meth:`AbsorbingLayer.coefficient` (NumPy, the compute dtype);
 - device tables: none: the four numbers :meth:`AbsorbingLayer.args` are kernel arguments;
 - force term: none;
-- kernel piece: :data:`C_SOURCE` (CUDA C) and :data:`PYTHON_SOURCE` (Numba), the same expression, and the
+- kernel piece: :data:`C_SOURCE` (CUDA C) and :data:`PYTHON_SOURCE` (Numba; both in ``kernels.layer_code``, the
+  kernel room's, re-exported here), the same expression, and the
   collision ``physics.collide_trt_layer`` / ``collide_bgk_layer``. Kernels are compiled with the layer only
   where a case has one (``layer=True`` of the emitters); without it their sources are unchanged.
 """
@@ -26,27 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm.kernels.layer_code import ARGS, C_SOURCE, PYTHON_SOURCE
 
-#: the kernel arguments of the layer, after omega_minus, in this order
-ARGS = ("lay_c0", "lay_kx", "lay_ky", "lay_s")
-
-C_SOURCE = """
-// absorbing layer (hpcsolve/lbm/boundaries/layer.py): the extra bulk relaxation of the cell (x, y)
-__device__ __forceinline__ real_t layer_coefficient(const int x, const int y, const real_t c0, const real_t kx,
-                                                    const real_t ky, const real_t s) {
-  real_t t = c0 + kx * (real_t)x + ky * (real_t)y;
-  t = t < (real_t)0 ? (real_t)0 : (t > (real_t)1 ? (real_t)1 : t);
-  return s * t * t;
-}
-"""
-
-PYTHON_SOURCE = """
-def layer_coefficient(x, y, c0, kx, ky, s):
-    # absorbing layer (hpcsolve/lbm/boundaries/layer.py): the extra bulk relaxation of the cell (x, y)
-    t = c0 + kx * CT(x) + ky * CT(y)
-    t = ZERO if t < ZERO else (ONE if t > ONE else t)
-    return s * t * t
-"""
+#: the kernel piece (``kernels.layer_code``): the kernel arguments after omega_minus, the CUDA C and Python sources
+__all__ = ["ARGS", "C_SOURCE", "PYTHON_SOURCE", "AbsorbingLayer", "bulk_rate", "from_case"]
 
 
 @dataclass(frozen=True)

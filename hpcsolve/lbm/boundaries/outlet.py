@@ -8,14 +8,15 @@ reference outflow (``"characteristic"``; geometry.py puts the opposite inlet's p
   :func:`characteristic_outlet`; in-place streaming keeps the own velocity of :func:`outlet_cells` in a
   table (:func:`own_velocities`, ``gpu_common.InPlaceTables``);
 - force term: none (outlets are not obstacles);
-- kernel piece: :func:`rule`.
+- kernel piece: :func:`rule`; case name ``"outlet"``; registered in ``hpcsolve.lbm.rules.RULES`` as :data:`RULE`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm import lattice, physics, rules
+from hpcsolve.lbm.boundaries import velocity
 from hpcsolve.lbm.boundaries.links import ReferenceLinks
 from hpcsolve.lbm.flags import FLUID, OUTLET
 from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
@@ -32,6 +33,28 @@ def rule(characteristic: bool) -> LinkRule:
         own, Op("lookup", out=("urx", "ury"), args=("s",)),
         Op("physics", "outlet_density", ("drho_w",), ("own_ux", "own_uy", "urx", "ury")),
         Op("physics", "pressure_anti_bounce_back", ("h",), abb + ("drho_w",))))
+
+
+class OutletRule(rules.BoundaryRule):
+    name, flag, sides = "outlet", OUTLET, ("outlet",)
+
+    def kernel_piece(self, characteristic: bool = False) -> LinkRule:
+        return rule(characteristic)
+
+    def numpy_links(self, setup, P, sources, fluid):
+        return NumpyLinks(setup, P, sources, fluid)
+
+    def looks_up(self, setup) -> bool:
+        """Only the characteristic outlet looks up its reference outflow."""
+        return characteristic_outlet(setup)
+
+    def side_velocity(self, kind: str, side: str, case, n: int):
+        """A characteristic outlet's reference outflow: the opposite inlet's profile, pointing out of the domain; a
+        fixed-pressure outlet has none."""
+        b = case.boundaries
+        if b.outlet != "characteristic":
+            return None
+        return "normal", velocity.into(side, kind) * velocity.inlet_profile(n, case.lattice.velocity, b.inlet_profile)
 
 
 def characteristic_outlet(setup) -> bool:
@@ -79,3 +102,6 @@ class NumpyLinks(ReferenceLinks):
         uxl, uyl = ux[self.link_cell], uy[self.link_cell]
         flat[self.pos] = P.pressure_anti_bounce_back(flat[self.pos], self.w, self.cx, self.cy, uxl, uyl,
                                                      P.outlet_density(uxl, uyl, self.ux, self.uy))
+
+
+RULE = OutletRule()

@@ -1,10 +1,24 @@
 """Half-way bounce-back on a resting wall (flag WALL): f_i(x, t + 1) = f*_opp(i)(x, t)
 (``physics.wall_bounce_back``). Its reference is the NumPy gather itself (``kernels_numpy``: a link into a
-wall reads this cell's opposite population); its force term is that of :mod:`.velocity` with u_w = 0."""
+wall reads this cell's opposite population); its force term is that of :mod:`.velocity` with u_w = 0.
+
+- case name: ``"wall"``; kernel piece: :data:`PIECE`; registered in ``hpcsolve.lbm.rules.RULES`` as :data:`RULE`.
+"""
 
 from __future__ import annotations
 
 from hpcsolve.lbm.flags import WALL
 from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
+from hpcsolve.lbm.rules import BoundaryRule
 
-RULE = LinkRule("wall", WALL, (Op("physics", "wall_bounce_back", ("h",), ("hop",)),))
+PIECE = LinkRule("wall", WALL, (Op("physics", "wall_bounce_back", ("h",), ("hop",)),))
+
+
+class WallRule(BoundaryRule):
+    name, flag, sides = "wall", WALL, ("wall",)
+
+    def kernel_piece(self, characteristic: bool = False) -> LinkRule:
+        return PIECE
+
+
+RULE = WallRule()

@@ -1,1 +1,1 @@
-"""The LBM kernel plan and what is generated from it: the CUDA C and Numba emitters, the population loads/stores per precision, the cell hash of stochastic rounding."""
+"""The LBM kernel plan and what is generated from it: the CUDA C and Numba emitters, the population loads/stores per precision, the cell hash of stochastic rounding, the absorbing layer's kernel piece (``layer_code``) and the Bouzidi pre-pass's list kernels (``prepass_plan``). This room imports no boundary module and no stepper: the boundary rules' pieces come from the registry ``hpcsolve.lbm.rules``."""

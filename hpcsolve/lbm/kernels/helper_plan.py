@@ -5,6 +5,7 @@ of the boundary cells (``gpu_common.cell_table``) and the outlet rule's velocity
 
 from __future__ import annotations
 
+from hpcsolve.lbm import collision as collision_models
 from hpcsolve.lbm.kernels.kernel_plan import (Q, And, Call, Conv, Decl, Fmt, Function, Let, Named, Physics,
                                               Return, Seed, Sel, Set, StoreStep, Unrolled, Var, While)
 
@@ -51,11 +52,9 @@ def outlet_velocity() -> Function:
 
 
 def _collision(collision: str, layer: bool) -> tuple[str, tuple]:
-    """The physics function of the collision and its arguments after the populations."""
-    if collision == "trt":
-        return ("collide_trt_layer", ("omega_plus", "omega_minus", "layer")) if layer else \
-            ("collide_trt", ("omega_plus", "omega_minus"))
-    return ("collide_bgk_layer", ("omega_plus", "layer")) if layer else ("collide_bgk", ("omega_plus",))
+    """The physics function of the collision and its arguments after the populations (the model's kernel piece,
+    ``collision.CollisionModel.kernel_call``)."""
+    return collision_models.get(collision).kernel_call(layer)
 
 
 def _collision_args(layer: bool) -> tuple:
@@ -70,7 +69,7 @@ def collide_values(collision: str, layer: bool) -> Function:
     outs = tuple(f"collided{i}" for i in range(Q))
     body = (*(Let(h[i], "real", f"hh[{i}]") for i in range(Q)), Physics(fn, (h, *params), outs, tag="c"),
             *(Set(f"out[{i}]", outs[i]) for i in range(Q)))
-    return Function("collide_values", f"{collision.upper()} collision of one cell: post-collision populations "
+    return Function("collide_values", f"{collision_models.get(collision).label} collision of one cell: post-collision populations "
                     "out[0..8] from h[0..8].", (("hh", "real_plain"), ("out", "real_ptr")) + _collision_args(layer),
                     body, ())
 
@@ -85,7 +84,7 @@ def collide_store(collision: str, layer: bool, stochastic: bool) -> Function:
         stores = (Unrolled("i", Q, (StoreStep("B", "i * N + cell", "o[i]", "i"),), compact=True),)
     body = (Decl("real", "o", (Q,)),
             Call("collide_values", ("hh", "o", "omega_plus", "omega_minus") + (("layer",) if layer else ())), *stores)
-    return Function("collide_store", f"{collision.upper()} collision of h[0..8] and the store of the 9 post-collision "
+    return Function("collide_store", f"{collision_models.get(collision).label} collision of h[0..8] and the store of the 9 post-collision "
                     "populations of one cell.", (("hh", "real_plain"), ("B", "pop"), ("N", "index_value"),
                                                  ("cell", "index_value")) + _collision_args(layer), body, ())
 

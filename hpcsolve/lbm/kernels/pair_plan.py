@@ -14,7 +14,7 @@ Bytes per cell per step: unchanged (18 * 2 + 1 = 37).
 
 from __future__ import annotations
 
-from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS
+from hpcsolve.lbm.kernels.layer_code import ARGS as LAYER_ARGS
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.kernels.kernel_plan import (PAIR_PULLS, Q, And, At, Call, Cast, CollideStore, Collide, Decl, Fmt,
                                               If, Kernel, Let, Named, Not, PairExchange, PairFlags, PairHalves,

@@ -9,12 +9,11 @@ The kernels' locals are those of ``kernel_plan``'s docstring (``N``, ``row`` / `
 from __future__ import annotations
 
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.boundaries.layer import ARGS as LAYER_ARGS
-from hpcsolve.lbm.flags import FLUID, WALL
+from hpcsolve.lbm.flags import BOUNDARY_BIT, FLUID, WALL
+from hpcsolve.lbm.kernels.layer_code import ARGS as LAYER_ARGS
 from hpcsolve.lbm.kernels.kernel_plan import (EVEN, SOURCE, At, Block, Call, Cast, Collide, CollideStore, Decl,
                                               Fmt, Function, IDiv, If, Kernel, Let, Named, Physics, Piece, Pop,
                                               Return, Seed, Sel, Set, StoreStep, Unrolled, Var)
-from hpcsolve.lbm.steppers.gpu_common import BOUNDARY_BIT
 
 Q = lattice.Q
 
@@ -64,7 +63,7 @@ def _link(layout, rules, i: int) -> Block:
 
 def pull_cell(layout, rules) -> Function:
     """``pull_cell_<tag>``: h[0..8] = the populations arriving at fluid cell x of a step of ``layout``: pull streaming,
-    and on links from non-fluid cells their boundary rules (``boundaries.link_rules``); a cell without the boundary
+    and on links from non-fluid cells their boundary rules (``rules.link_rules``: the registered rules' pieces); a cell without the boundary
     bit pulls its nine populations unconditionally."""
     table = layout.own_velocity == "table"
     args = ((("A", "pop_in"), ("flags", "flags"), ("vel_cells", "index_in"), ("vel_u", "real_in"), ("n_vel", "int"))

@@ -26,10 +26,9 @@ from hpcsolve.lbm import lattice
 from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.boundaries.force import force_links
 from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
-from hpcsolve.lbm.flags import FLUID
+from hpcsolve.lbm.flags import BOUNDARY_BIT, FLUID
 from hpcsolve.lbm.steppers.stepper import LBMSetup, SavedState
 
-BOUNDARY_BIT = 0x80   # set on fluid cells with a non-fluid neighbour
 
 
 def pair_kernel_applies(policy, nx: int) -> bool:
@@ -41,13 +40,8 @@ def pair_kernel_applies(policy, nx: int) -> bool:
 #: ``LBMSetup.in_place`` None (case: ``lattice.streaming = "auto"``): the GPU steppers stream in place when the
 #: one-array lattice (``bytes_per_cell(policy, True)[1]`` per cell) takes more than the first and at most the
 #: second fraction of the device's L2 cache, and the storage is 4 or 8 bytes. There the in-place step's array
-#: stays in L2 from one step to the next while two buffers do not. H200 (60 MiB L2), cavity, CuPy / Numba,
-#: us per step two buffers -> in place (docs/design/lbm_algorithm.md, "Automatic in-place streaming"): fp32 1024^2
-#: (0.62 of L2) 26.1 -> 19.8 / 27.2 -> 21.3, fp64 724^2 (0.61) 24.7 -> 18.6 / 24.9 -> 19.4; slower above
-#: (fp32 1152^2, 0.78: 30.8 -> 33.2; fp64 832^2, 0.80: 31.0 -> 31.3) and on small grids (fp32 256^2: 3.34 ->
-#: 3.54). 16-bit storage keeps two buffers: in place it runs one cell per thread, slower than the pair kernel
-#: where the lattice takes that much of L2 (fp16s at 1448^2 Numba 37.5 -> 43.8 us, session 10; 41.1 with the
-#: 128-thread block of session 11).
+#: stays in L2 from one step to the next while two buffers do not.
+#: (the measurements: docs/measured/notes_lbm_kernels_comments.md)
 AUTO_IN_PLACE_L2 = (0.3, 0.65)
 
 

@@ -66,31 +66,18 @@ from hpcsolve.lbm.steppers.gpu_common import (PlanSteps, StepGraphs, cupy_stream
 from hpcsolve.lbm.steppers import launch
 from hpcsolve.lbm.steppers.stepper import LBMSetup, Stepper
 
-#: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
-#: (cavity 8192^2, MLUPS): fp64 1x256 28,271 (1x128 28,207; 2x 27,965; 4x 27,897); fp32 1x256 54,856
-#: (2x 53,872; 4x 52,949); fp16s 1x128 79,156 (1x256 77,507; 2x128 70,713; 4x128 65,467). More cells
-#: per thread raises registers (32 -> 48 -> 64) and lowers occupancy more than it adds bytes in flight.
+#: (cells per thread, threads per block) by storage bytes: the fastest measured on the H200
+#: (scripts/tune_lbm_gpu.py; the measurements: docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH = {8: (1, 256), 4: (1, 256), 2: (1, 128)}
-#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair). H200, cavity 8192^2,
-#: copy 4,110 GB/s: 64 threads 93,021 MLUPS (84%); 128: 87,950; 256: 85,778; 128 with 40 registers:
-#: 86,589; the per-cell kernel (1 x 128): 78,969 (71%). 55 registers (BGK), 56 (TRT).
+#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair): the fastest measured
+#: (docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH_PAIRS = (2, 64)
 #: 16-bit storage on grids of at most this many cells runs one cell per thread by default (``pairs=True`` forces
-#: the pair kernel): the pair kernel launches half as many threads, which small grids need more than fewer
-#: instructions per cell. H200, cavity, us per step, pair kernel -> one cell per thread (256 threads on rows of at
-#: most 256, else 128; docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md): fp16s 64^2 5.79 -> 4.22, 256^2 6.12 ->
-#: 4.61, 384^2 7.15 -> 6.23, 512^2 8.78 -> 7.55, 768^2 12.92 -> 12.50, 1024^2 20.01 -> 19.58; fp16c 256^2 6.49 ->
-#: 4.94, 512^2 10.25 -> 9.22, 768^2 16.06 -> 15.38, 1024^2 24.86 -> 24.41. From 768 the gain is within the
-#: run-to-run spread (fp16s 768^2 pair 12.42-13.18 against 12.06-12.81), and at 1448^2 one cell per thread was
-#: slower (fp16s 36.6 -> 38.0, session 10). The bound is on the cell count, not the row: 2048 x 128 8.56 -> 7.76,
-#: 880 x 164 6.92 -> 5.97 (fp16c 8.09 -> 6.78), 8192 x 32 8.50 -> 7.54, while 512 x 8192 (4.2 M cells) is slower
-#: per cell (69.6 -> 74.1).
+#: the pair kernel): small grids need the threads more than fewer instructions per cell
+#: (docs/measured/notes_lbm_kernels_comments.md)
 PER_CELL_CELLS = 512 * 512
-#: (cells per thread, threads per block) by storage bytes on rows of at most gpu_common.SHORT_ROW cells: 16-bit
-#: storage one cell per thread with 256 threads (one block per row of 256; gpu_common.step_kernel_shape cuts it to
-#: the row's warps), us per step 128 -> 256 threads: fp16s 256^2 5.30 -> 4.61, fp16c 5.57 -> 4.94 (64^2 and 128^2
-#: within 0.1 us); longer rows keep 128, a compromise (fp16c 512^2 9.22 against 10.70 with 256; fp16s 7.55
-#: against 7.12)
+#: (cells per thread, threads per block) by storage bytes on rows of at most gpu_common.SHORT_ROW cells: one block
+#: per row of 256 was faster for 16-bit storage (docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH_SHORT = {2: (1, 256)}
 
 
@@ -104,7 +91,7 @@ class CupyBouzidi:
     is read before any slot is written, as ``bouzidi.prepass`` requires)."""
 
     def __init__(self, links, policy):
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
         ct = np.dtype(policy.compute)
         self.n = len(links)
@@ -124,7 +111,7 @@ class CupyBouzidi:
 
 @functools.lru_cache(maxsize=None)
 def _scale_kernel():
-    import cupy
+    import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
     return cupy.ElementwiseKernel("float64 u, float64 s", "T out", "out = (T)(u * s)", "hpcsolve_lbm_scale_velocity")
 
@@ -142,7 +129,7 @@ class CupyStepper(PlanSteps, Stepper):
 
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
                  pairs: bool | None = None, max_registers: int | None = None, graphs: bool = True):
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
         super().__init__(setup)
         self.cp = self.array_module = cupy

@@ -36,7 +36,7 @@ from hpcsolve.core import backends, codecs, cudasim
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice, physics
 from hpcsolve.lbm.device_monitor import NumbaPointKernels
-from hpcsolve.lbm.boundaries import link_rules
+from hpcsolve.lbm.rules import link_rules
 from hpcsolve.lbm.kernels.cell_table import HASH_MULT
 from hpcsolve.lbm.kernels.emit_numba import bouzidi_source, kernel_source
 from hpcsolve.lbm.flags import FLUID
@@ -68,9 +68,9 @@ def _raw_access():
 
         return load_at, store_at
 
-    from numba import types
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
+    from numba import types  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
+    from numba.cuda import cgutils  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
+    from numba.cuda.extending import intrinsic  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
     def _item_pointer(context, builder, aryty, ary_val, kty, k):
         ary = context.make_array(aryty)(context, builder, ary_val)
@@ -103,36 +103,17 @@ def _raw_access():
     return load_at, store_at
 
 
-#: (cells per thread, threads per block) by storage bytes, from scripts/tune_lbm_gpu.py on the H200
-#: (cavity 8192^2, MLUPS). With Numba's indexing (negative-index wraparound on every access): fp64 1x
-#: 28,049 (2x 27,839; 4x 27,739); fp32 1x 51,037 (2x 48,735; 4x 50,398), 256 threads. With load_at /
-#: store_at (no wraparound, _raw_access), copy 4,193 GB/s: fp32 256 threads 53,663, 128 threads 54,288,
-#: 256 threads capped at 32 registers 54,683 (CuPy 54,774 in the same run).
-#: 16-bit one cell per thread (odd nx, in place, grids of at most PER_CELL_CELLS with rows longer than 256),
-#: 256 -> 128 threads, us per step:
-#: fp16s 8192^2 1,200 -> 1,140 (in place 1,328 -> 1,209), 2048^2 87.7 -> 81.4, 1448^2 47.8 -> 44.9, 384^2 8.94 ->
-#: 6.42; fp16c 8192^2 1,372 -> 1,322 (in place 1,384 -> 1,290), 512^2 10.70 -> 9.48
+#: (cells per thread, threads per block) by storage bytes: the fastest measured on the H200
+#: (scripts/tune_lbm_gpu.py; the measurements: docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH = {8: (1, 256), 4: (1, 128), 2: (1, 128)}
-#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair), and how it passes a
-#: word's half to the neighbouring thread ("shfl" or "smem"). H200, cavity 8192^2, MLUPS. With Numba's
-#: indexing (copy 4,142 GB/s): smem 128 threads 79,054, smem 64 78,803, shfl 64 78,833, shfl 128 77,848;
-#: CuPy 93,784. With load_at / store_at (copy 4,193 GB/s; 680 -> 524 PTX instructions on the fluid path,
-#: 54 -> 48 registers): smem 64 95,351, smem 128 94,584, smem 256 90,272, shfl 64 92,280, shfl 128
-#: 91,479; CuPy 93,924. Loading the words through the read-only cache (ld.global.nc by inline PTX) was
-#: slower: 71,094 against 79,530 (62 registers instead of 54). smem: the path the simulator tests run.
+#: (cells per thread, threads per block) of the 16-bit pair kernel (lbm_step_pair), and how it passes a word's half
+#: to the neighbouring thread (PAIR_EXCHANGE): the fastest measured (docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH_PAIRS = (2, 64)
-#: rows of at most gpu_common.SHORT_ROW cells: fp32 with 256 threads per block, one block per row (H200, cavity,
-#: us per step, 128 -> 256 threads): 256^2 3.95 -> 3.59, 128^2 3.33 -> 3.33, 64^2 3.18 -> 3.08. Longer rows keep
-#: 128: 384^2 5.05 -> 6.18 (the second block of a row half empty), 512^2 7.00 -> 7.06, 1024^2 26.9 -> 27.4,
-#: 8192^2 1,326.6 -> 1,374.2 (three rounds within 0.2 %). 16-bit one cell per thread likewise, 128 -> 256
-#: threads: fp16s 256^2 5.24 -> 4.71, fp16c 5.62 -> 5.24 (64^2, 128^2 within 0.1 us)
+#: rows of at most gpu_common.SHORT_ROW cells: 256 threads per block, one block per row, was faster
+#: (docs/measured/notes_lbm_kernels_comments.md)
 LAUNCH_SHORT = {4: (1, 256), 2: (1, 256)}
 #: 16-bit storage on grids of at most this many cells runs one cell per thread by default (``pairs=True`` forces
-#: the pair kernel). H200, cavity, us per step, pair kernel -> one cell per thread (128 threads, 256 on rows of
-#: at most 256): fp16s 64^2 6.21 -> 4.71, 256^2 6.37 -> 4.71, 384^2 7.21 -> 6.42, 512^2 9.49 -> 8.29, 768^2 13.08
-#: -> 13.15, 1024^2 19.99 -> 21.03; fp16c 256^2 6.74 -> 5.24, 512^2 11.29 -> 9.48, 768^2 16.45 -> 15.78
-#: (docs/measured/lbm_16bit_short_rows_h200_2026-12-03.md); by cell count, not row length: 2048 x 128 9.06 -> 8.50,
-#: 880 x 164 7.29 -> 6.31, 512 x 8192 69.4 -> 93.9 (slower: the pair kernel stays there)
+#: the pair kernel): faster there (docs/measured/notes_lbm_kernels_comments.md)
 PER_CELL_CELLS = 512 * 512
 PAIR_EXCHANGE = "smem"
 
@@ -154,7 +135,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
     AA pair even / odd) to its kernel and ``moments`` each state layout a step starts from (even, odd) to its
     moments kernel; ``pairs``: the two-buffer step is the 16-bit two-cells-per-thread ``lbm_step_pair``; ``layer``: the
     step kernels add the absorbing layer's bulk relaxation (``boundaries.layer``)."""
-    from numba import cuda, float64, int32, int64, uint64
+    from numba import cuda, float64, int32, int64, uint64  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
     ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
@@ -169,7 +150,7 @@ def compiled_kernels(policy, collision: str, cpt: int = 1, block_x: int = 256, m
           "moments": P.moments, "collide_bgk": P.collide_bgk, "collide_trt": P.collide_trt,
           "collide_bgk_layer": P.collide_bgk_layer, "collide_trt_layer": P.collide_trt_layer, "ONE": ct.type(1.0)}
     # the physics the rules' pieces call, by name
-    ns.update({op.fn: getattr(P, op.fn) for rule in rules for op in rule.piece if op.kind == "physics"})
+    ns.update({op.fn: getattr(P, op.fn) for rule in rules for op in rule.piece if isinstance(op, kernel_plan.PhysicsOp)})
     ns["load_at"], ns["store_at"] = _raw_access()
     for i in range(lattice.Q):
         ns[f"W{i}"], ns[f"CX{i}"], ns[f"CY{i}"] = P.W[i], P.CX[i], P.CY[i]
@@ -198,7 +179,7 @@ def bouzidi_kernels(policy):
     """(gather, scatter) ``numba.cuda.jit`` kernels of the pre-pass for one policy; the link value is
     ``physics.interpolated_bounce_back`` compiled as a device function. V (storage dtype) holds the
     link values between the two launches."""
-    from numba import cuda
+    from numba import cuda  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
     ct = np.dtype(policy.compute)
     device = cuda.jit(device=True)
@@ -216,7 +197,7 @@ class NumbaPrepass:
     requires)."""
 
     def __init__(self, links, policy, stream=None):
-        from numba import cuda
+        from numba import cuda  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
         self.links, self.policy, self.n = links, policy, len(links)
         ct = np.dtype(policy.compute)
@@ -245,7 +226,7 @@ def _launch_stream(cuda, graphs: bool):
         why = "the CUDA simulator has no CUDA graphs" if graphs else "graphs switched off (graphs=False)"
         return cuda.default_stream(), StepGraphs(None, why)
     try:
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
         with cupy.cuda.Device(cuda.get_current_device().id):
             cp_stream = cupy.cuda.Stream(non_blocking=False)
@@ -262,7 +243,7 @@ def _cupy_or_none():
     if backends.cuda_simulator_enabled():
         return None
     try:
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
     except Exception:       # no CuPy: the host copies of Stepper's defaults
         return None
     return cupy if backends.owner_of(cupy) is not None else None     # CuPy's own probe passes (NVRTC, device)
@@ -274,7 +255,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
     def __init__(self, setup: LBMSetup, cells_per_thread: int | None = None, block_x: int | None = None,
                  max_registers: int | None = None, pairs: bool | None = None, exchange: str | None = None,
                  graphs: bool = True):
-        from numba import cuda
+        from numba import cuda  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
         super().__init__(setup)
         self.cuda = cuda
@@ -370,7 +351,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         return self._even(self.a.copy_to_host(stream=self.stream).reshape(lattice.Q, self.ny, self.nx))
 
     def load_populations(self, g: np.ndarray, time_step: int) -> None:
-        from numba import cuda
+        from numba import cuda  # late: optional GPU dependency, imported on first use (after NUMBA_ENABLE_CUDASIM is read)
 
         g = np.ascontiguousarray(self._check_loadable(g)).reshape(-1)
         self._loaded(lambda: cuda.to_device(g, stream=self.stream), lambda cells: g.reshape(lattice.Q, -1)[:, cells],
@@ -394,7 +375,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         cupy_stream = getattr(self.graphs, "cupy_stream", None)     # launches on a CuPy stream: CuPy imports
         if cupy_stream is None:
             return None
-        import cupy
+        import cupy  # late: optional GPU dependency: imported only where a CuPy object is built
 
         if getattr(self, "_solid_device", None) is None:
             self._solid_device = cupy.asarray(self.setup.flags != FLUID)

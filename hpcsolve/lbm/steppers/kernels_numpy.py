@@ -4,16 +4,16 @@ One step = pull streaming with the boundary rules, then collision, both on the f
 Streaming is a single gather: for every (direction i, fluid cell x) a precomputed index says
 where f_i(x, t+1) comes from (the neighbour x - c_i, or this cell's opposite population when
 x - c_i is a boundary cell); boundary links then get their correction terms from
-``hpcsolve.lbm.physics``, applied by each rule's module (``hpcsolve.lbm.boundaries``). The stored array always holds post-collision populations.
+``hpcsolve.lbm.physics``, applied by each registered rule's reference (``hpcsolve.lbm.rules``:
+``BoundaryRule.numpy_links``). The stored array always holds post-collision populations.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hpcsolve.lbm import lattice, physics, rules
 from hpcsolve.lbm.boundaries import bouzidi
-from hpcsolve.lbm import lattice, physics
-from hpcsolve.lbm.boundaries import outlet, velocity
 from hpcsolve.lbm.flags import FLUID
 from hpcsolve.lbm.steppers.stepper import LBMSetup, SavedState, Stepper
 
@@ -29,6 +29,7 @@ class NumpyStepper(Stepper):
         self.P = physics.physics_for(ct)
         omega_plus, omega_minus = setup.omegas
         self.omega_plus, self.omega_minus = ct.type(omega_plus), ct.type(omega_minus)
+        self.model = setup.collision_model
         self._build_links()
         self.g = setup.initial_populations()
         self.g_next = self.g.copy()
@@ -54,9 +55,9 @@ class NumpyStepper(Stepper):
         # (global rows: a slab's cell_offset is a whole number of rows)
         self.layer = None if lay is None else lay.coefficient(x, y + setup.cell_offset // nx, self.ct)
         self.global_cells = fluid + setup.cell_offset     # the fluid cells' global indices (fp16c's seeds)
-        # the rules on links into velocity and outlet cells (walls: the gathered value is the rule's)
-        self.vel = velocity.NumpyLinks(setup, self.P, sources)
-        self.out = outlet.NumpyLinks(setup, self.P, sources, fluid)
+        # each registered rule's links (walls: none, the gathered value is the rule's)
+        made = (r.numpy_links(setup, self.P, sources, fluid) for r in rules.rules())
+        self.rule_links = [links for links in made if links is not None]
 
     # -- one time step ----------------------------------------------------------------------------
     def _step_once(self) -> None:
@@ -68,18 +69,13 @@ class NumpyStepper(Stepper):
         # 1. pull streaming: f_i(x, t+1) = f*_i(x - c_i, t), or f*_opp(i)(x, t) at a boundary link
         pulled = self.policy.decode(g_flat[self.gather])   # (9, nf), compute dtype
         flat = pulled.reshape(-1)
-        self.vel.apply(P, flat)
-        # the outlet uses the adjacent fluid cell's own velocity at time t (moments of its stored f*)
-        self.out.apply(P, flat, lambda cells: self.policy.decode(self.g.reshape(lattice.Q, n)[:, cells]))
+        # own_h: the decoded stored populations of fluid cells at time t (the outlet's own velocity)
+        own_h = lambda cells: self.policy.decode(self.g.reshape(lattice.Q, n)[:, cells])   # noqa: E731
+        for links in self.rule_links:
+            links.apply(P, flat, own_h)
         # 2. collision on the fluid cells
         h = tuple(pulled)
-        if self.layer is not None:
-            post = (P.collide_trt_layer(h, self.omega_plus, self.omega_minus, self.layer)
-                    if self.setup.collision == "trt" else P.collide_bgk_layer(h, self.omega_plus, self.layer))
-        elif self.setup.collision == "trt":
-            post = P.collide_trt(h, self.omega_plus, self.omega_minus)
-        else:
-            post = P.collide_bgk(h, self.omega_plus)
+        post = self.model.collide(P, h, self.omega_plus, self.omega_minus, self.layer)
         self.g_next.reshape(lattice.Q, n)[:, self.fluid] = self.policy.encode_step(np.stack(post), h[0], self.global_cells)
         self.g, self.g_next = self.g_next, self.g
 
@@ -88,8 +84,8 @@ class NumpyStepper(Stepper):
             self._step_once()
 
     def _set_velocity_scale(self, factor: float) -> None:
-        self.vel.set_scale(factor)
-        self.out.set_scale(factor)
+        for links in self.rule_links:
+            links.set_scale(factor)
 
     def populations(self) -> np.ndarray:
         return self.g.copy()

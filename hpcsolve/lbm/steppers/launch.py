@@ -1,6 +1,6 @@
 """Launch geometry of the LBM GPU kernels, written once: the CuPy stepper (``kernels_cupy``) and the Numba-CUDA
 stepper (``kernels_numba``) both take their grids from here, so the CPU suite tests the arithmetic that sizes every
-launch (``tests/test_mutation_kills_lbm.py``: each grid covers every item, with less than one block to spare).
+launch (``tests/lbm/test_mutation_kills_lbm.py``: each grid covers every item, with less than one block to spare).
 
 - one item per thread (the Bouzidi pre-pass, moments, force, fill, scale, perturb, finiteness kernels):
   :func:`blocks` of :data:`THREADS` threads;

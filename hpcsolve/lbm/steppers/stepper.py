@@ -15,16 +15,16 @@ import numpy as np
 
 from hpcsolve.core import backends
 from hpcsolve.core.errors import BackendError, CaseError
-from hpcsolve.lbm import lattice, physics
+from hpcsolve.lbm import collision as collision_models, lattice, physics, rules
 from hpcsolve.lbm.boundaries.force import momentum_exchange_force
-from hpcsolve.lbm.flags import FLAG_NAMES, FLUID, WALL
+from hpcsolve.lbm.flags import FLUID, WALL
 from hpcsolve.core.precision import FP64, Precision
 from hpcsolve.lbm.boundaries.bouzidi import BouzidiLinks
 from hpcsolve.lbm.boundaries.layer import AbsorbingLayer
 
 __all__ = ["COLLISIONS", "LBMSetup", "SavedState", "Stepper", "get_stepper", "macroscopic_from_populations"]
 
-COLLISIONS = ("bgk", "trt")
+COLLISIONS = collision_models.NAMES
 #: a case's lattice.streaming -> LBMSetup.in_place (None: the GPU stepper chooses, gpu_common.auto_in_place)
 STREAMING = {"auto": None, "two-buffer": False, "in-place": True}
 
@@ -35,7 +35,7 @@ class LBMSetup:
 
     flags: np.ndarray                          # (ny, nx) uint8, codes of hpcsolve/lbm/flags.py
     relaxation_time: float                     # tau; viscosity nu = (tau - 1/2) / 3
-    collision: str = "bgk"                     # "bgk" | "trt"
+    collision: str = "bgk"                     # a name of hpcsolve/lbm/collision.py's REGISTRY
     magic: float = 3.0 / 16.0                  # TRT magic parameter Lambda
     policy: Precision = FP64
     boundary_velocity: np.ndarray | None = None  # (2, ny, nx) float64: VELOCITY cells' velocity, OUTLET cells'
@@ -55,11 +55,11 @@ class LBMSetup:
         self.flags = np.ascontiguousarray(self.flags, dtype=np.uint8)
         if self.flags.ndim != 2:
             raise CaseError.invalid("flags", self.flags.shape, "a 2D (ny, nx) array")
-        bad = set(np.unique(self.flags).tolist()) - set(FLAG_NAMES)
+        names = rules.flag_names()
+        bad = set(np.unique(self.flags).tolist()) - set(names)
         if bad:
-            raise CaseError.invalid("flags", sorted(bad), ", ".join(f"{k}={v}" for k, v in FLAG_NAMES.items()))
-        if self.collision not in COLLISIONS:
-            raise CaseError.invalid("collision", self.collision, ", ".join(COLLISIONS))
+            raise CaseError.invalid("flags", sorted(bad), ", ".join(f"{k}={v}" for k, v in names.items()))
+        collision_models.get(self.collision)
         if not self.relaxation_time > 0.5:
             raise CaseError.invalid("relaxation_time", self.relaxation_time, "> 0.5")
         if isinstance(self.ramp_steps, bool) or not isinstance(self.ramp_steps, (int, np.integer)) \
@@ -94,11 +94,13 @@ class LBMSetup:
 
     @property
     def omegas(self) -> tuple[float, float]:
-        """(omega+, omega-): for BGK both are 1/tau."""
-        if self.collision == "trt":
-            return physics.trt_omegas(self.relaxation_time, self.magic)
-        w = physics.omega_from_tau(self.relaxation_time)
-        return w, w
+        """(omega+, omega-) of the collision model (``collision.CollisionModel.omegas``; BGK: both 1/tau)."""
+        return self.collision_model.omegas(self.relaxation_time, self.magic)
+
+    @property
+    def collision_model(self) -> collision_models.CollisionModel:
+        """The collision model object of ``collision`` (``hpcsolve/lbm/collision.py``)."""
+        return collision_models.get(self.collision)
 
     @property
     def fluid_cells(self) -> int:
