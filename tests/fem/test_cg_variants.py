@@ -143,8 +143,12 @@ class GeneralJacobi(precond.Preconditioner):
     name = "jacobi-general"
     identity = False
 
-    def apply(self, low, A, r, z, ws, i_rz):
-        low.precondition(A.dinv(r.dtype), r, z, ws, i_rz)
+    def setup(self, A):
+        self.low, self.A, self.scratch = A.low, A, A.low.zeros(1, np.float64)
+
+    def apply(self, r, z, rz=None):
+        ws, i_rz = rz.target if rz is not None else (self.scratch, -1)
+        self.low.precondition(self.A.dinv(r.dtype), r, z, ws, i_rz)
 
 
 @pytest.mark.parametrize("precision,method,options", [

@@ -10,10 +10,12 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg.precond import hierarchy as hmod
 from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem.linalg.precond.aggregation import rho_dinv_a, sa_levels
 from hpcsolve.fem.linalg.precond.cycle import lambda_max
-from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, galerkin_by_probing, geometric_prolongation
+from hpcsolve.fem.linalg.precond.geometric import GeometricBuilder, StructuredGrid, galerkin_by_probing, \
+    geometric_prolongation
 from hpcsolve.fem.linalg.precond.mg_options import MGOptions
 from hpcsolve.fem import prepare_matrix, solve
 from hpcsolve.fem.discrete import testproblems as tp
@@ -27,9 +29,8 @@ def _pc(problem, kind="mg", **options):
 
 
 def _apply(pc, A, v):
-    low = A.low
     out = np.zeros(A.n)
-    pc.apply(low, A, v.copy(), out, np.zeros(1), -1)
+    pc.apply(v.copy(), out)
     return out
 
 
@@ -290,12 +291,12 @@ def test_gpu_elasticity_mg_with_rigid_body_modes_agrees_with_numpy(backend):
 
 
 def _device_vs_host_build(backend, P, monkeypatch, **opts):
-    """Solve with every geometric level built where the matrix lives (HOST_BUILD_ROWS 0), then with every level
+    """Solve with every geometric level built where the matrix lives (host_build_rows 0), then with every level
     built on the host; the hierarchies and solves must agree."""
     out = []
     for rows in (0, 1 << 40):
-        monkeypatch.setattr(mgm, "HOST_BUILD_ROWS", rows)
-        monkeypatch.setattr(mgm, "HOST_PRODUCTS_ROWS", rows)
+        monkeypatch.setattr(hmod.HierarchyBuilder, "host_build_rows", rows)
+        monkeypatch.setattr(GeometricBuilder, "host_products_rows", rows)
         x, rep = solve(P.A, P.b, backend=backend, preconditioner=_pc(P, "mg", hierarchy="fp64", **opts), rtol=1e-10)
         out.append((x, rep))
     (x0, r0), (x1, r1) = out
@@ -473,7 +474,7 @@ def test_the_power_iteration_runs_on_the_launch_twin_with_the_same_estimates(kin
 def test_the_diagonal_ratio_is_reduced_where_the_matrix_lives():
     P = tp.jumps(16, 1e6)
     d = sp.csr_matrix(P.A).diagonal()
-    assert mgm._diagonal_ratio(prepare_matrix(P.A)) == pytest.approx(d.max() / d.min(), rel=1e-12)
+    assert hmod._diagonal_ratio(prepare_matrix(P.A)) == pytest.approx(d.max() / d.min(), rel=1e-12)
     assert d.max() / d.min() > 1e5
 
 

@@ -1,4 +1,4 @@
-"""The coarsest level of a multigrid hierarchy (hpcsolve.fem.linalg.precond.aggregation.coarse_inverse) and aggregation
+"""The coarsest level of a multigrid hierarchy (hpcsolve.fem.linalg.precond.coarse.coarse_inverse) and aggregation
 that cannot coarsen a level: strength thresholds across their documented range 0-1 (issue 36 item 1 / issue 37 item
 8: any strength >= 0.25 on the shipped Poisson case raised numpy.linalg.LinAlgError 'Singular matrix'), a diagonal
 SPD matrix and a singular but consistent 1-D Neumann system through ``hpcsolve.fem.solve``. NumPy backend."""
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from hpcsolve import cli
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem import solve
-from hpcsolve.fem.linalg.precond.aggregation import DENSE_COARSE_MAX, coarse_inverse
+from hpcsolve.fem.linalg.precond.coarse import DENSE_COARSE_MAX, coarse_inverse
 from hpcsolve.run import run_case
 
 POISSON = Path(__file__).parents[2] / "cases" / "poisson_manufactured.toml"

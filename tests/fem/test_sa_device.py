@@ -294,7 +294,7 @@ def test_numba_power_iterations_on_cupy_kernels_equal_its_own(kind, monkeypatch)
     from hpcsolve.core import backends
     from hpcsolve.fem.linalg.kernels_cupy import CupyOps
     from hpcsolve.fem.linalg.precond.cycle import lambda_max_levels
-    from hpcsolve.fem.linalg.precond.multigrid import HOST_BUILD_ROWS
+    from hpcsolve.fem.linalg.precond.hierarchy import HierarchyBuilder
 
     status = backends.probe("numba-cuda")
     if not status.available or status.simulator:
@@ -312,7 +312,7 @@ def test_numba_power_iterations_on_cupy_kernels_equal_its_own(kind, monkeypatch)
     own = lambda_max_levels(low, pc.levels, 15)
     assert len(own) >= 2 and all(1.0 < v < 2.5 for v in own)
     assert on_cupy == pytest.approx(own, rel=1e-12)
-    # the set-up's own estimates: the levels above HOST_BUILD_ROWS on the device (the twin), the rest on the host
+    # the set-up's own estimates: the levels above host_build_rows on the device (the twin), the rest on the host
     # from the float64 matrices (these levels are float32: equal to ~1e-7 only)
-    big = [k for k, lvl in enumerate(pc.levels) if lvl.A.rows > HOST_BUILD_ROWS]
+    big = [k for k, lvl in enumerate(pc.levels) if lvl.A.rows > HierarchyBuilder.host_build_rows]
     assert big and [pc.levels[k].lam for k in big] == pytest.approx([own[k] for k in big], rel=1e-12)

@@ -22,6 +22,24 @@ def bytes_per_iteration(n: int, nnz: int, dtype, jacobi: bool = False, matrix_fr
     return spmv + 3 * n * s + 5 * n * s + (2 * n * s if jacobi else 0)
 
 
+class DotSlot:
+    """Where a general preconditioner adds r.z for the CG (``Preconditioner.apply(r, z, rz)``): one float64 scalar of
+    the CG on the device, so that the preconditioner neither knows nor picks the CG's slots. ``add`` launches the dot
+    (graph-capturable); a low op that fuses the dot itself takes ``*target`` as its ``ws, i`` arguments."""
+
+    __slots__ = ("low", "ws", "index")
+
+    def __init__(self, low, ws, index: int):
+        self.low, self.ws, self.index = low, ws, index
+
+    def add(self, x, y) -> None:
+        """ws[index] += x.y on the device."""
+        self.low.dot(x, y, self.ws, self.index)
+
+    @property
+    def target(self) -> tuple:
+        return self.ws, self.index
+
 
 class CGEngine:
     """(P)CG recurrences in one working precision, in blocks of k <= K iterations.
@@ -84,7 +102,7 @@ class CGEngine:
         if self.general is not None:      # a V-cycle is ~100 launches: replayed as one graph, as the blocks are
             def start():
                 low.fill_zero(self.ws)
-                self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+                self.general.apply(self.r, self.z, DotSlot(low, self.ws, self.RHO))
                 low.scale_copy(self.z, self.p, 1.0)
                 low.dot(self.r, self.r, self.ws, self.RR)
 
@@ -114,7 +132,7 @@ class CGEngine:
             if self.dinv is not None:          # q is scratch here (the next iteration's A p overwrites it)
                 low.precondition(self.dinv, self.r, self.q, self.ws, self.RHO)
         if self.general is not None and precondition:
-            self.general.apply(low, self.A, self.r, self.z, self.ws, self.RHO)
+            self.general.apply(self.r, self.z, DotSlot(low, self.ws, self.RHO))
             self.general.cycles += 1
         return self._read_slots()
 
@@ -150,7 +168,7 @@ class CGEngine:
             self.low.precondition(self.dinv, r, out, self.scratch, 0)
             return out
         if self.general is not None:
-            self.general.apply(self.low, self.A, r, out, self.scratch, 0)
+            self.general.apply(r, out)
             self.general.cycles += 1
             return out
         return r
@@ -169,7 +187,7 @@ class CGEngine:
                 low.update_xp(self.x, self.p, self.r, self.dinv, ws, rho, pq, (rho1, rho, 1.0))
             else:
                 low.update_r(self.r, self.q, None, ws, rho, pq, -1, self.RR + j + 1)
-                self.general.apply(low, A, self.r, self.z, ws, rho1)
+                self.general.apply(self.r, self.z, DotSlot(low, ws, rho1))
                 if self.flexible:     # Notay's flexible CG: beta = -z_{j+1}.q_j / p_j.q_j
                     low.dot(self.z, self.q, ws, self.ZQ + j)
                     beta = (self.ZQ + j, pq, -1.0)

@@ -22,14 +22,28 @@ and break the CUDA-graph capture of the CG blocks, so it is refused there naming
 
 from __future__ import annotations
 
+import scipy.sparse as sp
+
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem.linalg.precond.base import NAMES, Jacobi, Preconditioner
+from hpcsolve.fem.linalg.precond import registry
+from hpcsolve.fem.linalg.precond.base import Jacobi, Preconditioner
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
 
-__all__ = ["NAMES", "Preconditioner", "Jacobi", "Multigrid", "HostOperator", "get"]
+__all__ = ["NAMES", "Preconditioner", "Jacobi", "Multigrid", "HostOperator", "get", "registry"]
 
-ALLOWED = (", ".join(NAMES) + ", a hpcsolve.fem.Multigrid or Preconditioner, or (NumPy backend) a "
-           "scipy.sparse.linalg.LinearOperator or matrix M ~ A^-1")
+
+def allowed() -> str:
+    """What ``preconditioner=`` takes: the registered names (:mod:`registry`), an instance or a SciPy-style M."""
+    return (", ".join(registry.names(include_auto=False)) + ", a hpcsolve.fem.Multigrid or Preconditioner, or (NumPy "
+            "backend) a scipy.sparse.linalg.LinearOperator or matrix M ~ A^-1")
+
+
+def __getattr__(name: str):
+    if name == "NAMES":           # the registered names, as they are now (a preconditioner may be registered later)
+        return registry.names(include_auto=False)
+    if name == "ALLOWED":
+        return allowed()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HostOperator(Preconditioner):
@@ -45,7 +59,7 @@ class HostOperator(Preconditioner):
     def __init__(self, op, field: str = "preconditioner"):
         shape = getattr(op, "shape", None)
         if shape is None or len(shape) != 2 or shape[0] != shape[1] or not hasattr(op, "dot"):
-            raise CaseError.invalid(field, type(op).__name__, ALLOWED)
+            raise CaseError.invalid(field, type(op).__name__, allowed())
         self.op, self.field, self.scale = op, field, 1.0
         self.type = type(op).__name__
 
@@ -59,11 +73,11 @@ class HostOperator(Preconditioner):
             raise CaseError.invalid(self.field, f"shape {tuple(self.op.shape)}", f"({A.global_n}, {A.global_n}) "
                                     "(the size of A)", why="the preconditioner does not match the matrix")
 
-    def apply(self, low, A, r, z, ws, i_rz) -> None:
+    def apply(self, r, z, rz=None) -> None:
         y = self.op.dot(r)
         z[:] = (self.scale * y).reshape(z.shape) if self.scale != 1.0 else y.reshape(z.shape)
-        if i_rz >= 0:
-            low.dot(r, z, ws, i_rz)
+        if rz is not None:
+            rz.add(r, z)
 
     def info(self) -> dict:
         return {"kind": self.name, "type": self.type, "shape": list(self.op.shape), "dtype": str(getattr(self.op, "dtype", ""))}
@@ -71,8 +85,6 @@ class HostOperator(Preconditioner):
 
 def _host_operator(value) -> bool:
     """Whether ``value`` is a SciPy-style M (a LinearOperator, a sparse matrix or a 2D array)."""
-    import scipy.sparse as sp
-
     if sp.issparse(value):
         return True
     if type(value).__module__.startswith("numpy") and getattr(value, "ndim", 0) == 2:
@@ -85,27 +97,27 @@ def _host_operator(value) -> bool:
 
 
 def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> Preconditioner:
-    """The preconditioner for a name, an instance or a SciPy-style M (:class:`HostOperator`); ``multigrid``: options
-    of "mg" / "amg" (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions` fields); ``field``: the argument's
-    name in errors ("preconditioner", or "M")."""
+    """The preconditioner for a name (:func:`registry.get`: the spec builds it), a spec, an instance or a SciPy-style M
+    (:class:`HostOperator`); ``multigrid``: options of a spec that takes them (mg / amg:
+    :class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions` fields); ``field``: the argument's name in errors
+    ("preconditioner", or "M")."""
     if isinstance(value, Preconditioner):
         if multigrid:
             raise CaseError.invalid("multigrid", multigrid, "nothing with a Preconditioner instance",
                                     why="give the options to the instance (Multigrid(kind, options))")
         return value
     if value is None:
-        value = "none"
-    if not isinstance(value, str) and _host_operator(value):
+        value = registry.get("none")
+    if not isinstance(value, (str, registry.PreconditionerSpec)) and _host_operator(value):
         if multigrid:
+            takes = " or ".join(repr(s) for s in registry.names() if registry.get(s).options_field)
             raise CaseError.invalid("multigrid", multigrid, f"nothing with a {type(value).__name__} {field}",
-                                    why="multigrid options apply to preconditioner 'mg' or 'amg'")
+                                    why=f"multigrid options apply to preconditioner {takes}")
         return HostOperator(value, field)
-    if not isinstance(value, str) or value.lower() not in NAMES:
-        raise CaseError.invalid(field, value, ALLOWED)
-    name = value.lower()
-    if name in ("mg", "amg"):
-        return Multigrid(name, multigrid)
-    if multigrid:
-        raise CaseError.invalid("multigrid", multigrid, f"nothing with preconditioner {name!r}",
-                                why="multigrid options apply to preconditioner 'mg' or 'amg'")
-    return Jacobi() if name == "jacobi" else Preconditioner()
+    try:
+        spec = registry.get(value, field)
+    except CaseError:
+        raise CaseError.invalid(field, value, allowed()) from None
+    if spec.build is None:        # "auto" needs a run's situation (a case): a solve is given what it runs
+        raise CaseError.invalid(field, value, allowed(), why=f"{spec.name!r} is resolved by a case's run")
+    return spec.make(registry.Inputs(options=multigrid, field="multigrid"))

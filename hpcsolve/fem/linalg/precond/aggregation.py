@@ -1,10 +1,10 @@
-"""The algebraic levels (pyamg) and the coarsest level of a multigrid hierarchy.
+"""The algebraic levels of a multigrid hierarchy: the builders of "amg" (:class:`AggregationBuilder` picks
+:class:`PyamgBuilder` or ``sa_device.DeviceSABuilder``) and pyamg's pieces they use.
 
 - :func:`pyamg_levels`: smoothed aggregation (:func:`sa_levels`, pyamg's pieces with a Lanczos estimate of
   rho(D^-1 A), :func:`rho_dinv_a`) or pyamg's classical Ruge-Stueben, on the host, stopping early where the
-  strength threshold leaves nothing to coarsen along; :func:`rigid_body_modes`, the near-null space of 2D elasticity
-  that smoothed aggregation takes.
-- :func:`coarse_inverse`: the dense (generalized) inverse that solves the coarsest level.
+  strength threshold leaves nothing to coarsen along;
+- :func:`rigid_body_modes`: the near-null space of 2D elasticity that smoothed aggregation takes.
 """
 
 from __future__ import annotations
@@ -14,15 +14,49 @@ import numpy as np
 import scipy.sparse as sp
 
 from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
+from hpcsolve.fem.linalg.precond.layout import canonical, host_csr
 from hpcsolve.fem.linalg.precond.mg_options import MGOptions
-from hpcsolve.fem.linalg.precond.sa_device import rho_dinv_a_xp
-
-DENSE_COARSE_MAX = 5000     # rows of the coarsest level (solved by its dense inverse: 200 MB in float64)
-COARSE_NULL_RTOL = 100 * np.finfo(np.float64).eps   # x rows: a pivot of the coarsest level's Cholesky factorization
-                            # (unit diagonal) below this is round-off of zero (a singular level)
+from hpcsolve.fem.linalg.precond.sa_device import DeviceSABuilder, rho_dinv_a_xp
 
 SA_OMEGA = 4.0 / 3.0          # prolongation smoothing P = (I - omega / rho(D^-1 A) D^-1 A) T, pyamg's default
 SA_LANCZOS_STEPS = 20
+
+
+class AggregationBuilder(HierarchyBuilder):
+    """Algebraic multigrid ("amg", any SPD matrix): the levels by aggregation from the finest on. Smoothed
+    aggregation is set up on the device (``sa_device.DeviceSABuilder``) with ``amg_setup = "device"``, or with
+    "auto" where the backend's arrays have a sparse library (CuPy); otherwise, and for Ruge-Stueben, by pyamg's pieces
+    on the host (:class:`PyamgBuilder`). Geometric multigrid picks its builder for the levels below its grids the
+    same way."""
+
+    algebraic = True
+
+    @classmethod
+    def choose(cls, options: MGOptions, xp) -> type[HierarchyBuilder]:
+        where = options.amg_setup
+        device = options.amg == "sa" and (where == "device" or (where == "auto" and xp is not np))
+        return DeviceSABuilder if device else PyamgBuilder
+
+
+class PyamgBuilder(AggregationBuilder):
+    """Aggregation levels by pyamg's pieces on the host (:func:`pyamg_levels`), the CPU reference; level matrices and
+    prolongations are moved to the backend's sparse module (CuPy) where the set-up runs there."""
+
+    @classmethod
+    def choose(cls, options: MGOptions, xp) -> type[HierarchyBuilder]:
+        return cls
+
+    def aggregate(self, A, h: Hierarchy, cur, nns, xp, sparse):
+        opts = self.options
+        h.amg_setup = "pyamg"
+        pairs, cur = pyamg_levels(host_csr(cur), opts, nns, opts.max_levels - len(self.mats))
+        for Al, Pl in pairs:
+            Al, Pl = canonical(sp.csr_matrix(Al), sp), canonical(sp.csr_matrix(Pl), sp)
+            if xp is not np:
+                Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
+            self.mats.append((Al, Pl, "aggregation", None))
+        return cur
 
 
 def pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30):
@@ -52,11 +86,10 @@ def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
     Galerkin coarse operators), with pyamg's own pieces, except rho: pyamg estimates it by restarted Arnoldi
     (5 x 15 steps, most of its set-up time); D^-1 A is similar to the symmetric D^-1/2 A D^-1/2, so
     :func:`rho_dinv_a` takes 20 Lanczos steps instead."""
-    # late, as in pyamg_levels: pyamg's import costs about 0.25 s (measured)
-    from pyamg.aggregation.aggregate import standard_aggregation
-    from pyamg.aggregation.tentative import fit_candidates
-    from pyamg.relaxation.utils import relaxation_as_linear_operator
-    from pyamg.strength import symmetric_strength_of_connection
+    from pyamg.aggregation.aggregate import standard_aggregation      # late: pyamg's import costs about 0.25 s
+    from pyamg.aggregation.tentative import fit_candidates             # late: pyamg's import costs about 0.25 s
+    from pyamg.relaxation.utils import relaxation_as_linear_operator   # late: pyamg's import costs about 0.25 s
+    from pyamg.strength import symmetric_strength_of_connection        # late: pyamg's import costs about 0.25 s
 
     A = sp.csr_matrix(A)
     n = A.shape[0]
@@ -95,40 +128,6 @@ def rho_dinv_a(A: sp.csr_matrix, dinv: np.ndarray, steps: int = SA_LANCZOS_STEPS
     matrices exactly. Ritz values lie inside the spectrum, so this never overestimates. The Lanczos of the device
     set-up (``sa_device.rho_dinv_a_xp``) with NumPy."""
     return rho_dinv_a_xp(A, dinv, np, steps=steps, seed=seed)
-
-
-def coarse_inverse(M: np.ndarray) -> tuple[np.ndarray, int]:
-    """(X, rank): the inverse of the coarsest level M (dense, symmetric) and its numerical rank; where M is singular
-    or only semidefinite (a Neumann problem's constants, a level aggregation could not coarsen well), X is a
-    symmetric generalized inverse instead of the LinAlgError (or 1e16-sized entries) of inverting it.
-
-    One Cholesky factorization with pivoting (LAPACK dpstrf, as cheap as an unpivoted one) stops where every pivot
-    left is round-off of zero (<= COARSE_NULL_RTOL x rows, on the unit-diagonal S M S, S = diag(m_ii)^-1/2):
-    P^T S M S P = [L11; L21] [L11^T L21^T] with L11 of the rank r. X = S P diag((L11 L11^T)^-1, 0) P^T S: M X r = r
-    for every r in M's range (the coarse problem of
-    a consistent system is solved exactly) and X is semidefinite (an indefinite M, which the outer CG reports,
-    contributes only its definite part). A definite M has r = rows and X = M^-1."""
-    import scipy.linalg.lapack as lapack    # late: scipy.linalg's import costs about 0.14 s (measured)
-
-    n = M.shape[0]
-    M = 0.5 * (M + M.T)
-    d = np.diag(M).copy()
-    X = np.zeros((n, n))
-    if not n or not np.all(np.isfinite(d)) or not np.any(d > 0):
-        return X, 0                                     # nothing positive to invert: no correction
-    # factored with a unit diagonal (S M S, S = diag(m_ii)^-1/2; a row with m_ii <= 0 is dropped): a pivot is
-    # judged against its own row's scale, so a level with a coefficient contrast of 1e40 keeps its weak rows
-    # (judged against the largest m_ii, they were taken for round-off of zero and given no correction)
-    s = np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 0.0)
-    c, piv, rank, _ = lapack.dpstrf(s[:, None] * M * s[None, :], tol=COARSE_NULL_RTOL * n, lower=1)
-    if rank == 0:
-        return X, 0
-    order = piv[:rank] - 1                              # LAPACK's pivots count from 1
-    # (L11 L11^T)^-1, its lower triangle (L11's pivots are all above the tolerance: it is invertible)
-    inv, _ = lapack.dpotri(np.tril(c[:rank, :rank]), lower=1)
-    inv = np.tril(inv) + np.tril(inv, -1).T
-    X[np.ix_(order, order)] = s[order, None] * inv * s[None, order]
-    return X, int(rank)
 
 
 def rigid_body_modes(points: np.ndarray, free: np.ndarray) -> np.ndarray:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-NAMES = ("none", "jacobi", "mg", "amg")
-
 
 class Preconditioner:
     """M ~ A^-1. The base class is the identity (no preconditioning)."""
@@ -27,8 +25,11 @@ class Preconditioner:
         """D^-1 in ``dtype`` for a diagonal preconditioner (fused into the CG kernels), else None."""
         return None
 
-    def apply(self, low, A, r, z, ws, i_rz) -> None:
-        """z = M^-1 r and ws[i_rz] += r.z (general preconditioners)."""
+    def apply(self, r, z, rz=None) -> None:
+        """z = M^-1 r (general preconditioners), with what ``setup`` bound (A's low ops, a hierarchy); with ``rz``,
+        r.z is added where the CG keeps it: ``rz.add(r, z)`` launches the dot, or a low op that can fuse it takes
+        ``*rz.target`` as its ``ws, i`` arguments (the CG's scalar slot; the preconditioner never picks one). Launches
+        only, on the low ops' stream: no allocation, no synchronization (the CG captures it into CUDA graphs)."""
         raise NotImplementedError
 
 

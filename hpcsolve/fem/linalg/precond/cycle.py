@@ -133,13 +133,13 @@ def lambda_max_host(M, iterations: int) -> float:
 
 
 def smoother_coefficients(opts: MGOptions, lam: float) -> list:
-    """[(c_d, c_r)] of ``degree`` steps: Chebyshev on [cheby_lower, 1.1] x lam (Saad's three-term
-    recurrence, as PETSc and hypre), or damped Jacobi omega = jacobi_weight / lam."""
-    if not lam > 0:
-        lam = 2.0
-    if opts.smoother == "jacobi":
-        w = opts.jacobi_weight / lam
-        return [(0.0, w)] * opts.degree
+    """[(c_d, c_r)] of ``degree`` steps of the options' smoother (:data:`SMOOTHER_COEFFICIENTS`) for lambda_max
+    ``lam`` (2 where the estimate failed)."""
+    return SMOOTHER_COEFFICIENTS[opts.smoother](opts, lam if lam > 0 else 2.0)
+
+
+def chebyshev_coefficients(opts: MGOptions, lam: float) -> list:
+    """Chebyshev on [cheby_lower, 1.1] x lam (Saad's three-term recurrence, as PETSc and hypre)."""
     up = 1.1 * lam
     lo = opts.cheby_lower * up
     theta, delta = 0.5 * (up + lo), 0.5 * (up - lo)
@@ -151,6 +151,16 @@ def smoother_coefficients(opts: MGOptions, lam: float) -> list:
         coefs.append((rho_new * rho, 2.0 * rho_new / delta))
         rho = rho_new
     return coefs
+
+
+def jacobi_coefficients(opts: MGOptions, lam: float) -> list:
+    """Damped Jacobi, omega = jacobi_weight / lam."""
+    w = opts.jacobi_weight / lam
+    return [(0.0, w)] * opts.degree
+
+
+#: the smoothing coefficients of each smoother (``MGOptions.smoother``)
+SMOOTHER_COEFFICIENTS = {"chebyshev": chebyshev_coefficients, "jacobi": jacobi_coefficients}
 
 
 # --------------------------------------------------------------------------- the cycle
@@ -196,3 +206,29 @@ def v_cycle(low, levels: list, coarse: LevelCSR, coarse_b, coarse_x, l: int, rec
     cur = smooth(low, lvl, False, cur)
     if cur != final:
         low.scale_copy(B[f"x{cur}"], B[f"x{final}"], 1.0)
+
+
+def precondition(low, h, r, z) -> None:
+    """z = M^-1 r: one V-cycle of the hierarchy ``h`` (``hierarchy.Hierarchy``) from level 0, r and z in the working
+    dtype, the cycle in the hierarchy's; launches only (graph-capturable). The levels are of A / ``h.scale``, so z is
+    scaled back; unit-diagonal levels (``h.dscale``) take s r and give back s x: two more elementwise launches (the
+    products of ``mg_smooth``'s first step)."""
+    levels, coarse, cb = h.levels, h.coarse, h.coarse_bufs
+    if not levels:
+        b, x, t, d, M = cb["b"], cb["x"], cb.get("t"), cb.get("d"), coarse
+    else:
+        top = levels[0].bufs
+        b, x, t, d, M = top["b"], top[f"x{final_slot(levels)}"], top["r"], top["d"], levels[0].A
+    if h.dscale is None:
+        low.scale_copy(r, b, 1.0)
+    else:                       # b = s r: r cast into the scratch t, then the product (mg_smooth's first step)
+        low.scale_copy(r, t, 1.0)
+        low.mg_smooth(M, None, t, h.dscale, d, b, 0.0, 1.0, True)
+    if not levels:
+        low.csr_apply(coarse, b, x)
+    else:
+        v_cycle(low, levels, coarse, cb["b"], cb["x"], 0)
+    if h.dscale is not None:    # x = s x, through the scratch t
+        low.mg_smooth(M, None, x, h.dscale, d, t, 0.0, 1.0, True)
+        x = t
+    low.scale_copy(x, z, 1.0 / h.scale)

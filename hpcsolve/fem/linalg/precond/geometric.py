@@ -1,6 +1,7 @@
 """The geometric levels of "mg": nested structured grids (:class:`StructuredGrid`), P1 interpolation from the grid
 with half the cells (:func:`geometric_prolongation`), and the Galerkin coarse operator R A P from a few products with
-probe vectors (:func:`galerkin_by_probing`), all by index arithmetic on the device where the matrix lives."""
+probe vectors (:func:`galerkin_by_probing`), all by index arithmetic on the device where the matrix lives; and the
+builder of "mg" hierarchies (:class:`GeometricBuilder`): geometric levels while the grid halves, aggregation below."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from hpcsolve.fem.linalg.precond.layout import dev, from_dev, host, level64
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg.precond.aggregation import AggregationBuilder
+from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
+from hpcsolve.fem.linalg.precond.layout import dev, from_dev, host, host_csr, level64
 from hpcsolve.fem.linalg.precond.mg_options import F64
 
 
@@ -84,6 +88,73 @@ def geometric_prolongation(grid: StructuredGrid, xp=np, sparse=sp):
     return P, StructuredGrid(cx, cy, cfree, nc), cindex
 
 
+class GeometricBuilder(HierarchyBuilder):
+    """The hierarchy of "mg": P1 interpolation levels while the grid halves and the level is above coarse_size
+    (levels of at most ``host_build_rows`` rows built on the host; a hierarchy whose matrices are on the host while
+    its ops are on a device, Numba-CUDA without CuPy, runs its probe products on the host below
+    ``host_products_rows``), then the levels of the aggregation builder (``AggregationBuilder.choose``) below.
+    The near-null space is carried down the geometric levels by injection."""
+
+    needs_grid = True
+    host_products_rows = 1 << 17
+
+    def __init__(self, options, *, grid=None, near_nullspace=None, field: str = "multigrid", key: tuple = ()):
+        super().__init__(options, grid=grid, near_nullspace=near_nullspace, field=field, key=key)
+        self.below: HierarchyBuilder | None = None
+
+    def check(self, A) -> None:
+        """The grid must describe A's unknowns (and the near-null space fit A)."""
+        super().check(A)
+        g = self.grid
+        if g.nx < 1 or g.ny < 1 or g.ncomp < 1:
+            raise CaseError.invalid("grid", (g.nx, g.ny, g.ncomp), "nx, ny, ncomp >= 1")
+        n = (g.nx - 1) * (g.ny - 1) * g.ncomp if g.free is None else int(np.size(g.free))
+        if g.free is None:
+            top = g.n_full - 1
+        elif hasattr(g.free, "max"):        # NumPy or CuPy: reduced where it lives (no 33 MB copy at 4 M unknowns)
+            top = int(g.free.max()) if n else -1
+        else:
+            top = int(host(g.free).max(initial=-1))
+        if n != A.n or top >= g.n_full:
+            raise CaseError.invalid("grid", f"{g.nx} x {g.ny} cells, {g.ncomp} per node, {n} free unknowns",
+                                    f"a grid whose free unknowns are the {A.n} rows of the matrix",
+                                    why="geometric multigrid interpolates on this grid")
+
+    def coarsen(self, A, h: Hierarchy, cur, nns, xp, sparse):
+        """Append (A_l, P_l, "geometric", R_l) while the grid halves and the level is above coarse_size (small
+        levels move to the host), then the aggregation levels below; returns (the coarsest level's matrix, xp,
+        sparse)."""
+        opts, ph, mats = self.options, self.phases, self.mats
+        grid = self.grid
+        plow = A.low          # where the Galerkin products run (None: the host's sparse module)
+        while grid.halvable() and cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
+            small = self.host_build_rows if xp is not np else self.host_products_rows
+            if cur.shape[0] <= small and plow is not None and not plow.host_resident:     # the small levels: host
+                xp, sparse, plow = np, sp, None
+                cur = host_csr(cur)
+                grid = StructuredGrid(grid.nx, grid.ny, None if grid.free is None else host(grid.free), grid.ncomp)
+            P, cgrid, cindex = geometric_prolongation(grid, xp, sparse)
+            if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:
+                break
+            if nns is not None:           # coarse DOFs are fine DOFs (2I, 2J): the near-null space by injection
+                nns = nns[host(coarse_rows_in_fine(grid, cgrid, xp))]
+            R = P.T.tocsr()
+            mats.append((cur, P, "geometric", R))
+            ph.done("prolongation")
+            cur = galerkin_by_probing(plow, cur, P, R, cgrid, cindex, xp, sparse)
+            ph.done("galerkin")
+            grid = cgrid
+        # below the last halvable grid: aggregation, the builder of "amg" would pick for these arrays
+        below = self.below = AggregationBuilder.choose(opts, xp)(opts, grid=self.grid, near_nullspace=self.near_nullspace,
+                                                                 field=self.field, key=self.key)
+        below.mats, below.phases = mats, ph
+        return below.coarsen(A, h, cur, nns, xp, sparse)
+
+    def timed(self, A, h: Hierarchy) -> None:
+        if self.below is not None:
+            self.below.timed(A, h)
+
+
 def _index_dtype(n_full: int, xp):
     """int32 for index arithmetic on a grid of n_full DOFs (every product stays below n_full), else int64."""
     return xp.int32 if n_full < 2**31 - 1 else xp.int64
@@ -111,7 +182,7 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     ``sparse`` as three products with a block of 9 probe vectors per component (cuSPARSE SpMM through cupyx on the
     GPU: 3 nc launches a level, not 27 nc), or, for host matrices with device ops (Numba-CUDA without CuPy), one
     probe at a time through ``low.csr_apply``. The coarse CSR is assembled by index arithmetic. Exact zeros are
-    dropped. A, P, R: float64 CSR matrices of ``sparse``."""
+    dropped. A, P, R: float64 CSR matrices of ``sparse``; ``low`` None: host matrices multiplied by ``sparse``."""
     nc = coarse.ncomp
     cx = coarse.nx
     it = _index_dtype(coarse.n_full, xp)
@@ -120,7 +191,7 @@ def galerkin_by_probing(low, A, P, R, coarse: StructuredGrid, cindex, xp=np, spa
     node, comp = free // nc, free % nc
     ci, cj = node % (cx + 1), node // (cx + 1)
     color = (ci % 3) + 3 * (cj % 3)
-    if xp is not np or low.host_resident:
+    if low is None or xp is not np or low.host_resident:
         Y = _probe_blocks(A, P, R, color, comp, nc, xp)
     else:
         Y = _probe_one_by_one(low, A, P, R, color, comp, nc, xp)      # (9 nc, n_c)

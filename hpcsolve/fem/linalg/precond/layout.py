@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from hpcsolve.core.backends import get_array_module
 from hpcsolve.fem.linalg.lowops import LevelCSR
 from hpcsolve.fem.linalg.precond.mg_options import F64
 
@@ -16,12 +17,6 @@ DIA_MAX_DIAGONALS = 32      # "auto" stores a level by diagonals when it has at 
 
 
 # --------------------------------------------------------------------------- arrays between NumPy, CuPy and the device
-def _cupy():
-    import cupy     # optional dependency: only for hierarchies built with CuPy arrays
-
-    return cupy
-
-
 def dev(low, a, xp):
     """An array of ``xp`` (NumPy or CuPy) as an array of ``low`` (``LowOps.adopt``: zero copy where it can)."""
     if low.owns(xp):
@@ -83,7 +78,7 @@ def dia_layout(M, storage):
     rows, cols = M.shape
     if rows != cols or rows == 0 or M.nnz == 0:
         return None
-    xp = np if isinstance(M.data, np.ndarray) else _cupy()
+    xp = get_array_module(M.data)
     row = _entry_rows(M, xp)
     off = M.indices.astype(xp.int32, copy=False) - row
     offsets = _distinct(off, xp)
@@ -115,7 +110,7 @@ def upload(low, M, storage, compute, scaled: bool = False, dia_layout=None) -> L
     data, indices, indptr = M.data, M.indices, M.indptr
     on_host = isinstance(data, np.ndarray)
     put = low.to_device if on_host else (lambda a: convert(low, a))
-    xp = np if on_host else _cupy()
+    xp = get_array_module(data)
     rowscale = None
     row = None
     if scaled:                     # rows scaled to a unit diagonal: no coefficient range over/underflows
@@ -141,7 +136,7 @@ def scale_rows_cols(M, left, right):
     """diag(left) M diag(right) as a new CSR matrix of M's kind (SciPy or CuPy); ``left`` / ``right``: float64
     NumPy vectors (moved to M's device where M is a CuPy matrix). Array-module generic."""
     M = M.tocsr()
-    xp = np if isinstance(M.data, np.ndarray) else _cupy()
+    xp = get_array_module(M.data)
     left, right = xp.asarray(left), xp.asarray(right)
     data = M.data * left[_entry_rows(M, xp)] * right[M.indices]
     return type(M)((data, M.indices.copy(), M.indptr.copy()), shape=M.shape)
@@ -163,6 +158,6 @@ def dinv(low, M, compute):
         with np.errstate(divide="ignore"):
             inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
         return low.to_device(inv.astype(compute))
-    cupy = _cupy()
-    inv = cupy.where(d > 0, 1.0 / cupy.where(d > 0, d, 1.0), 0.0)
+    xp = get_array_module(d)
+    inv = xp.where(d > 0, 1.0 / xp.where(d > 0, d, 1.0), 0.0)
     return convert(low, inv.astype(compute))

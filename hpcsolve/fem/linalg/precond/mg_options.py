@@ -1,5 +1,10 @@
 """The options of the multigrid preconditioners (:class:`MGOptions`, case section ``[solve.multigrid]``) and the
-precisions, smoothers and aggregation methods they choose from."""
+precisions, smoothers and aggregation methods they choose from.
+
+A hierarchy's precision is a :class:`~hpcsolve.core.precision.Precision` policy (storage and compute dtypes), the
+one vocabulary of the package: fp64 and fp32 are the policies of that name, and :data:`FP16_LEVELS` ("fp16") is the
+multigrid-only one (16-bit level operators, float32 arithmetic). Code asks the policy (``policy.storage``,
+``policy.compute``, :func:`unit_rows`), it never compares names."""
 
 from __future__ import annotations
 
@@ -8,13 +13,15 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from hpcsolve.core.errors import CaseError
+from hpcsolve.core.precision import FP32, FP64, Precision
 
 F64 = np.dtype(np.float64)
-F32 = np.dtype(np.float32)
-F16 = np.dtype(np.float16)
 
-KINDS = ("mg", "amg")
-HIERARCHIES = {"fp64": (F64, F64), "fp32": (F32, F32), "fp16": (F16, F32)}   # name: (storage, compute)
+#: a hierarchy stored in 16 bits with float32 arithmetic (its rows scaled to a unit diagonal: :func:`unit_rows`)
+FP16_LEVELS = Precision("fp16", np.dtype(np.float16), np.dtype(np.float32), frozenset({"fem"}),
+                        description="multigrid levels: float16 operators (rows scaled to a unit diagonal), float32 "
+                                    "arithmetic")
+HIERARCHIES = {p.name: p for p in (FP64, FP32, FP16_LEVELS)}     #: the precisions a hierarchy is built in
 SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 LEVEL_FORMATS = ("auto", "dia", "csr")
@@ -25,7 +32,8 @@ AMG_SETUPS = ("auto", "device", "pyamg")
 class MGOptions:
     """Options of the multigrid preconditioners (docs/design/fem_solvers.md, case section ``[solve.multigrid]``)."""
 
-    hierarchy: str = "fp32"        # precision of the level operators and V-cycle vectors: fp64 | fp32 | fp16
+    hierarchy: str = "fp32"        # precision of the level operators and V-cycle vectors: fp64 | fp32 | fp16 (a name
+                                   # of HIERARCHIES or such a Precision; kept as its name, ``precision`` is the policy)
     smoother: str = "chebyshev"    # chebyshev | jacobi (damped, weight jacobi_weight / lambda_max(D^-1 A))
     degree: int = 2                # smoothing steps before and after the coarse correction (Chebyshev degree)
     coarse_size: int = 400         # a level with at most this many unknowns is solved directly (dense inverse)
@@ -52,6 +60,8 @@ class MGOptions:
                 "aggregation_passes": (1, 2)}
 
     def __post_init__(self):
+        if isinstance(self.hierarchy, Precision) and HIERARCHIES.get(self.hierarchy.name) == self.hierarchy:
+            self.hierarchy = self.hierarchy.name
         for name, allowed in self.CHOICES.items():
             v = getattr(self, name)
             if not isinstance(v, str) or v.lower() not in allowed:
@@ -83,6 +93,17 @@ class MGOptions:
                 raise CaseError.invalid(f"{field_name}.{k}", d[k], ", ".join(sorted(known)), why="unknown multigrid option")
         return cls(**d)
 
+    @property
+    def precision(self) -> Precision:
+        """The hierarchy's precision policy (before a matrix's range widens it: ``hierarchy.HierarchyBuilder``)."""
+        return HIERARCHIES[self.hierarchy]
+
     def key(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self) if f.name != "flexible")
 
+
+
+def unit_rows(policy: Precision) -> bool:
+    """Whether a hierarchy in ``policy`` stores its level operators with rows scaled to a unit diagonal: storage
+    narrower than the arithmetic (16-bit values of a 1e6 coefficient jump would overflow or flush to zero)."""
+    return np.dtype(policy.storage).itemsize < np.dtype(policy.compute).itemsize

@@ -23,7 +23,8 @@ methods"), every one a vector operation, a sparse matrix-vector product or a spa
 
 :func:`sa_levels_xp` returns the levels and an :class:`SAStructure` (the aggregates of every level): with it a
 matrix with the same sparsity and new values is set up again without strength or aggregation
-(``structure=``), the numeric part only.
+(``structure=``), the numeric part only. :class:`DeviceSABuilder` is the hierarchy builder on top: it keeps the
+structure on the prepared matrix, so that a values-only update of it is set up numerically.
 
 The one step with no array-module spelling is the row maximum over a CSR graph (a max-semiring SpMV): NumPy's
 ``maximum.reduceat`` on the host, one small RawKernel with CuPy (:func:`_row_max`).
@@ -34,6 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
+from hpcsolve.fem.linalg.precond.layout import canonical
 
 SA_OMEGA = 4.0 / 3.0
 LANCZOS_STEPS = 20
@@ -432,3 +436,39 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
         pairs.append((A, P))
         A, B, block = Ac, Bc, B.shape[1]
     return pairs, A, out
+
+
+# --------------------------------------------------------------------------- the builder
+class DeviceSABuilder(HierarchyBuilder):
+    """Smoothed aggregation set up with the backend's array module (:func:`sa_levels_xp`). The aggregates are kept on
+    the prepared matrix (``A.cache``, key ("structure",) + the hierarchy's key; a values-only update of A keeps
+    them): a later set-up of A with new values, for the same grid and near-null space objects, reuses them and
+    computes the numeric part only (``setup_kind`` "numeric", ``full_setup_time_s`` the full set-up's)."""
+
+    algebraic = True
+
+    def aggregate(self, A, h: Hierarchy, cur, nns, xp, sparse):
+        h.amg_setup = "device"
+        skey = ("structure",) + self.key
+        kept = A.cache.get(skey)
+        if kept is not None and (kept["grid"] is not self.grid or kept["nns"] is not self.near_nullspace):
+            kept = None
+        B = None if nns is None else xp.asarray(nns)
+        pairs, cur, structure = sa_levels_xp(cur, self.options, B, self.options.max_levels - len(self.mats), xp,
+                                             sparse, structure=None if kept is None else kept["structure"])
+        for Al, Pl in pairs:
+            self.mats.append((canonical(Al, sparse), canonical(Pl, sparse), "aggregation", None))
+        if kept is None:
+            A.cache[skey] = {"structure": structure, "grid": self.grid, "nns": self.near_nullspace,
+                             "full_setup_time_s": float("nan")}
+            h.setup_kind = "full"
+        else:
+            h.setup_kind = "numeric"
+            h.full_setup_time_s = kept["full_setup_time_s"]
+        return cur
+
+    def timed(self, A, h: Hierarchy) -> None:
+        """A full set-up's time, kept with the aggregates (the report of a later numeric set-up shows it)."""
+        kept = A.cache.get(("structure",) + self.key)
+        if h.setup_kind == "full" and kept is not None:
+            kept["full_setup_time_s"] = h.setup_time_s
