@@ -8,6 +8,10 @@ Geometric multigrid on a structured mesh::
     pc = Multigrid("mg", {"hierarchy": "fp32"}, grid=StructuredGrid(nx, ny, free))
     x, report = solve(A, b, preconditioner=pc, rtol=1e-10)
 
+The names ``preconditioner=`` and a case's ``solve.preconditioner`` take are the registered ones
+(``hpcsolve.fem.linalg.precond.registry``: ``register`` adds a preconditioner); ``method=`` takes those of
+``hpcsolve.fem.linalg.methods``.
+
 The case-level entry points (``run_case``, ``compare``, ``load_case``, ``load_result``) are importable from here too;
 they are ``hpcsolve``'s own.
 """

@@ -22,14 +22,16 @@ import scipy.sparse as sp
 
 from hpcsolve.core import backends, scaled
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem.linalg import cg, matrix, precond
-from hpcsolve.fem.linalg.cg_options import MIXED_METHODS, CGOptions
+from hpcsolve.fem.linalg import cg, matrix, methods, precond
+from hpcsolve.fem.linalg.cg_options import CGOptions
+from hpcsolve.fem.linalg.methods import Method
+from hpcsolve.fem.linalg.precond import registry
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.report import SolveReport
 from hpcsolve.fem.linalg.scaling import MATRIX_RANGE, RhsScale, matrix_in_range
 from hpcsolve.core.precision import POLICIES, Precision, get_precision
 
-METHODS = ("cg", "pcg-jacobi", "ir-restarted", "cg-reliable", "spsolve")
+METHODS = methods.names()      # the method names registered at import (hpcsolve.fem.linalg.methods)
 DEFAULT_METHOD = {p.name: p.fem_method for p in POLICIES.values() if p.supports("fem")}
 F64 = np.dtype(np.float64)
 
@@ -85,67 +87,122 @@ def _vector(v, field: str, n: int) -> tuple[np.ndarray, float]:
     return v, norm
 
 
-def _method_for(policy: Precision, method: str | None) -> str:
-    method = method if method is not None else policy.fem_method
-    if not isinstance(method, str) or method.lower() not in METHODS:
-        raise CaseError.invalid("method", method, ", ".join(METHODS))
-    method = method.lower()
-    if policy.refinement and method not in MIXED_METHODS:
-        raise CaseError.invalid("method", method, ", ".join(MIXED_METHODS),
-                                why="precision 'mixed' is float32 work with float64 accuracy; pick a strategy")
-    if not policy.refinement and method in MIXED_METHODS:
-        raise CaseError.invalid("method", method, ", ".join(m for m in METHODS if m not in MIXED_METHODS),
-                                why=f"{method} is a mixed-precision strategy; use precision='mixed'")
-    if method == "spsolve" and np.dtype(policy.compute) != F64:
-        raise CaseError.invalid("method", method, "cg, pcg-jacobi", why="spsolve is the float64 direct reference")
-    return method
+def _method_for(policy: Precision, method) -> Method:
+    """The method object of ``method`` (a name, a Method or None: the precision's default), checked against the
+    precision (``methods.for_precision``)."""
+    return methods.for_precision(policy, method)
 
 
 def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Backend | None" = None,
           rtol: float = 1e-8, maxiter: int | None = None, method: str | None = None, *, x0=None,
           preconditioner: "str | precond.Preconditioner | None" = None, M=None, check_every: int | None = None,
           true_every: int = 0, multigrid: dict | None = None, **options) -> tuple[np.ndarray, SolveReport]:
-    """Solve the SPD system A x = b; return (x as a float64 NumPy array, SolveReport).
+    """Solve the SPD system A x = b on a backend, in a precision; return (x, SolveReport).
 
-    A: a SciPy sparse or dense matrix, or a matrix from :func:`prepare_matrix` (then nothing is converted,
-    checked or uploaded again). precision: 'fp64', 'fp32' or 'mixed'. method: 'cg', 'pcg-jacobi',
-    'spsolve' (fp64 direct) for fp64/fp32; 'ir-restarted' or 'cg-reliable' (default) for mixed.
-    preconditioner: 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic
-    multigrid V-cycle, any SPD matrix), 'mg' (geometric: needs the structured grid, so pass
-    ``hpcsolve.fem.Multigrid('mg', grid=hpcsolve.fem.StructuredGrid(nx, ny, free))``), a
-    :class:`hpcsolve.fem.linalg.precond.Preconditioner`, or (NumPy backend) a ``scipy.sparse.linalg.LinearOperator``
-    or matrix applied as z = M @ r (M ~ A^-1, SciPy's convention; refused on a GPU backend: it would copy every
-    residual to the host). ``M``: SciPy's name for ``preconditioner`` (give one of the two). ``multigrid``: options of
-    'mg'/'amg' (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy 'fp64'|'fp32'|'fp16', smoother, degree,
-    coarse_size, amg 'sa'|'rs', flexible, ...); report.preconditioner shows the hierarchy. backend: 'numpy' (default; for a prepared matrix, its
-    backend), 'cupy', 'numba-cuda' or 'auto'. rtol: target on the float64 true relative residual.
-    maxiter: total Krylov iterations (default 10 n). check_every: iterations per block between host
-    decisions (default 64; one CUDA graph per block on CuPy). true_every: also record the true residual
-    every N iterations. Other keywords are :class:`hpcsolve.fem.linalg.cg_options.CGOptions` (inner_rtol, max_outer,
-    stagnation, reliable_criterion, reliable_delta, reliable_patience, reliable_p, accumulate,
-    kappa_limit, kappa_min_iterations, stall_checks). SciPy's ``tol`` and a nonzero ``atol`` are refused with a
-    TypeError naming ``rtol`` (the same relative measure; SciPy removed ``tol`` in 1.14).
+    Parameters
+    ----------
+    A : scipy.sparse matrix, ndarray or prepared matrix
+        A SciPy sparse or dense SPD matrix, or a matrix from :func:`prepare_matrix` (then nothing is converted,
+        checked or uploaded again).
+    b : ndarray
+        The right-hand side (length n).
+    precision : str or Precision
+        'fp64', 'fp32' or 'mixed' (float32 inner work, float64 solution and true residual).
+    backend : str or Backend, optional
+        'numpy' (default; for a prepared matrix, its backend), 'cupy', 'numba-cuda' or 'auto'.
+    rtol : float
+        Target on the float64 true relative residual ||b - A x|| / ||b||.
+    maxiter : int, optional
+        Total Krylov iterations (default 10 n).
+    method : str, optional
+        'cg', 'pcg-jacobi', 'spsolve' (fp64 direct) for fp64/fp32; 'ir-restarted' or 'cg-reliable' (the
+        default) for mixed.
+    x0 : ndarray, optional
+        The initial guess (default zero).
+    preconditioner : str or Preconditioner, optional
+        'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic multigrid V-cycle, any SPD
+        matrix), 'mg' (geometric: needs the structured grid, so pass
+        ``hpcsolve.fem.Multigrid('mg', grid=hpcsolve.fem.StructuredGrid(nx, ny, free))``), a
+        :class:`hpcsolve.fem.linalg.precond.Preconditioner`, or (NumPy backend) a
+        ``scipy.sparse.linalg.LinearOperator`` or matrix applied as z = M @ r (M ~ A^-1, SciPy's convention;
+        refused on a GPU backend: it would copy every residual to the host).
+    M : optional
+        SciPy's name for ``preconditioner`` (give one of the two).
+    check_every : int, optional
+        Iterations per block between host decisions (default 64; one CUDA graph per block on CuPy).
+    true_every : int
+        Also record the true residual every N iterations (0: never).
+    multigrid : dict, optional
+        Options of 'mg'/'amg' (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy, smoother,
+        degree, coarse_size, amg 'sa'|'rs', flexible, ...); ``report.preconditioner`` shows the hierarchy.
+    **options
+        :class:`hpcsolve.fem.linalg.cg_options.CGOptions` (inner_rtol, max_outer, stagnation, reliable_criterion,
+        reliable_delta, reliable_patience, reliable_p, accumulate, kappa_limit, kappa_min_iterations,
+        stall_checks).
+
+    Returns
+    -------
+    x : ndarray
+        The solution, float64, on the host.
+    report : SolveReport
+        ``converged``, ``reason``, ``iterations``, ``true_residual`` (float64, recomputed, never only the
+        recursive one), ``recursive_residual``, ``residual_gap``, histories, timings, the preconditioner.
+
+    Raises
+    ------
+    CaseError
+        A bad precision, method, preconditioner or option (one message naming it and what is allowed); a matrix
+        that is not square, finite and symmetric, or a vector of the wrong length or type.
+    BackendError
+        The backend cannot run here.
+    TypeError
+        SciPy's ``tol`` or a nonzero ``atol``: the message names ``rtol`` (the same relative measure; SciPy
+        removed ``tol`` in 1.14).
+
+    Notes
+    -----
+    Long because its docstring is the API reference (numpydoc sections, runnable examples); the body is one
+    sequence: options, the direct path, the scaled system, the preconditioner's set-up, the CG run.
+
+    Examples
+    --------
+    The 1D Poisson matrix tridiag(-1, 2, -1) of order 100, with the exact solution all ones:
+
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from hpcsolve.fem import solve
+    >>> A = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(100, 100), format="csr")
+    >>> b = A @ np.ones(100)
+    >>> x, report = solve(A, b, rtol=1e-10, check_every=1)
+    >>> report.converged, report.iterations        # CG in exact arithmetic: 50 distinct eigenvalues in b
+    (True, 50)
+    >>> bool(report.true_residual <= 1e-10), bool(np.abs(x - 1).max() < 1e-12)
+    (True, True)
+
+    float32 alone stalls near kappa x its unit roundoff; mixed precision reaches the float64 target:
+
+    >>> x, report = solve(A, b, precision="fp32", rtol=1e-10)
+    >>> report.converged, bool(1e-7 < report.true_residual < 1e-5)
+    (False, True)
+    >>> x, report = solve(A, b, precision="mixed", rtol=1e-10)
+    >>> report.converged, report.method, bool(report.true_residual <= 1e-10)
+    (True, 'cg-reliable', True)
     """
     t_start = time.perf_counter()
     preconditioner = _scipy_keywords(options, preconditioner, M)
     policy = get_precision(precision, family="fem", field="precision")
     method = _method_for(policy, method)
     opts = _options(rtol, maxiter, check_every, true_every, options)
-    if method == "pcg-jacobi" and preconditioner not in (None, "jacobi", "none"):
-        raise CaseError.invalid("preconditioner", getattr(preconditioner, "name", preconditioner), "jacobi (or none)",
-                                why="method 'pcg-jacobi' is CG with the Jacobi preconditioner; use method 'cg'")
-    pc = precond.get("jacobi" if method == "pcg-jacobi" else preconditioner, multigrid=multigrid,
-                     field="M" if M is not None else "preconditioner")
-    if method == "cg" and isinstance(pc, precond.Jacobi):
-        method = "pcg-jacobi"
+    pc = _preconditioner(method, preconditioner, multigrid, "M" if M is not None else "preconditioner")
+    method = methods.with_preconditioner(method, registry.spec_of(pc).name)     # cg with jacobi: pcg-jacobi
     be = _backend_for(A, backend)
 
-    if method == "spsolve":
+    if method.direct:
         host = A.to_scipy() if isinstance(A, DeviceCSR) else matrix.as_csr(A)
         b64, bnorm = _vector(b, "b", host.shape[0])
         if not isinstance(A, DeviceCSR):
             matrix.check_host(host)
-        report = SolveReport(method=method, precision=policy.name, backend=be.name, rtol=opts.rtol)
+        report = SolveReport(method=method.name, precision=policy.name, backend=be.name, rtol=opts.rtol)
         report.setup_time_s = time.perf_counter() - t_start
         if bnorm == 0.0:
             return _zero_rhs(host.shape[0], report)
@@ -158,13 +215,12 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     if maxiter is None:
         opts.maxiter = max(10 * n, 100)
     if bnorm == 0.0:
-        report = SolveReport(method=method, precision=policy.name, backend=be.name, rtol=opts.rtol)
+        report = SolveReport(method=method.label(pc), precision=policy.name, backend=be.name, rtol=opts.rtol)
         report.setup_time_s = time.perf_counter() - t_start
         return _zero_rhs(n, report)
     low = dA.low
-    if dA.distributed and not (pc.identity or isinstance(pc, precond.Jacobi)):
-        raise CaseError.invalid("preconditioner", pc.name, "none or jacobi for a matrix distributed over ranks",
-                                why="the multigrid hierarchy is not distributed over ranks yet")
+    if dA.distributed:
+        registry.check_distributed(registry.spec_of(pc))
     dA.ensure(policy.compute)
     pc.setup(dA)
     b_dev = low.to_device(dA.local(b64))
@@ -177,6 +233,29 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     if dA.distributed:
         report.notes.append(f"{len(dA.blocks)} MPI ranks, rows in blocks of {[r1 - r0 for r0, r1 in dA.blocks]}")
     return x, report
+
+
+def _preconditioner(method: Method, preconditioner, multigrid, field: str) -> precond.Preconditioner:
+    """The preconditioner object of a solve (``precond.get``); a method that always runs with one (pcg-jacobi: jacobi;
+    spsolve: none) takes that one or none (``methods.check_preconditioner``)."""
+    if method.preconditioner is None:
+        return precond.get(preconditioner, multigrid=multigrid, field=field)
+    if preconditioner is not None:
+        methods.check_preconditioner(method, _name_of(preconditioner), field)
+    return precond.get(method.preconditioner, multigrid=multigrid, field=field)
+
+
+def _name_of(preconditioner) -> str:
+    """The name of what ``preconditioner=`` was given, without building it: an object's spec's, a registered name
+    (or alias) as the registry spells it, else the value's own name."""
+    if isinstance(preconditioner, precond.Preconditioner):
+        return registry.spec_of(preconditioner).name
+    if not isinstance(preconditioner, str):
+        return type(preconditioner).__name__
+    try:
+        return registry.get(preconditioner).name
+    except CaseError:
+        return preconditioner
 
 
 def _scaled_system(A, b, x0, be, policy):
@@ -348,7 +427,7 @@ class DirectSolve:
         return out, true, kind
 
     def _best(self) -> tuple[np.ndarray, float, str]:
-        import scipy.sparse.linalg as spla    # late, as in factorize
+        import scipy.sparse.linalg as spla  # late: as in factorize (0.1 s of import, only for a direct solve)
 
         x, true = None, float("nan")
         if self.y is not None:

@@ -20,7 +20,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from hpcsolve.core.cases import CaseBase, StrictModel
-from hpcsolve.fem.api import METHODS
+from hpcsolve.core.errors import CaseError
+from hpcsolve.fem.linalg import methods
+from hpcsolve.fem.linalg.precond import registry
 
 #: smallest solve.rtol (float64 round-off); most iterations, outer steps or unknowns a setting may name
 MIN_RTOL = 1e-16
@@ -164,7 +166,8 @@ class BoundarySection(StrictModel):
 
 
 class MultigridSection(StrictModel):
-    """[solve.multigrid]: options of preconditioner = "mg" / "amg" (hpcsolve.fem.linalg.precond.multigrid.MGOptions)."""
+    """[solve.multigrid]: options of the multigrid preconditioners (their spec's ``options_field``;
+    hpcsolve.fem.linalg.precond.mg_options.MGOptions)."""
 
     hierarchy: Literal["fp64", "fp32", "fp16"] = Field(
         "fp32", description="precision of the multigrid hierarchy (fp16: 16-bit storage, float32 arithmetic); "
@@ -185,11 +188,9 @@ class MultigridSection(StrictModel):
 
 
 class SolverSection(StrictModel):
-    method: str | None = Field(None, description="cg, pcg-jacobi, spsolve (fp64/fp32); ir-restarted, cg-reliable (mixed)")
-    preconditioner: Literal["auto", "none", "jacobi", "mg", "amg"] = Field(
-        "auto", description="auto: jacobi below 200,000 unknowns; above, mg on structured generator meshes and amg "
-        "otherwise (none with method = cg or spsolve); mg: geometric multigrid V-cycle; amg: algebraic multigrid "
-        "(pyamg hierarchy); none; jacobi")
+    method: str | None = Field(None, description="; ".join(f"{m.name}: {m.summary}" for m in map(
+        methods.get, methods.names())) + " (default: cg for fp64/fp32, cg-reliable for mixed)")
+    preconditioner: str = Field("auto", description="; ".join(f"{n}: {registry.get(n).summary}" for n in registry.names()))
     multigrid: MultigridSection = Field(default_factory=MultigridSection, description="[solve.multigrid]")
     rtol: float = Field(1e-10, gt=0, lt=1, description="target on the float64 true relative residual, "
                         ">= 1e-16 (below float64 round-off it cannot be reached)")
@@ -219,10 +220,18 @@ class SolverSection(StrictModel):
     @field_validator("method")
     @classmethod
     def _method_known(cls, v):
-
-        if v is not None and v.lower() not in METHODS:
-            raise ValueError(f"allowed: {', '.join(METHODS)}")
+        if v is not None and v.lower() not in methods.names():
+            raise ValueError(f"allowed: {', '.join(methods.names())}")
         return v.lower() if v else v
+
+    @field_validator("preconditioner")
+    @classmethod
+    def _preconditioner_known(cls, v):
+        # the registered names (hpcsolve.fem.linalg.precond.registry), as the registry spells them (aliases resolved)
+        try:
+            return registry.get(v).name
+        except CaseError:          # pydantic wants a ValueError (the case loader names the field)
+            raise ValueError(f"allowed: {registry.allowed_text()}") from None
 
     def options(self) -> dict:
         keys = ("inner_rtol", "max_outer", "stagnation", "reliable_delta", "reliable_patience")

@@ -1,45 +1,103 @@
-"""What an FEM case resolves to before anything is built: the Krylov method, the preconditioner ("auto"
-resolved) and the mesh size (points, triangles). Used by the run (``hpcsolve.fem.runner``) and by the memory
-estimate (``hpcsolve.fem.memory``)."""
+"""What an FEM case resolves to before anything is built: the solve method (:mod:`hpcsolve.fem.linalg.methods`), the
+preconditioner (:mod:`hpcsolve.fem.linalg.precond.registry`, "auto" resolved), the mesh size (points, triangles), and
+the preconditioner object a run builds from them (:func:`make_preconditioner`). Used by the run
+(``hpcsolve.fem.runner``), the memory and run-time estimates (``hpcsolve.fem.memory``, ``hpcsolve.fem.estimate``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from hpcsolve.core import parallel
+from hpcsolve.core.errors import CaseError
 from hpcsolve.core.precision import Precision
 from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
+from hpcsolve.fem.linalg import methods
+from hpcsolve.fem.linalg.methods import Method
+from hpcsolve.fem.linalg.precond import registry
+from hpcsolve.fem.linalg.precond.aggregation import rigid_body_modes
+from hpcsolve.fem.linalg.precond.base import Preconditioner
+from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
+from hpcsolve.fem.linalg.precond.registry import AUTO_MULTIGRID_UNKNOWNS, PreconditionerSpec
+
+__all__ = ["AUTO_MULTIGRID_UNKNOWNS", "method_of", "solve_method", "check_method", "preconditioner_spec",
+           "preconditioner_name", "resolve_preconditioner", "check_preconditioner", "make_preconditioner",
+           "reported_method", "preconditioner_used", "structured_mesh", "fem_mesh_size"]
 
 
 def method_of(case, policy: Precision) -> str:
-    return case.solve.method or policy.fem_method
+    """The name of the case's solve method: solve.method, else the precision's default."""
+    return solve_method(case, policy).name
 
 
-#: "auto" picks multigrid from this many unknowns on: below it the V-cycle's set-up and launch latency
-#: cost more than the Krylov iterations it saves (H200, docs/design/fem_multigrid.md: shipped cases of 2-4k
-#: unknowns 3-10 ms with jacobi against 20-25 ms with mg/amg; Poisson 255^2 10.8 ms plain CG against
-#: 32 ms for mg's set-up and solve; 1023^2 163 ms against 14 ms + set-up)
-AUTO_MULTIGRID_UNKNOWNS = 200_000
+def solve_method(case, policy: Precision) -> Method:
+    """The case's solve method (solve.method, else the precision's default), checked against the precision: a
+    CaseError naming solve.method."""
+    return methods.for_precision(policy, case.solve.method, field="solve.method")
+
+
+def check_method(case, policy: Precision) -> Method:
+    """solve.method against the precision and solve.preconditioner (a method that always runs with one preconditioner
+    takes no other: ``methods.check_preconditioner``): a CaseError naming the case's field."""
+    method = solve_method(case, policy)
+    methods.check_preconditioner(method, registry.get(case.solve.preconditioner, "solve.preconditioner").name,
+                                 "solve.preconditioner", "solve.method")
+    return method
+
+
+def resolve_preconditioner(case, mesh, policy: Precision) -> PreconditionerSpec:
+    """solve.preconditioner with "auto" resolved (``registry.choose_auto``), not yet checked against the mesh."""
+    ncomp = 1 if case.problem.kind == "poisson" else 2
+    situation = registry.Situation(
+        method=solve_method(case, policy), named=case.solve.method is not None,
+        ranks=parallel.ranks(parallel.world()),
+        unknowns=lambda: (mesh.n_points if mesh is not None else fem_mesh_size(case)[0]) * ncomp,
+        structured=lambda: structured_mesh(case, mesh))
+    return registry.resolve(registry.get(case.solve.preconditioner, "solve.preconditioner"), situation)
 
 
 def preconditioner_name(case, mesh, policy: Precision) -> str:
-    """The preconditioner a run uses: solve.preconditioner, with "auto" resolved: jacobi below
-    AUTO_MULTIGRID_UNKNOWNS unknowns (and for method pcg-jacobi), above it mg on a structured generator
-    mesh and amg otherwise; none for spsolve."""
-    s = case.solve
-    method = method_of(case, policy)
-    if s.preconditioner != "auto":
-        return s.preconditioner
-    if method == "pcg-jacobi":
-        return "jacobi"
-    if method == "spsolve" or s.method == "cg":      # plain CG asked for by name: no preconditioner
-        return "none"
-    if parallel.ranks(parallel.world()) > 1:
-        return "jacobi"                               # the multigrid hierarchy is not distributed over ranks
-    points = mesh.n_points if mesh is not None else fem_mesh_size(case)[0]
-    if points * (1 if case.problem.kind == "poisson" else 2) < AUTO_MULTIGRID_UNKNOWNS:
-        return "jacobi"
-    return "mg" if structured_mesh(case, mesh) else "amg"
+    """The name of the preconditioner a run uses (:func:`preconditioner_spec`'s, without the mesh check)."""
+    return resolve_preconditioner(case, mesh, policy).name
+
+
+def preconditioner_spec(case, mesh, policy: Precision) -> PreconditionerSpec:
+    """The preconditioner a run uses: solve.preconditioner with "auto" resolved; one that needs a structured grid on
+    a mesh without one (a mesh file, or mesh.refine) is a CaseError. ``mesh`` None: judged from the case (the mesh
+    not built)."""
+    spec = resolve_preconditioner(case, mesh, policy)
+    if spec.needs_grid and not structured_mesh(case, mesh):
+        source = mesh.source if mesh is not None else f"mesh.kind {case.mesh.kind!r}, mesh.refine {case.mesh.refine}"
+        others = [s for s in registry.names() if not registry.get(s).needs_grid and registry.get(s).cycle]
+        raise CaseError.invalid("solve.preconditioner", spec.name, f"{' or '.join(others)} (or auto) for this mesh",
+                                why=f"{spec.summary} needs a structured generator mesh (mesh.kind rectangle or "
+                                    f"cook_membrane without mesh.refine); this mesh is {source!r}")
+    return spec
+
+
+#: the name the runner used for preconditioner_spec
+check_preconditioner = preconditioner_spec
+
+
+def make_preconditioner(case, disc, policy: Precision) -> Preconditioner:
+    """The preconditioner object of the run (``spec.make``): with the mesh's structured grid where it needs one, the
+    rigid-body modes of elasticity where it takes them, the case's options of its section ([solve.multigrid])."""
+    spec = preconditioner_spec(case, disc.mesh, policy)
+    grid = nns = None
+    if spec.near_nullspace and disc.kind == "elasticity":
+        nns = rigid_body_modes(disc.mesh.points, disc.free)     # also below the last halvable grid of mg
+    if spec.needs_grid:
+        g = disc.mesh.info["grid"]
+        grid = StructuredGrid(g[0], g[1], disc.free, disc.ncomp)
+    if not spec.options_field:
+        return spec.make(registry.Inputs(grid=grid, near_nullspace=nns))
+    options = getattr(case.solve, spec.options_field).options()
+    return spec.make(registry.Inputs(options=options, grid=grid, near_nullspace=nns, field=f"solve.{spec.options_field}"))
+
+
+def reported_method(case, policy: Precision, preconditioner) -> str:
+    """The method as the run's report names it (``hpcsolve.fem.api.solve``): "cg" with the Jacobi preconditioner is
+    "pcg-jacobi" there, so validate and dry runs say so too. ``preconditioner``: a spec or a name."""
+    return methods.with_preconditioner(solve_method(case, policy), registry.get(preconditioner).name).name
 
 
 def structured_mesh(case, mesh) -> bool:
@@ -80,13 +138,15 @@ def _file_mesh_size(case) -> tuple[int, int]:
     return nodes, 2 * nodes
 
 
-def preconditioner_used(name: str, info: dict | None, grid=None) -> tuple[str, str]:
-    """(the preconditioner the solve used, a note for the report) from the asked-for ``name`` and the hierarchy's
-    ``info`` (``Multigrid.info``). Geometric multigrid ("mg") halves the grid while its cells are even: on a grid of
-    odd cells (mesh.nx = 255) it builds no geometric level and every level is aggregation, which is algebraic
-    multigrid ("amg", the note says why); with some geometric levels before the aggregation ones it stays "mg" and
-    the note counts them. ``grid``: the mesh's (nx, ny) cells."""
-    if name != "mg" or not info:
+def preconditioner_used(pc, info: dict | None, grid=None) -> tuple[str, str]:
+    """(the preconditioner the solve used, a note for the report) from the asked-for ``pc`` (a spec, a name or a
+    preconditioner object) and the hierarchy's ``info`` (``Multigrid.info``). Geometric multigrid ("mg") halves the
+    grid while its cells are even: on a grid of odd cells (mesh.nx = 255) it builds no geometric level and every level
+    is aggregation, which is its ``fallback`` (algebraic multigrid, "amg", the note says why); with some geometric
+    levels before the aggregation ones it stays "mg" and the note counts them. ``grid``: the mesh's (nx, ny) cells."""
+    spec = registry.spec_of(pc) if isinstance(pc, Preconditioner) else registry.get(pc)
+    name = spec.name
+    if not spec.needs_grid or not info:
         return name, ""
     kinds = list(info.get("level_kinds") or [])
     geometric, aggregation = kinds.count("geometric"), kinds.count("aggregation")
@@ -95,10 +155,11 @@ def preconditioner_used(name: str, info: dict | None, grid=None) -> tuple[str, s
     nx, ny = (int(grid[0]), int(grid[1])) if grid is not None else (None, None)
     cells = f"the {nx} x {ny}-cell grid" if nx is not None else "the grid"
     amg = f" ({info['amg']})" if info.get("amg") else ""
-    if not geometric:
-        return "amg", (f"mg fell back to aggregation AMG{amg}: {cells} cannot be halved (geometric multigrid needs an "
-                       "even number of cells a side), so every level is aggregation; for geometric levels choose "
-                       "mesh.nx (and mesh.ny) divisible by a power of two, or ask for solve.preconditioner = 'amg'")
+    if not geometric and spec.fallback:
+        return spec.fallback, (f"{name} fell back to aggregation AMG{amg}: {cells} cannot be halved (geometric multigrid "
+                               "needs an even number of cells a side), so every level is aggregation; for geometric "
+                               "levels choose mesh.nx (and mesh.ny) divisible by a power of two, or ask for "
+                               f"solve.preconditioner = '{spec.fallback}'")
     coarse = (f"the {nx >> geometric} x {ny >> geometric}-cell grid" if nx is not None else "a grid")
-    return name, (f"mg: {geometric} geometric level{'s' if geometric > 1 else ''}, then {aggregation} aggregation "
+    return name, (f"{name}: {geometric} geometric level{'s' if geometric > 1 else ''}, then {aggregation} aggregation "
                   f"level{'s' if aggregation > 1 else ''}{amg} below {coarse}, which cannot be halved")

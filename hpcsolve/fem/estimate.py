@@ -42,7 +42,9 @@ from hpcsolve.core.precision import Precision
 from hpcsolve.fem import memory as fem_memory
 from hpcsolve.fem.choices import fem_mesh_size, method_of
 from hpcsolve.fem.discrete import problem as prob
+from hpcsolve.fem.linalg import methods
 from hpcsolve.fem.linalg.cg_options import CGOptions
+from hpcsolve.fem.linalg.precond import registry
 from hpcsolve.fem.linalg.cg_run import FIRST_SHORT_BLOCK
 from hpcsolve.fem.reference import beside, with_reference
 
@@ -51,18 +53,12 @@ CALIBRATION_UNKNOWNS = 2500
 #: a mesh that cannot be coarsened (a file mesh without mesh.refine) is calibrated on itself up to this size; above
 #: it the iterations come from DEFAULT_ITERATIONS_PER_SQRT_N
 CALIBRATION_MAX_UNKNOWNS = 50_000
-#: iterations ~ (unknowns ratio)^p, by preconditioner, for one unknown per node (Poisson) and two (elasticity: the
-#: near-nullspace of rigid-body modes makes multigrid less size-independent; fitted: Cook fp64 mg 42 -> 97, amg 50 ->
-#: 117 from 2,178 to 522,242 unknowns, H100 and NumPy); mixed with a V-cycle grows faster (its residual replacements
-#: restart the V-cycle-preconditioned recurrences): MIXED_CYCLE_EXTRA more (Cook mixed mg 50 -> 221, the heat plate
-#: amg 12 -> 35 from 679 to 663,408 unknowns)
-SIZE_EXPONENT = {1: {"none": 0.5, "jacobi": 0.5, "mg": 0.05, "amg": 0.1},
-                 2: {"none": 0.5, "jacobi": 0.5, "mg": 0.12, "amg": 0.2}}
+#: iterations ~ (unknowns ratio)^p, p by preconditioner (its spec's ``cost.size_exponent``, for one unknown per node
+#: and two: the near-nullspace of elasticity makes multigrid less size-independent); mixed with a V-cycle grows faster
+#: (its residual replacements restart the recurrences): MIXED_CYCLE_EXTRA more. Without a calibration: the spec's
+#: ``cost.fixed_iterations`` or ``cost.iterations_per_sqrt_n``. The fit: docs/measured/notes_calibrations.md
+#: ("FEM iteration growth")
 MIXED_CYCLE_EXTRA = 0.05
-#: without a calibration: fp64 iterations per sqrt(unknowns) for rtol 1e-10 (the shipped cases: 0.8-10 with none),
-#: and a fixed count for the multigrid preconditioners
-DEFAULT_ITERATIONS_PER_SQRT_N = {"none": 5.0, "jacobi": 4.0}
-DEFAULT_MULTIGRID_ITERATIONS = {"mg": 30, "amg": 40}
 #: the block of iterations after the recursive residual met rtol: plain CG's shortest block, a V-cycle's one
 #: (``cg_run.Run.block_size``)
 TAIL_BLOCK = {"plain": 8, "cycle": 1}
@@ -77,14 +73,11 @@ ITERATION_LATENCY_S = {"cpu": 20e-6, "gpu": 15e-6}  # per iteration: Python call
 LEVEL_LATENCY_S = {"cpu": 60e-6, "gpu": 70e-6}      # per multigrid level of one V-cycle
 MIXED_VALUE_BYTES = 6        # mixed on a GPU: float32 recurrences, float64 solution updates and replacements
 MG_CYCLE_PLAIN_ITERATIONS = 4.0                      # a V-cycle's bytes, in plain CG iterations (op. complexity 1.33)
-VECTORS_PER_ITERATION = {"none": 8, "jacobi": 10, "mg": 8, "amg": 8}
 #: set-up seconds: fixed + per triangle (mesh, assembly, boundary conditions; H100: 7 ms at 8k triangles, 64 ms at
 #: 1.3M, 365 ms at 5.3M)
 ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
-#: preconditioner set-up: fixed + per unknown, by backend kind and preconditioner (H100, CuPy: mg and amg 45-80 ms
-#: from 8k to 663k unknowns, the aggregation on the device)
-PC_SETUP_S = {("cpu", "mg"): (3e-3, 0.5e-6), ("cpu", "amg"): (3e-3, 1.0e-6),
-              ("gpu", "mg"): (45e-3, 0.03e-6), ("gpu", "amg"): (45e-3, 0.03e-6)}
+#: a preconditioner's set-up (fixed + per unknown, by backend kind) and the vectors an iteration moves with it: its
+#: spec's ``cost`` (hpcsolve.fem.linalg.precond.registry)
 #: after the solve: error norms against a manufactured solution (6-point quadrature, exact fields; CPU, per
 #: triangle) and, on a GPU, the probe, ranges and fields copied back (per node: H100, 1.4-2.4 us per node from 21k to
 #: 1.3M nodes, with or without a manufactured solution)
@@ -102,13 +95,13 @@ def estimate_runtime(case, backend, policy: Precision, description, run_case) ->
     iteration and the basis of each term. ``run_case(case, backend, policy)``: the FEM run (``runner.run``, passed in:
     the runner delegates its estimate here), which solves the calibration copy."""
     info = description.parameters
-    pc = info.get("preconditioner") or "none"
-    method = info.get("method") or method_of(case, policy)
+    pc = registry.get(info.get("preconditioner") or "none")
+    method = methods.get(info.get("method") or method_of(case, policy))
     points, triangles = fem_mesh_size(case)
     ncomp = 1 if case.problem.kind == "poisson" else 2
     unknowns = int(info.get("unknowns") or points * ncomp)
     triangles = int(info.get("triangles") or triangles)
-    if method == "spsolve":
+    if method.direct:
         return _direct(case, backend, unknowns, triangles, ncomp)
     its, its_basis = iterations(case, policy, pc, method, unknowns, run_case)
     kind = backend_kind(backend)
@@ -135,7 +128,7 @@ def estimate_runtime(case, backend, policy: Precision, description, run_case) ->
 def _direct(case, backend, unknowns: int, triangles: int, ncomp: int) -> dict:
     """spsolve: SuperLU's n^1.5 (``memory.REFERENCE_SECONDS``), on the host whatever the backend."""
     kind = backend_kind(backend)
-    terms = setup_terms(case, kind, "none", unknowns, triangles)
+    terms = setup_terms(case, kind, None, unknowns, triangles)
     lu = fem_memory.REFERENCE_SECONDS[ncomp] * float(unknowns) ** 1.5
     seconds = terms["assembly"] + lu + terms["error norms"] + RUN_OVERHEAD_S[kind]
     return {"seconds_per_iteration": math.nan, "estimated_iterations": 0, "estimated_seconds": seconds,
@@ -143,10 +136,11 @@ def _direct(case, backend, unknowns: int, triangles: int, ncomp: int) -> dict:
                               f"(n^1.5) + errors and fields {terms['error norms']:.3g} s"}
 
 
-def setup_terms(case, kind: str, pc: str, unknowns: int, triangles: int) -> dict:
-    """Seconds of the work around the iterations: assembly, the preconditioner's set-up, the error norms."""
+def setup_terms(case, kind: str, pc, unknowns: int, triangles: int) -> dict:
+    """Seconds of the work around the iterations: assembly, the preconditioner's set-up (``pc``: a spec or a name;
+    None: no preconditioner), the error norms."""
     fixed, per_tri = ASSEMBLY_S[kind]
-    pc_fixed, pc_per = PC_SETUP_S.get((kind, pc), (0.0, 0.0))
+    pc_fixed, pc_per = registry.get(pc).cost.setup_s.get(kind, (0.0, 0.0)) if pc is not None else (0.0, 0.0)
     manufactured = case.problem.kind == "poisson" and bool(getattr(case.problem, "manufactured", None))
     ncomp = 1 if case.problem.kind == "poisson" else 2
     norms = (NORMS_S_PER_TRIANGLE[kind] * triangles if manufactured else 0.0) + FIELDS_S_PER_NODE[kind] * unknowns / ncomp
@@ -154,36 +148,39 @@ def setup_terms(case, kind: str, pc: str, unknowns: int, triangles: int) -> dict
             "error norms": norms}
 
 
-def seconds_per_iteration(kind: str, policy: Precision, pc: str, unknowns: int, ncomp: int,
+def seconds_per_iteration(kind: str, policy: Precision, pc, unknowns: int, ncomp: int,
                           coarse_size: int = 400) -> float:
-    """One Krylov iteration: the bytes it moves (the matrix in CSR: values and int32 columns; its vectors) over the
-    backend's effective bandwidth, plus a latency; with mg / amg also a V-cycle (MG_CYCLE_PLAIN_ITERATIONS plain
-    iterations' bytes, a latency per level: about log4(unknowns / coarse_size) + 1 levels)."""
+    """One Krylov iteration: the bytes it moves (the matrix in CSR: values and int32 columns; its vectors: the spec's
+    ``cost.vectors``) over the backend's effective bandwidth, plus a latency; with a V-cycle (``spec.cycle``: mg, amg)
+    also MG_CYCLE_PLAIN_ITERATIONS plain iterations' bytes, a latency per level: about log4(unknowns / coarse_size) + 1
+    levels. ``pc``: a spec or a name."""
+    pc = registry.get(pc)
     value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES if policy.refinement else policy.storage_bytes)
     nnz = unknowns * (7 if ncomp == 1 else 14)
     plain = nnz * (value + 4) + (unknowns + 1) * 4
-    t = ITERATION_LATENCY_S[kind] + (plain + VECTORS_PER_ITERATION.get(pc, 8) * unknowns * value) / BANDWIDTH[kind]
-    if pc in ("mg", "amg"):
+    t = ITERATION_LATENCY_S[kind] + (plain + pc.cost.vectors * unknowns * value) / BANDWIDTH[kind]
+    if pc.cycle:
         levels = 1 + max(0.0, math.log(max(unknowns, 1) / max(coarse_size, 1), 4))
         t += MG_CYCLE_PLAIN_ITERATIONS * plain / BANDWIDTH[kind] + LEVEL_LATENCY_S[kind] * levels
     return t
 
 
-def iterations(case, policy: Precision, pc: str, method: str, unknowns: int, run_case) -> tuple[int, str]:
-    """(predicted iterations of the run, how): the calibration solve's, scaled to ``unknowns`` (module docstring)."""
+def iterations(case, policy: Precision, pc, method, unknowns: int, run_case) -> tuple[int, str]:
+    """(predicted iterations of the run, how): the calibration solve's, scaled to ``unknowns`` (module docstring).
+    ``pc``, ``method``: specs or names."""
+    pc, method = registry.get(pc), methods.get(method)
     s = case.solve
     maxiter = s.maxiter or max(10 * unknowns, 100)
     cal = calibration(case, policy, pc, run_case)
     ncomp = 1 if case.problem.kind == "poisson" else 2
-    p = SIZE_EXPONENT[ncomp].get(pc, 0.5) + (MIXED_CYCLE_EXTRA if policy.refinement and pc in ("mg", "amg") else 0.0)
+    p = pc.cost.size_exponent[ncomp] + (MIXED_CYCLE_EXTRA if policy.refinement and pc.cycle else 0.0)
     if cal is None:
-        raw = (DEFAULT_MULTIGRID_ITERATIONS[pc] if pc in DEFAULT_MULTIGRID_ITERATIONS
-               else DEFAULT_ITERATIONS_PER_SQRT_N.get(pc, 5.0) * math.sqrt(unknowns)
-               * math.log(2 / s.rtol) / math.log(2e10))
+        raw = (pc.cost.fixed_iterations if pc.cost.fixed_iterations is not None
+               else pc.cost.iterations_per_sqrt_n * math.sqrt(unknowns) * math.log(2 / s.rtol) / math.log(2e10))
         its = _stop(case, policy, pc, method, raw, stalls(policy, method, math.nan, s.rtol))
         return min(its, maxiter), f"no calibration (a mesh that cannot be coarsened): {raw:.0f} to rtol"
     g = (unknowns / cal["unknowns"]) ** p
-    if method == "ir-restarted":
+    if method.restarted:
         its = int(math.ceil(cal["iterations"] * g))
         how = f"{cal['outer']} refinement steps, their inner iterations x {g:.3g}"
     elif policy.refinement:
@@ -192,7 +189,7 @@ def iterations(case, policy: Precision, pc: str, method: str, unknowns: int, run
     else:
         # iterations ~ sqrt(kappa); a V-cycle's kappa is not the matrix's, whose kappa x unit roundoff bounds the
         # true residual: unknown there (a float32 V-cycle run stalls at any rtol below ~1e-3)
-        kappa = cal["kappa"] * g * g if pc in ("none", "jacobi") else math.nan
+        kappa = cal["kappa"] * g * g if not pc.cycle else math.nan
         stop = stalls(policy, method, kappa, s.rtol)
         its = _stop(case, policy, pc, method, cal["to_rtol"] * g, stop)
         how = f"{cal['to_rtol']} to rtol x {g:.3g}" + (
@@ -205,11 +202,11 @@ def iterations(case, policy: Precision, pc: str, method: str, unknowns: int, run
                                f"(size ratio)^{p:g}")
 
 
-def stalls(policy: Precision, method: str, kappa: float, rtol: float) -> bool:
-    """Whether CG in one precision stalls above ``rtol``: its true residual bottoms out near kappa x unit roundoff
-    (of the working precision); an unknown kappa (nan) counts as stalling in a precision below float64. Mixed
-    precision replaces its residuals in float64 and does not stall so."""
-    if policy.refinement or method not in ("cg", "pcg-jacobi"):
+def stalls(policy: Precision, method, kappa: float, rtol: float) -> bool:
+    """Whether CG in one precision (``method.plain``; a Method or a name) stalls above ``rtol``: its true residual
+    bottoms out near kappa x unit roundoff (of the working precision); an unknown kappa (nan) counts as stalling in a
+    precision below float64. Mixed precision replaces its residuals in float64 and does not stall so."""
+    if policy.refinement or not methods.get(method).plain:
         return False
     unit = _unit(policy)
     if not math.isfinite(kappa):
@@ -221,13 +218,13 @@ def _unit(policy: Precision) -> float:
     return float(np.finfo(policy.compute).eps) / 2
 
 
-def _stop(case, policy: Precision, pc: str, method: str, raw: float, stall: bool) -> int:
+def _stop(case, policy: Precision, pc, method, raw: float, stall: bool) -> int:
     """The iteration at which the run stops when its recursive residual meets rtol after ``raw`` iterations: at the
     end of the block holding it, plus the stall checks (``stall``) where the true residual cannot reach rtol."""
     s = case.solve
     K = s.check_every or 64
     B = min(K, s.true_every) if s.true_every else K
-    cycle = pc in ("mg", "amg")
+    cycle = registry.get(pc).cycle
 
     def block_end(n: int) -> int:
         # plain CG: blocks of B until two blocks of history (the iterate count + the initial residual), then blocks
@@ -248,13 +245,13 @@ def _stall_checks(s) -> int:
     return getattr(s, "stall_checks", None) or CGOptions().stall_checks
 
 
-def calibration_case(case, pc: str, max_unknowns: int = CALIBRATION_UNKNOWNS):
+def calibration_case(case, pc, max_unknowns: int = CALIBRATION_UNKNOWNS):
     """The coarse copy of ``case`` (preconditioner fixed to ``pc``, no reference, no plots) that the iterations are
     calibrated on, and its mesh in words; None where the mesh cannot be coarsened and is above
     CALIBRATION_MAX_UNKNOWNS."""
     m = case.mesh
     ncomp = 1 if case.problem.kind == "poisson" else 2
-    over = [f"solve.preconditioner='{pc}'", "solve.reference='never'", "output.plots=false"]
+    over = [f"solve.preconditioner='{registry.get(pc).name}'", "solve.reference='never'", "output.plots=false"]
     nx, ny, refine = getattr(m, "nx", None), getattr(m, "ny", None), m.refine
 
     def size(nx_, ny_, refine_):
@@ -281,9 +278,9 @@ def _mesh_overrides(m, nx, ny, refine) -> list[str]:
     return out + [f"mesh.refine={refine}"]
 
 
-def calibration(case, policy: Precision, pc: str, run_case) -> dict | None:
+def calibration(case, policy: Precision, pc, run_case) -> dict | None:
     """The calibration solve's counts (cached per case, precision and preconditioner: a deterministic solve)."""
-    key = (str(case.path), case.effective_json(), policy.name, pc)
+    key = (str(case.path), case.effective_json(), policy.name, registry.get(pc).name)
     return _calibrate(key, case, policy, pc, run_case)
 
 
@@ -291,7 +288,7 @@ def calibration(case, policy: Precision, pc: str, run_case) -> dict | None:
 _CAL_RESULTS: dict = {}
 
 
-def _calibrate(key, case, policy: Precision, pc: str, run_case) -> dict | None:
+def _calibrate(key, case, policy: Precision, pc, run_case) -> dict | None:
     if key in _CAL_RESULTS:
         return _CAL_RESULTS[key]
     coarse, mesh_txt = calibration_case(case, pc)

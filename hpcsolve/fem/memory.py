@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hpcsolve.core import backends
 from hpcsolve.core.memory import PLOT_BYTES, MiB, MemoryEstimate, case_plots, gpu_import_bytes
-from hpcsolve.fem.choices import fem_mesh_size, preconditioner_name
+from hpcsolve.fem.choices import fem_mesh_size, resolve_preconditioner
 
 
 #: resident size before the mesh exists: interpreter, NumPy, SciPy (sparse, SuperLU), h5py
@@ -21,12 +21,8 @@ MANUFACTURED_BYTES_PER_TRIANGLE = 240
 #: coefficient * unknowns^power bytes, by unknowns per node (fitted to measured runs)
 REFERENCE_FILL = {1: (42.0, 1.30), 2: (786.0, 1.10)}
 #: its time, seconds = coefficient * unknowns^1.5 (a 2D sparse direct solve), by unknowns per node: SuperLU with
-#: the MMD ordering of A^T + A after reverse Cuthill-McKee, symmetric mode (``hpcsolve.fem.api.factor_solve``),
-#: measured on the 2-core development machine, one BLAS thread: Poisson nx=512 (261k unknowns) 1.84 s, the heat
-#: plate at refine=4 (166k) 1.51 s; the coefficient is above both (2.67 and 1.36 s predicted). Elasticity (two
-#: unknowns per node): Cook nx=128 (33k) 0.23 s (0.24 s predicted); on the H100 machine's host Cook nx=254 (130k)
-#: 1.26-1.68 s (1.88 s predicted; 1e-7 predicted 4.7 s, which the run-time estimate carried), the heat plate at
-#: refine=3 (42k) 0.17-0.19 s (0.17 s predicted).
+#: the MMD ordering of A^T + A after reverse Cuthill-McKee, symmetric mode (``hpcsolve.fem.api.factor_solve``); the
+#: coefficients sit above the measured runs: docs/measured/notes_calibrations.md ("Reference solve time")
 REFERENCE_SECONDS = {1: 2.0e-8, 2: 4.0e-8}
 #: the reference's time budget when the case does not set solve.reference_max_seconds: solve.reference = "auto"
 #: skips it (with a note) where its predicted time is above this
@@ -58,13 +54,8 @@ def reference_plan(case, unknowns: int) -> tuple[bool, float, str]:
 DEVICE_VECTORS = 10
 
 
-#: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
-#: int32 indices; the finest level stored by diagonals is a copy of its own: 7 (scalar) to ~20 (elasticity)
-#: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up (the geometric set-up's
-#: probe blocks, two n x 9 float64 arrays at the finest level, 144 B, are made before the levels are uploaded: with
-#: the matrix, P, R and the Krylov vectors about 370 B at that moment, counted, not measured)
-MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
-AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
+#: a preconditioner's own bytes (a multigrid hierarchy on the device, pyamg's on the host, the rows of its dense
+#: coarsest level) are its spec's ``memory`` (hpcsolve.fem.linalg.precond.registry)
 #: mg / amg: the coarsest level (at most ``solve.multigrid.coarse_size`` rows, the bound counted) is inverted dense
 #: on the host (``aggregation.coarse_inverse``: the dense matrix, its symmetric part, the pivoted Cholesky factor,
 #: its inverse, the result) and stored as a dense CSR level (``layout.dense``: values and int32 indices): at the peak
@@ -72,16 +63,6 @@ AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (fl
 #: 4,900 rows), numpy, reference off, with coarse_size 5000 against the default 400: 919 MiB more = 5.0 copies
 #: (tracemalloc of coarse_inverse + layout.dense at 1,444 rows: 6.3; 2-core development machine)
 COARSE_DENSE_COPIES = 5.0
-#: ... and on the device, the dense level: float64 values at most and int32 column indices per entry
-COARSE_DENSE_DEVICE_BYTES = 8 + 4
-
-
-def coarse_dense_rows(case, unknowns: int, pc: str) -> int:
-    """Rows of the dense coarsest level counted for preconditioner ``pc``: coarse_size (or all the unknowns where
-    fewer) for mg and amg, else 0."""
-    if pc not in ("mg", "amg"):
-        return 0
-    return min(int(case.solve.multigrid.coarse_size), unknowns)
 
 
 def estimate(case, backend: str, policy) -> MemoryEstimate:
@@ -99,10 +80,10 @@ def estimate(case, backend: str, policy) -> MemoryEstimate:
         host += coefficient * float(unknowns) ** power
     if case_plots(case):      # the figures are drawn after the solve, when its arrays are free
         host = max(host, PLOT_BYTES)
-    pc = preconditioner_name(case, None, policy)
-    if pc == "amg":                       # pyamg's hierarchy on the host
-        host += unknowns * AMG_HOST_BYTES_PER_UNKNOWN
-    coarse_rows = coarse_dense_rows(case, unknowns, pc)
+    spec = resolve_preconditioner(case, None, policy)
+    own = spec.memory(unknowns, ncomp, getattr(case.solve, spec.options_field).options() if spec.options_field else {})
+    host += own.host_bytes                # e.g. pyamg's hierarchy on the host
+    coarse_rows = own.coarse_rows
     coarse = int(COARSE_DENSE_COPIES * coarse_rows**2 * 8)
     reduce = "mesh.refine" if case.mesh.refine else ("mesh.nx" if case.mesh.kind != "file" else "mesh.path")
     device = None
@@ -114,8 +95,7 @@ def estimate(case, backend: str, policy) -> MemoryEstimate:
         nnz = unknowns * (7 if ncomp == 1 else 14)
         device = int(nnz * (policy.storage_bytes + 4 + (8 + 4 if policy.storage_bytes != 8 else 0))
                      + (unknowns + 1) * 4 + DEVICE_VECTORS * unknowns * 8)
-        if pc in ("mg", "amg"):           # the hierarchy, and the Galerkin products while it is built
-            device += int(unknowns * MG_DEVICE_BYTES_PER_UNKNOWN[ncomp] + coarse_rows**2 * COARSE_DENSE_DEVICE_BYTES)
+        device += own.device_bytes        # a hierarchy, and the Galerkin products while it is built
     basis = (f"{triangles:,} triangles x {per_triangle} B" + (", float64 reference (SuperLU)" if reference else "")
              + (f", dense coarse level of at most {coarse_rows:,} rows" if coarse_rows else ""))
     return MemoryEstimate(int(sum(items.values())), device, reduce, basis, items)

@@ -13,7 +13,7 @@ from hpcsolve.core import backends
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.precision import get_precision
 from hpcsolve.fem.discrete import assembly, device, mesh as meshmod, problem
-from hpcsolve.fem import runner
+from hpcsolve.fem import plots, runner
 from hpcsolve.fem.reference import BESIDE, host_cores
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
@@ -149,10 +149,10 @@ def test_device_run_matches_numpy_run(gpu_backend_names, name, over):
 def test_plots_of_a_large_grid_draw_a_subsample(tmp_path, monkeypatch):
     """Above PLOT_MAX_CELLS cells a side the figures draw every k-th node of the grid, corners included, and the
     subsampled triangles cover the same area as the mesh."""
-    monkeypatch.setattr(runner, "PLOT_MAX_CELLS", 8)
+    monkeypatch.setattr(plots, "PLOT_MAX_CELLS", 8)
     case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=20", "mesh.ny=10"])
     res = runner.run(case, "numpy", get_precision("fp64", family="fem"))
-    keep, tris = runner._display_triangles(res, np.asarray(res.grid.triangles))
+    keep, tris = plots.display_triangles(res, np.asarray(res.grid.triangles))
     pts = np.asarray(res.grid.points)[keep]
     assert len(pts) == 8 * 5            # k = 3; x: 0, 3, ..., 18, 20; y: 0, 3, 6, 9, 10
     assert {(0.0, 0.0), (1.0, 1.0)} <= {tuple(p) for p in pts.round(12).tolist()}
@@ -174,7 +174,7 @@ def test_plots_of_a_large_refined_mesh_draw_the_mesh_it_was_refined_from(tmp_pat
     once = meshmod.refine_uniform(meshmod.read_mesh(CASES / "meshes" / "plate_with_hole.msh"))
     assert res.derived["triangles"] == 4 * once.n_triangles > 6000 >= once.n_triangles
     display = res.plotter.keywords["display"]
-    keep, tris = runner._display_triangles(res, np.asarray(res.grid.triangles), display)
+    keep, tris = plots.display_triangles(res, np.asarray(res.grid.triangles), display)
     assert keep == slice(0, once.n_points) and np.array_equal(tris, once.triangles)
     assert np.array_equal(np.asarray(res.grid.points)[keep], once.points)
     def area(p, t):

@@ -166,7 +166,7 @@ def test_a_failed_run_waits_for_its_reference(monkeypatch):
     monkeypatch.setattr(reference.DirectSolve, "factorize", slow_factorize)
     monkeypatch.setattr(runner, "beside", lambda be, ranks=1: True)
     monkeypatch.setattr(runner, "Reference", Spy)
-    monkeypatch.setattr(runner, "_probe_metrics", failing_probe)
+    monkeypatch.setattr(runner, "probe_metrics", failing_probe)
     case = load_case(CASES / "poisson_manufactured.toml", ["mesh.nx=48", "solve.reference=always",
                                                            "output.plots=false"])
     with pytest.raises(CaseError):

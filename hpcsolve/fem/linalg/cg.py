@@ -24,8 +24,8 @@ every decision there. "Converged" always means the float64 true residual met rto
 (:mod:`hpcsolve.fem.linalg.precond`) is fused into the kernels (diagonal) or applied between them (general).
 Bytes per iteration: :func:`hpcsolve.fem.linalg.cg_engine.bytes_per_iteration`; docs/design/fem_gpu.md.
 
-This module is the entry (:func:`run`); the pieces live beside it by job: ``cg_options`` (:class:`CGOptions`, the
-method names), ``cg_decisions`` (breakdowns, the watches of the mixed methods, Lanczos estimates), ``cg_engine``
+This module is the entry (:func:`run`); the pieces live beside it by job: ``methods`` (the method objects: what
+each name means and its algorithm), ``cg_options`` (:class:`CGOptions`), ``cg_decisions`` (breakdowns, the watches of the mixed methods, Lanczos estimates), ``cg_engine``
 (:class:`~hpcsolve.fem.linalg.cg_engine.CGEngine`), ``cg_run`` (one solve's state, plain CG, the float64 fallback
 and promotion), ``cg_reliable`` and ``cg_ir`` (the two mixed-precision methods).
 """
@@ -37,20 +37,21 @@ import time
 import numpy as np
 
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem.linalg.cg_ir import solve_ir
+from hpcsolve.fem.linalg import methods
 from hpcsolve.fem.linalg.cg_options import CGOptions
-from hpcsolve.fem.linalg.cg_reliable import solve_reliable
-from hpcsolve.fem.linalg.cg_run import SolveState, solve_plain
+from hpcsolve.fem.linalg.cg_run import SolveState
 from hpcsolve.fem.linalg.report import SolveReport
 
 
-def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, precond) -> tuple[np.ndarray, SolveReport]:
-    """Solve A x = b with ``method`` on A's device. A: a checked DeviceCSR; b64, x64: float64 device vectors
-    (x64 is updated in place); bnorm = ||b|| > 0. Returns (x as a float64 NumPy array, SolveReport with
-    everything but setup_time_s)."""
+def run(A, b64, bnorm: float, x64, *, policy, method, opts: CGOptions, precond) -> tuple[np.ndarray, SolveReport]:
+    """Solve A x = b with ``method`` (a :class:`hpcsolve.fem.linalg.methods.Method` or its name) on A's device. A: a
+    checked DeviceCSR; b64, x64: float64 device vectors (x64 is updated in place); bnorm = ||b|| > 0. Returns (x as a
+    float64 NumPy array, SolveReport with everything but setup_time_s)."""
     low = A.low
-    label = method if precond.identity or method == "pcg-jacobi" else f"{method}+{precond.name}"
-    report = SolveReport(method=label, precision=policy.name, backend=low.name, rtol=opts.rtol)
+    method = methods.get(method)
+    if method.algorithm is None or method.mixed != bool(policy.refinement):
+        raise ValueError(f"method {method.name!r} with precision {policy.name!r}")
+    report = SolveReport(method=method.label(precond), precision=policy.name, backend=low.name, rtol=opts.rtol)
     report.notes.append(f"fused device CG on {low.name} ({'CUDA graphs' if low.graphs else 'no graphs'}), "
                         f"host check every <= {opts.check_every} iterations")
     if opts.accumulate == "fp64" and not low.mixed_x_update:
@@ -61,14 +62,7 @@ def run(A, b64, bnorm: float, x64, *, policy, method: str, opts: CGOptions, prec
     precond.cycles = 0
     low.sync()
     t0 = time.perf_counter()
-    if not policy.refinement:
-        x, reason = solve_plain(state, np.dtype(policy.compute))
-    elif method == "cg-reliable":
-        x, reason = solve_reliable(state)
-    elif method == "ir-restarted":
-        x, reason = solve_ir(state)
-    else:
-        raise ValueError(f"method {method!r} with precision {policy.name!r}")
+    x, reason = method.algorithm(state, policy)
     true = state.true_residual(x)
     low.sync()
     report.time_s = time.perf_counter() - t0

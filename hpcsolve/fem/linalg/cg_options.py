@@ -1,5 +1,5 @@
 """The options of the conjugate gradients (:class:`CGOptions`: ``hpcsolve.fem.solve``'s keywords and a case's
-``[solve]`` section) and the method names and precisions they work in."""
+``[solve]`` section) and the dtypes they work in (the method names: :mod:`hpcsolve.fem.linalg.methods`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import numpy as np
 
 from hpcsolve.core.errors import CaseError
 
-MIXED_METHODS = ("ir-restarted", "cg-reliable")
-PLAIN_METHODS = ("cg", "pcg-jacobi")
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
 U32 = 2.0 ** -24

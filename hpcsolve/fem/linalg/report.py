@@ -17,7 +17,7 @@ class SolveReport:
     """What one ``hpcsolve.fem.solve`` did. ``repr`` is one line (outcome, counts, final residuals, time); the
     residual histories are the arrays ``history_recursive`` / ``history_true`` (``to_dict(histories=True)``)."""
 
-    method: str                    # "cg" | "pcg-jacobi" | "ir-restarted" | "cg-reliable" | "spsolve" ...
+    method: str                    # the method's name (hpcsolve.fem.linalg.methods), "+" a general preconditioner's
     precision: str                 # fp64 | fp32 | mixed
     backend: str                   # numpy | cupy | numba-cuda
     rtol: float                    # target on the true relative residual
