@@ -60,7 +60,7 @@ def array_module(backend):
     if not backend.gpu or backend.simulator:
         return None
     try:
-        import cupy
+        import cupy  # late: optional GPU module, only on a GPU backend whose arrays are not CuPy's
     except Exception:                     # no CuPy: the host assembly, uploaded by the solver
         return None
     try:

@@ -17,16 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from hpcsolve.core.errors import CaseError, clip
 from hpcsolve.core.safe_io import MESH_FILE_MAX_BYTES, gmsh_counts, regular_file
 
 
-#: a figure of a finer mesh draws the coarser one it was refined from (Mesh.display_level): a 768 x 576-pixel figure
-#: (its axes about 500 x 400 pixels) shows no more than this many triangles (a 256 x 256-cell grid's, as the
-#: structured grids' figures, runner.PLOT_MAX_CELLS); Gouraud triangles of the 5.3 M-triangle heat plate
-#: (mesh.refine = 6) took 3.9-5.5 s of output on the H200 machine, and at mesh.refine = 4 the write with plots
-#: took 0.36 s with 330 k triangles drawn, 0.21 s with refine = 3's 83 k (2-core machine, 2026-12-04)
+#: a mesh figure draws a coarser level of a refined mesh (Mesh.display_level), at most this many triangles (a 256 x
+#: 256-cell grid's, as plots.PLOT_MAX_CELLS): more are not seen and cost seconds of output; the measurements:
+#: docs/measured/notes_fem_gpu.md, "Triangles drawn in a mesh figure"
 DISPLAY_MAX_TRIANGLES = 2 * 256 * 256
 
 
@@ -92,8 +91,7 @@ class Mesh:
         """(number of connected parts, the part of every node): triangles sharing a node are connected. Computed once
         (a uniform refinement carries its parent's labels: its parts are the parent's)."""
         if self._parts is None:
-            import scipy.sparse as sp
-            from scipy.sparse.csgraph import connected_components
+            from scipy.sparse.csgraph import connected_components  # late: 0.1 s of import, only for node_parts
 
             t = self.triangles
             rows = np.concatenate([t[:, 0], t[:, 1], t[:, 2]])
@@ -281,7 +279,7 @@ def _refuse_sparse_node_ids(path: Path, nodes: int, field_name: str) -> None:
 def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
     """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
     boundary; triangle physical groups name regions."""
-    import meshio
+    import meshio  # late: 0.04 s of import, only for a mesh file
 
     path = Path(path)
     allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
@@ -407,7 +405,7 @@ def check_conforming(points: np.ndarray, tris: np.ndarray, field_name: str, wher
     """Refuse a mesh file that does not tile its domain once: coincident nodes (a crack: the two sides are not
     connected), a triangle listed twice, or an edge shared by more than two triangles (overlapping triangles).
     Each would be assembled as given and solved to a wrong answer without a sign of it."""
-    from scipy.spatial import cKDTree
+    from scipy.spatial import cKDTree  # late: 0.1 s of import, only for a mesh file's check
 
     span = float(np.ptp(points, axis=0).max()) if len(points) else 0.0
     tree = cKDTree(points) if span > 0 else None

@@ -3,7 +3,9 @@ and the error norms against a manufactured solution."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -48,8 +50,6 @@ def build_mesh(case) -> Mesh:
     elif m.kind == "cook_membrane":
         mesh = meshmod.cook_membrane(m.nx)
     else:
-        from pathlib import Path
-
         p = Path(m.path)
         if not p.is_absolute():
             p = case.base_dir / p
@@ -305,8 +305,6 @@ def build(case, mesh: Mesh | None = None, backend=None, xp=None) -> Discrete:
     (``device.array_module``: CuPy, also for Numba-CUDA): assembly, condensation and the matrix on the device,
     ``Discrete.A`` a checked ``DeviceCSR`` of the backend's low ops; else SciPy on the host. ``xp`` forces the
     device path with that module (``numpy``: the same code on the host, what the tests compare)."""
-    import time
-
     t0 = time.perf_counter()
     mesh = mesh if mesh is not None else build_mesh(case)
     t1 = time.perf_counter()
@@ -338,8 +336,6 @@ def _element_system(case, mesh, coef):
 
 
 def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None) -> Discrete:
-    import time
-
     p = case.problem
     coef = coefficient_per_cell(case, mesh)
     dmesh = device.upload(mesh, xp) if xp is not None else None

@@ -28,10 +28,10 @@ import functools
 
 import numpy as np
 
-from hpcsolve.fem.linalg import fused, fused_cuda, lowops
+from hpcsolve.fem.linalg import fused, fused_cuda, kernels_common, lowops
 from hpcsolve.fem.linalg import matrix
 
-THREADS = 256
+THREADS = kernels_common.THREADS
 
 #: the backend's runtime, written here (the fused operations are described in ``fused`` and printed by
 #: ``fused_cuda``): the warp / block reductions each kernel feeds, and the widening of a stored value to T
@@ -122,7 +122,7 @@ def _names():
 
 @functools.lru_cache(maxsize=None)
 def _module():
-    import cupy
+    import cupy  # late: optional GPU module, imported on the first kernel launch
 
     return cupy.RawModule(code=source(), options=("-std=c++17",), name_expressions=_names())
 
@@ -134,7 +134,7 @@ class CupyOps(lowops.LowOps):
     supports_graphs = True
 
     def sparse_modules(self):
-        import cupyx.scipy.sparse as csp
+        import cupyx.scipy.sparse as csp  # late: optional GPU module, only for a multigrid set-up on the device
 
         return self.cp, csp
 
@@ -144,13 +144,12 @@ class CupyOps(lowops.LowOps):
     def __init__(self, graphs: bool = True, stream=None):
         """``stream``: a CuPy stream to launch on (another backend's, whose arrays these kernels then work on:
         Numba-CUDA's set-up twin, ``NumbaOps.launch_twin``); by default a new non-blocking one."""
-        import cupy
+        import cupy  # late: optional GPU module, imported when the backend is first used
 
         self.cp = cupy
         self.mod = _module()
         self._k = {}
-        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        self.max_blocks = sms * (2048 // THREADS)
+        self.max_blocks = kernels_common.max_blocks(cupy.cuda.Device().attributes["MultiProcessorCount"], THREADS)
         self.graphs = graphs
         self.stream = cupy.cuda.Stream(non_blocking=True) if stream is None else stream
 
@@ -287,18 +286,14 @@ class CupyOps(lowops.LowOps):
 
     # ---- graphs and timing
     def capture(self, fn):
-        """Record what ``fn()`` launches on the stream into a CUDA graph; returns its launcher."""
+        """Record what ``fn()`` launches on the stream into a CUDA graph; returns its launcher (a failed capture
+        raises its first cause)."""
         if not self.graphs:
             return None
-        s = self.stream
-        s.synchronize()
-        with s:
-            s.begin_capture()
-            try:
-                fn()
-            finally:
-                graph = s.end_capture()
-        return lambda: graph.launch(stream=s)
+        launch, err = kernels_common.capture_graph(self.stream, fn, self.stream)
+        if err is not None:
+            raise err
+        return launch
 
     def timer(self):
         cp = self.cp
@@ -306,18 +301,21 @@ class CupyOps(lowops.LowOps):
                                     lambda a, b: cp.cuda.get_elapsed_time(a, b) / 1e3, lambda e: e.synchronize())
 
 
-@functools.lru_cache(maxsize=2)
-def low_ops(graphs: bool = True) -> CupyOps:
-    """The CuPy low ops (one per process; ``graphs=False``: the same kernels launched one by one)."""
-    return CupyOps(graphs=graphs)
+@functools.lru_cache(maxsize=None)
+def low_ops(graphs: bool = True, stream=None) -> CupyOps:
+    """The CuPy low ops (one per process, setting and stream; ``graphs=False``: the same kernels launched one by
+    one). ``stream``: ops launching on that CuPy stream (another backend's: Numba-CUDA's set-up twin, reached through
+    the backend registry by ``kernels_common.ops_on_stream``); by default a non-blocking stream of their own."""
+    return CupyOps(graphs=graphs, stream=stream)
 
 
 def poisson_5point_device(m: int, dtypes=(np.float64, np.float32)):
     """The 2D Poisson 5-point matrix (Dirichlet, m x m interior nodes, stencil [4, -1, -1, -1, -1]) built
     directly on the device (the P1 stiffness matrix of a uniform right-triangle mesh is the same)."""
-    import cupy as cp
+    import cupy as cp  # late: optional GPU module, only for this device-built test matrix
 
     ops = low_ops()
+
     n = m * m
     with ops.stream:
         i = cp.arange(n, dtype=cp.int32)

@@ -21,7 +21,10 @@ same description ``kernels_cupy`` prints to CUDA C), printed to Python by ``fuse
 binding (``_typed(T)``, ``_pair(TA, TO)``, ``_dia(T, ndiag)``, ``_core()``), so float32 work really is float32:
 declarations and coefficients are cast to T. What stays here is this backend's runtime: the block reductions
 (a shared-memory tree, which also runs under the CUDA simulator, then one float64 atomic per block), the index
-type, the launch bounds, and the launches.
+type, the launch bounds, and the launches. What both GPU backends share (the block size, the grid cap, the CuPy
+stream capture, the lookup of CuPy's ops for the set-up twin through the backend registry) is in ``kernels_common``:
+this module does not import ``kernels_cupy``. ``NumbaOps`` is split by job: ``_CupyStream`` (CuPy's stream, graphs,
+set-up arrays and twin), ``_LevelKernels`` (the multigrid level kernels) and the CG kernels and arrays.
 """
 
 from __future__ import annotations
@@ -34,15 +37,15 @@ import numpy as np
 
 from hpcsolve.core.backends import cuda_simulator_enabled, owner_of
 from hpcsolve.core.cudasim import serialise_shared_arrays
-from hpcsolve.fem.linalg import fused, fused_numba, lowops
+from hpcsolve.fem.linalg import fused, fused_numba, kernels_common, lowops
 from hpcsolve.fem.linalg.lowops import LevelCSR
 
-THREADS = 256          # the shared-memory size of the block reduction (power of two)
+THREADS = kernels_common.THREADS          # also the shared-memory size of the block reduction (power of two)
 #: every kernel is compiled for THREADS-thread blocks, 2048 // THREADS of them resident per SM (at most 32
 #: registers a thread), the occupancy the grid size assumes (SMs x 2048 / THREADS blocks). Without the bound,
 #: ptxas gave the CG kernels 36-40 registers and the DIA smoothers 48-64, so 4-6 blocks fit per SM and the
 #: grid ran in partly filled extra waves (the CuPy kernels compile to <= 32 registers).
-LAUNCH_BOUNDS = (THREADS, 2048 // THREADS)
+LAUNCH_BOUNDS = (THREADS, kernels_common.RESIDENT_THREADS // THREADS)
 cuda = None            # numba.cuda, imported lazily by _core(); a module global so that the CUDA
                        # simulator can substitute its own module inside the kernels
 
@@ -52,7 +55,7 @@ def _index_type():
     offsets and indices taken modulo 2^64, bounded by one unsigned compare), Python int under the simulator."""
     if cuda_simulator_enabled():
         return int
-    from numba import uint64
+    from numba import uint64  # late: optional GPU module, imported after NUMBA_ENABLE_CUDASIM is read
 
     return uint64
 
@@ -85,7 +88,7 @@ def _block_reduction_source(name: str, n: int, combine: str, atomic: str, sync_f
 def _reductions():
     """The backend's block reductions (the kernels' ``block_add2`` / ``block_max3``, see ``fused``): a shared-memory
     tree (it also runs under the CUDA simulator), then one float64 atomic per block; the maxima are of values >= 0."""
-    from numba import float64
+    from numba import float64  # late: optional GPU module, imported after NUMBA_ENABLE_CUDASIM is read
 
     ns = {"cuda": cuda, "float64": float64, "THREADS": THREADS}
     for name, n, combine, atomic, sync_first in (("block_add2", 2, "{a} + {b}", "add", False),
@@ -112,7 +115,7 @@ def _build(ops, label, count=None, helpers=None, **types):
     """The descriptions ``ops`` printed for Numba (``fused_numba``) and compiled lazily, with the type parameters
     ``types`` bound (T=np.float32, ...) and the helpers they call (``_core``'s unless given); returns
     {name: kernel}."""
-    from numba import float32, float64
+    from numba import float32, float64  # late: optional GPU module, imported after NUMBA_ENABLE_CUDASIM is read
 
     if helpers is None:
         core = _core()              # (first: it imports numba.cuda into the module global ``cuda``)
@@ -126,7 +129,7 @@ def _build(ops, label, count=None, helpers=None, **types):
 @functools.lru_cache(maxsize=None)
 def _core() -> Core:
     global cuda
-    from numba import cuda as numba_cuda
+    from numba import cuda as numba_cuda  # late: optional GPU module, imported after NUMBA_ENABLE_CUDASIM is read
 
     cuda = numba_cuda
     if cuda_simulator_enabled():
@@ -170,43 +173,53 @@ def _dia(T, ndiag: int):
 _TYPES = {np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
 
 
-class NumbaOps(lowops.LowOps):
-    """The fused kernels as numba.cuda.jit kernels on one stream; CUDA graphs through CuPy's stream capture
-    where CuPy imports and ``graphs`` is True (see the module docstring)."""
+class _LevelKernels(lowops.LowOps):
+    """NumbaOps' multigrid level kernels (``csr_apply``, ``mg_smooth``: CSR or DIA levels, see ``lowops``);
+    the launches go through ``NumbaOps._go`` / ``_dinv``."""
 
-    compiles_lazily = True   # kernels compile at their first launch: cg runs a block once before capturing it
-    name = "numba-cuda"
-    supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
-    graphs = False
+    # LevelCSR: values in M.vals.dtype, vectors in T; a None rowscale / b is a flag and a placeholder array of
+    # dtype T, never read
+    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
+        rs, has_rs = self._dinv(M.rowscale, y.dtype)
+        bb, has_b = self._dinv(b, y.dtype)
+        if M.offsets is not None:
+            self._go(_dia(_TYPES[y.dtype], M.ndiag)["dia_apply"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+            return
+        self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
+
+    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
+        rs, has_rs = self._dinv(M.rowscale, d.dtype)
+        first = bool(first)
+        if M.offsets is not None and not first and x_in is not None:
+            self._go(_dia(_TYPES[d.dtype], M.ndiag)["dia_smooth"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
+                     has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
+            return
+        if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
+            M = self._dia_as_csr_placeholder(M)
+        self._go(_typed(_TYPES[d.dtype])["mg_smooth"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
+                 has_rs, x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d),
+                 np.float64(c_r), first)
+
+    def _dia_as_csr_placeholder(self, M):
+        """For ``mg_smooth``'s first step (no matrix read): the DIA level with int32 placeholder index arrays, made
+        once (never inside a capture: the first step runs before any capture of the V-cycle)."""
+        hit = M.cache.get("numba-csr-placeholder")
+        if hit is None:
+
+            z = self.cuda.to_device(np.zeros(2, np.int32), stream=self.stream)
+            hit = M.cache["numba-csr-placeholder"] = LevelCSR(M.rows, M.cols, z, z, M.vals, M.compute)
+        return hit
+
+
+class _CupyStream(lowops.LowOps):
+    """NumbaOps' side that works with CuPy where it imports: the launches on a CuPy stream, CUDA graphs by CuPy's
+    stream capture (``kernels_common.capture_graph``), the multigrid set-up on CuPy's arrays and the launch
+    twin (CuPy's kernels, reached through the backend registry: this module imports no CuPy backend)."""
+
     #: launch-bound set-up work (the power iterations) through CuPy's kernels where it can (``launch_twin``)
     set_up_on_cupy = True
-
-    def __init__(self, graphs: bool = True):
-        self.cuda = _core().cuda
-        self.sim = cuda_simulator_enabled()
-        self.threads = 8 if self.sim else THREADS
-        self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
-        self._cp = self._cp_stream = self._cp_device = None
-        self._twin = None
-        self.supports_graphs = self.graphs = False
-        if self.sim:
-            self.max_blocks = 2
-            self.stream = 0
-            self.graph_error = "the CUDA simulator has no CUDA graphs"
-        else:
-            dev = cuda.get_current_device()
-            self.max_blocks = dev.MULTIPROCESSOR_COUNT * (2048 // THREADS)
-            self.stream = None
-            if graphs:
-                self._use_cupy_stream(dev.id)
-            else:
-                self.graph_error = "graphs switched off (NumbaOps(graphs=False))"
-            if self.stream is None:
-                self.stream = cuda.stream()
-        # placeholders for absent optional arrays (dinv, rowscale, b), made now: never inside a capture
-        self._dummy = {}
-        for dt in (np.float32, np.float64):
-            self._dinv(None, dt)
 
     def _use_cupy_stream(self, device_id):
         """Launch on a CuPy stream of the same device (primary context), so that CuPy's stream capture can
@@ -214,7 +227,7 @@ class NumbaOps(lowops.LowOps):
         as numba's own streams are: it stays ordered after work on the legacy default stream (numba's
         ``cuda.to_device`` without a stream, say), so arrays made that way elsewhere are ready for it."""
         try:
-            import cupy
+            import cupy  # late: optional GPU module, only for launches on a CuPy stream (CUDA graphs)
         except Exception as exc:                          # no CuPy: no graphs, nothing else changes
             self.graph_error = f"no CUDA graphs: cupy does not import ({type(exc).__name__}: {exc})"
             return
@@ -237,7 +250,7 @@ class NumbaOps(lowops.LowOps):
         else NumPy / SciPy on the host."""
         if self._cp is None or owner_of(self._cp) is None:     # CuPy's own probe must pass too
             return super().sparse_modules()
-        import cupyx.scipy.sparse as csp
+        import cupyx.scipy.sparse as csp  # late: optional GPU module, only for a multigrid set-up on the device
 
         return self._cp, csp
 
@@ -255,24 +268,73 @@ class NumbaOps(lowops.LowOps):
         return super().adopt(a)
 
     def launch_twin(self):
-        """CuPy's kernels (``kernels_cupy.CupyOps``: the same fused descriptions printed to CUDA C) on this backend's
-        CuPy stream, and ``cupy.asarray`` (the same memory, through the CUDA array interface), where CuPy imports
-        and its own probe passes and ``set_up_on_cupy`` is on; else None (Numba's own launches). The smoothers'
-        power iterations are about 75 launches: through Numba's dispatcher 9.8-12.8 ms of a 2048^2 set-up, 4.4-6.2 ms
-        through CuPy's (docs/design/fem_gpu.md)."""
+        """CuPy's kernels (the CuPy backend's low ops, ``kernels_cupy.CupyOps``: the same fused descriptions printed
+        to CUDA C, from the backend registry through ``kernels_common.ops_on_stream``, not imported) on this
+        backend's CuPy stream, and ``cupy.asarray`` (the same memory, through the CUDA array interface), where CuPy
+        imports and its own probe passes and ``set_up_on_cupy`` is on; else None (Numba's own launches). The
+        smoothers' power iterations are about 75 launches: through Numba's dispatcher 9.8-12.8 ms of a 2048^2 set-up,
+        4.4-6.2 ms through CuPy's (docs/design/fem_gpu.md)."""
         if self._cp is None or not self.set_up_on_cupy or owner_of(self._cp) is None:
             return None
         if self._twin is None:
-            from hpcsolve.fem.linalg.kernels_cupy import CupyOps   # late: CuPy is optional for this backend
-
             with self._cp_device:              # the module loads on this backend's device
-                self._twin = CupyOps(graphs=False, stream=self._cp_stream)
+                self._twin = kernels_common.ops_on_stream(self._cp, self._cp_stream, graphs=False)
         return self._twin, self._cp.asarray
 
     def as_array_of(self, a, xp):
         if self._cp is not None and xp is self._cp:
             return self._cp.asarray(a)          # the same device memory (CUDA array interface)
         return super().as_array_of(a, xp)
+
+    def capture(self, fn):
+        """Record what ``fn()`` launches on the stream into a CUDA graph (CuPy stream capture, relaxed mode);
+        returns its launcher, or None (no graphs, or the capture failed: ``graph_error`` says why; nothing
+        recorded has run, so the caller then launches ``fn()`` directly)."""
+        if not self.graphs:
+            return None
+        launch, err = kernels_common.capture_graph(self._cp_stream, fn, self._cp_device)
+        if launch is None:
+            self.graph_error = f"CUDA graph capture failed, launching directly ({type(err).__name__}: {err})"
+            return None
+        self.graph_error = None          # a capture that worked: no failure to report any more
+        return launch
+
+
+class NumbaOps(_CupyStream, _LevelKernels, lowops.LowOps):
+    """The fused kernels as numba.cuda.jit kernels on one stream; CUDA graphs through CuPy's stream capture
+    where CuPy imports and ``graphs`` is True (see the module docstring)."""
+
+    compiles_lazily = True   # kernels compile at their first launch: cg runs a block once before capturing it
+    name = "numba-cuda"
+    supports_graphs = False      # per instance: True when launching on a CuPy stream (capture possible)
+    graphs = False
+
+    def __init__(self, graphs: bool = True):
+        self.cuda = _core().cuda
+        self.sim = cuda_simulator_enabled()
+        self.threads = 8 if self.sim else THREADS
+        self.graph_error = None          #: why there are no graphs / why the last capture failed (None: fine)
+        self._cp = self._cp_stream = self._cp_device = None
+        self._twin = None
+        self.supports_graphs = self.graphs = False
+        if self.sim:
+            self.max_blocks = 2
+            self.stream = 0
+            self.graph_error = "the CUDA simulator has no CUDA graphs"
+        else:
+            dev = cuda.get_current_device()
+            self.max_blocks = kernels_common.max_blocks(dev.MULTIPROCESSOR_COUNT, THREADS)
+            self.stream = None
+            if graphs:
+                self._use_cupy_stream(dev.id)
+            else:
+                self.graph_error = "graphs switched off (NumbaOps(graphs=False))"
+            if self.stream is None:
+                self.stream = cuda.stream()
+        # placeholders for absent optional arrays (dinv, rowscale, b), made now: never inside a capture
+        self._dummy = {}
+        for dt in (np.float32, np.float64):
+            self._dinv(None, dt)
 
     def _grid(self, n):
         return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))
@@ -374,41 +436,6 @@ class NumbaOps(lowops.LowOps):
         self._go(_typed(_TYPES[r.dtype])["update_xp"], r.size, np.int32(r.size), x, p, r, d, has, ws,
                  np.int32(i_rho), np.int32(i_pq), np.int32(bnum), np.int32(bden), np.float64(bc))
 
-    # ---- multigrid levels (LevelCSR: values in M.vals.dtype, vectors in T; a None rowscale / b is a flag
-    #      and a placeholder array of dtype T, never read)
-    def csr_apply(self, M, x, y, a=1.0, b=None, c=0.0):
-        rs, has_rs = self._dinv(M.rowscale, y.dtype)
-        bb, has_b = self._dinv(b, y.dtype)
-        if M.offsets is not None:
-            self._go(_dia(_TYPES[y.dtype], M.ndiag)["dia_apply"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
-                     has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
-            return
-        self._go(_typed(_TYPES[y.dtype])["csr_apply"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
-                 has_rs, x, bb, has_b, y, np.float64(a), np.float64(c))
-
-    def mg_smooth(self, M, x_in, b, dinv, d, x_out, c_d, c_r, first):
-        rs, has_rs = self._dinv(M.rowscale, d.dtype)
-        first = bool(first)
-        if M.offsets is not None and not first and x_in is not None:
-            self._go(_dia(_TYPES[d.dtype], M.ndiag)["dia_smooth"], M.rows, np.int32(M.rows), M.offsets, M.vals, rs,
-                     has_rs, x_in, b, dinv, d, x_out, np.float64(c_d), np.float64(c_r))
-            return
-        if M.offsets is not None:       # the first step reads no matrix: the CSR kernel with placeholder indices
-            M = self._dia_as_csr_placeholder(M)
-        self._go(_typed(_TYPES[d.dtype])["mg_smooth"], M.rows, np.int32(M.rows), M.indptr, M.indices, M.vals, rs,
-                 has_rs, x_out if first or x_in is None else x_in, b, dinv, d, x_out, np.float64(c_d),
-                 np.float64(c_r), first)
-
-    def _dia_as_csr_placeholder(self, M):
-        """For ``mg_smooth``'s first step (no matrix read): the DIA level with int32 placeholder index arrays, made
-        once (never inside a capture: the first step runs before any capture of the V-cycle)."""
-        hit = M.cache.get("numba-csr-placeholder")
-        if hit is None:
-
-            z = self.cuda.to_device(np.zeros(2, np.int32), stream=self.stream)
-            hit = M.cache["numba-csr-placeholder"] = LevelCSR(M.rows, M.cols, z, z, M.vals, M.compute)
-        return hit
-
     def fold(self, x64, y):
         self._go(_typed(_TYPES[y.dtype])["fold"], y.size, np.int32(y.size), x64, y)
 
@@ -421,36 +448,7 @@ class NumbaOps(lowops.LowOps):
     def check_matrix(self, n, indptr, indices, vals, dinv_out, ws, base):
         self._go(_core().check_matrix, n, np.int32(n), indptr, indices, vals, dinv_out, ws, np.int32(base))
 
-    # ---- graphs and timing
-    def capture(self, fn):
-        """Record what ``fn()`` launches on the stream into a CUDA graph (CuPy stream capture, relaxed mode);
-        returns its launcher, or None (no graphs, or the capture failed: ``graph_error`` says why; nothing
-        recorded has run, so the caller then launches ``fn()`` directly)."""
-        if not self.graphs:
-            return None
-        s = self._cp_stream
-        err = graph = None
-        try:
-            with self._cp_device:
-                s.synchronize()
-                s.begin_capture()
-                try:
-                    fn()
-                except Exception as exc:          # the first cause, not end_capture's "invalidated"
-                    err = exc
-                finally:
-                    try:
-                        graph = s.end_capture()
-                    except Exception as exc:
-                        err = err or exc
-        except Exception as exc:
-            err = exc
-        if err is not None or graph is None:
-            self.graph_error = f"CUDA graph capture failed, launching directly ({type(err).__name__}: {err})"
-            return None
-        self.graph_error = None          # a capture that worked: no failure to report any more
-        return lambda: graph.launch(stream=s)
-
+    # ---- timing
     def timer(self):
         c = self.cuda
         return lowops.EventTimer(c.event, lambda e: e.record(self.stream),

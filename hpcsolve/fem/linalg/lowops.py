@@ -23,7 +23,10 @@ Conventions:
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
+import scipy.sparse
 
 from hpcsolve.core.backends import get_array_module
 
@@ -42,10 +45,7 @@ class LowOps:
         """(array module, sparse module) a multigrid hierarchy is built with: on the host (NumPy, SciPy) unless
         the backend's own arrays have a sparse library (CuPy: cupy, cupyx.scipy.sparse; the set-up then stays on
         the device)."""
-        import numpy
-        import scipy.sparse
-
-        return numpy, scipy.sparse
+        return np, scipy.sparse
 
     def owns(self, xp) -> bool:
         """True when arrays of the array module ``xp`` already are this backend's device arrays."""
@@ -85,8 +85,6 @@ class LowOps:
     def context(self):
         """A context manager under which array-library calls (CuPy, cupyx.scipy.sparse) run on the ops'
         stream, so that they are ordered with the kernels (a set-up that mixes both must use it)."""
-        import contextlib
-
         return contextlib.nullcontext()
 
     def capture(self, fn):
@@ -151,8 +149,6 @@ class LevelCSR:
     (``Multigrid`` chooses it where it does). ``nnz`` stays the number of stored nonzeros of the matrix."""
 
     def __init__(self, rows, cols, indptr, indices, vals, compute, rowscale=None, *, offsets=None, nnz=None):
-        import numpy as np
-
         self.rows, self.cols = int(rows), int(cols)
         self.indptr, self.indices, self.vals, self.rowscale = indptr, indices, vals, rowscale
         self.offsets = offsets
