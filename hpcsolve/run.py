@@ -349,22 +349,77 @@ def run_case(case: CaseBase | str | Path | None, backend: str | None = None, pre
              description: Description | None = None) -> Result:
     """Run a case and return its Result; with ``out``, also write the result files there.
 
-    ``case``: a case file path, a loaded case (``hpcsolve.load_case``) or None with ``resume``.
-    ``backend``: 'auto', 'numpy', 'cupy', 'numba-cuda' or a Backend (default: the case's ``run.backend``).
-    ``precision``: 'fp64', 'fp32', 'fp16s' or 'fp16c' (LBM), 'mixed' (FEM) or a Precision (default: ``run.precision``).
-    ``overrides``: ``["key.path=value", ...]`` as with ``--set`` (TOML values). ``progress``: a progress
-    bar on stderr. ``overwrite``: replace a result already in ``out``. ``plots``: write plots/*.png.
-    ``resume``: a run folder holding checkpoints; the run continues from the newest one and writes
-    its results there (``case`` may be None: the checkpoint's case is used). ``force``: with ``resume``, continue
-    a checkpoint of another case or a finished run; an LBM lattice known to blow up (hpcsolve.lbm.units: the cell
-    Reynolds number above its limit) is refused (CaseError) without it. ``description``: the
-    family's ``describe`` of this case, backend and precision, made earlier (``plan``); its setup
-    (LBM geometry, FEM mesh) is reused instead of built again.
+    Parameters
+    ----------
+    case : CaseBase, str, Path or None
+        A case file path, a loaded case (:func:`hpcsolve.load_case`), or None with ``resume`` (the checkpoint's case).
+    backend : str or Backend, optional
+        'auto', 'numpy', 'cupy', 'numba-cuda' or a Backend (default: the case's ``run.backend``).
+    precision : str or Precision, optional
+        A name in ``hpcsolve.core.precision.POLICIES`` ('fp64', 'fp32', 'fp16s', 'fp16c' for LBM; 'fp64', 'fp32',
+        'mixed' for FEM) or a Precision (default: the case's ``run.precision``).
+    out : str or Path, optional
+        Folder for result.h5, result.xdmf, summary.json and plots/*.png (None: nothing is written).
+    overrides : sequence of str
+        ``["key.path=value", ...]`` as with ``--set`` (TOML values).
+    progress : bool
+        A progress bar on stderr.
+    overwrite : bool
+        Replace a result already in ``out``.
+    plots : bool
+        Write plots/*.png.
+    resume : str or Path, optional
+        A run folder holding checkpoints: the run continues from the newest one and writes its results there.
+    force : bool
+        With ``resume``, continue a checkpoint of another case or a finished run; an LBM lattice known to blow up
+        (hpcsolve.lbm.units: the cell Reynolds number above its limit) is refused without it.
+    description : Description, optional
+        The family's ``describe`` of this case, backend and precision, made earlier (``plan``): its setup (LBM
+        geometry, FEM mesh) is reused instead of built again.
 
-    The Result's ``validation`` holds the verdicts on its values against their published or analytic references
-    (hpcsolve.core.verdicts; also in summary.json and result.h5). A value outside its range leaves the status as it
-    is and warns (one UserWarning line naming each value, its range and by how much); ``Result.validation_failed``
-    says so. ``run.strict_validation`` does not raise here: the caller decides (``hpcsolve run`` exits 3)."""
+    Returns
+    -------
+    Result
+        Fields, snapshots, series, metrics, timings and provenance; ``validation`` holds the verdicts on its values
+        against their published or analytic references (hpcsolve.core.verdicts; also in summary.json and
+        result.h5). A value outside its range leaves the status as it is and warns (one UserWarning line naming
+        each value, its range and by how much); ``Result.validation_failed`` says so.
+
+    Raises
+    ------
+    CaseError
+        A bad case, override, precision for the family, or a run that does not fit in memory (before anything
+        is allocated).
+    BackendError
+        The backend cannot run here (and says why).
+    OutputError
+        ``out`` holds another result (without ``overwrite``) or cannot be written.
+    BlowUpError
+        The run produced NaN/Inf (LBM): the message names the step; the last good fields are written to ``out``
+        and kept on the exception (``exc.result``).
+
+    Notes
+    -----
+    ``run.strict_validation`` does not raise here: the caller decides (``hpcsolve run`` exits 3). Long because its
+    docstring is the API reference; the body is the run's one sequence (prepare, claim the folder, run, write).
+
+    Examples
+    --------
+    A 16 x 16 lid-driven cavity in float32 on the NumPy backend (a fraction of a second):
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import hpcsolve
+    >>> cases = Path(hpcsolve.__file__).resolve().parents[1] / "cases"      # the repository's case files
+    >>> case = hpcsolve.load_case(cases / "lid_driven_cavity.toml", ["lattice.resolution=16", "time.end_time=2",
+    ...                           "steady.enabled=false", 'validation.reference="none"'])
+    >>> out = Path(tempfile.mkdtemp()) / "cavity"
+    >>> result = hpcsolve.run_case(case, "numpy", "fp32", out=out, progress=False, plots=False)
+    >>> result.status, result.metrics["steps"], result.fields["velocity"].shape    # 16 cells + 2 walls across
+    ('completed', 320, (18, 18, 2))
+    >>> sorted(p.name for p in out.iterdir())
+    ['manifest.json', 'result.h5', 'result.xdmf', 'summary.json']
+    """
     ckpt = None
     if resume is not None:
         case, backend, policy, ckpt = prepare_resume(resume, case, backend, precision, overrides, force)

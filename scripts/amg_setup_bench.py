@@ -1,4 +1,4 @@
-"""AMG set-up and solve times (issue 33): ``solve(A, b, backend, preconditioner="amg", rtol=1e-8)`` on 2D Poisson
+"""AMG set-up and solve times: ``solve(A, b, backend, preconditioner="amg", rtol=1e-8)`` on 2D Poisson
 (5-point, from a SciPy matrix) and, with --others, an anisotropic 2D diffusion and the 3D Laplacian; the median of
 ``--repeat`` runs after one warm-up. Each line: wall time of the call, set-up (report.setup_time_s: upload, check,
 hierarchy), the hierarchy's own set-up, the solve, iterations, levels, and a values-only update's numeric set-up

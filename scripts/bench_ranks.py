@@ -28,7 +28,7 @@ from hpcsolve.report.bench_lbm import cavity_setup
 
 
 def bench_lbm(comm, n: int, weak: bool, steps: int, repeats: int, precision: str) -> dict:
-    from hpcsolve.lbm.distributed import SlabStepper
+    from hpcsolve.lbm.distributed import SlabStepper  # late: only the LBM half of the study
 
     ranks = parallel.ranks(comm)
     ny = n * ranks if weak else n
@@ -52,9 +52,9 @@ def bench_lbm(comm, n: int, weak: bool, steps: int, repeats: int, precision: str
 
 
 def bench_fem(comm, m: int, weak: bool, iterations: int, repeats: int) -> dict:
-    from hpcsolve.fem import solve
-    from hpcsolve.fem.discrete import testproblems as tp
-    from hpcsolve.fem.linalg.distributed import prepare_distributed
+    from hpcsolve.fem import solve  # late: only the FEM half of the study
+    from hpcsolve.fem.discrete import testproblems as tp  # late: only the FEM half of the study
+    from hpcsolve.fem.linalg.distributed import prepare_distributed  # late: only the FEM half of the study
 
     ranks = parallel.ranks(comm)
     rows = m * ranks if weak else m
@@ -80,9 +80,9 @@ def bench_fem(comm, m: int, weak: bool, iterations: int, repeats: int) -> dict:
 
 def _poisson_rect(mx: int, my: int):
     """The 5-point Poisson matrix on an mx x my interior grid (Dirichlet all round), random b."""
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # late: only the FEM half of the study
 
-    from hpcsolve.fem.discrete.testproblems import Problem
+    from hpcsolve.fem.discrete.testproblems import Problem  # late: only the FEM half of the study
 
     def lap(k):
         return sp.diags([-np.ones(k - 1), 2 * np.ones(k), -np.ones(k - 1)], [-1, 0, 1])

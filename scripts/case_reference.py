@@ -69,8 +69,8 @@ def _rows(model, prefix=""):
 
 
 def render() -> str:
-    from hpcsolve.fem.case import FEMCase
-    from hpcsolve.lbm.case import LBMCase
+    from hpcsolve.fem.case import FEMCase  # late: the families' case models load when the page is rendered
+    from hpcsolve.lbm.case import LBMCase  # late: as above
 
     out = ["# Case-file reference", "",
            "Generated from the case models by `python scripts/case_reference.py`; do not edit by hand.",

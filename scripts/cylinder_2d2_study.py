@@ -9,7 +9,7 @@ from cells x steps and a MLUPS figure before anything runs; runs go cheapest fir
 does not fit in what is left of ``--budget-s`` is skipped (and listed as skipped). One markdown row is printed
 per run as it finishes and the table is written to ``--out``.
 
-    python scripts/cylinder_2d2_study.py [--backend cupy] [--plan issue34 | --resolutions 40 80 160
+    python scripts/cylinder_2d2_study.py [--backend cupy] [--plan separate | --resolutions 40 80 160
         --velocities 0.05 0.025 0.0125 --outlets pressure characteristic --precisions fp64 [--end-times 12]]
         [--budget-s 360] [--mlups 20000] [--series-dir DIR] [--out TABLE.md] [--set key.path=value ...]
         [--dry-run]
@@ -66,11 +66,11 @@ from hpcsolve.lbm.case import derive  # noqa: E402
 CASE = ROOT / "cases" / "cylinder_2d2.toml"
 STROUHAL_GUESS = 0.3
 PRECISION_SPEED = {"fp32": 1.25}
-#: issue 34, part 4: at most 8 runs that separate Mach, resolution, outlet and time window (fp64). The two 24 s runs
+#: "separate": at most 8 runs that separate Mach, resolution, outlet and time window (fp64). The two 24 s runs
 #: give the shipped 12 s answer too (``--analyze --until 12``). Predicted on the H200: see docs/measured/
 #: cylinder_2d2_study_plan.md
 PLANS = {
-    "issue34": [
+    "separate": [
         (40, 0.025, "pressure", "fp64", 12.0),
         (40, 0.025, "characteristic", "fp64", 12.0),
         (80, 0.05, "characteristic", "fp64", 12.0),

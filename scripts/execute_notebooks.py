@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def execute(path: Path, timeout: int) -> int:
     """Run one notebook in place; return its size in bytes after writing."""
-    import nbclient
-    import nbformat
+    import nbclient  # late: optional (the notebooks extra)
+    import nbformat  # late: optional (the notebooks extra)
 
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,

@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
                     help="CGOptions for the mixed solve, e.g. check_every=128 or kappa_limit=inf")
     args = ap.parse_args(argv)
-    from hpcsolve.fem import CGOptions, solve
-    from hpcsolve.fem.linalg import kernels_cupy
+    from hpcsolve.fem import CGOptions, solve  # late: after sys.path holds the source tree
+    from hpcsolve.fem.linalg import kernels_cupy  # late: imports cupy (optional GPU module)
 
     opts = {}
     for item in args.options:
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
             rows.append(row)
             print(json.dumps(row, default=float), flush=True)
         del dA
-        import cupy
+        import cupy  # late: optional GPU module
 
         cupy.get_default_memory_pool().free_all_blocks()
     out = Path(os.environ.get("OUT", "."))

@@ -34,7 +34,7 @@ def _stats(values, fmt: str = ".3g") -> str:
 
 
 def measure(A, b, backend: str, precision: str, rtol: float, repeats: int) -> list[dict]:
-    from hpcsolve.fem import prepare_matrix, solve
+    from hpcsolve.fem import prepare_matrix, solve  # late: after sys.path holds the source tree
 
     kw = dict(precision=precision, rtol=rtol, maxiter=100_000)
     solve(A, b, backend=backend, **dict(kw, rtol=max(rtol, 1e-3)))       # warm-up: compilation, pools, graphs
@@ -87,8 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    from hpcsolve.core import backends
-    from hpcsolve.report.bench_fem import _host_poisson
+    from hpcsolve.core import backends  # late: after sys.path holds the source tree
+    from hpcsolve.report.bench_fem import _host_poisson  # late: after sys.path holds the source tree
 
     for be in args.backends:
         status = backends.probe(be)

@@ -1,4 +1,4 @@
-"""Phase timings of one FEM run (issue 33): assembly, boundary conditions, solver set-up, solve, error norms and
+"""Phase timings of one FEM run: assembly, boundary conditions, solver set-up, solve, error norms and
 probe, the float64 reference, output (result.h5/xdmf/summary/plots), total; median of N runs after a warm-up.
 
     python scripts/fem_run_phases.py cases/poisson_manufactured.toml --backend cupy \\

@@ -1,5 +1,5 @@
-"""Host cost of one kernel launch from Python, Numba-CUDA against CuPy (issue 33: Numba-CUDA's multigrid set-up is
-made of many small launches): a kernel of the shape the FEM low-level ops launch (two float64 arrays, an int32 size
+"""Host cost of one kernel launch from Python, Numba-CUDA against CuPy (Numba-CUDA's multigrid set-up is made
+of many small launches): a kernel of the shape the FEM low-level ops launch (two float64 arrays, an int32 size
 and a float64 scale; 1,024 elements, so the GPU time is negligible) launched N times back to back on one stream,
 timed to the last launch's completion; then how many launches the multigrid set-up of a FEM run makes on
 Numba-CUDA (``NumbaOps._go`` counted).
@@ -23,7 +23,7 @@ extern "C" __global__ void axpy(const int n, const double* __restrict__ x, doubl
 
 
 def cupy_us(n: int) -> float:
-    import cupy as cp
+    import cupy as cp  # late: optional GPU module
     k = cp.RawKernel(SRC, "axpy")
     x, y = cp.ones(1024), cp.zeros(1024)
     args = (np.int32(1024), x, y, np.float64(1e-9))
@@ -38,7 +38,7 @@ def cupy_us(n: int) -> float:
 
 
 def numba_us(n: int) -> float:
-    from numba import cuda
+    from numba import cuda  # late: optional GPU module
 
     @cuda.jit
     def axpy(m, x, y, a):
@@ -60,15 +60,15 @@ def numba_us(n: int) -> float:
 
 def setup_launches(case_path: str, overrides: list[str]) -> tuple[int, float]:
     """(launches through NumbaOps._go, seconds) of the multigrid set-up of the case's warm run on Numba-CUDA."""
-    from hpcsolve.core.cases import load_case
-    from hpcsolve.core.precision import get_precision
-    from hpcsolve.fem import runner
-    from hpcsolve.fem.linalg import kernels_numba
+    from hpcsolve.core.cases import load_case  # late: only for the set-up's launch count
+    from hpcsolve.core.precision import get_precision  # late: only for the set-up's launch count
+    from hpcsolve.fem import runner  # late: only for the set-up's launch count
+    from hpcsolve.fem.linalg import kernels_numba  # late: only for the set-up's launch count
 
     case = load_case(case_path, overrides)
     policy = get_precision(case.run.precision, family="fem")
     runner.run(case, "numba-cuda", policy)
-    from hpcsolve.fem.linalg.precond import multigrid
+    from hpcsolve.fem.linalg.precond import multigrid  # late: only for the set-up's launch count
 
     count, inside = [0], [False]
     real_go, real_setup = kernels_numba.NumbaOps._go, multigrid.Multigrid.setup

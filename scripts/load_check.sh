@@ -19,8 +19,8 @@ while getopts "b:r:" opt; do
 done
 shift $((OPTIND - 1))
 if [ $# -eq 0 ]; then
-    set -- tests/test_load_proof.py tests/test_signals.py \
-        "tests/test_generated_comparisons.py::test_generated_concurrent_and_interrupted_comparisons[0]" \
+    set -- tests/lbm/test_steady_stop_prediction.py tests/core/test_signals.py \
+        "tests/report/test_compare_generated.py::test_generated_concurrent_and_interrupted_comparisons[0]" \
         "tests/lbm/test_estimate_extrapolation.py::test_a_copy_stopped_early_predicts_the_stop_of_the_copy_run_to_the_end" \
         "tests/test_run.py::test_dry_run_predicts_the_steady_stop_of_the_run"
 fi

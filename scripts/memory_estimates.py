@@ -67,7 +67,7 @@ def configurations(backend: str, quick: bool) -> list[tuple[str, str, list[str],
 
 
 def estimate(case_file: str, overrides: list[str], backend: str, precision: str | None) -> dict:
-    from hpcsolve import run as runmod
+    from hpcsolve import run as runmod  # late: hpcsolve loads inside the measured process
 
     info = runmod.describe(CASES / case_file, backend, precision, overrides)
     return {"host": info["host_memory_bytes"], "device": info.get("device_memory_bytes")}
@@ -100,14 +100,14 @@ def child(report: str, argv: list[str]) -> int:
     peak = {"device_peak": None}
     stop = threading.Event()
     if backend == "cupy":
-        import cupy
+        import cupy  # late: optional GPU module (device peaks on a GPU only)
 
         pool = cupy.get_default_memory_pool()
 
         def record():
             peak["device_peak"] = int(pool.total_bytes())   # the pool keeps freed blocks: its size is the high-water
     elif backend == "numba-cuda":
-        from numba import cuda
+        from numba import cuda  # late: optional GPU module (device peaks on a GPU only)
 
         free0, _ = cuda.current_context().get_memory_info()
         high = [0]
@@ -127,7 +127,7 @@ def child(report: str, argv: list[str]) -> int:
     else:
         def record():
             pass
-    from hpcsolve import cli
+    from hpcsolve import cli  # late: hpcsolve loads inside the measured process
 
     try:
         return cli.main(argv)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How much of an LBM run the monitor points cost: time_total_s against time_step_s (issue 34, part 3).
+"""How much of an LBM run the monitor points cost: time_total_s against time_step_s.
 
 Runs a case on a backend with ``--set`` overrides, a warm-up run first (compiles the kernels, fills the memory
 pool), then ``--repeats`` timed runs, and prints per run and as the median: time_total_s, time_step_s and their

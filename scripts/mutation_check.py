@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation check of the numerical core (issue 48, item 5): does the default test suite notice a one-point bug?
+"""Mutation check of the numerical core: does the default test suite notice a one-point bug?
 
 Each mutant below is one small edit of one file (an operator, a constant, an index, a swapped pair). The script
 applies them one at a time to a *copy* of the tree and runs the tests there; the working tree is never touched.
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: source-hash tests: a failure here does not count as a kill (deselected in every run)
 HASH_TESTS = (
     "tests/lbm/test_kernel_sources.py::test_generated_kernels_are_unchanged",
-    "tests/test_fem_fused.py::test_the_cuda_module_is_the_hand_written_one_token_for_token",
+    "tests/fem/test_fused.py::test_the_cuda_module_is_the_hand_written_one_token_for_token",
 )
 
 #: tests found failing on the unmutated copy during a run (broken or flaky at HEAD): deselected from then on, listed
@@ -76,8 +76,8 @@ COPIED_COMMIT: str | None = None
 DEFAULT_MARK = "not cudasim and not gpu and not slow"
 CUDASIM_MARK = "cudasim and not slow"
 
-KL = "tests/test_mutation_kills_lbm.py"
-KF = "tests/test_mutation_kills.py"
+KL = "tests/lbm/test_mutation_kills_lbm.py"
+KF = "tests/fem/test_mutation_kills.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +150,7 @@ MUTANTS: list[Mutant] = [
       "return -h_opp_post + TWO * w_i * q", "return h_opp_post + TWO * w_i * q",
       (KL, "tests/lbm/test_outlet_rule.py") + LBM_REF, True),
     M("lbm-outlet-char", PHYS, "characteristic outlet: divides by |u_ref|^2 instead of |u_ref|",
-      "(ur2 ** HALF + TINY)", "(ur2 + TINY)", (KL, "tests/lbm/test_outlet_rule.py", "tests/test_outlet_reflection.py"),
+      "(ur2 ** HALF + TINY)", "(ur2 + TINY)", (KL, "tests/lbm/test_outlet_rule.py", "tests/scripts/test_outlet_reflection.py"),
       True),
     M("lbm-bouzidi-swap", PHYS, "interpolated bounce-back: weights a, b swapped", "return a * h_near + b * h_far",
       "return b * h_near + a * h_far", (KL, "tests/lbm/test_bouzidi.py"), True),
@@ -184,51 +184,51 @@ MUTANTS: list[Mutant] = [
       "e = float(0.5 * xp.sum(", "e = float(1.0 * xp.sum(", (KL,) + LBM_REF),
     # ---- MLUPS and bandwidth figures
     M("perf-mlups", "hpcsolve/lbm/runner.py", "MLUPS / 1e3 instead of / 1e6 (the audit's survivor)",
-      '"mlups": fluid * step / sec / 1e6', '"mlups": fluid * step / sec / 1e3', (KL, "tests/test_bench.py")),
+      '"mlups": fluid * step / sec / 1e6', '"mlups": fluid * step / sec / 1e3', (KL, "tests/report/test_bench.py")),
     M("perf-bytes-per-cell", "hpcsolve/lbm/steppers/gpu_common.py", "bytes per cell step: 9 s + 1 (reads only)",
       "return 2 * lattice.Q * s + 1, (1 if in_place else 2)", "return lattice.Q * s + 1, (1 if in_place else 2)",
-      (KF, KL, "tests/test_bench.py")),
+      (KF, KL, "tests/report/test_bench.py")),
     M("perf-copy-bandwidth", "hpcsolve/core/backends.py", "copy bandwidth counts only the bytes read",
-      "moved = 2 * nbytes", "moved = 1 * nbytes", (KF, KL, "tests/test_bench.py")),
+      "moved = 2 * nbytes", "moved = 1 * nbytes", (KF, KL, "tests/report/test_bench.py")),
     M("perf-effective-bw", "hpcsolve/report/bench_lbm.py", "effective bandwidth in MB/s labelled GB/s",
       '"effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e9', '"effective_bandwidth_GBps": mlups * 1e6 * bpc / 1e6',
-      (KF, KL, "tests/test_bench.py")),
+      (KF, KL, "tests/report/test_bench.py")),
     M("perf-cg-bytes", "hpcsolve/fem/linalg/cg_engine.py", "CG bytes per iteration: update_xp counted as 4 n s",
       "return spmv + 3 * n * s + 5 * n * s", "return spmv + 3 * n * s + 4 * n * s", (KF, "tests/fem/test_cg.py")),
     # ---- compare's norms
     M("cmp-rel-max", "hpcsolve/report/comparison.py", "field_error rel_max divided by the L2 norm",
       '"rel_max": scaled.ratio(float(np.max(np.abs(diff))), mref)',
       '"rel_max": scaled.ratio(float(np.max(np.abs(diff))), nref)',
-      (KF, "tests/test_compare.py")),
+      (KF, "tests/report/test_compare.py")),
     M("cmp-rel-l2", "hpcsolve/report/comparison.py", "field_error rel_l2 takes the sum of |diff| (an L1 norm)",
       '"rel_l2": scaled.ratio(scaled.norm2(diff), nref)', '"rel_l2": scaled.ratio(float(np.sum(np.abs(diff))), nref)',
-      (KF, "tests/test_compare.py")),
+      (KF, "tests/report/test_compare.py")),
     # ---- 16-bit codecs
     M("fp16c-decode-bias", FP16C, "decode: exponent re-bias off by one", "((e + xp.uint32(127 - BIAS)) << 23)",
-      "((e + xp.uint32(128 - BIAS)) << 23)", ("tests/test_fp16c.py", "tests/test_codecs.py"), True),
+      "((e + xp.uint32(128 - BIAS)) << 23)", ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"), True),
     M("fp16c-subnormal-tie", FP16C, "encode: subnormal ties round up instead of to even",
       "q += ((rem > half) | ((rem == half) &", "q += ((rem >= half) | ((rem == half) &",
-      ("tests/test_fp16c.py", "tests/test_codecs.py"), True),
+      ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"), True),
     M("fp16c-normal-even", FP16C, "encode: round-to-even looks at the wrong bit",
       "+ ((an >> 12) & xp.uint32(1))) >> 12", "+ ((an >> 11) & xp.uint32(1))) >> 12",
-      ("tests/test_fp16c.py", "tests/test_codecs.py"), True),
+      ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"), True),
     M("fp16c-overflow", FP16C, "encode: overflow saturates to the largest finite code instead of NaN",
       "xp.minimum(normal, xp.uint32(NAN_BITS))", "xp.minimum(normal, xp.uint32(NAN_BITS - 1))",
-      ("tests/test_fp16c.py", "tests/test_codecs.py"), True),
+      ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"), True),
     M("fp16c-sr-bits", FP16C, "stochastic rounding: 11 random bits instead of 12 (biased)",
       "(u32(ai) * s + u32(ci)) >> u32(20)", "(u32(ai) * s + u32(ci)) >> u32(21)",
-      ("tests/test_fp16c.py", "tests/test_codecs.py"), True),
+      ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"), True),
     M("fp16c-subnormal-decode", FP16C, "decode: subnormal step 2^-24 instead of 2^-25",
       "sub = m.astype(xp.float32) * xp.float32(SUBNORMAL_STEP)",
-      "sub = m.astype(xp.float32) * xp.float32(2 * SUBNORMAL_STEP)", ("tests/test_fp16c.py", "tests/test_codecs.py"),
+      "sub = m.astype(xp.float32) * xp.float32(2 * SUBNORMAL_STEP)", ("tests/core/test_fp16c.py", "tests/core/test_codecs.py"),
       True),
     M("codec-pack-swap", "hpcsolve/core/codecs.py", "Numba pair kernel: fp16c word halves swapped in the store",
       'return f"FP16C_PACK_SR{i}({a}, {b}, {seed_a}, {seed_b})"',
-      'return f"FP16C_PACK_SR{i}({b}, {a}, {seed_b}, {seed_a})"', ("tests/test_codecs.py", "tests/test_fp16c.py"),
+      'return f"FP16C_PACK_SR{i}({b}, {a}, {seed_b}, {seed_a})"', ("tests/core/test_codecs.py", "tests/core/test_fp16c.py"),
       True),
     M("codec-fp16s-scale", "hpcsolve/core/precision.py", "fp16s decode: 1 / (scale + 1)",
       "h = h * ct.type(1.0 / self.population_scale)", "h = h * ct.type(1.0 / (self.population_scale + 1))",
-      ("tests/test_codecs.py", "tests/test_fp16c.py") + LBM_REF, True),
+      ("tests/core/test_codecs.py", "tests/core/test_fp16c.py") + LBM_REF, True),
     # ---- FEM assembly and load quadrature
     M("fem-load-swap", ASM, "load quadrature: nodes 0 and 1 take each other's midpoints",
       "xp.stack([f[:, 0] + f[:, 2], f[:, 0] + f[:, 1], f[:, 1] + f[:, 2]], axis=1)",
@@ -263,7 +263,7 @@ MUTANTS: list[Mutant] = [
       "        p *= beta\n", "        p *= beta * beta\n", (KF, "tests/fem/test_cg.py")),
     M("fem-cg-alpha-fused", "hpcsolve/fem/linalg/fused.py", "fused description: x += alpha p uses 2 alpha",
       "        x[i] += alpha * pi", "        x[i] += (alpha + alpha) * pi",
-      ("tests/test_fem_fused.py", "tests/fem/test_cg_variants.py"), True),
+      ("tests/fem/test_fused.py", "tests/fem/test_cg_variants.py"), True),
     # ---- smoothers and grid transfers
     M("fem-cheby-rho", "hpcsolve/fem/linalg/precond/cycle.py", "Chebyshev: 1/(2 sigma + rho) (the audit's survivor)",
       "rho_new = 1.0 / (2.0 * sigma - rho)", "rho_new = 1.0 / (2.0 * sigma + rho)", (KF, "tests/fem/test_multigrid.py")),
@@ -286,11 +286,11 @@ MUTANTS: list[Mutant] = [
       "return (int(nx) + per_block - 1) // per_block, int(ny)", "return int(nx) // per_block, int(ny)", (KL,), True),
     M("launch-fem-grid", "hpcsolve/fem/linalg/kernels_numba.py", "FEM Numba grid one block short (0 for small n)",
       "return max(1, min((n + self.threads - 1) // self.threads, self.max_blocks))",
-      "return min((n - 1) // self.threads, self.max_blocks)", (KF, "tests/test_fem_mg_kernels.py"), True),
+      "return min((n - 1) // self.threads, self.max_blocks)", (KF, "tests/fem/test_mg_kernels.py"), True),
     M("launch-perturb", "hpcsolve/lbm/steppers/kernels_numba.py", "Numba perturb kernel launched for n, not 9 n items",
       "self._k_perturb[launch.blocks(lattice.Q * n),", "self._k_perturb[launch.blocks(n),",
-      (KL, "tests/test_cudasim_more.py"), True),
-    # ---- the generated CUDA C (GPU-only text, checked on the CPU by behaviour: tests/test_mutation_kills.py)
+      (KL, "tests/test_cudasim_paths.py"), True),
+    # ---- the generated CUDA C (GPU-only text, checked on the CPU by behaviour: tests/fem/test_mutation_kills.py)
     M("cuda-warp-sum", "hpcsolve/fem/linalg/kernels_cupy.py", "FEM CUDA C warp_sum starts at offset 8 (half the warp)",
       "for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync", "for (int o = 8; o > 0; o >>= 1) v += __shfl_down_sync",
       (KF,)),
@@ -302,15 +302,15 @@ MUTANTS: list[Mutant] = [
     # ---- the steady-state stopping rule (hpcsolve/lbm/monitor.py; added after its rewrite was committed, 8668d8a)
     M("mon-growth-sign", "hpcsolve/lbm/monitor.py", "growth exponent with the step ratio inverted (a developing flow "
       "reads as noise)", "return math.log(late / early) / math.log(late_steps / early_steps)",
-      "return math.log(late / early) / math.log(early_steps / late_steps)", ("tests/test_newuser_lbmrun.py", KL)),
+      "return math.log(late / early) / math.log(early_steps / late_steps)", ("tests/lbm/test_run_messages.py", KL)),
     M("mon-growth-gate", "hpcsolve/lbm/monitor.py", "stall accepted up to growth 0.6 (a random walk, g = 1/2, passes)",
-      "STALL_GROWTH = 0.35", "STALL_GROWTH = 0.6", ("tests/test_newuser_lbmrun.py", KL)),
+      "STALL_GROWTH = 0.35", "STALL_GROWTH = 0.6", ("tests/lbm/test_run_messages.py", KL)),
     M("mon-resolution", "hpcsolve/lbm/monitor.py", "16-bit storage resolution 2^-12 instead of 2^-11",
       "return 2.0 ** -(8 * storage.itemsize - 5)", "return 2.0 ** -(8 * storage.itemsize - 4)",
-      ("tests/test_newuser_lbmrun.py", KL)),
+      ("tests/lbm/test_run_messages.py", KL)),
     M("mon-window", "hpcsolve/lbm/monitor.py", "stall window: STALL_CHECKS checks suffice (none left before them)",
       "        if len(checks) <= STALL_CHECKS:\n", "        if len(checks) < STALL_CHECKS:\n",
-      ("tests/test_newuser_lbmrun.py", KL)),
+      ("tests/lbm/test_run_messages.py", KL)),
 ]
 
 

@@ -168,10 +168,10 @@ def main(argv=None) -> int:
             np.savetxt(args.out / f"outlet_reflection_lift_{r['outlet'].replace('+', '_')}.csv",
                        np.column_stack([r["t"], r["cl"]]),
                        delimiter=",", header="steps_after_step,lift_coefficient", comments="")
-        import matplotlib
+        import matplotlib  # late: heavy (matplotlib), only for --plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # late: heavy (matplotlib), only for --plot
 
         fig, axes = plt.subplots(3, 1, figsize=(7, 8.5), sharex=True)
         for r in runs:

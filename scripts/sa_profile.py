@@ -1,4 +1,4 @@
-"""Where the device smoothed-aggregation set-up spends its time (issue 33): ``sa_levels_xp`` on 2D Poisson with
+"""Where the device smoothed-aggregation set-up spends its time: ``sa_levels_xp`` on 2D Poisson with
 CuPy, every step of ``hpcsolve.fem.linalg.precond.sa_device`` timed with a device synchronization before and after
 (so the sum is a little above an unsynchronized set-up); the median of ``--repeat`` runs after a warm-up.
 
@@ -24,10 +24,10 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[2047])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    import cupy as cp
-    import cupyx.scipy.sparse as csp
+    import cupy as cp  # late: optional GPU module
+    import cupyx.scipy.sparse as csp  # late: optional GPU module
 
-    from amg_setup_bench import poisson2d
+    from amg_setup_bench import poisson2d  # late: a sibling script, imports cupy
 
     seconds = collections.defaultdict(float)
 

@@ -4,6 +4,7 @@
 # imported), then the notebooks (nbmake). Every stage runs even when an earlier one failed; the end lists each
 # stage's result and time, and the exit status is non-zero if any stage failed. Tests run on every core
 # (pytest-xdist, -n auto); GPU tests (-m gpu) skip here: run them on a GPU machine with scripts/gpu_check.sh.
+# The Examples sections of the public API's docstrings run in the main stage (tests/test_doctests.py).
 #
 #   bash scripts/test.sh                  the default suite (what CI runs; about 10 minutes on 2 cores)
 #   bash scripts/test.sh --slow           the long validation runs and soaks (-m slow), no notebooks

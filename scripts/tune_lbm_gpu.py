@@ -37,15 +37,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Path(os.environ.get("OUT", "."))
 
-    from lbm_gpu_cases import channel, rel_diff, shifted
+    from lbm_gpu_cases import channel, rel_diff, shifted  # late: after sys.path holds tests/lbm
 
-    from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper
-    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper
-    from hpcsolve.lbm.steppers.stepper import get_stepper
-    from hpcsolve.core.precision import get_precision
-    from hpcsolve.report.bandwidth import copy_bandwidth
-    from hpcsolve.core import backends
-    from hpcsolve.report.bench_lbm import cavity_setup
+    from hpcsolve.lbm.steppers.kernels_cupy import CupyStepper  # late: imports cupy (optional GPU module)
+    from hpcsolve.lbm.steppers.kernels_numba import NumbaCudaStepper  # late: imports numba.cuda (optional GPU module)
+    from hpcsolve.lbm.steppers.stepper import get_stepper  # late: after sys.path holds the source tree
+    from hpcsolve.core.precision import get_precision  # late: after sys.path holds the source tree
+    from hpcsolve.report.bandwidth import copy_bandwidth  # late: after sys.path holds the source tree
+    from hpcsolve.core import backends  # late: after sys.path holds the source tree
+    from hpcsolve.report.bench_lbm import cavity_setup  # late: after sys.path holds the source tree
 
     cls = {"cupy": CupyStepper, "numba-cuda": NumbaCudaStepper}
     bw = copy_bandwidth("cupy")["bandwidth_GBps"]

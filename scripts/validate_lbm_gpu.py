@@ -79,8 +79,8 @@ def main(argv=None) -> int:
     out = args.out or Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
 
-    from hpcsolve import run as runmod
-    from hpcsolve.lbm import runner
+    from hpcsolve import run as runmod  # late: after sys.path holds the source tree
+    from hpcsolve.lbm import runner  # late: after sys.path holds the source tree
 
     rows = []
     for label, path, overrides, quick, keys, reference in RUNS:

@@ -11,17 +11,19 @@ This module knows no solver family: each family registers its per-backend pieces
 (:func:`register_piece`, ``"module:attribute"`` strings imported on first use), as XLB's operators register
 per backend, so that ``hpcsolve.core`` imports nothing from ``hpcsolve.lbm`` or ``hpcsolve.fem``.
 
-Nothing else in hpcsolve imports cupy or numba.cuda at module level; GPU imports happen in the
-methods below, lazily, and their absence becomes a reason string (``hpcsolve info``) or a
-BackendError.
+Nothing else in hpcsolve imports cupy or numba.cuda at module level; the GPU modules come from one accessor each
+(:func:`_cupy`, :func:`_numba_cuda`), called by the methods below on first use, and their absence becomes a reason
+string (``hpcsolve info``) or a BackendError.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
+import gc
 import importlib
 import importlib.util
+import sys
+from importlib import metadata
 import os
 import statistics
 import threading
@@ -45,6 +47,24 @@ class BackendStatus:
 
 def cuda_simulator_enabled() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _cupy():
+    """The ``cupy`` module, imported on first use: an optional GPU dependency (the cuda12/cuda13 extras) whose import
+    also loads the CUDA libraries, so a CPU-only run never pays for it. Cached by the import system (``sys.modules``),
+    not here: the CUDA-C compile tests put a recording stand-in there for a while (``tests/cuda_compile_util.py``)."""
+    import cupy  # late: optional GPU module (the cuda extras), loads the CUDA libraries
+
+    return cupy
+
+
+def _numba_cuda():
+    """The ``numba.cuda`` module, imported on first use: optional, about 100 MB and half a second to import, and
+    ``NUMBA_ENABLE_CUDASIM`` must be set before it is (the simulator tests set it in their own process). Cached by the
+    import system (``sys.modules``)."""
+    from numba import cuda  # late: optional GPU module; NUMBA_ENABLE_CUDASIM is read at its import
+
+    return cuda
 
 
 class Timer:
@@ -128,7 +148,7 @@ class Backend:
     def run_context(self):
         """A context for a timed run: host BLAS/OpenMP thread pools pinned to ``cpu_threads()`` (on a
         2-core machine OpenBLAS's second thread made small fp64 CG solves 15x slower)."""
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # late: 13 ms of import, needed only around a timed run
 
         return threadpool_limits(limits=cpu_threads())
 
@@ -138,8 +158,6 @@ class Backend:
 
     def free_pool(self) -> None:
         """Return cached device memory (between benchmark sizes); a garbage collection everywhere."""
-        import gc
-
         gc.collect()
 
     # ---- memory
@@ -209,7 +227,7 @@ class CupyBackend(_GpuBackend):
 
     def _probe(self):
         try:
-            import cupy
+            cupy = _cupy()
         except Exception as exc:  # ImportError, or a CUDA library load failure
             return BackendStatus("cupy", False, f"cupy does not import ({type(exc).__name__}: {exc}); "
                                  "install the GPU extra: pip install 'hpcsolve[cuda12]' or '[cuda13]'")
@@ -225,39 +243,32 @@ class CupyBackend(_GpuBackend):
 
     @property
     def xp(self):
-        import cupy
-
+        cupy = _cupy()
         return cupy
 
     def to_device(self, host):
-        import cupy
-
+        cupy = _cupy()
         return cupy.asarray(host)
 
     def synchronize(self):
-        import cupy
-
+        cupy = _cupy()
         cupy.cuda.get_current_stream().synchronize()
 
     def event_clock(self):
-        import cupy
-
+        cupy = _cupy()
         return EventClock(cupy.cuda.Event, lambda a, b: cupy.cuda.get_elapsed_time(a, b) / 1e3)
 
     def free_pool(self):
-        import cupy
-
+        cupy = _cupy()
         cupy.get_default_memory_pool().free_all_blocks()
         super().free_pool()
 
     def memory(self):
-        import cupy
-
+        cupy = _cupy()
         return tuple(int(v) for v in cupy.cuda.runtime.memGetInfo())
 
     def copy_bandwidth(self, nbytes=2 * 1024**3, repeats=10):
-        import cupy
-
+        cupy = _cupy()
         n = nbytes // 4
         src = cupy.arange(n, dtype=cupy.float32)
         dst = cupy.empty_like(src)
@@ -283,7 +294,7 @@ class NumbaCudaBackend(_GpuBackend):
 
     def _probe(self):
         try:
-            from numba import cuda
+            cuda = _numba_cuda()
         except Exception as exc:
             return BackendStatus("numba-cuda", False, f"numba.cuda does not import ({type(exc).__name__}: {exc})")
         if cuda_simulator_enabled():
@@ -300,19 +311,15 @@ class NumbaCudaBackend(_GpuBackend):
         return BackendStatus("numba-cuda", True, f"numba-cuda on {devname}", device=devname)
 
     def to_device(self, host):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         return cuda.to_device(np.ascontiguousarray(host))
 
     def synchronize(self):
         if not cuda_simulator_enabled():
-            from numba import cuda
-
-            cuda.synchronize()
+            _numba_cuda().synchronize()
 
     def event_clock(self):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         return EventClock(cuda.event, lambda a, b: a.elapsed_time(b) / 1e3, stream_record=True)
 
     def free_pool(self):
@@ -325,14 +332,12 @@ class NumbaCudaBackend(_GpuBackend):
     def memory(self):
         if cuda_simulator_enabled():
             return None
-        from numba import cuda
-
+        cuda = _numba_cuda()
         free, total = cuda.current_context().get_memory_info()
         return int(free), int(total)
 
     def copy_bandwidth(self, nbytes=2 * 1024**3, repeats=10):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         n = nbytes // 4
         src = cuda.to_device(np.arange(n, dtype=np.float32))
         dst = cuda.device_array_like(src)
@@ -505,7 +510,7 @@ def cpu_threads() -> int:
 
 def thread_pools() -> list[dict]:
     """The host thread pools in effect now (library, API, threads), for provenance."""
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info  # late: 13 ms of import, needed only for a result's provenance
 
     return [{"library": p.get("internal_api", p.get("prefix", "")), "api": p.get("user_api", ""),
              "threads": p.get("num_threads")} for p in threadpool_info()]
@@ -514,8 +519,7 @@ def thread_pools() -> list[dict]:
 def get_array_module(array):
     """numpy or cupy, by the array's type (like cupy.get_array_module, without importing cupy)."""
     if type(array).__module__.startswith("cupy"):
-        import cupy
-
+        cupy = _cupy()
         return cupy
     return np
 
@@ -554,8 +558,6 @@ def package_versions() -> dict[str, str]:
 
 @functools.cache
 def _package_versions() -> dict[str, str]:
-    from importlib import metadata
-
     out = {}
     for pkg in ("hpcsolve", "numpy", "scipy", "numba", "numba-cuda", "cupy-cuda12x", "cupy-cuda13x",
                 "h5py", "meshio", "pydantic", "matplotlib"):

@@ -29,13 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from hpcsolve.core import backends, precision
 from hpcsolve.core.errors import CaseError, clip, shown
 from hpcsolve.core.safe_io import CASE_FILE_MAX_BYTES, read_text
+from hpcsolve.core.toml_shape import MAX_DEPTH, MAX_KEY_PARTS, toml_shape_problem
 
 FAMILIES = ("lbm", "fem")
 
-#: deepest nesting of tables and arrays in a case (the deepest real one is 5: boundary.dirichlet[0].where.circle)
-MAX_DEPTH = 16
-#: most parts of a dotted key (``a.b.c``), in a case file or a --set key
-MAX_KEY_PARTS = 16
 #: integers beyond this are refused in every field (they no longer fit numpy's int64 arithmetic safely)
 MAX_INT = 2**53
 #: largest case text parsed
@@ -495,79 +492,61 @@ def parse_case_text(text: str, overrides: list[str] | tuple[str, ...] = (), *, p
 
 def load_case(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
               before_validation=None) -> CaseBase:
-    """Read, override and validate a case file (a regular file; a pipe or device is refused unopened);
-    ``before_validation``: as in :func:`parse_case_text`."""
+    """Read, override and validate a case file.
+
+    Parameters
+    ----------
+    path : str or Path
+        A TOML case file (a regular file; a pipe or device is refused unopened). Its ``solver`` field ("lbm",
+        "fem") chooses the model it is validated against (``CASE_MODELS``).
+    overrides : sequence of str
+        ``["key.path=value", ...]``, as ``--set`` on the command line (values in TOML syntax), applied before
+        validation.
+    before_validation : callable, optional
+        As in :func:`parse_case_text`.
+
+    Returns
+    -------
+    CaseBase
+        The family's case model (``LBMCase`` or ``FEMCase``): every section with its defaults filled in, lattice
+        or mesh parameters derived when run.
+
+    Raises
+    ------
+    CaseError
+        One message naming the field, the value and what is allowed: a missing or unreadable file, TOML syntax,
+        an unknown key, a value out of range, a bad override.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from hpcsolve import CaseError, load_case
+    >>> path = Path(tempfile.mkdtemp()) / "cavity.toml"
+    >>> _ = path.write_text('''
+    ... solver = "lbm"
+    ... name = "cavity"
+    ... [physics]
+    ... reynolds = 100.0
+    ... [lattice]
+    ... resolution = 32
+    ... [boundaries]
+    ... top = "moving_wall"
+    ... [time]
+    ... end_time = 2.0
+    ... ''')
+    >>> case = load_case(path, ["lattice.resolution=16", "run.precision='fp32'"])
+    >>> case.solver, case.lattice.resolution, case.run.precision, case.boundaries.left
+    ('lbm', 16, 'fp32', 'wall')
+    >>> try:
+    ...     load_case(path, ["run.precision='fp8'"])
+    ... except CaseError as exc:
+    ...     print(exc.field)
+    run.precision
+    """
     text = read_text(path, "case", "a path to an existing .toml case file (UTF-8 text)",
                      max_bytes=CASE_FILE_MAX_BYTES)
     # a byte-order mark (what some editors put before UTF-8 text) is not TOML: tomllib would only say
     # "Invalid statement (at line 1, column 1)"
     return parse_case_text(text.removeprefix("\ufeff"), overrides, path=Path(path).resolve(),
                            before_validation=before_validation)
-
-
-# -- the shape of TOML text, looked at before tomllib parses it ----------------------------------
-# tomllib recurses into nested arrays and tables, and handles a dotted key in time quadratic in its
-# parts (20,000 parts: minutes); a linear scan refuses both first.
-
-_TOML_TOKEN = re.compile(r'"""|\'\'\'|["\'#\n\[\]{}=,.]')
-_TOML_STRING_END = {
-    '"""': re.compile(r'(?:[^\\]|\\.)*?"""', re.S),   # multi-line basic string
-    "'''": re.compile(r".*?'''", re.S),               # multi-line literal string
-    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),            # basic string
-    "'": re.compile(r"[^'\n]*'"),                      # literal string
-}
-
-
-def toml_shape_problem(text: str) -> str | None:
-    """Why ``text`` nests deeper than MAX_DEPTH or has a dotted key of more than MAX_KEY_PARTS parts
-    (with the line), or None. Strings and comments are skipped; anything else is left to tomllib."""
-    stack: list[str] = []        # "array" or "table" (inline) for each open bracket
-    in_key, in_header, dots, line = True, False, 0, 1
-    pos = 0
-    while True:
-        m = _TOML_TOKEN.search(text, pos)
-        if m is None:
-            return None
-        tok, pos = m.group(), m.end()
-        if tok in _TOML_STRING_END:
-            end = _TOML_STRING_END[tok].match(text, pos)
-            if end is None:
-                return None          # unterminated: tomllib says where
-            line += text.count("\n", pos, end.end())
-            pos = end.end()
-        elif tok == "#":
-            nl = text.find("\n", pos)
-            pos = len(text) if nl < 0 else nl
-        elif tok == "\n":
-            line += 1
-            if not stack:
-                in_key, in_header, dots = True, False, 0
-        elif tok == "[":
-            if not stack and in_key and not in_header and not text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip():
-                in_header, dots = True, 0                     # a [table] or [[array of tables]] header
-            elif not in_header:
-                stack.append("array")
-                in_key = False
-        elif tok == "]":
-            if in_header:
-                in_key = False
-            elif stack:
-                stack.pop()
-        elif tok == "{":
-            stack.append("table")
-            in_key, dots = True, 0
-        elif tok == "}":
-            if stack:
-                stack.pop()
-            in_key = False
-        elif tok == "=":
-            in_key = False
-        elif tok == ",":
-            if stack and stack[-1] == "table":
-                in_key, dots = True, 0
-        elif tok == "." and (in_key or in_header):
-            dots += 1
-            if dots >= MAX_KEY_PARTS:
-                return f"line {line}: a dotted key of more than {MAX_KEY_PARTS} parts; allowed: at most {MAX_KEY_PARTS}"
-        if len(stack) > MAX_DEPTH:
-            return f"line {line}: arrays and tables nest more than {MAX_DEPTH} deep; allowed: at most {MAX_DEPTH}"

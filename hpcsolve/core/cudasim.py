@@ -32,8 +32,8 @@ _LOCK = threading.Lock()
 
 
 def _np_dtype(dtype):
-    from numba.core import types
-    from numba.np import numpy_support
+    from numba.core import types  # late: optional GPU module (numba), only where the simulator runs
+    from numba.np import numpy_support  # late: optional GPU module (numba), as above
 
     return numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else np.dtype(dtype)
 
@@ -42,7 +42,7 @@ def serialise_shared_arrays() -> bool:
     """Make the simulator's ``cuda.shared.array`` thread-safe; True when the simulator's class was patched
     (now or before), False when the simulator does not import."""
     try:
-        from numba.cuda.simulator import kernelapi
+        from numba.cuda.simulator import kernelapi  # late: optional GPU module; the simulator only when enabled
     except Exception:            # no simulator in this numba-cuda: nothing to repair
         return False
     cls = kernelapi.FakeCUDAShared

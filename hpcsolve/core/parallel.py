@@ -68,7 +68,7 @@ def world():
     if not any(os.environ.get(v) for v in LAUNCHER_VARIABLES):
         return SingleRank()
     try:
-        from mpi4py import MPI   # optional dependency (the mpi extra): imported only under an MPI launcher
+        from mpi4py import MPI   # late: optional dependency (the mpi extra), imported only under an MPI launcher
     except ImportError:
         size = max(int(os.environ.get(v, "1") or 1) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
                                                                  "MV2_COMM_WORLD_SIZE"))

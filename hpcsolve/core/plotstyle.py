@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import textwrap
 
 import numpy as np
 
@@ -22,9 +23,8 @@ PNG_OPTIONS = {"format": "png", "pil_kwargs": {"compress_level": 1}}
 
 def new_figure(figsize, **kwargs):
     """A Figure with an Agg canvas, not registered with pyplot (nothing to close)."""
-    # late: matplotlib costs about 0.5 s to import (measured), paid only by a run that plots
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # late: heavy (matplotlib, 0.5 s), only for plots
+    from matplotlib.figure import Figure  # late: heavy (matplotlib), only for plots
 
     fig = Figure(figsize=figsize, **kwargs)
     FigureCanvasAgg(fig)
@@ -60,8 +60,6 @@ def fit_titles(fig) -> None:
     """Wrap every axes title and the figure's suptitle that is wider than TITLE_FRACTION of the figure (a case
     name, a long configuration label) onto more lines, so that no title leaves the figure. Measures the texts only
     (no draw)."""
-    import textwrap
-
     renderer = fig.canvas.get_renderer()
     titles = [(t, fig.bbox.width) for ax in fig.axes
               for t in (ax.title, getattr(ax, "_left_title", None), getattr(ax, "_right_title", None)) if t is not None]

@@ -18,6 +18,11 @@ from hpcsolve.core.codecs import Codec
 from hpcsolve.core.errors import CaseError
 
 
+#: a kernel check's bound by bytes per stored value: 8 (float64) rounding only; 4 (float32) ~1e3 unit roundoffs over
+#: 50 steps; 2 (16-bit) the storage's 3 digits
+_CHECK_BOUND_BY_BYTES = {8: 1e-10, 4: 1e-4, 2: 5e-2}
+
+
 @dataclass(frozen=True)
 class Precision:
     name: str
@@ -28,10 +33,15 @@ class Precision:
     refinement: bool = False   # FEM: low-precision inner work, float64 residual and solution
     description: str = ""
     codec: Codec | None = None  # how values are stored (hpcsolve/core/codecs.py); None: storage's plain float codec
+    #: LBM: the relative L2 velocity difference from the NumPy reference that a kernel check of this precision accepts
+    #: (``hpcsolve bench lbm``: a 64^2 cavity after 50 steps, 16-bit storage against fp64); None: by storage width
+    check_bound: float | None = None
 
     def __post_init__(self):
         if self.codec is None:
             object.__setattr__(self, "codec", codecs.FLOAT_CODECS[np.dtype(self.storage)])
+        if self.check_bound is None:
+            object.__setattr__(self, "check_bound", _CHECK_BOUND_BY_BYTES.get(self.storage_bytes, 5e-2))
         if self.codec.storage != np.dtype(self.storage):
             raise ValueError(f"precision {self.name}: codec {self.codec} stores {self.codec.storage}, "
                              f"not {self.storage}")
@@ -111,6 +121,22 @@ MIXED = Precision("mixed", np.dtype(np.float32), np.dtype(np.float32), frozenset
                   description="float32 inner solve, float64 solution and true residual")
 
 POLICIES: dict[str, Precision] = {p.name: p for p in (FP64, FP32, FP16S, FP16C, MIXED)}
+#: the precision every comparison and benchmark measures against (compare's reference, bench's speed-up baseline)
+REFERENCE = FP64
+
+
+def register(policy: Precision) -> Precision:
+    """Add ``policy`` to :data:`POLICIES` (a new precision is one ``Precision`` and this call): the case schema, the
+    CLI's choices, ``compare`` and ``hpcsolve bench`` read the registry when asked. ValueError for a name already
+    registered, or one that is not a lower-case word (case files and folder names carry it)."""
+    if not isinstance(policy, Precision):
+        raise ValueError(f"register: {policy!r} is not a Precision")
+    if policy.name in POLICIES:
+        raise ValueError(f"register: precision {policy.name!r} is already registered")
+    if not policy.name or policy.name != policy.name.lower() or not policy.name.replace("_", "").isalnum():
+        raise ValueError(f"register: precision name {policy.name!r} is not a lower-case word")
+    POLICIES[policy.name] = policy
+    return policy
 
 
 def get_precision(name: "str | Precision", family: str | None = None, field: str = "run.precision") -> Precision:

@@ -11,10 +11,10 @@ Output folder of a run::
     summary.json   metrics, timings, derived parameters, provenance (machine-readable)
     plots/*.png    family-specific plots
 
-A result is first written into a staging folder beside the files (every disk write checked), then renamed into place, and the marker ``manifest.json`` comes last: it
-names the result's files and the run id that result.h5 and summary.json carry too. A folder
-without the marker is incomplete (a run killed while writing); a failed write (a full disk)
-leaves the previous result and the checkpoints as they were.
+A result is first written into a staging folder beside the files (every disk write checked), then renamed into place,
+and the marker ``manifest.json`` comes last: it names the result's files and the run id that result.h5 and summary.json
+carry too. A folder without the marker is incomplete (a run killed while writing); a failed write (a full disk) leaves
+the previous result and the checkpoints as they were.
 """
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hpcsolve.core.errors import OutputError
+from hpcsolve.core.errors import CaseError, OutputError
 from hpcsolve.core.interrupts import deferred
 from hpcsolve.core.outdir import (JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, SUMMARY_MAX_BYTES,
                                   manifest_files)
-from hpcsolve.core.errors import CaseError
 from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, open_h5, read_json, write_atomic, write_h5_atomic
 from hpcsolve.core.verdicts import console_rows as verdict_rows
 from hpcsolve.core.verdicts import outside
@@ -405,10 +404,9 @@ def _vector3(a: np.ndarray) -> np.ndarray:
     return a
 
 
-#: fields and snapshots up to this many bytes are stored gzip (level 1) with the shuffle filter; larger ones
-#: uncompressed. Solution fields are float64 whose low bits are noise: on a 4.2 M-node field gzip level 1 saved 27 %
-#: of the bytes at 11 times the write time (2.69 s against 0.24 s for four fields on the 2-core machine; shuffle: 41 %
-#: at 1.83 s), so a large run's output was most of its wall time (2.5 s of a 3.3 s FEM run at 2048^2 on the H200).
+#: fields and snapshots up to this many bytes are stored gzip (level 1, shuffle filter), larger ones uncompressed: the
+#: low bits of float64 solution fields are noise, so gzip saved about a quarter of the bytes at ten times the write
+#: time (a 4.2 M-node field), and a large run's output became most of its wall time.
 COMPRESS_MAX_BYTES = 8 << 20
 
 
@@ -545,12 +543,35 @@ def read_h5(path: str | Path) -> dict:
 
 
 def load_result(folder: str | Path) -> Result:
-    """The result a run wrote into ``folder`` (``hpcsolve run --out`` or ``run_case(out=...)``), as the
-    :class:`Result` that ``run_case`` returned: ``fields`` (name -> NumPy array in the solver's shape: (ny, nx[, 2])
-    on an LBM grid, (npoints[, 2]) on a FEM mesh), ``grid`` (:class:`StructuredGrid` or :class:`TriangleMesh`;
-    ``x, y = result.grid.coordinates()`` gives where each value sits), ``snapshots``, ``series``, ``metrics``,
-    ``derived``, ``timings``, ``validation``, ``status``; ``summary()`` is summary.json's content. The folder is
-    checked first (:func:`read_result_folder`: complete, one run's files); an incomplete one raises OutputError."""
+    """The result a run wrote into ``folder``, as the :class:`Result` that ``run_case`` returned.
+
+    Parameters
+    ----------
+    folder : str or Path
+        A run's output folder (``hpcsolve run --out`` or ``run_case(out=...)``).
+
+    Returns
+    -------
+    Result
+        ``fields`` (name -> NumPy array: (ny, nx[, 2]) on an LBM grid, (npoints[, 2]) on a FEM mesh), ``grid``
+        (``x, y = grid.coordinates()``), ``snapshots``, ``series``, ``metrics``, ``timings``, ``status``, ``summary()``.
+
+    Raises
+    ------
+    OutputError
+        A folder that is missing, incomplete or not one run's files (:func:`read_result_folder`).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile, hpcsolve
+    >>> case = pathlib.Path(hpcsolve.__file__).resolve().parents[1] / "cases" / "lid_driven_cavity.toml"
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "cavity"
+    >>> _ = hpcsolve.run_case(case, "numpy", "fp32", out=out, progress=False, plots=False, overrides=[
+    ...     "lattice.resolution=16", "time.end_time=2", "steady.enabled=false", 'validation.reference="none"'])
+    >>> result = hpcsolve.load_result(out)
+    >>> result.status, result.precision, result.fields["velocity"].shape, float(result.grid.coordinates()[0][1])
+    ('completed', 'fp32', (18, 18, 2), 0.03125)
+    """
     summary = read_result_folder(folder, "folder")
     out = Path(folder)
     with open_h5(out / "result.h5", "folder", "a result folder whose result.h5 is a regular file") as f:

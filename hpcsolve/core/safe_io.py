@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import mmap
 import os
 import re
@@ -136,8 +137,6 @@ def open_h5(path: str | os.PathLike, field: str, allowed: str, *, max_bytes: int
 def read_json(path: str | os.PathLike, field: str, allowed: str, *, max_bytes: int):
     """The JSON value in a checked regular file (:func:`read_text`); ValueError (a CaseError among them) when it is
     not one."""
-    import json
-
     return json.loads(read_text(path, field, allowed, max_bytes=max_bytes))
 
 

@@ -100,9 +100,9 @@ def time_iterations(A, dtype, n_iter: int = 200, k: int = 50, repeats: int = 3, 
 
 
 def _cupyx_cg_time(dA, dtype, n_iter: int, repeats: int) -> float:
-    import cupy as cp     # optional dependency (the GPU extra): only on a usable CuPy backend
-    import cupyx.scipy.sparse as csp
-    from cupyx.scipy.sparse.linalg import cg
+    import cupy as cp  # late: optional GPU module (the GPU extra), only on a usable CuPy backend
+    import cupyx.scipy.sparse as csp  # late: optional GPU module, as above
+    from cupyx.scipy.sparse.linalg import cg  # late: optional GPU module, as above
 
     A = csp.csr_matrix((dA.vals[np.dtype(dtype)], dA.indices, dA.indptr), shape=(dA.n, dA.n))
     b = cp.asarray(np.random.default_rng(0).standard_normal(dA.n), dtype=dtype)
@@ -176,7 +176,7 @@ def main(args) -> int:
               "backends": {b: backends.probe(b).reason for b in GPU_BACKENDS},
               "device": "GPU (CuPy)" if on_gpu else f"CPU (NumPy backend, {backends.cpu_threads()} thread)"}
     if on_gpu:
-        from hpcsolve.fem.linalg import kernels_cupy    # imports cupy (optional dependency): on a usable GPU only
+        from hpcsolve.fem.linalg import kernels_cupy  # late: imports cupy (optional GPU module), on a usable GPU only
     else:
         print("no usable CuPy GPU backend (" + backends.probe("cupy").reason + "): NumPy backend on the CPU",
               flush=True)
@@ -198,7 +198,7 @@ def main(args) -> int:
         dA_nograph = dA.on(ops_nograph, lambda a: a)
         host = _host_poisson(m) if m <= 2048 else None
         for prec in precisions:
-            dt = np.float64 if prec == "fp64" else np.float32
+            dt = precision_mod.get_precision(prec, "fem").storage
             nb = bytes_per_iteration(dA.n, dA.nnz, dt)
             t = time_iterations(dA, dt, n_iter=n_iter, k=50, repeats=repeats)
             row(m, device.name, "fused+graphs", prec, t, nb)
@@ -294,7 +294,7 @@ def _cpu_rows(result, sizes, precisions, n_iter, repeats, quick, out, args=None,
             host = _host_poisson(m)
             A = prepare_matrix(host, backend=numpy)
             for prec in precisions:
-                dt = np.float64 if prec == "fp64" else np.float32
+                dt = precision_mod.get_precision(prec, "fem").storage
                 nb = bytes_per_iteration(A.n, A.nnz, dt)
                 t = time_iterations(A, dt, n_iter=max(n_iter // 4, 50), k=50, repeats=repeats)
                 _row(result, bw["bandwidth_Bps"], m, "numpy", "fused CG (NumPy backend)", prec, t, nb)

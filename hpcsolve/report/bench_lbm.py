@@ -36,6 +36,7 @@ import numpy as np
 
 from hpcsolve.core import backends
 from hpcsolve.core.errors import CaseError
+from hpcsolve.core import precision as precision_mod
 from hpcsolve.core.precision import get_precision
 from hpcsolve.lbm import memory as lbm_memory
 from hpcsolve.lbm import physics
@@ -47,7 +48,8 @@ from hpcsolve.report.bench_inputs import check_backends, check_sizes, out_folder
 
 DEFAULT_SIZES = (4096, 8192)
 QUICK_SIZES = (512,)
-DEFAULT_PRECISIONS = ("fp64", "fp32", "fp16s", "fp16c")
+#: the speed-up column's baseline precision (NumPy in it) and the reference of 16-bit storage checks
+BASELINE = precision_mod.REFERENCE.name
 GPU_BACKENDS = ("cupy", "numba-cuda")
 CPU_SIZE = 256
 CHECK_SIZE = 64
@@ -102,7 +104,7 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
     16-bit storage runs one cell per thread unless True)."""
     policy = get_precision(precision, "lbm")
     # a policy that stores in its compute dtype has a NumPy twin; 16-bit storage is compared with fp64
-    ref_policy = policy if policy.storage == policy.compute else get_precision("fp64", "lbm")
+    ref_policy = policy if policy.storage == policy.compute else precision_mod.REFERENCE
     ref = get_stepper("numpy", cavity_setup(n, ref_policy))
     dev = get_stepper(backend, cavity_setup(n, policy, in_place=in_place), pairs=pairs)
     ref.step(steps)
@@ -116,10 +118,6 @@ def check_against_reference(backend: str, precision: str, n: int = CHECK_SIZE, s
     out["in_place"] = bool(getattr(dev, "in_place", False))
     out["pairs"] = bool(getattr(dev, "pairs", False))
     return out
-
-
-def _bound(precision: str) -> float:
-    return {"fp64": 1e-10, "fp32": 1e-4, "fp16s": 5e-2, "fp16c": 5e-2}[precision]
 
 
 def time_backend(backend: str, precision: str, n: int, *, steps: int, repeats: int, warmup: int,
@@ -220,6 +218,11 @@ def _mlups_range(row: dict, fmt: str = ",.0f") -> str:
     return f"{row['cells'] / hi / 1e6:{fmt}}-{row['cells'] / lo / 1e6:{fmt}}"
 
 
+def _bound(precision: str) -> float:
+    """The relative L2 velocity difference a kernel check of ``precision`` accepts: the policy's ``check_bound``."""
+    return get_precision(precision, "lbm").check_bound
+
+
 def _check_key(backend: str, precision: str, in_place: bool = False, pairs: bool = False) -> str:
     """The key of a check in ``checks``: backend/precision and the step kernel (:func:`check_kernels`)."""
     return f"{backend}/{precision} ({'in place' if in_place else 'two buffers'}{', pairs' if pairs else ''})"
@@ -250,10 +253,10 @@ def _markdown(data: dict) -> str:
         lines.append(f"| numpy (CPU, {r.get('cpu_threads', 1)} thread) | {r['precision']} | {r['size']}^2 | "
                      f"{r['mlups']:,.2f} ({_mlups_range(r, '.2f')}) | | | | "
                      f"{_speedup_text(r.get('speedup_vs_numpy_fp64'))} | "
-                     f"{'baseline' if r['precision'] == 'fp64' else 'not checked (CPU reference)'} |")
+                     f"{'baseline' if r['precision'] == BASELINE else 'not checked (CPU reference)'} |")
     base = data.get("speedup_baseline")
     if base and base not in data["cpu_reference"]:
-        lines.append(f"| numpy (CPU, {base.get('cpu_threads', 1)} thread) | fp64 | {base['size']}^2 | "
+        lines.append(f"| numpy (CPU, {base.get('cpu_threads', 1)} thread) | {BASELINE} | {base['size']}^2 | "
                      f"{base['mlups']:,.2f} ({_mlups_range(base, '.2f')}) | | | | 1.00x | baseline of the speed-ups |")
     if data.get("memory"):
         lines += ["", "| backend | precision | resident B/cell | largest square grid that fits |",
@@ -269,7 +272,7 @@ def speedups(rows: list, cpu_rows: list, baseline: dict | None = None) -> None:
     baseline size (the first fp64 row, or ``baseline`` where fp64 was not asked for; a GPU row at 4096^2 against
     NumPy at 256^2). One baseline for every precision: NumPy fp32 against NumPy fp64 says what fp32 gains (each
     precision against itself said 1x)."""
-    base = [r for r in cpu_rows if r["precision"] == "fp64" and "mlups" in r] + ([baseline] if baseline else [])
+    base = [r for r in cpu_rows if r["precision"] == BASELINE and "mlups" in r] + ([baseline] if baseline else [])
     if not base:
         return
     for r in rows + cpu_rows + ([baseline] if baseline else []):
@@ -344,7 +347,7 @@ def main(args) -> int:
                         MIN_SIZE, MAX_SIZE, f"grid edges in [{MIN_SIZE}, {MAX_SIZE}] cells",
                         why_low=f"the cavity needs a wall, a fluid cell and the lid across ({MIN_SIZE} cells at least)")
     precisions = tuple(get_precision(p, "lbm", field="--precisions").name
-                       for p in (getattr(args, "precisions", None) or DEFAULT_PRECISIONS))
+                       for p in (getattr(args, "precisions", None) or precision_mod.names("lbm")))
     wanted = check_backends(getattr(args, "backends", None) or GPU_BACKENDS)
     gpu = [b for b in wanted if b in GPU_BACKENDS and backends.probe(b).available and not backends.probe(b).simulator]
     skipped = {b: backends.probe(b).reason for b in wanted if b in GPU_BACKENDS and b not in gpu}
@@ -356,7 +359,7 @@ def main(args) -> int:
     # NumPy runs every LBM precision (16-bit storage decoded to its compute type, as ``run`` does); NumPy fp64 is the
     # speedup column's baseline, timed apart where fp64 is not asked for
     cpu_precisions = list(precisions)
-    _host_fit(list(dict.fromkeys(["fp64"] + cpu_precisions)), cpu_sizes)   # fp64: the speed-up baseline
+    _host_fit(list(dict.fromkeys([BASELINE] + cpu_precisions)), cpu_sizes)   # the speed-up baseline
     out = out_folder(args)
     steps = 20 if quick else 100
     repeats = 3 if quick else 7
@@ -374,7 +377,7 @@ def main(args) -> int:
         for precision in precisions:
             _bench_one(backend, precision, sizes, in_place, fits, bw, dict(steps=steps, repeats=repeats, warmup=warmup),
                        checks, rows, memory)
-    baseline = None if "fp64" in cpu_precisions else time_numpy("fp64", cpu_sizes[0], steps=5 if quick else 20)
+    baseline = None if BASELINE in cpu_precisions else time_numpy(BASELINE, cpu_sizes[0], steps=5 if quick else 20)
     speedups(rows, cpu_rows, baseline)
 
     data = {"benchmark": "lbm", "case": "lid-driven cavity (D2Q9, BGK)", "device": device, "quick": quick,
@@ -383,7 +386,7 @@ def main(args) -> int:
             "sizes": sorted({r["size"] for r in rows + cpu_rows if "mlups" in r}), "sizes_requested": list(sizes),
             "precisions": list(precisions), "backends_timed": gpu, "backends_skipped": skipped,
             "checks": checks, "rows": rows, "cpu_reference": cpu_rows, "memory": memory,
-            "speedup_baseline": baseline or next((r for r in cpu_rows if r["precision"] == "fp64"), None),
+            "speedup_baseline": baseline or next((r for r in cpu_rows if r["precision"] == BASELINE), None),
             "packages": backends.package_versions()}
     stem = {"auto": "bench_lbm", "in-place": "bench_lbm_in_place", "two-buffer": "bench_lbm_two_buffer"}[streaming]
     write_output(out / f"{stem}.json", json.dumps(data, indent=2, default=str))

@@ -20,9 +20,11 @@ import time
 import numpy as np
 
 from hpcsolve.core import backends
+from hpcsolve.core.precision import REFERENCE
 from hpcsolve.fem import prepare_matrix, solve
 from hpcsolve.fem.discrete import testproblems as tp
 from hpcsolve.fem.linalg import kernels_numba
+from hpcsolve.fem.linalg.precond import registry
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
 
 RTOL = 1e-10
@@ -90,7 +92,7 @@ def _row(result, m, backend, kind, hierarchy, precision, method, rep, times, set
 
 def _pyamg_rows(result, m, problem, repeats):
     try:
-        import pyamg    # optional: pyamg's own solver is a comparison row where it is installed (0.25 s import)
+        import pyamg  # late: optional (0.25 s import); its own solver is a comparison row where installed
     except ImportError:
         return
     A, b = problem.A, problem.b
@@ -128,7 +130,7 @@ def poisson_table(result, *, sizes, device, numba: bool, quick: bool) -> None:
         grid = tp.fd_grid(m)
         host = tp.poisson_fd(m) if (not gpu or m <= max(AMG_MAX, PYAMG_MAX, NUMBA_MAX)) else None
         if gpu:
-            from hpcsolve.fem.linalg import kernels_cupy    # imports cupy (optional dependency): on a usable GPU only
+            from hpcsolve.fem.linalg import kernels_cupy  # late: imports cupy (optional GPU module), on a usable GPU only
 
             A = kernels_cupy.poisson_5point_device(m)
         else:
@@ -150,9 +152,9 @@ def poisson_table(result, *, sizes, device, numba: bool, quick: bool) -> None:
         for kind, hier, prec, method, fmt in configs:
             def make(kind=kind, hier=hier, fmt=fmt):
                 return Multigrid(kind, {"hierarchy": hier, "level_format": fmt}, grid=grid)
-            setup, pc = _setup_time(A, make, repeats if kind == "mg" else 1)
+            setup, pc = _setup_time(A, make, repeats if registry.get(kind).needs_grid else 1)
             rep, ts = _time_solve(A, b, precision=prec, method=method, pc=pc, repeats=repeats, maxiter=MG_MAXITER)
-            if prec == "fp64":             # one V-cycle's device time, level by level (graph replays on the GPU)
+            if prec == REFERENCE.name:     # one V-cycle's device time, level by level (graph replays on the GPU)
                 pc.time_levels()
                 rep.preconditioner["level_time_s"] = list(pc.level_time_s)
             note = "levels in CSR" if fmt == "csr" else ""
@@ -189,12 +191,14 @@ def robustness_table(result, *, device, quick: bool) -> None:
         print(f"== robustness: {problem.name}, {problem.n:,} unknowns", flush=True)
         A = prepare_matrix(problem.A, backend=device)
         for kind in ("none", "amg", "mg"):
+            cycle = registry.get(kind).cycle
+
             def make(kind=kind):
                 return Multigrid(kind, {"hierarchy": "fp32"}, grid=problem.grid,
                                      near_nullspace=problem.near_nullspace)
-            setup, pc = ([], "none") if kind == "none" else _setup_time(A, make, 1)
-            rep, ts = _time_solve(A, problem.b, precision="fp64", method="cg", pc=pc, repeats=1 if kind == "none" else 3,
-                                  maxiter=40_000 if kind == "none" else MG_MAXITER)
+            setup, pc = _setup_time(A, make, 1) if cycle else ([], kind)
+            rep, ts = _time_solve(A, problem.b, precision="fp64", method="cg", pc=pc, repeats=3 if cycle else 1,
+                                  maxiter=MG_MAXITER if cycle else 40_000)
             med = _median(ts)[0]
             r = {"problem": problem.name, "unknowns": problem.n, "backend": backend, "preconditioner": kind,
                  "converged": rep.converged, "iterations": rep.iterations, "solve_ms": med * 1e3,
@@ -203,7 +207,7 @@ def robustness_table(result, *, device, quick: bool) -> None:
             result.setdefault("robustness", []).append(r)
             print(f"  {kind:<5} its {rep.iterations:6d} solve {med * 1e3:9.1f} ms"
                   + (f" setup {r['setup_ms']:8.1f} ms" if setup else "") + f" true {rep.true_residual:.1e}", flush=True)
-            if kind != "none":
+            if cycle:
                 pc.release(A)
         del A
 

@@ -1,83 +1,79 @@
 """Accuracy-vs-speed comparison of one case across backends x precisions (x preconditioners, FEM).
 
 Every configuration runs the same case; the reference runs first. The reference (``reference``, ``--reference``,
-``[compare] reference``) is BACKEND/PRECISION or ``auto``: fp64 on the fastest usable backend by the run-time
-estimates, numpy/fp64 (NumPy LBM / SciPy-backed FEM) where NumPy is the only one. A reference other than numpy/fp64
-is first cross-checked: it and numpy/fp64 run a reduced copy of the case (fewer LBM steps, a coarser FEM mesh, chosen
-so that NumPy's predicted time is small) and must agree within tolerance x EQUAL_BELOW; one that does not is a
-failed reference (below) and no configuration runs. Before anything runs, every configuration's time is predicted
+``[compare] reference``) is BACKEND/PRECISION or ``auto``: fp64 on the fastest usable backend by the run-time estimates,
+numpy/fp64 (NumPy LBM / SciPy-backed FEM) where NumPy is the only one. A reference other than numpy/fp64 is first
+cross-checked: it and numpy/fp64 run a reduced copy of the case (fewer LBM steps, a coarser FEM mesh, chosen so that
+NumPy's predicted time is small) and must agree within tolerance x EQUAL_BELOW; one that does not is a failed reference
+(below) and no configuration runs. Before anything runs, every configuration's time is predicted
 (``hpcsolve.run.describe(..., estimate=True)``) when progress lines, a dry run (``plan``) or a budget ask for it;
-``budget`` skips a configuration predicted past it (a 'skipped' row with the reason) and refuses a reference
-predicted past it. The rules, with the default budget, are in ``hpcsolve.report.compare_reference`` and
-docs/guide/compare.md. For each run the comparison records wall time, throughput, speedup over the reference,
-memory, the error of every field against the reference run (relative L2 and relative max), the
-drift of that error over the output times, the errors against analytic/published references that
-the run itself reports, and (FEM) the true residual and the recursive-vs-true gap.
+``budget`` skips a configuration predicted past it (a 'skipped' row with the reason) and refuses a reference predicted
+past it. The rules, with the default budget, are in ``hpcsolve.report.compare_reference`` and docs/guide/compare.md. For
+each run the comparison records wall time, throughput, speedup over the reference, memory, the error of every field
+against the reference run (relative L2 and relative max), the drift of that error over the output times, the errors
+against analytic/published references that the run itself reports, and (FEM) the true residual and the recursive-vs-true
+gap.
 
-Timing: every configuration runs once untimed (warm-up: compilation, memory pools, imports), then
-at least ``repeats`` (3) timed runs, more while the spread (max - min) / median is above 5% and the
-configuration's time budget allows (a run of LONG_RUN_S or more: exactly 3, no more for the spread); times are the
-solver's own (``family.SOLVER_SECONDS``), reported as median and min-max. A claim that one run is "measurably
-faster" than another needs 3 timed runs of each (with ``--repeats`` 1 or 2 a long run's claim says it rests on one
-run: one fp64 cylinder configuration took 69.1 s in one comparison and 25.5 s in another). The throughput is taken
-from the same median as ``time_s`` (LBM: MLUPS = cells x steps / time_s; FEM: time per iteration = time_s /
-iterations), not from one run of the set. Host BLAS/OpenMP threads are pinned for every run (``Backend.run_context``).
+Timing: every configuration runs once untimed (warm-up: compilation, memory pools, imports), then at least ``repeats``
+(3) timed runs, more while the spread (max - min) / median is above 5% and the configuration's time budget allows (a run
+of LONG_RUN_S or more: exactly 3, no more for the spread); times are the solver's own (``family.SOLVER_SECONDS``),
+reported as median and min-max. A claim that one run is "measurably faster" than another needs 3 timed runs of each
+(with ``--repeats`` 1 or 2 a long run's claim says it rests on one run). The throughput is taken from the same median as
+``time_s`` (LBM: MLUPS = cells x steps / time_s; FEM: time per iteration = time_s / iterations), not from one run of the
+set. Host BLAS/OpenMP threads are pinned for every run (``Backend.run_context``).
 
-Judging FEM runs (``judge``, ``--judge``, the case's ``compare.judge``; hpcsolve.report.compare_judge): by default a
-FEM run whose reference knows the discretisation error (an analytic solution, or an estimate) is judged by its
-*solution error against the discretisation error*: accepted when it is at most 1/10 of it (and within the
-tolerance), even where its solve stalled above rtol - the question a FEM user asks of a precision is whether its
-error is small against the error the mesh already makes, and fp32's 1e-6 on a mesh whose error is 1e-4 is; ``residual``
-keeps the older rule (converged, field error within the tolerance) for users who need the algebraic accuracy.
+Judging FEM runs (``judge``, ``--judge``, the case's ``compare.judge``; hpcsolve.report.compare_judge): by default a FEM
+run whose reference knows the discretisation error (an analytic solution, or an estimate) is judged by its *solution
+error against the discretisation error*: accepted when it is at most 1/10 of it (and within the tolerance), even where
+its solve stalled above rtol - the question a FEM user asks of a precision is whether its error is small against the
+error the mesh already makes, and fp32's 1e-6 on a mesh whose error is 1e-4 is; ``residual`` keeps the older rule
+(converged, field error within the tolerance) for users who need the algebraic accuracy.
 
-Preconditioners (FEM): with ``preconditioners`` every backend x precision runs once per listed name,
-with ``solve.preconditioner`` of the case overridden (the same path as ``--set``); a configuration is then
-backend/precision/preconditioner everywhere (labels, table, JSON, plots, recommendation). The reference
-is the reference backend/precision with the case's own preconditioner when it is listed, else the first listed;
-should that configuration fail (e.g. "mg" on a mesh that is not a structured generator mesh), the next one of the
-reference backend/precision is the reference. Without ``preconditioners`` the case's own setting is used (one run per
-backend x precision), and the label has no preconditioner part.
+Preconditioners (FEM): with ``preconditioners`` every backend x precision runs once per listed name, with
+``solve.preconditioner`` of the case overridden (the same path as ``--set``); a configuration is then
+backend/precision/preconditioner everywhere (labels, table, JSON, plots, recommendation). The reference is the reference
+backend/precision with the case's own preconditioner when it is listed, else the first listed; should that configuration
+fail (e.g. "mg" on a mesh that is not a structured generator mesh), the next one of the reference backend/precision is
+the reference. Without ``preconditioners`` the case's own setting is used (one run per backend x precision), and the
+label has no preconditioner part.
 
 A reference that runs but does not finish well (status not completed / converged / not_steady, e.g. not_converged at
-``solve.maxiter``) is a failed reference: ``Comparison.reference_failed`` says why (table, comparison.json, and the
-CLI exits 3), no run gets an error or speedup against it (``Run.error_note`` says why), and nothing is recommended.
+``solve.maxiter``) is a failed reference: ``Comparison.reference_failed`` says why (table, comparison.json, and the CLI
+exits 3), no run gets an error or speedup against it (``Run.error_note`` says why), and nothing is recommended.
 
-The ``out`` folder is claimed for the whole comparison as a run claims its own (``outdir.claim``: one lock, so a
-second comparison or a run into it is refused naming the holder; a folder holding a run's result is refused). A
-SIGINT/SIGTERM/SIGHUP at any phase stops the comparison (a run's own stop request that the run did not act on, e.g.
-as it finishes or writes its result, is handed back to the comparison: ``interrupts.stop_on_signals``; one inside the
-comparison's own writes is looked at after them): the configuration it stopped is an 'interrupted' row,
-comparison.json / .md are written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit
-130) follows.
+The ``out`` folder is claimed for the whole comparison as a run claims its own (``outdir.claim``: one lock, so a second
+comparison or a run into it is refused naming the holder; a folder holding a run's result is refused). A
+SIGINT/SIGTERM/SIGHUP at any phase stops the comparison (a run's own stop request that the run did not act on, e.g. as
+it finishes or writes its result, is handed back to the comparison: ``interrupts.stop_on_signals``; one inside the
+comparison's own writes is looked at after them): the configuration it stopped is an 'interrupted' row, comparison.json
+/ .md are written marked ``interrupted`` (no plots, no recommendation), and ``RunInterrupted`` (exit 130) follows.
 
 Fields judged: a run's *field error* is the largest relative L2 error over the fields it shares with the reference
-(``fields`` selects which: field names such as ``velocity``, or scalar metrics of the run such as ``probe_value``
-or ``drag_coefficient``, whose error is |run - reference| / |reference|); every verdict names the field the error is
-in, comparison.md lists every field's error (``err_L2_by_field``) and the plots say what they show.
+(``fields`` selects which: field names such as ``velocity``, or scalar metrics of the run such as ``probe_value`` or
+``drag_coefficient``, whose error is |run - reference| / |reference|); every verdict names the field the error is in,
+comparison.md lists every field's error (``err_L2_by_field``) and the plots say what they show.
 
-Periodic flows (``hpcsolve.report.periodic``, docs/guide/compare.md "Periodic flows"): where the reference's monitored lift
-repeats (regular upward mean-crossings, a swing of at least 5 % of its drag, in the second half of the run), a run's
-error is the largest of its *phase-aligned* field errors (its end-time fields against the reference's state at the
-same phase of the reference's cycle, from the reference's snapshots) and the relative differences of its quantities
-of interest (c_D max, c_L max, St) to the reference's; the snapshot error stays in the table (``snapshot_err_L2``).
-Where the snapshots cannot resolve the phase, the fields are judged at the same time and the verdict says so.
+Periodic flows (``hpcsolve.report.periodic``, docs/guide/compare.md "Periodic flows"): where the reference's monitored
+lift repeats (regular upward mean-crossings, a swing of at least 5 % of its drag, in the second half of the run), a
+run's error is the largest of its *phase-aligned* field errors (its end-time fields against the reference's state at the
+same phase of the reference's cycle, from the reference's snapshots) and the relative differences of its quantities of
+interest (c_D max, c_L max, St) to the reference's; the snapshot error stays in the table (``snapshot_err_L2``). Where
+the snapshots cannot resolve the phase, the fields are judged at the same time and the verdict says so.
 
-Memory: ``state_MiB`` is the solver state of each configuration (LBM: populations, 2 x 9 x cells x storage bytes, 1 x
-with in-place streaming; FEM: the matrix at storage precision with int32 indices, 10 Krylov vectors, and the
-multigrid hierarchy's levels), which changes with precision; ``process_peak_est_MiB`` (``memory_bytes``) is the
-estimated peak of the whole process (hpcsolve.core.memory), which mostly does not.
+Memory: ``state_MiB`` is the solver state of each configuration (:func:`state_memory`), which changes with precision;
+``process_peak_est_MiB`` (``memory_bytes``) is the estimated peak of the whole process (hpcsolve.core.memory), which
+mostly does not.
 
-Recommendation: the reference is a timed candidate like every other run. A run is *acceptable* when it
-finished (completed or converged; judged by solution, also a FEM solve that stalled above rtol) and its field error
-is within the limit (the tolerance; judged by solution, at most 1/10 of the discretisation error too). Errors are compared in accuracy
-classes (``comparison.accuracy_bin``): at or below tolerance/100 they count as equal (round-off), above that one
-class per decade; within a class the lower median time (FEM: solve + preconditioner set-up) is preferred. A run
-of a less accurate class is recommended over a more accurate one only when it is faster beyond
-the measured spread (its slowest timed run is faster than the other's fastest; both timed at least 3 times)
-and by at least 10% of the other's median time; otherwise the more
-accurate one is recommended. So the answer is never a run slower than the reference, and when no
-configuration is measurably faster than the reference it says so and recommends the reference.
-Every run gets a verdict saying why it is or is not recommended.
+Recommendation: the reference is a timed candidate like every other run. A run is *acceptable* when it finished
+(completed or converged; judged by solution, also a FEM solve that stalled above rtol) and its field error is within the
+limit (the tolerance; judged by solution, at most 1/10 of the discretisation error too). Errors are compared in accuracy
+classes (``comparison.accuracy_bin``): at or below tolerance/100 they count as equal (round-off), above that one class
+per decade; within a class the lower median time (FEM: solve + preconditioner set-up) is preferred. A run of a less
+accurate class is recommended over a more accurate one only when it is faster beyond the measured spread (its slowest
+timed run is faster than the other's fastest; both timed at least 3 times) and by at least 10% of the other's median
+time; otherwise the more accurate one is recommended. So the answer is never a run slower than the reference, and when
+no configuration is measurably faster than the reference it says so and recommends the reference. Every run gets a
+verdict saying why it is or is not recommended.
 """
 
 from __future__ import annotations
@@ -101,6 +97,7 @@ from hpcsolve.core.errors import CaseError, HpcsolveError, RunInterrupted
 from hpcsolve.core.family import SOLVER_SECONDS
 from hpcsolve.core.results import Result
 from hpcsolve.report import compare_judge, compare_reference, periodic
+from hpcsolve.report.state_memory import state_memory
 from hpcsolve.report.compare_inputs import (COMPARISON_PLOTS, _check_preconditioners, _retire_comparison,
                                            check_fields_known, check_out, checked_inputs)
 from hpcsolve.report.comparison import LONG_RUN_S, OK_STATUS, Comparison, Run, field_error
@@ -118,8 +115,6 @@ DEFAULT_BUDGET_S = 60.0      # seconds of timed runs per configuration beyond th
 #: in another)
 SKIP_FIELDS = {"flags", "u_exact", "error"}  # geometry codes, analytic fields and their errors
 PROGRESS_EVERY_S = 10.0      # a progress line at least this often while a configuration runs (unless quiet)
-LBM_Q = 9                    # D2Q9 populations per cell
-FEM_VECTORS = 10             # Krylov vectors counted in the FEM state (as hpcsolve.fem.memory.DEVICE_VECTORS)
 
 
 def compare(case: CaseBase | str | Path, backends: list[str] | None = None, precisions: list[str] | None = None,
@@ -128,38 +123,47 @@ def compare(case: CaseBase | str | Path, backends: list[str] | None = None, prec
             time_budget_s: float = DEFAULT_BUDGET_S, preconditioners: list[str] | None = None,
             overwrite: bool = False, fields: list[str] | None = None, reference: str | None = None,
             budget: float | None = None, judge: str | None = None) -> Comparison:
-    """Run ``case`` for each backend x precision plus the reference and compare. ``backends`` None: NumPy and the
-    backend ``hpcsolve run`` takes by default (``compare_inputs.default_backends``; docs/guide/compare.md).
+    """Run ``case`` for each backend x precision plus the reference, and compare accuracy against speed.
 
-    ``reference``: BACKEND/PRECISION or "auto" (None: the case's ``compare.reference``, default auto: fp64 on the
-    fastest usable backend, cross-checked against numpy/fp64 on a reduced copy of the case when it is not NumPy);
-    ``budget``: seconds; a configuration whose one run is predicted past it is a 'skipped' row, a reference
-    predicted past it a CaseError before anything runs (``hpcsolve.report.compare_reference``, docs/guide/compare.md).
+    Parameters
+    ----------
+    case : CaseBase, str or Path
+        A case file or a loaded case (:func:`hpcsolve.load_case`); ``overrides``: ``--set`` values applied to it.
+    backends, precisions : list of str, optional
+        None: NumPy and ``hpcsolve run``'s default backend (``compare_inputs.default_backends``); every precision
+        of the case's family (``hpcsolve.core.precision.POLICIES``).
+    tolerance : float
+        The largest field error (relative L2 against the reference) a recommended run may have.
+    out, overwrite : str or Path, bool
+        The comparison's folder (comparison.json / .md, plots/, one folder per run); one that holds a comparison
+        is refused before anything runs unless ``overwrite`` (:func:`check_out`).
+    progress, warmup, repeats, time_budget_s : bool, bool, int, float
+        Progress lines on stderr; one untimed run first; ``repeats`` timed runs, else 3-10 within the budget ("Timing").
+    preconditioners, fields, reference, budget, judge : optional
+        FEM ``solve.preconditioner`` names to run each with; the fields or metrics judged; BACKEND/PRECISION or
+        "auto"; seconds past which a run is skipped; "solution" or "residual" (sections above; docs/guide/compare.md).
 
-    With ``warmup`` (default) each configuration runs once untimed first, so kernel compilation,
-    memory-pool growth and first-call imports are not counted in its time. ``repeats``: exactly this
-    many timed runs per configuration; by default at least 3, more (up to 10) while the spread is
-    above 5% and ``time_budget_s`` of timed runs per configuration allows. The first timed run's
-    result is the one written and compared.
+    Returns
+    -------
+    Comparison
+        ``runs`` (error, drift, times, speed-up, memory), ``table()``, ``recommendation()``, ``verdicts()``.
 
-    ``preconditioners`` (FEM cases only): names of ``solve.preconditioner`` ("none", "jacobi", "mg",
-    "amg", "auto"); every backend x precision runs once per name. A name the case model does not
-    accept, or the option on an LBM case, is refused (CaseError) before anything runs; a configuration
-    whose run refuses its preconditioner (e.g. "mg" on a mesh that is not a structured generator mesh)
-    is recorded as failed with the reason, and the others still run.
+    Raises
+    ------
+    CaseError, OutputError
+        A bad case, name, field or folder: before anything runs where it can be known then.
 
-    ``fields``: what the field error (tolerance, verdicts, recommendation, Pareto plot) is taken over: names of
-    fields (e.g. ``["velocity"]``: the pressure error is still shown, but does not reject a run) or of scalar metrics
-    the run reports (e.g. ``probe_value``, ``drag_coefficient``: relative difference to the reference's value). Default:
-    the case's ``compare.fields`` where its model has one, else every field. A name no run of the family reports is
-    refused before anything runs (``check_fields_known``), one the reference lacks once it has run (CaseError).
-    ``judge`` (FEM): ``solution`` / ``residual`` / None (the default): "Judging FEM runs" above.
-
-    ``progress``: a line on stderr when each configuration starts and ends, after each timed run, and at least every
-    PROGRESS_EVERY_S (10 s) while one runs (the ``--quiet`` of the CLI turns them off).
-
-    ``out``: the folder of the comparison (comparison.json / .md, plots/, one folder per run); one that already
-    holds a comparison is refused before anything runs unless ``overwrite`` (:func:`check_out`)."""
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> import hpcsolve
+    >>> cases = Path(hpcsolve.__file__).resolve().parents[1] / "cases"      # the repository's case files
+    >>> comp = hpcsolve.compare(cases / "lid_driven_cavity.toml", ["numpy"], ["fp64", "fp32"], warmup=False,
+    ...     repeats=1, overrides=["lattice.resolution=16", "time.end_time=2", 'validation.reference="none"'])
+    >>> runs = {r.precision: r for r in comp.runs}
+    >>> runs["fp64"].is_reference, runs["fp64"].error, bool(1e-8 < runs["fp32"].error < 1e-4)   # fp32: ~2e-6
+    (True, 0.0, True)
+    """
     the_plan, case, pc_cases, pc_names, fields, judge = _planned(
         case, backends, precisions, tolerance, overrides, repeats, warmup, preconditioners, fields, reference, budget,
         judge, estimate_all=progress)
@@ -431,29 +435,6 @@ def _fields_in(fields, ref: Result) -> None:
     if unknown:
         raise CaseError.invalid("--fields", " ".join(unknown), "fields: " + ", ".join(have) + "; metrics: "
                                 + ", ".join(metrics), why="the reference run has no field or scalar metric of that name")
-
-
-def state_memory(res: Result, policy) -> tuple[int | None, str]:
-    """(bytes, basis) of the solver state of a run, from its own derived values: LBM populations (2 x 9 x cells x
-    storage bytes; 1 x in place), FEM matrix (values at storage precision + int32 indices + row pointers), Krylov
-    vectors (FEM_VECTORS at compute precision) and the multigrid hierarchy's levels (preconditioner_info)."""
-    d, storage = res.derived, int(policy.storage_bytes)
-    if "nx" in d and "ny" in d:
-        arrays = 1 if d.get("streaming") == "in-place" else 2
-        cells = int(d["nx"]) * int(d["ny"])
-        return arrays * LBM_Q * cells * storage, f"{arrays} x {LBM_Q} x {cells:,} cells x {storage} B populations"
-    if "matrix_nnz" in d:
-        rows, nnz = int(d.get("free_unknowns", d.get("unknowns", 0))), int(d["matrix_nnz"])
-        compute = np.dtype(policy.compute).itemsize
-        total = nnz * (storage + 4) + (rows + 1) * 4 + FEM_VECTORS * rows * compute
-        basis = f"matrix {nnz:,} nnz x ({storage}+4) B, {FEM_VECTORS} vectors x {rows:,} x {compute} B"
-        info = res.metrics.get("preconditioner_info") or {}
-        if isinstance(info.get("nnz"), list) and isinstance(info.get("rows"), list):
-            hb = {"fp64": 8, "fp32": 4, "fp16": 2}.get(str(info.get("hierarchy")), storage)
-            total += sum(int(n) for n in info["nnz"]) * (hb + 4) + sum(int(r) for r in info["rows"]) * 4
-            basis += f", hierarchy {len(info['rows'])} levels x {hb} B"
-        return int(total), basis
-    return None, ""
 
 
 def _solver_seconds(res: Result) -> float:

@@ -237,7 +237,7 @@ def configurations(case: CaseBase, backends, precisions, pc_names, reference: tu
 
 
 #: the fields a run's result holds that a comparison judges (floating fields, less compare.SKIP_FIELDS), known from
-#: the case: by family and, for FEM, problem kind (tests/test_reliability4_text.py runs each kind to keep them in step)
+#: the case: by family and, for FEM, problem kind (tests/test_messages_text.py runs each kind to keep them in step)
 CASE_FIELDS = {("lbm", None): ("velocity", "pressure", "density_lattice", "vorticity"),
                ("fem", "poisson"): ("u",), ("fem", "elasticity"): ("displacement",)}
 

@@ -36,7 +36,7 @@ from hpcsolve.core.errors import CaseError
 
 JUDGES = ("solution", "residual")
 #: statuses of a FEM solve that ended above rtol: a stalled or capped solve ("not_converged"), and one the FEM runner
-#: found accurate to its discretisation (hpcsolve.fem.judge.ACCURATE_STATUS; tests/test_compare_rejudge.py keeps the
+#: found accurate to its discretisation (hpcsolve.fem.judge.ACCURATE_STATUS; tests/report/test_compare_rejudge.py keeps the
 #: two in step). Judged by solution, their solutions count (``Comparison.finished``)
 STALLED = ("not_converged", "accurate_to_discretisation")
 FALLBACK_FRACTION = 0.1      # hpcsolve.fem.judge.NEGLIGIBLE_FRACTION, where that module is not there

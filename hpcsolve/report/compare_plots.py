@@ -2,7 +2,7 @@
 times (phase-aligned beside the same-time error where the flow is periodic: hpcsolve/report/periodic.py) and the
 residual histories; and the finishing and atomic saving every comparison figure shares.
 
-Readable at their default size with long labels (tests/test_plot_layout.py checks each): the layout is constrained
+Readable at their default size with long labels (tests/report/test_plot_layout.py checks each): the layout is constrained
 (no label clipped), legends sit outside the data (``fig.legend`` outside the axes), the Pareto points carry short
 numbers placed clear of each other and of the points (``plotstyle.place_labels``) with the configurations named in a
 key beside the axes, the reference is a point (its error, 0, drawn at the axis floor and said so), log axes carry at

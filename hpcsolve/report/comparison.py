@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcsolve.core import precision as precision_mod
 from hpcsolve.core import scaled
 from hpcsolve.core.errors import clip
 from hpcsolve.core.results import Result, _jsonable, atomic_path, write_json
@@ -28,7 +29,7 @@ LONG_RUN_S = 10.0
 #: answer); above it, errors in the same decade (tol/100-tol/10, tol/10-tol, ...) count as equal, and time decides
 EQUAL_BELOW = 0.01
 OK_STATUS = ("completed", "converged", "not_steady")   # not_steady: ran its full time (fields valid)
-REFERENCE = ("numpy", "fp64")
+REFERENCE = ("numpy", precision_mod.REFERENCE.name)   # the CPU run in the reference precision
 
 
 @dataclass
@@ -372,7 +373,7 @@ class Comparison:
         out = {}
         for r in self.runs:
             key = r.label
-            out[key] = "recommended: " + rec["why"] if r is chosen else self._verdict(r, chosen)
+            out[key] = "recommended: " + rec["why"] if r is chosen else _verdict(self, r, chosen)
             solution = compare_judge.note(self, r)
             if solution:
                 out[key] += f"; {solution}"
@@ -382,48 +383,6 @@ class Comparison:
                 out[key] += (f"; the 16-bit guard flagged it at step {_guard_step(r)} (its storage stopped carrying "
                              f"the flow's changes: docs/design/lbm_algorithm.md, 'The 16-bit guard')")
         return out
-
-    def _verdict(self, r: Run, chosen: Run | None) -> str:
-        """Why ``r`` (not the recommended run) is not recommended."""
-        if r.is_reference and self.reference_failed:
-            return (f"failed reference: it ended {r.status}" + (f" ({clip(r.message, 300)})" if r.message else "")
-                    + "; no run is judged against it")
-        if r.status in compare_judge.STALLED and not self.acceptable(r):     # missed rtol: its residual and advice
-            true = r.residuals.get("true_residual")
-            head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
-                "not converged"
-            # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual), whole:
-            # the advice is its end
-            return f"{head}: {r.message}" if r.message else head
-        if not self.finished(r):
-            return f"{r.status}: {clip(r.message, 300)}"
-        if self.interrupted:
-            return "no verdict: the comparison was interrupted before every configuration ran"
-        if r.error_note:
-            return r.error_note
-        if not self.acceptable(r):
-            others = ", ".join(f"{k} {v:.2g}" for k, v in r.judged_errors.items() if k != r.error_field)
-            return (f"field error {r.error_text()} above the {self.limit_text()}"
-                    + (f" ({others})" if others else ""))
-        if chosen is not None and self._bin(r) == self._bin(chosen) and self.preferred(chosen, r):
-            return (f"as accurate as {chosen.label} (same accuracy class), but slower: median "
-                    f"{r.wall_s:.3g} s against {chosen.wall_s:.3g} s{_one_run(chosen, r)}")
-        if chosen is not None and chosen.faster_than(r):
-            return (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
-                    f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s"
-                    f"{_one_run(chosen, r)}) within the {self.limit_text()}")
-        if chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
-            return (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
-                    f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
-        if chosen is not None and self._bin(r) == self._bin(chosen):
-            return (f"as accurate as {chosen.label} (same accuracy class) and not faster by {MIN_GAIN:.0%}: "
-                    f"median {r.wall_s:.3g} s against {chosen.wall_s:.3g} s, so the more accurate is kept")
-        if chosen is not None and not r.faster_than(chosen):
-            more = "more accurate, but " if self._bin(r) < self._bin(chosen) else ""
-            return (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
-                    f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
-                    f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
-        return "acceptable, but less accurate than the recommendation and not faster beyond the spread"
 
     # -- presentation (hpcsolve.report.compare_table) ---------------------------------------------------------------
     def rows(self) -> list[dict]:
@@ -495,6 +454,49 @@ class Comparison:
             if p is not None:
                 files[name] = p
         return files
+
+
+def _verdict(comp: Comparison, r: Run, chosen: Run | None) -> str:
+    """Why ``r`` (not the recommended run) is not recommended in the comparison ``comp``."""
+    if r.is_reference and comp.reference_failed:
+        return (f"failed reference: it ended {r.status}" + (f" ({clip(r.message, 300)})" if r.message else "")
+                + "; no run is judged against it")
+    if r.status in compare_judge.STALLED and not comp.acceptable(r):     # missed rtol: its residual and advice
+        true = r.residuals.get("true_residual")
+        head = f"not converged (true residual {true:.2e})" if isinstance(true, (int, float)) else \
+            "not converged"
+        # the run's own reason and advice (a precision that cannot reach rtol, a stalled true residual), whole:
+        # the advice is its end
+        return f"{head}: {r.message}" if r.message else head
+    if not comp.finished(r):
+        return f"{r.status}: {clip(r.message, 300)}"
+    if comp.interrupted:
+        return "no verdict: the comparison was interrupted before every configuration ran"
+    if r.error_note:
+        return r.error_note
+    if not comp.acceptable(r):
+        others = ", ".join(f"{k} {v:.2g}" for k, v in r.judged_errors.items() if k != r.error_field)
+        return (f"field error {r.error_text()} above the {comp.limit_text()}"
+                + (f" ({others})" if others else ""))
+    if chosen is not None and comp._bin(r) == comp._bin(chosen) and comp.preferred(chosen, r):
+        return (f"as accurate as {chosen.label} (same accuracy class), but slower: median "
+                f"{r.wall_s:.3g} s against {chosen.wall_s:.3g} s{_one_run(chosen, r)}")
+    if chosen is not None and chosen.faster_than(r):
+        return (f"{chosen.label} is measurably faster ({chosen.wall_min:.3g}-"
+                f"{chosen.wall_max:.3g} s against {r.wall_min:.3g}-{r.wall_max:.3g} s"
+                f"{_one_run(chosen, r)}) within the {comp.limit_text()}")
+    if chosen is not None and min(len(r.times), len(chosen.times)) < MIN_TIMED:
+        return (f"not compared for speed with {chosen.label}: fewer than {MIN_TIMED} timings "
+                f"(--repeats {MIN_TIMED} or more), so the more accurate run is kept")
+    if chosen is not None and comp._bin(r) == comp._bin(chosen):
+        return (f"as accurate as {chosen.label} (same accuracy class) and not faster by {MIN_GAIN:.0%}: "
+                f"median {r.wall_s:.3g} s against {chosen.wall_s:.3g} s, so the more accurate is kept")
+    if chosen is not None and not r.faster_than(chosen):
+        more = "more accurate, but " if comp._bin(r) < comp._bin(chosen) else ""
+        return (f"{more}not measurably faster than {chosen.label} ({r.wall_min:.3g}-"
+                f"{r.wall_max:.3g} s against {chosen.wall_min:.3g}-{chosen.wall_max:.3g} s; "
+                f"at least {MIN_GAIN:.0%} beyond the spread is needed)")
+    return "acceptable, but less accurate than the recommendation and not faster beyond the spread"
 
 
 def _finish(fig, ax, path, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:
