@@ -71,7 +71,7 @@ def gpu_backend_names():
 def _compare_takes_its_least_timings(monkeypatch):
     """``compare`` adds timed runs (up to 10) while the spread of the times is above 5 %: on a loaded machine it
     always is, so a test's work would depend on the load. In the suite every configuration is timed exactly
-    MIN_TIMED times (the rule itself is tested on given times in tests/test_compare.py)."""
+    MIN_TIMED times (the rule itself is tested on given times in tests/report/test_compare.py)."""
     from hpcsolve.report import compare, comparison
 
     monkeypatch.setattr(compare, "MAX_REPEATS", comparison.MIN_TIMED)
@@ -83,7 +83,7 @@ def _steady_prediction_counts_work(monkeypatch):
     time, then extrapolates: on a loaded machine a copy that stops in 0.4 s quiet ran out of its 2 s, and what a test
     saw depended on the load. In the suite the 2 s are counted in the copies' work at a nominal rate
     (``estimate.WorkClock``): the same prediction on every machine (the wall-clock rule itself is tested on a fake
-    clock in tests/test_load_proof.py)."""
+    clock in tests/lbm/test_steady_stop_prediction.py)."""
     from hpcsolve.lbm import estimate
 
     monkeypatch.setattr(estimate, "surrogate_clock", estimate.WorkClock())

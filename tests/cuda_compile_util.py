@@ -1,4 +1,4 @@
-"""The CUDA C the CuPy backends emit, and NVRTC to compile it on a machine without a GPU (tests/test_cuda_compile.py).
+"""The CUDA C the CuPy backends emit, and NVRTC to compile it on a machine without a GPU (tests/core/test_cuda_compile.py).
 
 Where the sources come from: the code path the CuPy backends run. ``lbm_modules`` builds a
 ``kernels_cupy.CupyStepper`` (``fem_modules`` calls the FEM's ``_module``) inside ``recorded_modules``: a stand-in for

@@ -45,7 +45,7 @@ from hpcsolve.lbm.kernels.population_code import cuda_code, numba_code
 from hpcsolve.core.precision import FP16C, FP16S, FP32, FP64
 
 POLICIES = (FP64, FP32, FP16S)
-#: the policies whose generated sources are pinned (FP16C's codec has its own tests, tests/test_fp16c.py)
+#: the policies whose generated sources are pinned (FP16C's codec has its own tests, tests/core/test_fp16c.py)
 HASHED = POLICIES + (FP16C,)
 COLLISIONS = ("bgk", "trt")
 #: (cells per thread, threads per block, in place) of emit_cuda.kernel_source

@@ -4,7 +4,7 @@
   ``np.roll`` streaming, TRT written out), used by tests/lbm/test_lbm_cases_cli.py to check the case files' short runs
   field for field, and here on a resting box with a moving wall of every orientation.
 - The outlet rules' reflection of a sound pulse against linear acoustics (the fast version of the slow
-  tests/test_outlet_reflection.py run).
+  tests/scripts/test_outlet_reflection.py run).
 - The Strouhal number of a shedding run, from ``observables.strouhal`` (what ``hpcsolve run`` reports) against an FFT of
   the same lift series computed here.
 
@@ -148,7 +148,7 @@ def _pulse_channel(outlet_reference: float, nx: int = 202, U: float = 0.05, tau:
 
 
 def test_outlet_rules_reflect_a_sound_pulse_as_linear_acoustics_says():
-    """The fast check of what tests/test_outlet_reflection.py's slow 2D-1 run measures (the characteristic outlet lets
+    """The fast check of what tests/scripts/test_outlet_reflection.py's slow 2D-1 run measures (the characteristic outlet lets
     sound out, the fixed-pressure one reflects it), against 1D linear acoustics with mean flow (Mach 0.087):
 
     - fixed pressure (rho_w = 1): a pressure-release end, R = -1. Viscosity damps the Gaussian pulse as diffusion with
