@@ -23,6 +23,7 @@ from hpcsolve.core.cases import CaseBase, StrictModel
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg import methods
 from hpcsolve.fem.linalg.precond import registry
+from hpcsolve.fem.linalg.precond.mg_options import HIERARCHIES
 
 #: smallest solve.rtol (float64 round-off); most iterations, outer steps or unknowns a setting may name
 MIN_RTOL = 1e-16
@@ -169,7 +170,7 @@ class MultigridSection(StrictModel):
     """[solve.multigrid]: options of the multigrid preconditioners (their spec's ``options_field``;
     hpcsolve.fem.linalg.precond.mg_options.MGOptions)."""
 
-    hierarchy: Literal["fp64", "fp32", "fp16"] = Field(
+    hierarchy: Literal[tuple(HIERARCHIES)] = Field(
         "fp32", description="precision of the multigrid hierarchy (fp16: 16-bit storage, float32 arithmetic); "
         "the outer CG still converges on the float64 true residual")
     smoother: Literal["chebyshev", "jacobi"] = Field("chebyshev", description="SpMV-only smoother on every level")

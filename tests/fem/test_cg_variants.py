@@ -126,6 +126,18 @@ def test_replacement_variants_converge(poisson256, p):
     assert rep.converged and rep.iterations / ref.iterations <= 1.25
 
 
+@pytest.mark.parametrize("mode", ["replace", "block", "fp64"])
+def test_every_accumulation_mode_converges_to_the_same_solution(poisson256, mode):
+    """accumulate names an Accumulation (hpcsolve.fem.linalg.cg_options.ACCUMULATIONS): y folded into x64 at
+    replacements, at every block, or x updated in float64 (NumPy low ops only): each reaches rtol with the solution
+    of the float64 CG."""
+    A, dA, b, ref = poisson256
+    x, rep = solve(dA, b, precision="mixed", method="cg-reliable", rtol=RTOL, accumulate=mode)
+    x64, _ = solve(dA, b, precision="fp64", rtol=RTOL)
+    assert rep.converged and rep.iterations / ref.iterations <= 1.25
+    assert _rel(x, x64) < 1e-7
+
+
 def test_bad_reliable_options_are_case_errors(small):
     A, b, _ = small
     with pytest.raises(CaseError, match="reliable_criterion"):

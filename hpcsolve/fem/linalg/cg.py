@@ -38,7 +38,7 @@ import numpy as np
 
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg import methods
-from hpcsolve.fem.linalg.cg_options import CGOptions
+from hpcsolve.fem.linalg.cg_options import ACCUMULATIONS, CGOptions
 from hpcsolve.fem.linalg.cg_run import SolveState
 from hpcsolve.fem.linalg.report import SolveReport
 
@@ -54,8 +54,9 @@ def run(A, b64, bnorm: float, x64, *, policy, method, opts: CGOptions, precond) 
     report = SolveReport(method=method.label(precond), precision=policy.name, backend=low.name, rtol=opts.rtol)
     report.notes.append(f"fused device CG on {low.name} ({'CUDA graphs' if low.graphs else 'no graphs'}), "
                         f"host check every <= {opts.check_every} iterations")
-    if opts.accumulate == "fp64" and not low.mixed_x_update:
-        raise CaseError.invalid("accumulate", "fp64", "replace, block",
+    if opts.accumulation.wide_x and not low.mixed_x_update:
+        raise CaseError.invalid("accumulate", opts.accumulate,
+                                ", ".join(a.name for a in ACCUMULATIONS.values() if not a.wide_x),
                                 why=f"x64 += alpha p32 in the fused kernels exists only in the NumPy low ops "
                                     f"(a study option), not on {low.name}")
     state = SolveState(A, b64, bnorm, x64, opts, precond, report)

@@ -16,6 +16,23 @@ U32 = 2.0 ** -24
 MAX_BLOCK = 10_000
 
 
+@dataclass(frozen=True)
+class Accumulation:
+    """How cg-reliable folds its float32 partial solution y into the float64 x (``CGOptions.accumulate``, by name):
+    ``every_block``: fold at every block of iterations too, not only at residual replacements; ``wide_x``: no y at
+    all, the fused kernels update x in float64 (x64 += alpha p32; only the NumPy low ops have that update: a study
+    option)."""
+
+    name: str
+    every_block: bool = False
+    wide_x: bool = False
+
+
+#: the accumulation modes by name: the only place their names are compared
+ACCUMULATIONS = {a.name: a for a in (Accumulation("replace"), Accumulation("block", every_block=True),
+                                     Accumulation("fp64", wide_x=True))}
+
+
 @dataclass
 class CGOptions:
     """The options of every method and backend, with one set of defaults (docs/design/fem_solvers.md)."""
@@ -42,10 +59,15 @@ class CGOptions:
     kappa_min_iterations: int = 256  # first kappa check; then at doublings of the iteration count
 
     CHOICES = {"reliable_criterion": ("vdvye", "delta"), "reliable_p": ("correct", "keep", "rebeta"),
-               "accumulate": ("replace", "block", "fp64")}
+               "accumulate": tuple(ACCUMULATIONS)}
     INTEGERS = {"maxiter": 1, "check_every": 1, "true_every": 0, "stall_checks": 1, "max_outer": 1,
                 "reliable_patience": 1, "kappa_min_iterations": 1}     # name: smallest value
     FRACTIONS = ("rtol", "inner_rtol", "stagnation", "reliable_delta")  # numbers in (0, 1)
+
+    @property
+    def accumulation(self) -> Accumulation:
+        """The :class:`Accumulation` that ``accumulate`` names."""
+        return ACCUMULATIONS[self.accumulate]
 
     def __post_init__(self):
         for name, low in self.INTEGERS.items():

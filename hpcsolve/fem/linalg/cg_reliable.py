@@ -47,7 +47,7 @@ def replace_residual(run: SolveState, eng: CGEngine, mode: str) -> float:
 
 def solve_reliable(run: SolveState):
     """cg-reliable from run.x64: (x, reason); x64 is the solution."""
-    x_fp64 = run.opts.accumulate == "fp64"
+    x_fp64 = run.opts.accumulation.wide_x
     eng = run.engine(F32, x=run.x64 if x_fp64 else None)    # eng.x is y: the float32 partial solution
     # (or x64 itself, accumulate="fp64"). The float32 residual is scaled to about unit norm (a power of two, kept for
     # the whole solve; y is scaled back when folded): a tiny or huge b would under- or overflow in float32
@@ -73,7 +73,7 @@ class _ReliableLoop:
     def __init__(self, run: SolveState, eng: CGEngine, res: float):
         opts = run.opts
         self.run, self.eng, self.opts, self.low, self.rep = run, eng, opts, run.low, run.report
-        self.x_fp64 = opts.accumulate == "fp64"
+        self.x_fp64 = opts.accumulation.wide_x
         self.res = res
         self.max_r = self.min_rec = res
         self.reason, self.fallback_why, self.promote_why = "maxiter reached", "", ""
@@ -126,7 +126,7 @@ class _ReliableLoop:
                 return True
         else:
             self.max_r = max(self.max_r, max(new))
-            if opts.accumulate == "block":
+            if opts.accumulation.every_block:
                 self.fold()
         if self.next_true and it >= self.next_true:
             if not due:
