@@ -153,7 +153,9 @@ def compile_cuda(code: str, options: tuple[str, ...], arch: str, name_expression
         opts = [o.encode() for o in opts]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
+        # fresh buffers NVRTC writes into: bytes(size), never b" " * size (for size 1 that is the interpreter's
+        # shared one-byte b" ", and NVRTC's NUL written into it turned every b" " of the process into b"\x00")
+        log = bytes(size)
         check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
         log = log.rstrip(b"\x00 ").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -161,10 +163,10 @@ def compile_cuda(code: str, options: tuple[str, ...], arch: str, name_expression
         if front_end_only:
             return Compiled(True, log, "", b"", {})
         size = check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        ptx = b" " * size
+        ptx = bytes(size)
         check(nvrtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
         size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        cubin = bytes(size)
         if size:
             check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
         lowered = {name: check(nvrtc.nvrtcGetLoweredName(prog, name.encode()), "nvrtcGetLoweredName").decode()

@@ -79,10 +79,10 @@ ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
 #: a preconditioner's set-up (fixed + per unknown, by backend kind) and the vectors an iteration moves with it: its
 #: spec's ``cost`` (hpcsolve.fem.linalg.precond.registry)
 #: after the solve: error norms against a manufactured solution (6-point quadrature, exact fields; CPU, per
-#: triangle) and, on a GPU, the probe, ranges and fields copied back (per node: H100, 1.4-2.4 us per node from 21k to
-#: 1.3M nodes, with or without a manufactured solution)
+#: triangle) and, on a GPU, the norms on the device, the probe, ranges and fields copied back (per node; the fit:
+#: docs/measured/notes_calibrations.md ("Error norms and fields after the solve"))
 NORMS_S_PER_TRIANGLE = {"cpu": 0.9e-6, "gpu": 0.0}
-FIELDS_S_PER_NODE = {"cpu": 0.0, "gpu": 2.0e-6}
+FIELDS_S_PER_NODE = {"cpu": 0.0, "gpu": 2.0e-8}
 RUN_OVERHEAD_S = {"cpu": 2e-3, "gpu": 5e-3}          # the rest of a run (metrics, result)
 
 

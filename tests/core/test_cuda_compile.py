@@ -376,6 +376,17 @@ def test_a_compile_error_fails_with_the_log():
     assert out.cubin == b"" and out.entries() == []
 
 
+
+def test_a_clean_compile_leaves_the_interpreters_shared_bytes_alone():
+    """NVRTC writes its log, PTX and CUBIN into the buffers the harness hands it. A clean compile's log is one NUL byte;
+    a buffer made as b" " * 1 is the interpreter's shared one-byte b" ", and the NUL written into it made every b" " of
+    the process b"\\x00" (an .npy header padded with b" " then failed to parse in a later test). The buffers are fresh."""
+    out = compile_cuda('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }', ("--std=c++17",), TARGETS[0],
+                       front_end_only=True)
+    assert out.ok and out.log == "", out.log          # an empty log: NVRTC's log size is 1 (its NUL)
+    assert (b" " * 3) == bytes([32, 32, 32]) and b" "[0] == 32
+
+
 if __name__ == "__main__":        # the inventory, for docs/design/ci_gpu_coverage.md
     for arch in TARGETS:
         print(arch, "CUBIN:", sum(arch in s.cubin for s in SOURCES), "of", len(SOURCES))
