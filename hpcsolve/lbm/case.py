@@ -31,8 +31,9 @@ U_WARN, U_REFUSE = 0.1, 0.3
 MAX_STEPS = 1_000_000_000
 MAX_CELLS_PER_SIDE = 10_000_000
 
-#: a domain side: periodic, or the case name of a registered boundary rule (``rules.side_flags``: wall, moving_wall,
-#: inlet, outlet)
+#: a domain side: periodic, or the case name of a registered boundary rule. The annotation lists the shipped names
+#: (the generated case reference reads it); the check reads the registry at validation time
+#: (``BoundarySection._registered_side``), so a rule ``rules.register`` added later is accepted too
 Side = Literal[("periodic",) + tuple(rules.side_flags())]
 BounceBack = Literal["simple", "bouzidi"]
 REFERENCES = ("none", "taylor_green", "poiseuille", "ghia", "schafer_turek_2d1", "schafer_turek_2d2")
@@ -98,6 +99,18 @@ class BoundarySection(StrictModel):
                              "and outlet")
     absorbing_layer: AbsorbingLayerSection | None = Field(
         None, description="a layer along the outlet that damps sound by a larger bulk viscosity (off by default)")
+
+    @field_validator("left", "right", "bottom", "top", mode="wrap")
+    @classmethod
+    def _registered_side(cls, value, handler):
+        """A side name is ``"periodic"`` or a case name of a rule registered now (``rules.side_names``), not only
+        of those the annotation saw at import; a non-string keeps the annotation's type error."""
+        if not isinstance(value, str):
+            return handler(value)
+        names = rules.side_names()
+        if value not in names:
+            raise ValueError("allowed: " + ", ".join(repr(n) for n in names))
+        return value
 
     @model_validator(mode="after")
     def _layer_along_one_outlet(self):

@@ -13,8 +13,11 @@ Its module (``hpcsolve/lbm/boundaries/wall.py``, ``velocity.py``, ``outlet.py`` 
   (``boundaries.velocity.velocity_table``);
 - :meth:`BoundaryRule.side_velocity`: the boundary velocity a domain side of its case name gets from the case
   (``geometry.build`` writes it);
-- its momentum-exchange force term, where it has one, as a function of its module (``velocity.force_terms``,
-  ``bouzidi.force_terms``), gathered by ``boundaries.force``.
+- :meth:`BoundaryRule.force_terms`: its momentum-exchange force term on the links into its cells inside a measured
+  mask, where it has one (``boundaries.force.force_links`` loops over the rules; the interpolated Bouzidi walls, no
+  rule of a flag, add theirs there, ``bouzidi.force_terms`` says why);
+- :attr:`BoundaryRule.needs_own_velocity`: whether its kernel piece reads the fluid cell's own velocity at time t,
+  which in-place streaming keeps in a table for the fluid cells next to the rule's cells (``steppers.inplace``).
 
 :data:`RULES` lists the rules as ``"module:attribute"`` strings, imported on first use (as ``core.family.REGISTRY``
 does): the kernel emitters, the steppers and the geometry loop over :func:`rules` and never name a rule, and the
@@ -48,6 +51,9 @@ class BoundaryRule:
     name: str = ""
     flag: int = -1
     sides: tuple[str, ...] = ()
+    #: True where the kernel piece reads the fluid cell's own velocity at t (``Op("own_velocity")``): in-place
+    #: streaming keeps it in a table for the fluid cells next to the rule's cells (``inplace.own_velocity_cells``)
+    needs_own_velocity: bool = False
 
     def kernel_piece(self, characteristic: bool = False):
         """The rule's ``kernel_plan.LinkRule`` (``characteristic``: the outlet's compiled variant)."""
@@ -66,6 +72,14 @@ class BoundaryRule:
         """The boundary velocity (lattice units) of the domain side ``side`` ("left", "right", "bottom", "top") whose
         case name is ``kind`` (one of :attr:`sides`), from ``case``: ``("tangential", value)`` along the whole side,
         ``("normal", values)`` over its ``n`` fluid cells, or None (at rest)."""
+        return None
+
+    def force_terms(self, setup, links):
+        """The momentum-exchange force of the links into this rule's cells of a measured mask: ``links``
+        (``boundaries.force.MaskLinks``: ``direction`` i, fluid cell ``cell`` x, boundary cell ``boundary`` x + c_i,
+        flat int64 arrays) -> ``(m, k)`` float64 arrays, one value per link, for the link's force
+        c_i (m h_i(x) + k) with h the stored shifted post-collision population; None (the default): the rule exerts
+        no force that the momentum exchange counts, its links are left out."""
         return None
 
 
@@ -117,6 +131,17 @@ def side_rules() -> dict[str, BoundaryRule]:
 def side_flags() -> dict[str, int]:
     """The flag of each case side name a rule implements (``boundaries.left = "wall"`` -> WALL, ...)."""
     return {side: r.flag for side, r in side_rules().items()}
+
+
+def side_names() -> tuple[str, ...]:
+    """Every case name a domain side may take now: ``"periodic"`` and each registered rule's (read at validation
+    time by the case schema, so a rule :func:`register` added is accepted)."""
+    return ("periodic",) + tuple(side_rules())
+
+
+def own_velocity_flags() -> tuple[int, ...]:
+    """The flags whose rules read the fluid cell's own velocity (:attr:`BoundaryRule.needs_own_velocity`)."""
+    return tuple(r.flag for r in rules() if r.needs_own_velocity)
 
 
 def lookup_flags(setup) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcsolve.lbm.boundaries import outlet
+from hpcsolve.lbm.steppers import inplace
 from hpcsolve.lbm.flags import VELOCITY
 from hpcsolve.lbm.boundaries.velocity import velocity_table
 from hpcsolve.lbm.kernels.cell_table import cell_table, table_home
@@ -72,8 +72,8 @@ def test_outlet_table_holds_the_outlet_velocities_per_slot():
     tables = InPlaceTables(setup, np.asarray, lambda links: None)
     rng = np.random.default_rng(3)
     g = rng.uniform(0.0, 0.1, size=(9,) + setup.shape).astype(np.float32)
-    u = tables.outlet_velocity(lambda cells: g.reshape(9, -1)[:, cells]).reshape(2, -1)
-    want = outlet.own_velocities(g.reshape(9, -1)[:, tables.cells], setup)
+    u = tables.own_velocity_table(lambda cells: g.reshape(9, -1)[:, cells]).reshape(2, -1)
+    want = inplace.own_velocities(g.reshape(9, -1)[:, tables.cells], setup)
     assert tables.cells.size > 0
     for j, c in enumerate(tables.cells.tolist()):
         assert np.array_equal(u[:, lookup(tables.out_cells, c)], want[:, j])

@@ -230,10 +230,17 @@ class NumpyPrepass:
 
 
 def force_terms(links: BouzidiLinks, mask: np.ndarray):
-    """The interpolated links' momentum-exchange terms (the rule's term; ``force.force_links`` adds the
-    simple links'): for a link into ``mask``, c_ib (f*_ib + a f*_ib + b f*_partner) -> two terms,
-    pos = slot, m = 1 + a, k = 2 w_ib and pos = partner, m = b, k = 0. Returns (skip, (pos, cx, cy, m, k)
-    lists): ``skip`` (9, N) marks the links the simple rule must leave out."""
+    """The interpolated links' momentum-exchange terms (``force.force_links`` adds the registered rules'): for a
+    link into ``mask``, c_ib (f*_ib + a f*_ib + b f*_partner) -> two terms, pos = slot, m = 1 + a, k = 2 w_ib and
+    pos = partner, m = b, k = 0. Returns (skip, (pos, cx, cy, m, k) lists): ``skip`` (9, N) marks the links the
+    registered rules must leave out.
+
+    Why this is not a ``BoundaryRule.force_terms``: the interpolated walls are no rule of a cell flag (their solid
+    cells are WALL cells, the step kernels bounce back there and the pre-pass rewrites the slot; which links are
+    interpolated comes from the obstacle's wall fraction per link, not from a flag the rules are keyed by), a link's
+    term reaches a second population (the partner, another position than the link's own, which a rule's per-link
+    (m, k) cannot say), and it replaces the wall rule's term on its links (``skip``) rather than adding one. Its
+    terms stay after the rules' in the list, the order the forces have always been summed in."""
     mask = np.asarray(mask, dtype=bool)
     into = mask.ravel()[links.solid]
     skip = np.zeros((lattice.Q, mask.size), dtype=bool)

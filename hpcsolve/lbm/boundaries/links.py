@@ -29,3 +29,17 @@ class ReferenceLinks:
     def set_scale(self, factor: float) -> None:
         self.ux = (self._full[0] * factor).astype(self.ct)
         self.uy = (self._full[1] * factor).astype(self.ct)
+
+
+def bounce_back_terms(links, uw=None) -> tuple[np.ndarray, np.ndarray]:
+    """The momentum-exchange (m, k) of simple bounce-back links (``force.MaskLinks``), F = c_i (m h_i(x) + k):
+        c_i (f*_i + f_opp(i)(t + 1)),  f_opp(i)(t + 1) = f*_i - 6 w_i c_i . u_w  ->  m = 2, k = 2 w_i - 6 w_i c_i . u_w
+    with u_w ``uw`` (2, N) at the boundary cell x + c_i (None: a resting wall, k = 2 w_i)."""
+    d = links.direction
+    w = np.asarray(lattice.WEIGHTS, np.float64)[d]
+    m = np.full(d.size, 2.0)
+    if uw is None:
+        return m, 2.0 * w
+    cu = (np.asarray(lattice.CX, np.float64)[d] * uw[0][links.boundary]
+          + np.asarray(lattice.CY, np.float64)[d] * uw[1][links.boundary])
+    return m, 2.0 * w - 6.0 * w * cu

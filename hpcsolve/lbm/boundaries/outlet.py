@@ -5,8 +5,8 @@ reference outflow (``"characteristic"``; geometry.py puts the opposite inlet's p
 
 - reference: :class:`NumpyLinks` (the links into outlet cells, the own velocity from the stored state);
 - device tables: the reference outflow rides in ``velocity.velocity_table`` where
-  :func:`characteristic_outlet`; in-place streaming keeps the own velocity of :func:`outlet_cells` in a
-  table (:func:`own_velocities`, ``gpu_common.InPlaceTables``);
+  :func:`characteristic_outlet`; the rule reads its fluid cell's own velocity (``needs_own_velocity``), which
+  in-place streaming keeps in a table (``steppers.inplace.own_velocity_cells``, ``gpu_common.InPlaceTables``);
 - force term: none (outlets are not obstacles);
 - kernel piece: :func:`rule`; case name ``"outlet"``; registered in ``hpcsolve.lbm.rules.RULES`` as :data:`RULE`.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.lbm import lattice, physics, rules
+from hpcsolve.lbm import rules
 from hpcsolve.lbm.boundaries import velocity
 from hpcsolve.lbm.boundaries.links import ReferenceLinks
-from hpcsolve.lbm.flags import FLUID, OUTLET
+from hpcsolve.lbm.flags import OUTLET
 from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
 
 
@@ -37,6 +37,7 @@ def rule(characteristic: bool) -> LinkRule:
 
 class OutletRule(rules.BoundaryRule):
     name, flag, sides = "outlet", OUTLET, ("outlet",)
+    needs_own_velocity = True
 
     def kernel_piece(self, characteristic: bool = False) -> LinkRule:
         return rule(characteristic)
@@ -64,25 +65,6 @@ def characteristic_outlet(setup) -> bool:
     H200: a table probe, a square root and a division per outlet link) only the characteristic rule needs."""
     outlet = setup.flags.ravel() == OUTLET
     return bool(np.any(setup.boundary_velocity.reshape(2, -1)[:, outlet]))
-
-
-def outlet_cells(setup) -> np.ndarray:
-    """Sorted flat indices of the fluid cells with an OUTLET neighbour x - c_i (periodic wrap)."""
-    flags = setup.flags
-    near = np.zeros(flags.shape, dtype=bool)
-    for i in range(1, lattice.Q):
-        # the neighbour x - c_i of x: roll the outlet mask by +c_i
-        near |= np.roll(flags == OUTLET, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
-    return np.flatnonzero((near & (flags == FLUID)).ravel()).astype(np.int64)
-
-
-def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
-    """(2, n) velocities from the stored even-layout populations ``g_cells`` (9, n) of n cells, in the
-    compute dtype: the moments the outlet rule takes (physics.moments of h = decode(g))."""
-    ct = np.dtype(setup.policy.compute)
-    h = setup.policy.decode(np.asarray(g_cells).reshape(lattice.Q, -1))
-    _, ux, uy = physics.physics_for(ct).moments(tuple(h))
-    return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
 
 
 class NumpyLinks(ReferenceLinks):

@@ -5,7 +5,8 @@ the boundary cell x - c_i.
 - reference: :class:`NumpyLinks` (every link into a velocity cell, applied after the NumPy gather; ``links.py``);
 - device table: :func:`velocity_table` (a hash table of the velocity cells and their u_w; the characteristic
   outlet keeps its reference outflow there too);
-- force term: :func:`force_terms`, the momentum exchange of a simple link into an obstacle (walls: u_w = 0);
+- force term: :meth:`VelocityRule.force_terms`, the momentum exchange of a bounce-back link with u_w
+  (``links.bounce_back_terms``);
 - kernel piece: :data:`PIECE`; case names ``"moving_wall"``, ``"inlet"``; registered in ``hpcsolve.lbm.rules.RULES``
   as :data:`RULE`.
 """
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcsolve.lbm import lattice, rules
-from hpcsolve.lbm.boundaries.links import ReferenceLinks
+from hpcsolve.lbm import rules
+from hpcsolve.lbm.boundaries.links import ReferenceLinks, bounce_back_terms
 from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
-from hpcsolve.lbm.flags import FLUID, VELOCITY
+from hpcsolve.lbm.flags import VELOCITY
 from hpcsolve.lbm.kernels.kernel_plan import LinkRule, Op
 
 PIECE = LinkRule("velocity", VELOCITY, (
@@ -44,6 +45,10 @@ class VelocityRule(rules.BoundaryRule):
         if kind == "moving_wall":
             return "tangential", case.boundaries.moving_wall_velocity * u_lb
         return "normal", into(side, kind) * inlet_profile(n, u_lb, case.boundaries.inlet_profile)
+
+    def force_terms(self, setup, links):
+        """m = 2, k = 2 w_i - 6 w_i c_i . u_w with u_w the boundary cell's velocity."""
+        return bounce_back_terms(links, setup.boundary_velocity.reshape(2, -1))
 
 
 def inlet_profile(n: int, mean_velocity: float, kind: str) -> np.ndarray:
@@ -86,35 +91,6 @@ class NumpyLinks(ReferenceLinks):
         unused, the outlet's input)."""
         if self.pos.size:
             flat[self.pos] = P.velocity_bounce_back(flat[self.pos], self.w, self.cx, self.cy, self.ux, self.uy)
-
-
-def force_terms(setup, mask: np.ndarray, skip: np.ndarray | None = None):
-    """Momentum-exchange terms of the simple links (x fluid, x + c_i in ``mask``), F = sum c_i (m h[pos] + k)
-    with h the stored shifted populations at pos = i * N + x:
-        c_i (f*_i + f_opp(i)(t + 1)),  f_opp(i)(t + 1) = f*_i - 6 w_i c_i . u_w  ->  m = 2, k = 2 w_i - 6 w_i c_i . u_w.
-    ``skip`` (9, N) bool: links another rule handles (interpolated links). Returns (pos, cx, cy, m, k) lists."""
-    mask = np.asarray(mask, dtype=bool)
-    n = mask.size
-    fluid = setup.flags == FLUID
-    uw = setup.boundary_velocity
-    pos, cx_l, cy_l, m_l, k_l = [], [], [], [], []
-    for i in range(1, lattice.Q):
-        cx, cy, w = lattice.CX[i], lattice.CY[i], lattice.WEIGHTS[i]
-        target = np.roll(mask, shift=(-cy, -cx), axis=(0, 1))   # x whose neighbour x + c_i is in the mask
-        links = (fluid & target).ravel()
-        if skip is not None:
-            links &= ~skip[i]
-        links = np.flatnonzero(links)
-        if links.size == 0:
-            continue
-        cu = (cx * np.roll(uw[0], (-cy, -cx), (0, 1)).ravel()[links]
-              + cy * np.roll(uw[1], (-cy, -cx), (0, 1)).ravel()[links])
-        pos.append(i * n + links)
-        cx_l.append(np.full(links.size, float(cx)))
-        cy_l.append(np.full(links.size, float(cy)))
-        m_l.append(np.full(links.size, 2.0))
-        k_l.append(2.0 * w - 6.0 * w * cu)
-    return pos, cx_l, cy_l, m_l, k_l
 
 
 RULE = VelocityRule()

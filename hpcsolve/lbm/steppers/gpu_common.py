@@ -8,8 +8,8 @@ host-side tables and decisions that do not depend on the kernel language.
   (:func:`velocity_table`);
 - observables: the momentum-exchange terms the device reduces (``boundaries.force.force_links``,
   :class:`ForceTerms`) and the host conversion of device moments (:func:`host_macroscopic`);
-- in-place streaming: :class:`InPlaceTables` (outlet velocity table, odd-layout force terms and
-  Bouzidi pre-pass, hpcsolve/lbm/steppers/inplace.py).
+- in-place streaming: :class:`InPlaceTables` (the own-velocity table of the rules that read it, odd-layout force
+  terms and Bouzidi pre-pass, hpcsolve/lbm/steppers/inplace.py).
 
 Nothing here imports a GPU package: each stepper passes its own ``to_device`` and pre-pass factory.
 """
@@ -23,7 +23,6 @@ from hpcsolve.lbm.boundaries import bouzidi
 from hpcsolve.lbm.steppers import inplace
 from hpcsolve.lbm.kernels import kernel_plan
 from hpcsolve.lbm import lattice
-from hpcsolve.lbm.boundaries import outlet
 from hpcsolve.lbm.boundaries.force import force_links
 from hpcsolve.lbm.kernels.cell_table import cell_table, table_values
 from hpcsolve.lbm.flags import BOUNDARY_BIT, FLUID
@@ -48,7 +47,7 @@ AUTO_IN_PLACE_L2 = (0.3, 0.65)
 def auto_in_place(setup: LBMSetup, l2_bytes: int) -> bool:
     """The automatic streaming choice (:data:`AUTO_IN_PLACE_L2`) for ``setup`` on a device with ``l2_bytes``
     of L2 cache (0: unknown, never in place); never where in-place streaming cannot run the setup
-    (``inplace.check``: a cell with an outlet and an interpolated link)."""
+    (``inplace.check``: a cell with an own-velocity (outlet) link and an interpolated link)."""
     policy, (ny, nx) = setup.policy, setup.shape
     if not l2_bytes or policy.storage_bytes < 4:
         return False
@@ -156,7 +155,8 @@ class ForceTerms:
 
 
 class InPlaceTables:
-    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the outlet cells and
+    """What in-place streaming adds to a GPU stepper (shared by CuPy and Numba): the fluid cells whose rules read
+    their own velocity (``BoundaryRule.needs_own_velocity``: next to an outlet; the kernels' ``out_cells``) and
     their velocity table, the odd-layout force positions and Bouzidi pre-pass (hpcsolve/lbm/steppers/inplace.py).
     ``to_device`` copies a host array to the backend's device; ``make_prepass(links)`` is the stepper's
     Bouzidi pre-pass over a link list."""
@@ -171,12 +171,12 @@ class InPlaceTables:
         self.n_out = keys.size
         self.out_cells = to_device(keys)
 
-    def outlet_velocity(self, fetch):
-        """The device velocity table (2 * n_out, compute dtype, per slot of ``out_cells``) of the outlet
+    def own_velocity_table(self, fetch):
+        """The device velocity table (2 * n_out, compute dtype, per slot of ``out_cells``) of the own-velocity
         cells; ``fetch(cells)`` returns the stored even-layout populations (9, n) of those cells on the
-        host (called only when the lattice has outlet cells)."""
+        host (called only when the lattice has such cells)."""
         ct = np.dtype(self.setup.policy.compute)
-        u = (outlet.own_velocities(fetch(self.cells), self.setup) if self.cells.size
+        u = (inplace.own_velocities(fetch(self.cells), self.setup) if self.cells.size
              else np.zeros((2, 0), dtype=ct))
         return self.to_device(table_values(self._slots, self.n_out, np.asarray(u, dtype=ct)).ravel())
 
@@ -321,12 +321,12 @@ class PlanSteps:
     def _loaded(self, to_device, fetch, time_step: int) -> None:
         """A state (even layout) is put on the device by ``to_device()``, called once in place and twice (the
         two buffers) otherwise; in place the parity restarts and the outlet velocity table follows (``fetch``
-        as in ``InPlaceTables.outlet_velocity``)."""
+        as in ``InPlaceTables.own_velocity_table``)."""
         self.graphs.clear()            # recorded for the old buffers
         self.a = to_device()
         self.parity = 0
         if self.in_place:
-            self.own_u = self._aa.outlet_velocity(fetch)
+            self.own_u = self._aa.own_velocity_table(fetch)
         else:
             self.b = to_device()
         self.time_step = int(time_step)
@@ -390,7 +390,7 @@ class PlanSteps:
     def _perturbed(self) -> None:
         """After the stored state changed in place on the device: the outlet velocity table follows it."""
         if self.in_place:
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.own_u = self._aa.own_velocity_table(self._fetch_cells)
             self.graphs.clear()            # recorded with the old outlet-velocity table
 
 

@@ -13,13 +13,14 @@ at a boundary link the rule's f*_opp(i)(x) from slot (opp(i), x)) and writes f*_
 the threads do not race. A step from the odd layout finds f*_i(x - c_i) in its own slot (opp(i), x),
 the boundary rule's f*_opp(i)(x) in slot (i, x - c_i), and writes f*_j(x) to its own slot (j, x).
 
-The pressure outlet needs the cell's own velocity at time t, the moments of all nine f*_k(x); in place,
-neighbours overwrite some of those slots during the step. So the cells next to an outlet keep their
-velocity in a small table (``outlet_cells`` sorted, ``own_u`` (2, n)): each such cell writes the
+A rule that needs the cell's own velocity at time t (``BoundaryRule.needs_own_velocity``: the pressure
+outlet) reads the moments of all nine f*_k(x); in place, neighbours overwrite some of those slots during
+the step. So the fluid cells next to such a rule's cells keep their velocity in a small table
+(:func:`own_velocity_cells` sorted, ``own_u`` (2, n), :func:`own_velocities`): each such cell writes the
 moments of its *stored* (rounded) post-collision populations there after its collision, as the
-two-buffer kernels read them from the stored state. A cell with both an outlet link and an
-interpolated (Bouzidi) link is refused: the two-buffer rule reads its own velocity after the
-pre-pass changed one of its slots.
+two-buffer kernels read them from the stored state. A cell with both such a link and an interpolated
+(Bouzidi) link is refused: the two-buffer rule reads its own velocity after the pre-pass changed one of
+its slots.
 
 The interpolated bounce-back pre-pass, the device force terms and the moments map their positions
 with :func:`odd_positions` on odd parity; ``populations()`` returns the even layout, non-fluid cells 0.
@@ -30,8 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpcsolve.core.errors import CaseError
-from hpcsolve.lbm import lattice
-from hpcsolve.lbm.boundaries import outlet
+from hpcsolve.lbm import lattice, physics, rules
 from hpcsolve.lbm.flags import FLUID
 
 
@@ -74,19 +74,42 @@ def even_layout(g: np.ndarray, flags: np.ndarray, parity: int) -> np.ndarray:
     return g
 
 
+def own_velocity_cells(setup) -> np.ndarray:
+    """Sorted flat indices of the fluid cells with a neighbour x - c_i (periodic wrap) whose rule reads the cell's
+    own velocity (``rules.own_velocity_flags``: the outlet's)."""
+    flags = setup.flags
+    source = np.isin(flags, rules.own_velocity_flags())
+    near = np.zeros(flags.shape, dtype=bool)
+    for i in range(1, lattice.Q):
+        # the neighbour x - c_i of x: roll the source mask by +c_i
+        near |= np.roll(source, shift=(lattice.CY[i], lattice.CX[i]), axis=(0, 1))
+    return np.flatnonzero((near & (flags == FLUID)).ravel()).astype(np.int64)
+
+
+def own_velocities(g_cells: np.ndarray, setup) -> np.ndarray:
+    """(2, n) velocities from the stored even-layout populations ``g_cells`` (9, n) of n cells, in the
+    compute dtype: the moments an own-velocity rule takes (physics.moments of h = decode(g))."""
+    ct = np.dtype(setup.policy.compute)
+    h = setup.policy.decode(np.asarray(g_cells).reshape(lattice.Q, -1))
+    _, ux, uy = physics.physics_for(ct).moments(tuple(h))
+    return np.ascontiguousarray(np.stack([ux, uy]).astype(ct))
+
+
 def check(setup) -> np.ndarray:
-    """The outlet cells of ``setup`` (``boundaries.outlet.outlet_cells``); CaseError where in-place streaming
-    cannot reproduce the two-buffer algorithm (a cell with an outlet and an interpolated link)."""
-    cells = outlet.outlet_cells(setup)
+    """The own-velocity cells of ``setup`` (:func:`own_velocity_cells`); CaseError where in-place streaming
+    cannot reproduce the two-buffer algorithm (a cell with an own-velocity link, e.g. an outlet's, and an
+    interpolated link)."""
+    cells = own_velocity_cells(setup)
     links = getattr(setup, "links", None)
     if links is not None and len(links) and cells.size:
         both = np.intersect1d(cells, links.cell)
         if both.size:
             ny, nx = setup.shape
             y, x = divmod(int(both[0]), nx)
+            names = "/".join(r.name for r in rules.rules() if r.needs_own_velocity)
             raise CaseError.invalid("lattice.streaming", "in-place", "'two-buffer' for this geometry",
-                                    why=f"{both.size} cells (first at x={x}, y={y}) touch both the outlet and an "
-                                        f"interpolated (Bouzidi) wall; move the obstacle away from the outlet")
+                                    why=f"{both.size} cells (first at x={x}, y={y}) touch both the {names} and an "
+                                        f"interpolated (Bouzidi) wall; move the obstacle away from the {names}")
     return cells
 
 

@@ -167,7 +167,7 @@ class CupyStepper(PlanSteps, Stepper):
         self.block = (self.block_x, 1)
         self._plan(setup, cupy.asarray, lambda links: CupyBouzidi(links, pol))
         if self.in_place:
-            self.own_u = self._aa.outlet_velocity(self._fetch_cells)
+            self.own_u = self._aa.own_velocity_table(self._fetch_cells)
 
     _index_type = np.int32      # the kernels' int arguments
 

@@ -302,7 +302,7 @@ class NumbaCudaStepper(PlanSteps, Stepper):
         if self.in_place:
             g_host = (np.zeros((lattice.Q, ny * nx), dtype=pol.storage) if setup.initial_density is None
                       and setup.initial_velocity is None else setup.initial_populations().reshape(lattice.Q, -1))
-            self.own_u = self._aa.outlet_velocity(lambda cells: g_host[:, cells])
+            self.own_u = self._aa.own_velocity_table(lambda cells: g_host[:, cells])
 
     def _fetch_cells(self, cells: np.ndarray) -> np.ndarray:
         """Stored populations (9, n) of ``cells`` (even layout) on the host (after perturb(): the whole
