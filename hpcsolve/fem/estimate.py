@@ -18,7 +18,8 @@ to the run's mesh as CG's iteration count scales with the mesh size h (2D: h ~ u
   more checks without a 10% improvement (``hpcsolve.fem.linalg.cg_run.run_cg``), one block each (8 iterations with
   a plain or Jacobi preconditioner, 1 with a V-cycle): the stop, not maxiter, is predicted. Mixed (cg-reliable):
   float32 iterations with float64 residual replacements, the total scaled as above (MIXED_CYCLE_EXTRA more with a
-  V-cycle); ir-restarted: outer refinement steps x inner iterations, scaled as one;
+  V-cycle), without one the float64 run's predicted iterations x the ratio mixed/float64 of the calibration mesh
+  (MIXED_RATIO); ir-restarted: outer refinement steps x inner iterations, scaled as one;
 * checks come at block ends (``check_every``, capped by ``true_every``): a count below two blocks is rounded up to
   a block.
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from hpcsolve.core import backends, parallel
 from hpcsolve.core.errors import CaseError
-from hpcsolve.core.precision import Precision
+from hpcsolve.core.precision import REFERENCE, Precision
 from hpcsolve.fem import memory as fem_memory
 from hpcsolve.fem.choices import fem_mesh_size, method_of
 from hpcsolve.fem.discrete import problem as prob
@@ -59,6 +60,11 @@ CALIBRATION_MAX_UNKNOWNS = 50_000
 #: ``cost.fixed_iterations`` or ``cost.iterations_per_sqrt_n``. The fit: docs/measured/notes_calibrations.md
 #: ("FEM iteration growth")
 MIXED_CYCLE_EXTRA = 0.05
+#: mixed plain CG (float32 recurrences, float64 residual replacements) against the float64 run: a ratio of iterations
+#: that holds over the sizes (NumPy, rtol 1e-10: the heat plate 1.25-1.33 from 1k to 200k unknowns, Cook 1.67-1.99
+#: from 160 to 33k, Poisson 1.71-1.96 from 66k to 1M), measured on the calibration mesh and kept within these bounds:
+#: on the smallest meshes a check block is a large part of the count (Poisson 1k unknowns: 150 against 50)
+MIXED_RATIO = (1.0, 2.0)
 #: the block of iterations after the recursive residual met rtol: plain CG's shortest block, a V-cycle's one
 #: (``cg_run.Run.block_size``)
 TAIL_BLOCK = {"plain": 8, "cycle": 1}
@@ -71,7 +77,7 @@ TAIL_BLOCK = {"plain": 8, "cycle": 1}
 BANDWIDTH = {"cpu": 20e9, "gpu": 2e12}              # effective bytes/s of a CG iteration
 ITERATION_LATENCY_S = {"cpu": 20e-6, "gpu": 15e-6}  # per iteration: Python calls (CPU), launches and checks (GPU)
 LEVEL_LATENCY_S = {"cpu": 60e-6, "gpu": 70e-6}      # per multigrid level of one V-cycle
-MIXED_VALUE_BYTES = 6        # mixed on a GPU: float32 recurrences, float64 solution updates and replacements
+MIXED_VALUE_BYTES = 5        # mixed on a GPU: float32 recurrences, float64 solution updates and replacements (H100, Poisson 1M: 56 us against fp32 52)
 MG_CYCLE_PLAIN_ITERATIONS = 4.0                      # a V-cycle's bytes, in plain CG iterations (op. complexity 1.33)
 #: set-up seconds: fixed + per triangle (mesh, assembly, boundary conditions; H100: 7 ms at 8k triangles, 64 ms at
 #: 1.3M, 365 ms at 5.3M)
@@ -84,6 +90,10 @@ ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
 NORMS_S_PER_TRIANGLE = {"cpu": 0.9e-6, "gpu": 0.0}
 FIELDS_S_PER_NODE = {"cpu": 0.0, "gpu": 2.0e-8}
 RUN_OVERHEAD_S = {"cpu": 2e-3, "gpu": 5e-3}          # the rest of a run (metrics, result)
+#: the float64 reference (SuperLU on the host, ``memory.REFERENCE_SECONDS``, fitted on the 2-core development machine,
+#: where Poisson at 65k unknowns takes 0.26 s against the model's 0.34) beside a GPU run takes longer: 0.41-0.56 s on
+#: the H100 machine's host (docs/measured/notes_calibrations.md, "Reference solve time")
+REFERENCE_HOST_FACTOR = {"cpu": 1.0, "gpu": 1.5}
 
 
 def backend_kind(backend) -> str:
@@ -111,8 +121,8 @@ def estimate_runtime(case, backend, policy: Precision, description, run_case) ->
     before = terms["assembly"] + terms["preconditioner set-up"] + solve_s + RUN_OVERHEAD_S[kind]
     post = terms["error norms"]
     make_ref, ref_s, _ = fem_memory.reference_plan(case, unknowns)
-    ref_s = ref_s if make_ref else 0.0
     overlap = beside(backends.get(backend), parallel.ranks(parallel.world()))
+    ref_s = ref_s * REFERENCE_HOST_FACTOR[kind] if make_ref else 0.0
     seconds = with_reference(before, ref_s, post, overlap)
     post_txt = f"errors and fields {post:.3g} s"
     if ref_s and overlap:
@@ -183,6 +193,15 @@ def iterations(case, policy: Precision, pc, method, unknowns: int, run_case) -> 
     if method.restarted:
         its = int(math.ceil(cal["iterations"] * g))
         how = f"{cal['outer']} refinement steps, their inner iterations x {g:.3g}"
+    elif policy.refinement and not pc.cycle:
+        # plain CG with float64 replacements: MIXED_RATIO x the float64 run's iterations (predicted as that run's)
+        ref = calibration(case, REFERENCE, pc, run_case)
+        ratio = mixed_ratio(cal, ref)
+        its64 = _stop(case, REFERENCE, pc, methods.get(method_of(case, REFERENCE)), ref["to_rtol"] * g,
+                      stalls(REFERENCE, method_of(case, REFERENCE), ref["kappa"] * g * g, s.rtol))
+        its = _stop(case, policy, pc, method, its64 * ratio, False)
+        how = (f"the float64 run's {its64} ({ref['to_rtol']} to rtol x {g:.3g}) x {ratio:.3g} (float32 recurrences "
+               f"with float64 replacements: {cal['iterations']} against float64's {ref['iterations']} there)")
     elif policy.refinement:
         its = _stop(case, policy, pc, method, cal["to_rtol"] * g, False)
         how = f"{cal['to_rtol']} x {g:.3g}, with float64 replacements"
@@ -200,6 +219,14 @@ def iterations(case, policy: Precision, pc, method, unknowns: int, run_case) -> 
         its, how = maxiter, f"the calibration reached maxiter ({cal['reason']})"
     return min(its, maxiter), (f"calibrated on {cal['unknowns']:,} unknowns ({cal['mesh']}): {how}; "
                                f"(size ratio)^{p:g}")
+
+
+def mixed_ratio(cal: dict, ref: dict | None) -> float:
+    """Mixed plain CG's iterations over float64's on the calibration mesh, within MIXED_RATIO (module docstring)."""
+    lo, hi = MIXED_RATIO
+    if ref is None or not ref.get("iterations"):
+        return hi
+    return min(max(cal["iterations"] / ref["iterations"], lo), hi)
 
 
 def stalls(policy: Precision, method, kappa: float, rtol: float) -> bool:
