@@ -77,11 +77,17 @@ TAIL_BLOCK = {"plain": 8, "cycle": 1}
 BANDWIDTH = {"cpu": 20e9, "gpu": 2e12}              # effective bytes/s of a CG iteration
 ITERATION_LATENCY_S = {"cpu": 20e-6, "gpu": 15e-6}  # per iteration: Python calls (CPU), launches and checks (GPU)
 LEVEL_LATENCY_S = {"cpu": 60e-6, "gpu": 70e-6}      # per multigrid level of one V-cycle
-MIXED_VALUE_BYTES = 5        # mixed on a GPU: float32 recurrences, float64 solution updates and replacements (H100, Poisson 1M: 56 us against fp32 52)
+#: mixed on a GPU, bytes per value by unknowns per node: float32 recurrences, float64 solution updates and
+#: replacements; measured (H100) as fp32's per iteration on one unknown per node (Poisson 1M and 4M, the heat plate
+#: 2.6M), as fp64's on elasticity (Cook 522k: 105 us against fp32's 50 and fp64's 122)
+MIXED_VALUE_BYTES = {1: 4, 2: 8}
 MG_CYCLE_PLAIN_ITERATIONS = 4.0                      # a V-cycle's bytes, in plain CG iterations (op. complexity 1.33)
 #: set-up seconds: fixed + per triangle (mesh, assembly, boundary conditions; H100: 7 ms at 8k triangles, 64 ms at
 #: 1.3M, 365 ms at 5.3M)
 ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
+#: the same on a GPU for a rectangle from the generator (structured: assembly and boundary conditions 32 ms at 2.1M
+#: triangles, 110 ms at 8.4M on the H100, where the per-triangle figure above put 0.5 s)
+ASSEMBLY_S_RECTANGLE = {"cpu": ASSEMBLY_S["cpu"], "gpu": (8e-3, 0.015e-6)}
 #: a preconditioner's set-up (fixed + per unknown, by backend kind) and the vectors an iteration moves with it: its
 #: spec's ``cost`` (hpcsolve.fem.linalg.precond.registry)
 #: after the solve: error norms against a manufactured solution (6-point quadrature, exact fields; CPU, per
@@ -90,10 +96,10 @@ ASSEMBLY_S = {"cpu": (2e-3, 0.6e-6), "gpu": (8e-3, 0.06e-6)}
 NORMS_S_PER_TRIANGLE = {"cpu": 0.9e-6, "gpu": 0.0}
 FIELDS_S_PER_NODE = {"cpu": 0.0, "gpu": 2.0e-8}
 RUN_OVERHEAD_S = {"cpu": 2e-3, "gpu": 5e-3}          # the rest of a run (metrics, result)
-#: the float64 reference (SuperLU on the host, ``memory.REFERENCE_SECONDS``, fitted on the 2-core development machine,
-#: where Poisson at 65k unknowns takes 0.26 s against the model's 0.34) beside a GPU run takes longer: 0.41-0.56 s on
-#: the H100 machine's host (docs/measured/notes_calibrations.md, "Reference solve time")
-REFERENCE_HOST_FACTOR = {"cpu": 1.0, "gpu": 1.5}
+#: the float64 reference (SuperLU on the host, ``memory.REFERENCE_SECONDS``, fitted on the 2-core development machine)
+#: beside a GPU run, on the GPU machine's host: between the hosts seen, Poisson at 65k unknowns took 0.28-0.33 s on
+#: one H100 machine and 0.41-0.56 s on another (the model 0.34 s), Cook at 130k 1.23-1.57 s (the model 1.88 s)
+REFERENCE_HOST_FACTOR = {"cpu": 1.0, "gpu": 1.2}
 
 
 def backend_kind(backend) -> str:
@@ -149,7 +155,7 @@ def _direct(case, backend, unknowns: int, triangles: int, ncomp: int) -> dict:
 def setup_terms(case, kind: str, pc, unknowns: int, triangles: int) -> dict:
     """Seconds of the work around the iterations: assembly, the preconditioner's set-up (``pc``: a spec or a name;
     None: no preconditioner), the error norms."""
-    fixed, per_tri = ASSEMBLY_S[kind]
+    fixed, per_tri = (ASSEMBLY_S_RECTANGLE if case.mesh.kind == "rectangle" else ASSEMBLY_S)[kind]
     pc_fixed, pc_per = registry.get(pc).cost.setup_s.get(kind, (0.0, 0.0)) if pc is not None else (0.0, 0.0)
     manufactured = case.problem.kind == "poisson" and bool(getattr(case.problem, "manufactured", None))
     ncomp = 1 if case.problem.kind == "poisson" else 2
@@ -165,7 +171,7 @@ def seconds_per_iteration(kind: str, policy: Precision, pc, unknowns: int, ncomp
     also MG_CYCLE_PLAIN_ITERATIONS plain iterations' bytes, a latency per level: about log4(unknowns / coarse_size) + 1
     levels. ``pc``: a spec or a name."""
     pc = registry.get(pc)
-    value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES if policy.refinement else policy.storage_bytes)
+    value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES[ncomp] if policy.refinement else policy.storage_bytes)
     nnz = unknowns * (7 if ncomp == 1 else 14)
     plain = nnz * (value + 4) + (unknowns + 1) * 4
     t = ITERATION_LATENCY_S[kind] + (plain + pc.cost.vectors * unknowns * value) / BANDWIDTH[kind]
