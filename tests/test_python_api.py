@@ -113,7 +113,7 @@ def test_a_linear_operator_m_takes_the_iterations_of_the_builtin_jacobi(precisio
     dinv = 1.0 / A.diagonal()
     kw = dict(precision=precision, rtol=rtol, check_every=1)      # decisions every iteration: exact counts
     x_j, jac = hpcsolve.solve(A, b, preconditioner="jacobi", **kw)
-    x_n, none = hpcsolve.solve(A, b, **kw)
+    x_n, none = hpcsolve.solve(A, b, preconditioner="none", **kw)        # plain CG (the default is "auto")
     op = spla.LinearOperator(A.shape, matvec=lambda v: dinv * v, dtype=np.float64)
     for how in ({"M": op}, {"preconditioner": op}, {"M": sp.diags(dinv)}, {"M": np.diag(dinv)}):
         x, rep = hpcsolve.solve(A, b, **kw, **how)

@@ -25,7 +25,7 @@ from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg import cg, matrix, methods, precond
 from hpcsolve.fem.linalg.cg_options import CGOptions
 from hpcsolve.fem.linalg.methods import Method
-from hpcsolve.fem.linalg.precond import registry
+from hpcsolve.fem.linalg.precond import auto, registry
 from hpcsolve.fem.linalg.matrix import DeviceCSR
 from hpcsolve.fem.linalg.report import SolveReport
 from hpcsolve.fem.linalg.scaling import MATRIX_RANGE, RhsScale, matrix_in_range
@@ -34,6 +34,9 @@ from hpcsolve.core.precision import POLICIES, Precision, get_precision
 METHODS = methods.names()      # the method names registered at import (hpcsolve.fem.linalg.methods)
 DEFAULT_METHOD = {p.name: p.fem_method for p in POLICIES.values() if p.supports("fem")}
 F64 = np.dtype(np.float64)
+#: ``solve``'s preconditioner where none is given: "auto" (Jacobi-PCG, switching to AMG where the cost model says it
+#: pays: hpcsolve.fem.linalg.precond.auto); with method="cg" named it is plain CG, as the registry's rule says
+DEFAULT_PRECONDITIONER = "auto"
 
 
 def check_system(A, b, *, symmetric_tol: float = matrix.SYMMETRIC_TOL) -> tuple[sp.csr_matrix, np.ndarray]:
@@ -96,7 +99,8 @@ def _method_for(policy: Precision, method) -> Method:
 def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Backend | None" = None,
           rtol: float = 1e-8, maxiter: int | None = None, method: str | None = None, *, x0=None,
           preconditioner: "str | precond.Preconditioner | None" = None, M=None, check_every: int | None = None,
-          true_every: int = 0, multigrid: dict | None = None, **options) -> tuple[np.ndarray, SolveReport]:
+          true_every: int = 0, multigrid: dict | None = None, near_nullspace=None,
+          **options) -> tuple[np.ndarray, SolveReport]:
     """Solve the SPD system A x = b on a backend, in a precision; return (x, SolveReport).
 
     Parameters
@@ -120,8 +124,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     x0 : ndarray, optional
         The initial guess (default zero).
     preconditioner : str or Preconditioner, optional
-        'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic multigrid V-cycle, any SPD
-        matrix), 'mg' (geometric: needs the structured grid, so pass
+        'auto' (the default: Jacobi-PCG that switches to 'amg' where its probe and the cost model say the AMG set-up
+        pays; ``report.chosen`` / ``report.chosen_why`` say what it chose and why; with ``method='cg'`` named, plain
+        CG), 'none', 'jacobi' (for any CG method; 'pcg-jacobi' implies it), 'amg' (algebraic multigrid V-cycle, any
+        SPD matrix), 'mg' (geometric: needs the structured grid, so pass
         ``hpcsolve.fem.Multigrid('mg', grid=hpcsolve.fem.StructuredGrid(nx, ny, free))``), a
         :class:`hpcsolve.fem.linalg.precond.Preconditioner`, or (NumPy backend) a
         ``scipy.sparse.linalg.LinearOperator`` or matrix applied as z = M @ r (M ~ A^-1, SciPy's convention;
@@ -135,6 +141,10 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     multigrid : dict, optional
         Options of 'mg'/'amg' (:class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions`: hierarchy, smoother,
         degree, coarse_size, amg 'sa'|'rs', flexible, ...); ``report.preconditioner`` shows the hierarchy.
+    near_nullspace : ndarray, optional
+        The n x k near-null space of 'amg' (and of the AMG that 'auto' may switch to): smoothed aggregation's
+        candidates, e.g. the rigid-body modes of elasticity (``hpcsolve.fem.linalg.precond.aggregation.
+        rigid_body_modes``); default the constant vector.
     **options
         :class:`hpcsolve.fem.linalg.cg_options.CGOptions` (inner_rtol, max_outer, stagnation, reliable_criterion,
         reliable_delta, reliable_patience, reliable_p, accumulate, kappa_limit, kappa_min_iterations,
@@ -146,7 +156,8 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
         The solution, float64, on the host.
     report : SolveReport
         ``converged``, ``reason``, ``iterations``, ``true_residual`` (float64, recomputed, never only the
-        recursive one), ``recursive_residual``, ``residual_gap``, histories, timings, the preconditioner.
+        recursive one), ``recursive_residual``, ``residual_gap``, histories, timings, the preconditioner (and
+        what 'auto' chose: ``chosen``, ``chosen_why``, ``preconditioner["auto"]``).
 
     Raises
     ------
@@ -176,6 +187,8 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     >>> x, report = solve(A, b, rtol=1e-10, check_every=1)
     >>> report.converged, report.iterations        # CG in exact arithmetic: 50 distinct eigenvalues in b
     (True, 50)
+    >>> report.chosen, report.method               # preconditioner "auto": this small matrix takes Jacobi-PCG
+    ('jacobi', 'pcg-jacobi')
     >>> bool(report.true_residual <= 1e-10), bool(np.abs(x - 1).max() < 1e-12)
     (True, True)
 
@@ -186,14 +199,21 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     (False, True)
     >>> x, report = solve(A, b, precision="mixed", rtol=1e-10)
     >>> report.converged, report.method, bool(report.true_residual <= 1e-10)
-    (True, 'cg-reliable', True)
+    (True, 'cg-reliable+jacobi', True)
     """
     t_start = time.perf_counter()
     preconditioner = _scipy_keywords(options, preconditioner, M)
+    if preconditioner is None:
+        preconditioner = DEFAULT_PRECONDITIONER
     policy = get_precision(precision, family="fem", field="precision")
-    method = _method_for(policy, method)
+    named = method is not None
+    method = asked = _method_for(policy, method)
     opts = _options(rtol, maxiter, check_every, true_every, options)
-    pc = _preconditioner(method, preconditioner, multigrid, "M" if M is not None else "preconditioner")
+    field = "M" if M is not None else "preconditioner"
+    if _is_auto(preconditioner):
+        pc, cycle, fixed_why = _auto_preconditioners(method, named, A, multigrid, field, near_nullspace)
+    else:
+        pc, cycle, fixed_why = _preconditioner(method, preconditioner, multigrid, field, near_nullspace), None, ""
     method = methods.with_preconditioner(method, registry.spec_of(pc).name)     # cg with jacobi: pcg-jacobi
     be = _backend_for(A, backend)
 
@@ -204,6 +224,8 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
             matrix.check_host(host)
         report = SolveReport(method=method.name, precision=policy.name, backend=be.name, rtol=opts.rtol)
         report.setup_time_s = time.perf_counter() - t_start
+        if fixed_why:
+            auto.note(report, registry.spec_of(pc).name, fixed_why)
         if bnorm == 0.0:
             return _zero_rhs(host.shape[0], report)
         return _spsolve(host, b64, report)       # (factor_solve scales b by its power of two)
@@ -224,10 +246,19 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     dA.ensure(policy.compute)
     pc.setup(dA)
     b_dev = low.to_device(dA.local(b64))
-    x_dev = _solution_vector(dA, pc, x0)
+    x_dev = _solution_vector(dA, cycle if cycle is not None else pc, x0)     # "auto": the buffer a V-cycle keeps
     low.sync()
     setup = time.perf_counter() - t_start
+    chooser = None
+    if cycle is not None:         # "auto": Jacobi-PCG that may switch to the V-cycle (precond/auto.py)
+        model = auto.CostModel.of_matrix(dA, policy, getattr(getattr(cycle, "options", None), "coarse_size", 400))
+        chooser = auto.AutoRun(asked, model, pc, cycle, n)
+        method = auto.method_for(method, chooser)
     x, report = cg.run(dA, b_dev, scaled.norm2(b64), x_dev, policy=policy, method=method, opts=opts, precond=pc)
+    if chooser is not None:
+        chooser.finish(report)
+    elif fixed_why:
+        auto.note(report, registry.spec_of(pc).name, fixed_why)
     report.setup_time_s = setup
     x = rhs.finish(dA.gather(x), report, b64, dA.to_scipy)
     if dA.distributed:
@@ -235,14 +266,42 @@ def solve(A, b, precision: str | Precision = "fp64", backend: "str | backends.Ba
     return x, report
 
 
-def _preconditioner(method: Method, preconditioner, multigrid, field: str) -> precond.Preconditioner:
+def _preconditioner(method: Method, preconditioner, multigrid, field: str,
+                    near_nullspace=None) -> precond.Preconditioner:
     """The preconditioner object of a solve (``precond.get``); a method that always runs with one (pcg-jacobi: jacobi;
     spsolve: none) takes that one or none (``methods.check_preconditioner``)."""
     if method.preconditioner is None:
-        return precond.get(preconditioner, multigrid=multigrid, field=field)
+        return precond.get(preconditioner, multigrid=multigrid, field=field, near_nullspace=near_nullspace)
     if preconditioner is not None:
         methods.check_preconditioner(method, _name_of(preconditioner), field)
-    return precond.get(method.preconditioner, multigrid=multigrid, field=field)
+    return precond.get(method.preconditioner, multigrid=multigrid, field=field, near_nullspace=near_nullspace)
+
+
+def _is_auto(preconditioner) -> bool:
+    """Whether ``preconditioner=`` asks for "auto" (a name or the spec; its rule chooses another)."""
+    if not isinstance(preconditioner, (str, registry.PreconditionerSpec)):
+        return False
+    try:
+        return registry.get(preconditioner).choose is not None
+    except CaseError:
+        return False
+
+
+def _auto_preconditioners(method: Method, named: bool, A, multigrid, field: str, near_nullspace=None):
+    """(preconditioner, V-cycle, why) of "auto": where the method or the MPI ranks fix the choice
+    (``registry.choose_fixed``), that one, None and the report's line; else the probe's Jacobi and the AMG object it
+    may switch to (built now, so that bad ``multigrid`` options are refused before the solve; set up only at a switch)
+    and "" (the probe says why)."""
+    ranks = len(A.blocks) if isinstance(A, DeviceCSR) and A.distributed else 1
+    situation = registry.Situation(method=method, named=named, ranks=ranks, unknowns=lambda: 0,
+                                   structured=lambda: False)       # a user's matrix: no grid known
+    fixed = registry.choose_fixed(situation)
+    if fixed is not None:
+        nns = near_nullspace if registry.get(fixed).near_nullspace else None      # a fixed Jacobi or none: unused
+        return (precond.get(fixed, multigrid=multigrid, field=field, near_nullspace=nns), None,
+                auto.fixed_reason(situation, fixed))
+    return (precond.get(registry.AUTO_PROBE, field=field),
+            precond.get(registry.AUTO_CYCLE, multigrid=multigrid, field=field, near_nullspace=near_nullspace), "")
 
 
 def _name_of(preconditioner) -> str:

@@ -174,18 +174,23 @@ class MultigridSection(StrictModel):
         "fp32", description="precision of the multigrid hierarchy (fp16: 16-bit storage, float32 arithmetic); "
         "the outer CG still converges on the float64 true residual")
     smoother: Literal["chebyshev", "jacobi"] = Field("chebyshev", description="SpMV-only smoother on every level")
-    degree: int = Field(2, ge=1, le=10, description="smoothing steps before and after the coarse correction")
+    degree: int | None = Field(None, ge=1, le=10, description="smoothing steps before and after the coarse correction "
+                               "(Chebyshev degree; default: 2 for mg, 3 for amg)")
     coarse_size: int = Field(400, ge=1, le=5000, description="levels with at most this many unknowns are solved directly")
     max_levels: int = Field(30, ge=2, le=60)
     amg: Literal["sa", "rs"] = Field("sa", description="algebraic coarsening (pyamg): smoothed aggregation or Ruge-Stueben")
-    strength: float = Field(0.0, ge=0, le=1, description="pyamg strength threshold (0: pyamg's default)")
+    strength: float | None = Field(None, ge=0, le=1, description="strength threshold of aggregation (symmetric for sa, "
+                                   "classical for rs; default: amg's sa 0.08 on its first level, 0.05 below; else 0, "
+                                   "which rs reads as 0.25)")
+    coarse_strength: float | None = Field(None, ge=0, le=1, description="sa: the threshold below the first "
+                                          "aggregation level (default: as strength where strength is given)")
     flexible: bool = Field(True, description="flexible CG (robust to a slightly non-symmetric low-precision V-cycle)")
     level_format: Literal["auto", "dia", "csr"] = Field(
         "auto", description="storage of the level matrices: dia stores those of structured grids by diagonals (no "
         "column indices to read) and the others as CSR; csr; auto: dia on a GPU, csr on the CPU")
 
     def options(self) -> dict:
-        return self.model_dump()
+        return self.model_dump(exclude_none=True)
 
 
 class SolverSection(StrictModel):

@@ -3,7 +3,8 @@
 Checks the NumPy low ops against SciPy, against the Numba-CUDA simulator (same iteration counts),
 the mixed-precision iteration ratio on 2D Poisson m = 256 (65,536 unknowns, kappa 2.7e4, random b,
 true relative residual 1e-10; docs/design/fem_gpu.md has the ratios at m = 512 .. 2048), the replacement
-variants, and that a general (non-fused) preconditioner plugs into the same CG."""
+variants, and that a general (non-fused) preconditioner plugs into the same CG. CG itself is studied: the solves
+name preconditioner "none" (``solve``'s default is "auto")."""
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def small():
 @pytest.mark.parametrize("precision,method", METHODS)
 def test_numpy_backend_matches_scipy(small, precision, method):
     A, b, x_ref = small
-    x, rep = solve(A, b, precision=precision, method=method, rtol=RTOL, check_every=8)
+    x, rep = solve(A, b, preconditioner="none", precision=precision, method=method, rtol=RTOL, check_every=8)
     print(f"\n{precision}/{method}: its {rep.iterations} true {rep.true_residual:.2e} err {_rel(x, x_ref):.2e}")
     assert rep.converged, rep.reason
     assert rep.true_residual <= RTOL
@@ -50,7 +51,7 @@ def test_numpy_backend_matches_scipy(small, precision, method):
 
 def test_numpy_backend_fp32_really_computes_in_float32(small):
     A, b, x_ref = small
-    x, rep = solve(A, b, precision="fp32", rtol=1e-12, check_every=8)
+    x, rep = solve(A, b, preconditioner="none", precision="fp32", rtol=1e-12, check_every=8)
     print(f"\nfp32: true residual floor {rep.true_residual:.2e}")
     assert not rep.converged
     assert 1e-9 < rep.true_residual < 1e-4      # float32 floor, about kappa * u32 = 1e-5 at most
@@ -62,7 +63,7 @@ def test_numpy_backend_fp32_really_computes_in_float32(small):
 def test_numpy_low_ops_take_the_simulator_decisions(tiny, precision, method):
     """Same iteration and replacement counts as the Numba-CUDA kernels under the simulator."""
     A, b, _ = tiny
-    kw = dict(rtol=RTOL if precision != "fp32" else 1e-12, check_every=4, maxiter=200)
+    kw = dict(rtol=RTOL if precision != "fp32" else 1e-12, check_every=4, maxiter=200, preconditioner="none")
     if method == "cg-reliable-delta":
         method, kw["reliable_criterion"] = "cg-reliable", "delta"
     if method == "cg-reliable-jacobi":
@@ -85,15 +86,15 @@ def poisson256():
     A = _host_poisson(256)
     b = np.random.default_rng(1).standard_normal(A.shape[0])     # as bench_fem's solve
     dA = prepare_matrix(A)
-    _, ref = solve(dA, b, precision="fp64", rtol=RTOL)
+    _, ref = solve(dA, b, preconditioner="none", precision="fp64", rtol=RTOL)
     return A, dA, b, ref
 
 
 def test_reliable_ratio_m256(poisson256):
     """Default cg-reliable (vdV-Ye criterion) vs the QUDA delta criterion (block ends every 64)."""
     _, dA, b, ref = poisson256
-    _, new = solve(dA, b, precision="mixed", rtol=RTOL)
-    _, old = solve(dA, b, precision="mixed", rtol=RTOL, reliable_criterion="delta")
+    _, new = solve(dA, b, preconditioner="none", precision="mixed", rtol=RTOL)
+    _, old = solve(dA, b, preconditioner="none", precision="mixed", rtol=RTOL, reliable_criterion="delta")
     r_new, r_old = new.iterations / ref.iterations, old.iterations / ref.iterations
     print(f"\nfp64 {ref.iterations}; vdvye {new.iterations} ({r_new:.3f}x, {new.outer_iterations} replacements); "
           f"delta {old.iterations} ({r_old:.3f}x, {old.outer_iterations})")
@@ -106,9 +107,9 @@ def test_reliable_ratio_m256(poisson256):
 def test_reliable_ratio_checks_every_10_m256(poisson256):
     """The same choice with decisions every 10 iterations (the former CPU default): vdV-Ye still wins."""
     _, dA, b, _ = poisson256
-    _, ref = solve(dA, b, precision="fp64", rtol=RTOL, check_every=10)
-    _, new = solve(dA, b, precision="mixed", method="cg-reliable", rtol=RTOL, check_every=10)
-    _, old = solve(dA, b, precision="mixed", method="cg-reliable", rtol=RTOL, check_every=10,
+    _, ref = solve(dA, b, preconditioner="none", precision="fp64", rtol=RTOL, check_every=10)
+    _, new = solve(dA, b, preconditioner="none", precision="mixed", method="cg-reliable", rtol=RTOL, check_every=10)
+    _, old = solve(dA, b, preconditioner="none", precision="mixed", method="cg-reliable", rtol=RTOL, check_every=10,
                    reliable_criterion="delta")
     r_new, r_old = new.iterations / ref.iterations, old.iterations / ref.iterations
     print(f"\ncheck_every=10: fp64 {ref.iterations}; vdvye {new.iterations} ({r_new:.3f}x, "
@@ -121,7 +122,7 @@ def test_reliable_ratio_checks_every_10_m256(poisson256):
 @pytest.mark.parametrize("p", ["keep", "rebeta"])
 def test_replacement_variants_converge(poisson256, p):
     _, dA, b, ref = poisson256
-    _, rep = solve(dA, b, precision="mixed", rtol=RTOL, reliable_p=p, accumulate="block")
+    _, rep = solve(dA, b, preconditioner="none", precision="mixed", rtol=RTOL, reliable_p=p, accumulate="block")
     print(f"\nreliable_p={p}, accumulate=block: {rep.iterations} ({rep.iterations / ref.iterations:.3f}x)")
     assert rep.converged and rep.iterations / ref.iterations <= 1.25
 
@@ -132,8 +133,8 @@ def test_every_accumulation_mode_converges_to_the_same_solution(poisson256, mode
     replacements, at every block, or x updated in float64 (NumPy low ops only): each reaches rtol with the solution
     of the float64 CG."""
     A, dA, b, ref = poisson256
-    x, rep = solve(dA, b, precision="mixed", method="cg-reliable", rtol=RTOL, accumulate=mode)
-    x64, _ = solve(dA, b, precision="fp64", rtol=RTOL)
+    x, rep = solve(dA, b, preconditioner="none", precision="mixed", method="cg-reliable", rtol=RTOL, accumulate=mode)
+    x64, _ = solve(dA, b, preconditioner="none", precision="fp64", rtol=RTOL)
     assert rep.converged and rep.iterations / ref.iterations <= 1.25
     assert _rel(x, x64) < 1e-7
 
@@ -176,7 +177,7 @@ def test_a_general_preconditioner_plugs_into_the_same_cg(precision, method, opti
     kw = dict(precision=precision, method=method, rtol=rtol, check_every=8, **options)
     _, fused = solve(A, b, preconditioner="jacobi", **kw)
     _, general = solve(A, b, preconditioner=GeneralJacobi(), **kw)
-    _, plain = solve(A, b, **kw)
+    _, plain = solve(A, b, preconditioner="none", **kw)
     print(f"\n{precision}/{method} {options}: fused Jacobi {fused.iterations} ({fused.outer_iterations}), general "
           f"{general.iterations} ({general.outer_iterations}), none {plain.iterations}; {general.reason[:60]}")
     assert general.method.endswith("jacobi-general")

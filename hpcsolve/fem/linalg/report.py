@@ -40,6 +40,8 @@ class SolveReport:
     #                                                   setup_time_s, cycles, level_time_s, symmetry_defect, ...
     phase_time_s: dict = field(default_factory=dict)  # fused cg-reliable: synchronized wall time of the parts
     #                                                   outside the iteration blocks (kappa, replace, y_norm)
+    chosen: str = ""               # preconditioner="auto": the preconditioner it chose ("jacobi", "amg"); "" if named
+    chosen_why: str = ""           # ... and why, one line ("auto: jacobi (probe: 32 iterations, kappa ...)")
 
     def __repr__(self) -> str:
         pc = (self.preconditioner.get("kind") or self.preconditioner.get("name")) if self.preconditioner else None
@@ -50,6 +52,8 @@ class SolveReport:
         parts += [f"true_residual={self.true_residual:.3g}", f"rtol={self.rtol:.3g}"]
         if pc:
             parts.append(f"preconditioner={pc!r}")
+        if self.chosen:
+            parts.append(f"chosen={self.chosen!r}")
         if self.fallback:
             parts.append(f"fallback={self.fallback!r}")
         parts += [f"time_s={self.time_s:.3g}", f"reason={self.reason!r}"]

@@ -33,8 +33,9 @@ __all__ = ["NAMES", "Preconditioner", "Jacobi", "Multigrid", "HostOperator", "ge
 
 
 def allowed() -> str:
-    """What ``preconditioner=`` takes: the registered names (:mod:`registry`), an instance or a SciPy-style M."""
-    return (", ".join(registry.names(include_auto=False)) + ", a hpcsolve.fem.Multigrid or Preconditioner, or (NumPy "
+    """What ``preconditioner=`` of ``solve`` takes: the registered names ("auto" first, :mod:`registry`), an instance
+    or a SciPy-style M."""
+    return (", ".join(registry.names()) + ", a hpcsolve.fem.Multigrid or Preconditioner, or (NumPy "
             "backend) a scipy.sparse.linalg.LinearOperator or matrix M ~ A^-1")
 
 
@@ -96,15 +97,17 @@ def _host_operator(value) -> bool:
     return isinstance(value, LinearOperator)
 
 
-def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> Preconditioner:
+def get(value, field: str = "preconditioner", multigrid: dict | None = None, near_nullspace=None) -> Preconditioner:
     """The preconditioner for a name (:func:`registry.get`: the spec builds it), a spec, an instance or a SciPy-style M
     (:class:`HostOperator`); ``multigrid``: options of a spec that takes them (mg / amg:
-    :class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions` fields); ``field``: the argument's name in errors
-    ("preconditioner", or "M")."""
+    :class:`hpcsolve.fem.linalg.precond.mg_options.MGOptions` fields); ``near_nullspace``: the n x k near-null space
+    of a spec that takes one (amg: smoothed aggregation's B, e.g. rigid-body modes); ``field``: the argument's name
+    in errors ("preconditioner", or "M")."""
     if isinstance(value, Preconditioner):
-        if multigrid:
-            raise CaseError.invalid("multigrid", multigrid, "nothing with a Preconditioner instance",
-                                    why="give the options to the instance (Multigrid(kind, options))")
+        if multigrid or near_nullspace is not None:
+            what, given = ("multigrid", multigrid) if multigrid else ("near_nullspace", "an array")
+            raise CaseError.invalid(what, given, "nothing with a Preconditioner instance",
+                                    why="give it to the instance (Multigrid(kind, options, near_nullspace=...))")
         return value
     if value is None:
         value = registry.get("none")
@@ -119,5 +122,10 @@ def get(value, field: str = "preconditioner", multigrid: dict | None = None) -> 
     except CaseError:
         raise CaseError.invalid(field, value, allowed()) from None
     if spec.build is None:        # "auto" needs a run's situation (a case): a solve is given what it runs
-        raise CaseError.invalid(field, value, allowed(), why=f"{spec.name!r} is resolved by a case's run")
-    return spec.make(registry.Inputs(options=multigrid, field="multigrid"))
+        raise CaseError.invalid(field, value, allowed(), why=f"{spec.name!r} is resolved by hpcsolve.fem.solve (a "
+                                                            "probe of the matrix) or by a case's run")
+    if near_nullspace is not None and not spec.near_nullspace:
+        takes = " or ".join(repr(n) for n in registry.names() if registry.get(n).near_nullspace)
+        raise CaseError.invalid("near_nullspace", "an array", f"nothing with preconditioner {spec.name!r}",
+                                why=f"a near-null space is used by preconditioner {takes}")
+    return spec.make(registry.Inputs(options=multigrid, field="multigrid", near_nullspace=near_nullspace))

@@ -50,8 +50,11 @@ class PyamgBuilder(AggregationBuilder):
     def aggregate(self, A, h: Hierarchy, cur, nns, xp, sparse):
         opts = self.options
         h.amg_setup = "pyamg"
-        pairs, cur = pyamg_levels(host_csr(cur), opts, nns, opts.max_levels - len(self.mats))
-        for Al, Pl in pairs:
+        rhos: list = []
+        pairs, cur = pyamg_levels(host_csr(cur), opts, nns, opts.max_levels - len(self.mats), rhos=rhos)
+        for l, (Al, Pl) in enumerate(pairs):
+            if l < len(rhos):
+                self.lambdas[len(self.mats)] = rhos[l]
             Al, Pl = canonical(sp.csr_matrix(Al), sp), canonical(sp.csr_matrix(Pl), sp)
             if xp is not np:
                 Al, Pl = sparse.csr_matrix(Al), sparse.csr_matrix(Pl)
@@ -59,17 +62,19 @@ class PyamgBuilder(AggregationBuilder):
         return cur
 
 
-def pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30):
+def pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, max_levels: int = 30,
+                 rhos: list | None = None):
     """[(A_l, P_l), ...] and the coarsest A of an aggregation hierarchy (host, SciPy): smoothed aggregation
     (:func:`sa_levels`, pyamg's pieces) or pyamg's Ruge-Stueben. Either stops early (the coarsest level still
-    above ``coarse_size`` with levels to spare) where the strength threshold leaves nothing to coarsen along."""
+    above ``coarse_size`` with levels to spare) where the strength threshold leaves nothing to coarsen along.
+    ``rhos`` (smoothed aggregation): a list that gets each level's rho(D^-1 A_l), as :func:`sa_levels` computes it."""
     try:
         import pyamg    # late: its import costs about 0.25 s (measured), and only aggregation needs it
     except ImportError as exc:      # pragma: no cover - pyamg is a dependency
         raise CaseError.invalid("preconditioner", "amg", "none, jacobi, mg",
                                 why=f"algebraic multigrid needs pyamg ({exc})") from None
     if opts.amg == "sa":
-        return sa_levels(A_host, opts, near_nullspace, max_levels)
+        return sa_levels(A_host, opts, near_nullspace, max_levels, rhos=rhos)
     # pyamg's own smoothers are not set up: the V-cycle brings its own (about a fifth of pyamg's set-up time)
     ml = pyamg.ruge_stuben_solver(A_host, max_coarse=opts.coarse_size, max_levels=max_levels, keep=False,
                                   presmoother=None, postsmoother=None,
@@ -79,7 +84,7 @@ def pyamg_levels(A_host: sp.csr_matrix, opts: MGOptions, near_nullspace=None, ma
 
 
 
-def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
+def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30, rhos: list | None = None):
     """Smoothed aggregation as pyamg's ``smoothed_aggregation_solver`` builds it by default (symmetric strength,
     standard aggregation, candidates improved by 4 symmetric block Gauss-Seidel sweeps on the finest level,
     tentative prolongator by ``fit_candidates``, one Jacobi smoothing step with omega 4/3 over rho(D^-1 A),
@@ -96,7 +101,7 @@ def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
     B = np.ones((n, 1)) if B is None else np.asarray(B, dtype=np.float64).reshape(n, -1)
     pairs = []
     while len(pairs) < max_levels - 1 and A.shape[0] > opts.coarse_size:
-        C = symmetric_strength_of_connection(A, theta=opts.strength)
+        C = symmetric_strength_of_connection(A, theta=opts.strength_at(len(pairs)))
         agg, roots = standard_aggregation(C)
         if len(roots) == 0:
             # no connection is as strong as the threshold (every node isolated): pyamg then returns one empty
@@ -116,6 +121,8 @@ def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30):
         if P.shape[1] == 0 or P.shape[1] >= A.shape[0]:
             break
         pairs.append((A, P))
+        if rhos is not None:
+            rhos.append(rho)
         A = sp.csr_matrix(P.T @ A @ P)
         A.sum_duplicates()
         B = Bc

@@ -130,6 +130,9 @@ class HierarchyBuilder:
                  key: tuple = ()):
         self.options, self.grid, self.near_nullspace, self.field, self.key = options, grid, near_nullspace, field, key
         self.mats: list = []       # (A_l, P_l, kind, R_l or None) in float64, SciPy or CuPy sparse
+        #: lambda_max(D^-1 A_l) by level index where the level's builder computed it (smoothed aggregation's Lanczos
+        #: rho, accurate to about 1%); the other levels get a power iteration (:meth:`_smoothers`)
+        self.lambdas: dict[int, float] = {}
         self.phases: _Phases | None = None
 
     @classmethod
@@ -333,11 +336,14 @@ class HierarchyBuilder:
         there) and the smoothing coefficients from it."""
         opts = self.options
         small = self.host_build_rows
-        on_device = [lvl for lvl, (Al, *_) in zip(h.levels, self.mats) if Al.shape[0] > small]
+        known = {id(h.levels[l]): lam for l, lam in self.lambdas.items() if l < len(h.levels)}
+        on_device = [lvl for lvl, (Al, *_) in zip(h.levels, self.mats) if Al.shape[0] > small and id(lvl) not in known]
         for lvl, lam in zip(on_device, lambda_max_levels(low, on_device, opts.power_iterations)):
             lvl.lam = lam
         for lvl, (Al, *_) in zip(h.levels, self.mats):
-            if Al.shape[0] <= small:
+            if id(lvl) in known:
+                lvl.lam = known[id(lvl)]
+            elif Al.shape[0] <= small:
                 lvl.lam = lambda_max_host(Al, opts.power_iterations)
             lvl.coefs = smoother_coefficients(opts, lvl.lam)
 

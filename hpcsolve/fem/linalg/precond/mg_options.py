@@ -26,6 +26,12 @@ SMOOTHERS = ("chebyshev", "jacobi")
 AMG_METHODS = ("sa", "rs")
 LEVEL_FORMATS = ("auto", "dia", "csr")
 AMG_SETUPS = ("auto", "device", "pyamg")
+#: where a kind's defaults differ from the dataclass's (mg's): smoothed aggregation ("amg" with amg = "sa") smooths
+#: with Chebyshev of degree 3 on a wider interval, [0.1, 1.1] x lambda_max (its levels' lambda_max is the set-up's
+#: Lanczos rho, where mg's power iteration underestimates and a wide interval diverges), and keeps connections above a
+#: strength of 0.08 on its first level, 0.05 below. The choice and its measurements on the generated family
+#: (``hpcsolve.fem.discrete.amg_family``): docs/design/fem_multigrid.md
+KIND_DEFAULTS = {"amg": {"degree": 3, "cheby_lower": 0.1, "strength": 0.08, "coarse_strength": 0.05}}
 
 
 @dataclass
@@ -39,7 +45,9 @@ class MGOptions:
     coarse_size: int = 400         # a level with at most this many unknowns is solved directly (dense inverse)
     max_levels: int = 30
     amg: str = "sa"                # aggregation of "amg" (and below the geometric levels): sa | rs
-    strength: float = 0.0          # pyamg strength threshold (sa: symmetric, 0 = pyamg's default; rs: classical 0.25)
+    strength: float = 0.0          # strength threshold (sa: symmetric |a_ij| >= strength sqrt(a_ii a_jj), 0 = pyamg's
+                                   # default; rs: classical, 0 means 0.25); amg: on its first aggregation level
+    coarse_strength: float | None = None  # sa: the threshold on the levels below the first (None: strength)
     cheby_lower: float = 0.3       # Chebyshev interval [cheby_lower, 1.1] x lambda_max(D^-1 A)
     jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
     power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
@@ -77,21 +85,35 @@ class MGOptions:
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not lo <= v <= hi:
                 raise CaseError.invalid(f"multigrid.{name}", v, f"a number in [{lo:g}, {hi:g}]")
             setattr(self, name, float(v))
+        if self.coarse_strength is not None:
+            v = self.coarse_strength
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 <= v <= 1:
+                raise CaseError.invalid("multigrid.coarse_strength", v, "a number in [0, 1] or None (as strength)")
+            self.coarse_strength = float(v)
         if not isinstance(self.flexible, (bool, np.bool_)):
             raise CaseError.invalid("multigrid.flexible", self.flexible, "true or false")
         self.flexible = bool(self.flexible)
 
     @classmethod
-    def from_dict(cls, d: dict | None, field_name: str = "multigrid") -> "MGOptions":
+    def from_dict(cls, d: dict | None, field_name: str = "multigrid", kind: str | None = None) -> "MGOptions":
+        """The options ``d`` gives, the others the defaults of ``kind`` (:data:`KIND_DEFAULTS`: amg's apply to
+        smoothed aggregation; a ``strength`` given without ``coarse_strength`` holds on every level)."""
         if d is not None and not isinstance(d, dict):
             raise CaseError.invalid(field_name, d, "a dict of multigrid options (e.g. {'hierarchy': 'fp16'}) or "
                                     "a hpcsolve.fem.linalg.precond.multigrid.MGOptions")
-        d = dict(d or {})
+        d = {k: v for k, v in dict(d or {}).items() if v is not None}
         known = {f.name for f in fields(cls)}
         for k in d:
             if k not in known:
                 raise CaseError.invalid(f"{field_name}.{k}", d[k], ", ".join(sorted(known)), why="unknown multigrid option")
-        return cls(**d)
+        defaults = dict(KIND_DEFAULTS.get(kind, {})) if str(d.get("amg", "sa")).lower() == "sa" else {}
+        if "strength" in d:
+            defaults.pop("coarse_strength", None)
+        return cls(**{**defaults, **d})
+
+    def strength_at(self, level: int) -> float:
+        """The strength threshold of aggregation level ``level`` (0: the first)."""
+        return self.strength if level == 0 or self.coarse_strength is None else self.coarse_strength
 
     @property
     def precision(self) -> Precision:

@@ -77,7 +77,7 @@ class Multigrid(Preconditioner):
         self.kind = self.name = kind.lower()
         self.builder = BUILDERS[self.name]
         self.field = field
-        self.options = options if isinstance(options, MGOptions) else MGOptions.from_dict(options, field)
+        self.options = options if isinstance(options, MGOptions) else MGOptions.from_dict(options, field, kind=self.name)
         self.grid = grid
         self.near_nullspace = near_nullspace
         if self.builder.needs_grid and grid is None:

@@ -30,6 +30,12 @@ from hpcsolve.fem.linalg.precond.base import Jacobi, Preconditioner
 #: 32 ms for mg's set-up and solve; 1023^2 163 ms against 14 ms + set-up)
 AUTO_MULTIGRID_UNKNOWNS = 200_000
 
+#: what "auto" weighs on a user's matrix (``hpcsolve.fem.solve``; :mod:`hpcsolve.fem.linalg.precond.auto`): the
+#: preconditioner whose CG probes the matrix (no set-up, fused into the CG kernels) and the V-cycle it may switch to
+#: (any SPD matrix: no grid is known)
+AUTO_PROBE = "jacobi"
+AUTO_CYCLE = "amg"
+
 #: multigrid on the device, per unknown: levels (operator complexity ~1.35 of the matrix in float32,
 #: int32 indices; the finest level stored by diagonals is a copy of its own: 7 (scalar) to ~20 (elasticity)
 #: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up (the geometric set-up's
@@ -206,15 +212,25 @@ def choose_auto_distributed() -> PreconditionerSpec:
     return _REGISTRY["jacobi"]
 
 
-def choose_auto(s: Situation) -> PreconditionerSpec:
-    """The rule of "auto": the preconditioner the method always runs with (pcg-jacobi: jacobi; spsolve: none) or the
-    one it means when named (cg: none); on several MPI ranks jacobi (the hierarchy is not distributed); below
-    AUTO_MULTIGRID_UNKNOWNS unknowns jacobi; above it mg on a structured mesh, amg otherwise."""
+def choose_fixed(s: Situation) -> PreconditionerSpec | None:
+    """What "auto" amounts to whatever the matrix: the preconditioner the method always runs with (pcg-jacobi: jacobi;
+    spsolve: none) or the one it means when named (cg: none); on several MPI ranks jacobi (the hierarchy is not
+    distributed). None: the choice is the matrix's (:func:`choose_auto` for a case, the probe of
+    :mod:`hpcsolve.fem.linalg.precond.auto` for ``solve`` on a user's matrix)."""
     fixed = s.method.preconditioner or (s.method.named_preconditioner if s.named else None)
     if fixed is not None:
         return get(fixed)
     if s.ranks > 1:
         return choose_auto_distributed()
+    return None
+
+
+def choose_auto(s: Situation) -> PreconditionerSpec:
+    """The rule of "auto" for a case: :func:`choose_fixed`, else below AUTO_MULTIGRID_UNKNOWNS unknowns jacobi; above it
+    mg on a structured mesh, amg otherwise."""
+    fixed = choose_fixed(s)
+    if fixed is not None:
+        return fixed
     if s.unknowns() < AUTO_MULTIGRID_UNKNOWNS:
         return _REGISTRY["jacobi"]
     return _REGISTRY["mg"] if s.structured() else _REGISTRY["amg"]
@@ -250,7 +266,7 @@ def _multigrid_memory(host_per_unknown: int):
 # 64^2 to 4095^2, amg 15-20; Cook fp64 mg 42 -> 97, amg 50 -> 117 from 2,178 to 522,242 unknowns, H100 and NumPy);
 # without a calibration fp64 iterations per sqrt(unknowns) for rtol 1e-10 (the shipped cases: 0.8-10 with none) or a
 # fixed count for multigrid; set-up (H100, CuPy: mg and amg 45-80 ms from 8k to 663k unknowns, the aggregation on the
-# device)
+# device; amg on NumPy: pyamg's aggregation and the coarse inverse on the host, docs/design/fem_solvers.md, "auto")
 register(PreconditionerSpec("auto", "jacobi below 200,000 unknowns; above, mg on structured generator meshes and amg "
                             "otherwise (none with method = cg or spsolve)", choose=choose_auto))
 register(PreconditionerSpec("none", "no preconditioner (plain CG)", build=lambda inputs: Preconditioner(),
@@ -266,4 +282,4 @@ register(PreconditionerSpec(
     "amg", "algebraic multigrid (pyamg hierarchy)", build=_Multigrid("amg"), near_nullspace=True, cycle=True,
     options_field="multigrid", memory=_multigrid_memory(AMG_HOST_BYTES_PER_UNKNOWN),
     cost=Cost(size_exponent={1: 0.1, 2: 0.2}, fixed_iterations=40,
-              setup_s={"cpu": (3e-3, 1.0e-6), "gpu": (45e-3, 0.03e-6)})))
+              setup_s={"cpu": (0.1, 3.0e-6), "gpu": (45e-3, 0.03e-6)})))

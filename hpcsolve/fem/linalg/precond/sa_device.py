@@ -394,11 +394,14 @@ def smoothed_level(A, T, rho: float, dinv, xp, sparse):
 
 
 # --------------------------------------------------------------------------- the hierarchy
-def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure | None = None):
+def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure | None = None,
+                 rhos: list | None = None):
     """([(A_l, P_l), ...], the coarsest A, SAStructure): smoothed aggregation of square CSR ``A`` (a matrix of
     ``sparse``) until ``opts.coarse_size`` rows or ``max_levels`` levels, or until the strength threshold leaves
     nothing to aggregate (that level is the coarsest). With ``structure`` (of an earlier set-up of a matrix with
-    the same sparsity) the aggregates are taken from it: only the numeric part is computed."""
+    the same sparsity) the aggregates are taken from it: only the numeric part is computed. ``rhos``: a list that
+    gets rho(D^-1 A_l) of every returned level (the Lanczos estimate the prolongation smoothing used; the V-cycle's
+    smoothers take it as lambda_max)."""
     A = _canonical(sparse.csr_matrix(A), sparse)
     n = A.shape[0]
     B = xp.ones((n, 1)) if B is None else xp.asarray(B, dtype=xp.float64).reshape(n, -1)
@@ -413,7 +416,7 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
             agg, count = out.aggregates[l], out.counts[l]
         else:
             G = node_graph(A, block, xp, sparse)
-            indptr, indices, strength = strength_graph(G, opts.strength, xp, with_strength=True)
+            indptr, indices, strength = strength_graph(G, opts.strength_at(l), xp, with_strength=True)
             # the second pass where a node is one coarse unknown (one candidate): with k candidates every extra
             # aggregate is k coarse unknowns (Cook's membrane, 3 rigid-body modes: operator complexity 1.38 -> 1.79)
             agg, count = mis2_aggregate(indptr, indices, xp, strength=strength,
@@ -434,6 +437,8 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
             out.blocks.append(block)
             out.rows.append(A.shape[0])
         pairs.append((A, P))
+        if rhos is not None:
+            rhos.append(rho)
         A, B, block = Ac, Bc, B.shape[1]
     return pairs, A, out
 
@@ -454,9 +459,11 @@ class DeviceSABuilder(HierarchyBuilder):
         if kept is not None and (kept["grid"] is not self.grid or kept["nns"] is not self.near_nullspace):
             kept = None
         B = None if nns is None else xp.asarray(nns)
+        rhos: list = []
         pairs, cur, structure = sa_levels_xp(cur, self.options, B, self.options.max_levels - len(self.mats), xp,
-                                             sparse, structure=None if kept is None else kept["structure"])
-        for Al, Pl in pairs:
+                                             sparse, structure=None if kept is None else kept["structure"], rhos=rhos)
+        for (Al, Pl), rho in zip(pairs, rhos):
+            self.lambdas[len(self.mats)] = rho
             self.mats.append((canonical(Al, sparse), canonical(Pl, sparse), "aggregation", None))
         if kept is None:
             A.cache[skey] = {"structure": structure, "grid": self.grid, "nns": self.near_nullspace,
