@@ -313,7 +313,12 @@ def test_numba_power_iterations_on_cupy_kernels_equal_its_own(kind, monkeypatch)
     own = lambda_max_levels(low, pc.levels, 15)
     assert len(own) >= 2 and all(1.0 < v < 2.5 for v in own)
     assert on_cupy == pytest.approx(own, rel=1e-12)
-    # the set-up's own estimates: the levels above host_build_rows on the device (the twin), the rest on the host
-    # from the float64 matrices (these levels are float32: equal to ~1e-7 only)
+    # the set-up's own estimates: mg's levels above host_build_rows by the power iteration on the device (the twin),
+    # the rest on the host from the float64 matrices (these levels are float32: equal to ~1e-7 only); amg's levels
+    # take the set-up's Lanczos rho instead (hierarchy.HierarchyBuilder.lambdas), which the 15 power steps approach
+    # from below (Ritz values and power estimates lie inside the spectrum)
     big = [k for k, lvl in enumerate(pc.levels) if lvl.A.rows > HierarchyBuilder.host_build_rows]
-    assert big and [pc.levels[k].lam for k in big] == pytest.approx([own[k] for k in big], rel=1e-12)
+    if kind == "mg":
+        assert big and [pc.levels[k].lam for k in big] == pytest.approx([own[k] for k in big], rel=1e-12)
+    else:
+        assert big and all(own[k] * (1 - 1e-6) <= pc.levels[k].lam <= 1.2 * own[k] for k in big)
