@@ -336,13 +336,13 @@ class HierarchyBuilder:
         there) and the smoothing coefficients from it."""
         opts = self.options
         small = self.host_build_rows
-        known = {id(h.levels[l]): lam for l, lam in self.lambdas.items() if l < len(h.levels)}
-        on_device = [lvl for lvl, (Al, *_) in zip(h.levels, self.mats) if Al.shape[0] > small and id(lvl) not in known]
+        levels = list(enumerate(zip(h.levels, self.mats)))
+        on_device = [lvl for l, (lvl, (Al, *_)) in levels if Al.shape[0] > small and l not in self.lambdas]
         for lvl, lam in zip(on_device, lambda_max_levels(low, on_device, opts.power_iterations)):
             lvl.lam = lam
-        for lvl, (Al, *_) in zip(h.levels, self.mats):
-            if id(lvl) in known:
-                lvl.lam = known[id(lvl)]
+        for l, (lvl, (Al, *_)) in levels:
+            if l in self.lambdas:
+                lvl.lam = self.lambdas[l]
             elif Al.shape[0] <= small:
                 lvl.lam = lambda_max_host(Al, opts.power_iterations)
             lvl.coefs = smoother_coefficients(opts, lvl.lam)
