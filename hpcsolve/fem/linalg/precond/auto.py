@@ -4,28 +4,35 @@ the two.
 
 Neither is better everywhere: the V-cycle's set-up (and an iteration's level sweeps) is paid back only where Jacobi-PCG
 needs many iterations. So the solve starts as Jacobi-PCG (no set-up; its work is kept whatever follows) and weighs at
-decision points (PROBE_ITERATIONS iterations, then about a quarter more each time: :func:`decision_points`):
+decision points (PROBE_ITERATIONS iterations, then about a quarter more each time, on multiples of the run's block so
+that the probe's blocks, and so its count, are plain Jacobi-PCG's: :func:`decision_points`):
 
 * Jacobi-PCG's remaining iterations (:class:`Probe`), the smaller of two predictions. (a) CG's bound
   0.5 sqrt(kappa) ln(2 r / rtol), kappa the Lanczos estimate of kappa(D^-1 A) from the CG coefficients (alpha, beta):
-  the extreme Ritz values lie inside the spectrum, so it is a lower bound, and far below kappa while the smallest Ritz
-  value has not converged (it approaches lambda_min slowly from above: after k iterations on a Laplacian it is about
-  lambda_max / k^2, whatever the mesh); the bound itself is pessimistic on a clustered spectrum (coefficient jumps:
-  a few isolated eigenvalues). (b) The residual's recent rate (:func:`recent_rate`, over the second half of the
-  iterations so far) extended to rtol, which is pessimistic where CG's convergence still speeds up (the 3D
-  Laplacian). The smaller is low on both: the rule may switch late, it does not switch on a guess.
+  the extreme Ritz values lie inside the spectrum, so it is a lower bound; the bound itself is pessimistic on a
+  clustered spectrum (coefficient jumps: a few isolated eigenvalues). (b) The residual's recent rate
+  (:func:`recent_rate`, over the second half of the iterations so far) extended to rtol, which is pessimistic where
+  CG's convergence still speeds up (the 3D Laplacian). Both are far low while the smallest Ritz value has not
+  converged: it approaches lambda_min from above as about lambda_max / k^2 whatever lies below, so the Lanczos kappa
+  grows as k^2 and says only that CG has not yet seen the bottom of the spectrum. The probe measures that growth
+  (kappa_k against kappa at k/2, :func:`ritz_growth`) and multiplies the prediction by up to UNSEEN_FACTOR where it
+  is k^GROWTH_UNSEEN or faster (none at k^GROWTH_SEEN or slower: the Ritz value has settled). On the generated AMG
+  family (docs/measured/amg_family_auto_cpu_2026-12-07.md) the plain prediction after 128 iterations was 2.2-3.7x
+  low on most 2D members, whose kappa still grew as k^1.7-2.2, within 10% on the 3D Laplacians, settled there:
+  doubling buys the early switch that the 1.3x target needs, and stays a low estimate on most.
 * the cost of each (:class:`CostModel`): seconds per iteration of the run-time estimate
   (``hpcsolve.fem.estimate.seconds_per_iteration``), the amg spec's set-up seconds (``cost.setup_s`` by backend kind,
   ``hpcsolve.fem.linalg.precond.registry``), AMG iterations from its ``cost.fixed_iterations`` (a count for rtol 1e-10
-  without calibration: conservative).
+  without calibration: conservative), counted from the initial residual: the probe's iterate has a small residual
+  but a smooth error, which took the V-cycle 0.45-1.05 of its iterations from zero (the same document).
 
 Where Jacobi-PCG's predicted remaining time exceeds the AMG set-up and iterations, the hierarchy is set up and AMG-PCG
 continues from the iterate (only the Krylov space is lost); else Jacobi-PCG goes on in the same recurrences (no
 restart) to the next point. A late switch costs the Jacobi iterations run before it, as renting too long does; a wrong
-one would cost the set-up. After AMG-PCG's first CHECK_CYCLES iterations their measured rate is compared: where AMG's
-remaining time is above BACK_FACTOR x Jacobi's prediction, the solve goes back to Jacobi-PCG (the set-up is sunk: only
-a clear loss is worth the restart). A matrix so small that n Jacobi-PCG iterations (CG's most in exact arithmetic) cost
-less than the set-up runs Jacobi-PCG without decisions.
+one would cost the set-up. After AMG-PCG's first CHECK_CYCLES iterations the rate of their second half is compared
+(the first cycles remove the easy error fast): where AMG's remaining time is above BACK_FACTOR x Jacobi's prediction,
+the solve goes back to Jacobi-PCG (the set-up is sunk: only a clear loss is worth the restart). A matrix so small that
+n Jacobi-PCG iterations (CG's most in exact arithmetic) cost less than the set-up runs Jacobi-PCG without decisions.
 
 Mixed precision (cg-reliable, ir-restarted) probes with float32 Jacobi-PCG, then restarts its own method from the
 probe's float64 iterate with the preconditioner chosen, where AMG pays, Jacobi clearly does (MIXED_STAY_MARGIN) or
@@ -53,9 +60,15 @@ from hpcsolve.fem.linalg.precond import registry
 from hpcsolve.fem.linalg.precond.base import Preconditioner
 
 #: the first decision point: iterations of Jacobi-PCG before its rate and Ritz values are weighed
-PROBE_ITERATIONS = 32
-#: decision points are multiples of this (a CUDA graph per block length: 32 and the check_every block)
-POINT_STEP = 32
+PROBE_ITERATIONS = 64
+#: decision points are multiples of the run's block (``check_every``, this by default): a decision point inside a
+#: block would split it, so that auto's Jacobi-PCG stopped up to a block away from plain Jacobi-PCG's count
+POINT_STEP = 64
+#: the Lanczos kappa's growth exponent since half the iterations (:func:`ritz_growth`): at or below GROWTH_SEEN the
+#: smallest Ritz value has settled (the prediction stands), at or above GROWTH_UNSEEN it still falls as lambda_max / k^2
+#: does while lambda_min is unseen (the prediction x UNSEEN_FACTOR); in between, linearly
+GROWTH_SEEN, GROWTH_UNSEEN = 1.0, 1.5
+UNSEEN_FACTOR = 2.0
 #: residuals averaged (geometrically) at each end of the window of the recent rate
 RATE_WINDOW = 4
 #: the rtol that the V-cycle's ``cost.fixed_iterations`` is counted for (hpcsolve.fem.estimate: rtol 1e-10)
@@ -84,7 +97,7 @@ def _estimate(attr: str):
 
 def decision_points(first: int = PROBE_ITERATIONS, step: int = POINT_STEP):
     """Iteration counts at which the probe weighs: first, then about a quarter more each time (multiples of step)."""
-    k = first
+    k = -(-first // step) * step
     while True:
         yield k
         k += step * max(1, round(k / 4 / step))
@@ -119,18 +132,19 @@ class CostModel:
         kind = _estimate("backend_kind")(A.backend)
         return cls.of(kind, policy, A.global_n, int(round(A.row_nnz * A.global_n)), coarse_size)
 
-    def cycle_iterations(self, residual: float, rtol: float) -> int:
-        """AMG-PCG iterations from a relative residual to rtol."""
-        return max(1, math.ceil(self.cycle_per_decade * math.log10(max(residual / rtol, 1.0))))
+    def cycle_iterations(self, rtol: float) -> int:
+        """AMG-PCG iterations to rtol after a switch: counted from the initial residual, whatever the probe's (its
+        iterate's error is smooth: what is left takes the V-cycle about as long as from zero; module docstring)."""
+        return max(1, math.ceil(self.cycle_per_decade * math.log10(max(1.0 / rtol, 1.0))))
 
-    def cycle_seconds(self, residual: float, rtol: float) -> float:
-        """The AMG set-up and its iterations from ``residual`` to rtol."""
-        return self.setup_s + self.cycle_iterations(residual, rtol) * self.cycle_s
+    def cycle_seconds(self, rtol: float) -> float:
+        """The AMG set-up and its iterations to rtol."""
+        return self.setup_s + self.cycle_iterations(rtol) * self.cycle_s
 
     def weigh(self, probe: "Probe", rtol: float) -> tuple[bool, float, float]:
         """(whether AMG pays, Jacobi-PCG's predicted remaining seconds, AMG's set-up and iterations in seconds)."""
         jacobi_s = probe.remaining * self.probe_s
-        cycle_s = self.cycle_seconds(probe.residual, rtol)
+        cycle_s = self.cycle_seconds(rtol)
         return jacobi_s > cycle_s, jacobi_s, cycle_s
 
 
@@ -138,27 +152,59 @@ class CostModel:
 class Probe:
     """What k Jacobi-PCG iterations tell: ``kappa`` the Lanczos estimate of kappa(D^-1 A) (a lower bound: the extreme
     Ritz values lie inside the spectrum), ``rate`` the residual's recent ln-reduction per iteration
-    (:func:`recent_rate`), ``residual`` the current relative residual and ``remaining`` the predicted iterations to
-    rtol (:func:`predict_remaining`: the smaller of the sqrt(kappa) bound's and the rate's)."""
+    (:func:`recent_rate`), ``residual`` the current relative residual, ``growth`` the Lanczos kappa's growth exponent
+    since half the iterations (:func:`ritz_growth`), ``factor`` what it multiplies the prediction by
+    (:func:`unseen_factor`) and ``remaining`` the predicted iterations to rtol: the smaller of the sqrt(kappa)
+    bound's and the rate's (:func:`predict_remaining`) x factor."""
 
     iterations: int
     kappa: float
     rate: float
     residual: float
     remaining: int
+    growth: float = math.nan
+    factor: float = 1.0
 
     @classmethod
-    def of(cls, alpha, beta, residuals, rtol: float) -> "Probe":
-        """From the CG coefficients and the relative residuals (initial one first, then one per iteration)."""
+    def of(cls, alpha, beta, residuals, rtol: float, earlier=()) -> "Probe":
+        """From the CG coefficients and the relative residuals (initial one first, then one per iteration).
+        ``earlier``: (iterations, kappa) of earlier probes of the run; the latest at or below half the iterations is
+        the growth's reference (else the Lanczos kappa of the first half is computed)."""
         k = len(alpha)
-        lo, hi = lanczos_extremes(alpha, beta)
-        kappa = hi / lo if math.isfinite(lo) and math.isfinite(hi) and lo > 0 else math.nan
+        kappa = _kappa(alpha, beta)
+        ref = [(j, kj) for j, kj in earlier if 2 <= j <= k // 2]
+        j, kappa_j = ref[-1] if ref else (k // 2, _kappa(alpha[:k // 2], beta[:k // 2]))
+        growth = ritz_growth(k, kappa, j, kappa_j)
+        factor = unseen_factor(growth)
         res, rate = float(residuals[-1]), recent_rate(residuals)
-        return cls(k, kappa, rate, res, predict_remaining(kappa, rate, res, rtol))
+        remaining = math.ceil(predict_remaining(kappa, rate, res, rtol) * factor)
+        return cls(k, kappa, rate, res, remaining, growth, factor)
 
     def at(self, residual: float, rtol: float) -> int:
-        """The predicted Jacobi-PCG iterations from another residual (the same kappa and rate)."""
-        return predict_remaining(self.kappa, self.rate, residual, rtol)
+        """The predicted Jacobi-PCG iterations from another residual (the same kappa, rate and factor)."""
+        return math.ceil(predict_remaining(self.kappa, self.rate, residual, rtol) * self.factor)
+
+
+def _kappa(alpha, beta) -> float:
+    lo, hi = lanczos_extremes(alpha, beta)
+    return hi / lo if math.isfinite(lo) and math.isfinite(hi) and lo > 0 else math.nan
+
+
+def ritz_growth(k: int, kappa: float, j: int, kappa_j: float) -> float:
+    """The exponent g of kappa_k = kappa_j (k / j)^g: about 2 while the smallest Ritz value still falls as
+    lambda_max / k^2 (lambda_min unseen), towards 0 once it has settled; nan where either kappa is unknown."""
+    if not (k > j > 0 and kappa > 0 and kappa_j > 0 and math.isfinite(kappa) and math.isfinite(kappa_j)):
+        return math.nan
+    return math.log(kappa / kappa_j) / math.log(k / j)
+
+
+def unseen_factor(growth: float) -> float:
+    """What the prediction is multiplied by: 1 at a growth exponent of GROWTH_SEEN or less (or unknown),
+    UNSEEN_FACTOR at GROWTH_UNSEEN or more, linear in between."""
+    if not math.isfinite(growth):
+        return 1.0
+    w = min(1.0, max(0.0, (growth - GROWTH_SEEN) / (GROWTH_UNSEEN - GROWTH_SEEN)))
+    return 1.0 + (UNSEEN_FACTOR - 1.0) * w
 
 
 def recent_rate(residuals, window: int = RATE_WINDOW) -> float:
@@ -273,7 +319,8 @@ class AutoRun:
         opts = run.opts
         target = -1.0 if mixed else None
         start = len(run.rec) - 1
-        for point in decision_points():
+        earlier: list[tuple[int, float]] = []
+        for point in decision_points(step=max(1, eng.K)):
             end = min(_aligned(point, opts.true_every), opts.maxiter)
             if end <= eng.iterations:
                 continue
@@ -281,18 +328,22 @@ class AutoRun:
             if done or eng.iterations < end or end >= opts.maxiter:
                 self.why = self.why or f"auto: {self.chosen} (Jacobi-PCG ended within its {end}-iteration probe)"
                 return DONE, reason
-            probe = Probe.of(eng.alpha, eng.beta, run.rec[start:], opts.rtol)
+            probe = Probe.of(eng.alpha, eng.beta, run.rec[start:], opts.rtol, earlier)
+            earlier.append((probe.iterations, probe.kappa))
             pays, jacobi_s, cycle_s = self.model.weigh(probe, opts.rtol)
             decision = dict(iterations=probe.iterations, kappa_lanczos=probe.kappa, rate=probe.rate,
+                            kappa_growth=probe.growth, unseen_factor=probe.factor,
                             predicted_jacobi_iterations=probe.remaining, predicted_jacobi_s=jacobi_s,
                             predicted_cycle_s=cycle_s)
             self.facts.setdefault("decisions", []).append(decision)
             self.facts.update(decision)
+            unseen = (f" (x{probe.factor:.2g}: the Lanczos kappa still grows as k^{probe.growth:.2g})"
+                      if probe.factor > 1 else "")
             self.why = (f"auto: {self._cycle_name() if pays else self.chosen} (probe: {probe.iterations} Jacobi-PCG "
                         f"iterations, kappa(D^-1 A) >= {probe.kappa:.2g} (Lanczos), predicted {probe.remaining} more "
-                        f"Jacobi-PCG iterations {_s(jacobi_s)} {'>' if pays else '<='} {_s(cycle_s)} for the "
-                        f"{self._cycle_name()} set-up and {self.model.cycle_iterations(probe.residual, opts.rtol)} "
-                        f"iterations; {self.model.kind} cost model)")
+                        f"Jacobi-PCG iterations{unseen} {_s(jacobi_s)} {'>' if pays else '<='} {_s(cycle_s)} for "
+                        f"the {self._cycle_name()} set-up and {self.model.cycle_iterations(opts.rtol)} iterations; "
+                        f"{self.model.kind} cost model)")
             if pays:
                 self.probe = probe
                 return SWITCH, ""
@@ -337,11 +388,10 @@ class AutoRun:
         if dtype != F64:
             low.scale_copy(eng.x, run.x64, 1.0)
         cyc = _continue(run, dtype, eng.iterations)
-        res0 = run.rec[-1]
         try:
             reason, done = run_cg(run, cyc, min(CHECK_CYCLES, opts.maxiter - cyc.iterations), cyc.iterations)
             m = cyc.iterations - eng.iterations
-            if not done and m >= CHECK_CYCLES and self._back(run, res0, m):
+            if not done and m >= CHECK_CYCLES and self._back(run, m):
                 if dtype != F64:
                     low.scale_copy(cyc.x, run.x64, 1.0)
                 run.precond, self.chosen, self.switched = self.probe_pc, registry.spec_of(self.probe_pc).name, False
@@ -355,17 +405,18 @@ class AutoRun:
         run.report.kappa_estimate = cyc.kappa()
         return cyc.x, reason
 
-    def _back(self, run: SolveState, res0: float, m: int) -> bool:
-        """Whether AMG's measured rate over its first m iterations predicts clearly more time than Jacobi-PCG's."""
+    def _back(self, run: SolveState, m: int) -> bool:
+        """Whether AMG's measured rate over the second half of its first m iterations (:func:`recent_rate`: the first
+        cycles remove the easy error fast) predicts clearly more time than Jacobi-PCG's prediction."""
         res, rtol = run.rec[-1], run.opts.rtol
-        rate = math.log(res0 / res) / m if res > 0 and res0 > 0 else math.nan
+        rate = recent_rate(run.rec[-(m + 1):])
         cycle_s = (math.log(res / rtol) / rate if rate > 0 else math.inf) * self.model.cycle_s
         jacobi_s = self.probe.at(res, rtol) * self.model.probe_s
         factor = math.exp(-rate) if math.isfinite(rate) else math.nan
         self.facts["cycle_rate"] = factor
         if not cycle_s > BACK_FACTOR * jacobi_s:
             return False
-        self.why += (f"; {self._cycle_name()}'s first {m} iterations reduced the residual {factor:.2f}x each: "
+        self.why += (f"; {self._cycle_name()}'s iterations {m // 2}-{m} reduced the residual {factor:.2f}x each: "
                      f"~{_s(cycle_s)} more against Jacobi-PCG's ~{_s(jacobi_s)}: back to {self.probe_pc.name}")
         return True
 

@@ -41,7 +41,9 @@ AUTO_CYCLE = "amg"
 #: diagonals), P and R, five vectors per level, and the float64 SpGEMM products of the set-up (the geometric set-up's
 #: probe blocks, two n x 9 float64 arrays at the finest level, 144 B, are made before the levels are uploaded: with
 #: the matrix, P, R and the Krylov vectors about 370 B at that moment, counted, not measured)
-MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000}
+#: 3D elasticity (3 unknowns per node, about 45 entries per row against 2D's 14): 2D's figure scaled by the entries
+#: per row, not measured
+MG_DEVICE_BYTES_PER_UNKNOWN = {1: 460, 2: 1000, 3: 3200}
 AMG_HOST_BYTES_PER_UNKNOWN = 600    # pyamg's smoothed-aggregation hierarchy (float64, int32) and its temporaries
 #: the dense coarsest level on the device: float64 values at most and int32 column indices per entry
 COARSE_DENSE_DEVICE_BYTES = 8 + 4
@@ -281,5 +283,8 @@ register(PreconditionerSpec(
 register(PreconditionerSpec(
     "amg", "algebraic multigrid (pyamg hierarchy)", build=_Multigrid("amg"), near_nullspace=True, cycle=True,
     options_field="multigrid", memory=_multigrid_memory(AMG_HOST_BYTES_PER_UNKNOWN),
+    # cpu: pyamg's set-up, the one amg runs on NumPy (amg_setup "auto"), fitted to the AMG family's small and medium
+    # members (docs/measured/amg_family_auto_cpu_2026-12-07.md); the device set-up takes about twice as long there.
+    # The fixed 25 ms keeps matrices below about 950 unknowns "tiny" for auto (n Jacobi-PCG iterations cost less)
     cost=Cost(size_exponent={1: 0.1, 2: 0.2}, fixed_iterations=40,
-              setup_s={"cpu": (0.1, 3.0e-6), "gpu": (45e-3, 0.03e-6)})))
+              setup_s={"cpu": (0.025, 1.5e-6), "gpu": (45e-3, 0.03e-6)})))
