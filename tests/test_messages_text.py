@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -225,14 +226,17 @@ def _mesh_case(tmp_path, text: str) -> Path:
     return path
 
 
-def test_a_quadratic_triangle_mesh_is_said_to_be_second_order(tmp_path):
+def test_a_quadratic_triangle_mesh_is_read_by_the_element_generic_path(tmp_path):
+    """A gmsh triangle6 file (once refused as second order) is read by the element-generic path: P1 on its vertices
+    (4 nodes) by default, P2 on its vertices and edge midpoints (9) with problem.element = "P2"."""
     nodes = "".join(f"{i + 1} {x} {y} 0\n" for i, (x, y) in enumerate(
         [(0, 0), (1, 0), (1, 1), (0, 1), (0.5, 0), (1, 0.5), (0.5, 0.5), (0.5, 1), (0, 0.5)]))
     elements = "1 9 2 1 1 1 2 3 5 6 7\n2 9 2 1 1 1 3 4 7 8 9\n3 8 2 2 2 1 4 9\n"
-    code, _, err = _cli(["validate", str(_mesh_case(tmp_path, GMSH2.format(n=9, nodes=nodes, m=3,
-                                                                            elements=elements)))])
-    assert code == 2 and "mesh.path: second-order" in err and "triangle6" in err and "gmsh type 9" in err
-    assert "no triangles" not in err
+    case = str(_mesh_case(tmp_path, GMSH2.format(n=9, nodes=nodes, m=3, elements=elements)))
+    for element, points in (("P1", 4), ("P2", 9)):
+        code, out, err = _cli(["validate", case, "--set", f'problem.element="{element}"'])
+        assert code == 0, err[-400:]
+        assert re.search(rf"element +{element}-triangle", out) and re.search(rf"points +{points}\b", out)
 
 
 @pytest.mark.parametrize("big", [3_000_000_000, 2**31, 20_000_000])

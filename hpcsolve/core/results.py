@@ -39,8 +39,7 @@ from hpcsolve.core.interrupts import deferred
 from hpcsolve.core.outdir import (JOURNAL_SUFFIX, MARKER, PLOT_DIR, PREVIOUS_PREFIX, STAGING_PREFIX, SUMMARY_MAX_BYTES,
                                   manifest_files)
 from hpcsolve.core.safe_io import FILE_MODE, fsync_folder, open_h5, read_json, write_atomic, write_h5_atomic
-from hpcsolve.core.verdicts import console_rows as verdict_rows
-from hpcsolve.core.verdicts import outside
+from hpcsolve.core.verdicts import console_rows as verdict_rows, outside
 from hpcsolve.core.xdmf import SERIES_XDMF, XDMF_POINTS_MAX, write_xdmf, write_xdmf_series
 
 #: 2: fields of a structured grid up to XDMF_POINTS_MAX points stored with one row per grid point (``grid_shape``
@@ -84,10 +83,12 @@ class StructuredGrid:
 
 @dataclass
 class TriangleMesh:
-    """Unstructured triangle mesh; nodal field arrays have shape (npoints[, ncomp])."""
+    """Unstructured simplex mesh (named after its first kind): nodal fields (npoints[, ncomp]); ``triangles`` the
+    cells of ``cell_type`` (``hpcsolve.core.xdmf.CELL_TYPES``: linear or quadratic triangles, tetrahedra)."""
 
-    points: np.ndarray      # (npoints, 2) float64
-    triangles: np.ndarray   # (ntriangles, 3) int
+    points: np.ndarray      # (npoints, 2 | 3) float64
+    triangles: np.ndarray   # (ncells, nodes per cell) int
+    cell_type: str = "triangle"
 
     def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) of the nodes (length npoints each): field[k] sits at (x[k], y[k])."""
@@ -324,8 +325,7 @@ def read_result_folder(out_dir: str | Path, field: str = "--out") -> dict:
             h5_run = f.attrs.get("run_id")
     except CaseError as exc:
         raise bad(f"result.h5: {str(exc).partition(': ')[2]}") from None
-    h5_run = h5_run.decode() if isinstance(h5_run, bytes) else h5_run
-    if not (summary.get("run_id") == h5_run == manifest["run_id"]):
+    if not (summary.get("run_id") == _text(h5_run) == manifest["run_id"]):
         raise bad("result.h5, summary.json and the marker come from different runs")
     return summary
 
@@ -399,8 +399,7 @@ def write_json(data: dict, path: str | Path) -> Path:
 def _vector3(a: np.ndarray) -> np.ndarray:
     """2-component vectors are stored with a zero third component so ParaView sees vectors."""
     if a.ndim >= 2 and a.shape[-1] == 2:
-        pad = np.zeros(a.shape[:-1] + (1,), dtype=a.dtype)
-        return np.concatenate([a, pad], axis=-1)
+        return np.concatenate([a, np.zeros(a.shape[:-1] + (1,), dtype=a.dtype)], axis=-1)
     return a
 
 
@@ -490,6 +489,7 @@ def write_h5(result: Result, path: str | Path, run_id: str = "") -> Path:
             gm = f.create_group("mesh")
             gm["points"] = np.asarray(g.points, dtype=np.float64)
             gm["triangles"] = np.asarray(g.triangles, dtype=np.int64)
+            gm.attrs["cell_type"] = g.cell_type
         fg = f.create_group("fields")
         for name, a in result.fields.items():
             _dataset(fg, name, a, g)
@@ -587,7 +587,8 @@ def load_result(folder: str | Path) -> Result:
             grid = StructuredGrid(int(ga["nx"]), int(ga["ny"]), float(ga["spacing"]),
                                   tuple(float(v) for v in np.ravel(ga["origin"])), _text(ga["unit"]))
         elif "mesh" in f:
-            grid = TriangleMesh(points=f["mesh/points"][()], triangles=f["mesh/triangles"][()])
+            kind = _text(f["mesh"].attrs.get("cell_type", "triangle"))    # layout 2 files: triangles
+            grid = TriangleMesh(f["mesh/points"][()], f["mesh/triangles"][()], kind)
     summary = _floats(summary)
     return Result(case_name=summary.get("case", ""), solver=summary.get("solver", ""),
                   backend=summary.get("backend", ""), precision=summary.get("precision", ""), grid=grid,

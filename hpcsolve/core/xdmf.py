@@ -2,7 +2,7 @@
 ``meshio.read`` both open) and ``result_series.xdmf`` (the snapshots as a temporal collection: ParaView, and
 ``meshio.xdmf.TimeSeriesReader`` on explicit grids). They point into result.h5 (:mod:`hpcsolve.core.results` writes
 it): a structured grid up to :data:`XDMF_POINTS_MAX` points as its cell centres joined by quadrilaterals
-(``grid/points``, ``grid/cells``; its fields one row per point), a triangle mesh as its nodes and triangles, a larger
+(``grid/points``, ``grid/cells``; its fields one row per point), a simplex mesh as its nodes and cells (triangles, tetrahedra, linear or quadratic), a larger
 structured grid as a 2DCoRectMesh, which ParaView reads and meshio does not (meshio reads no structured topology,
 meshio issue 404)."""
 
@@ -13,6 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from hpcsolve.core.safe_io import write_atomic
+
+#: unstructured cell types (results.TriangleMesh.cell_type): (XDMF topology type, nodes per cell); node order VTK / meshio
+CELL_TYPES = {"triangle": ("Triangle", 3), "triangle6": ("Triangle_6", 6), "tetra": ("Tetrahedron", 4),
+              "tetra10": ("Tetrahedron_10", 10)}
 
 SERIES_XDMF = "result_series.xdmf"
 #: structured grids up to this many points get explicit points and quadrilaterals: at 1024^2 points they add 0.8 MB
@@ -69,13 +73,15 @@ def _xdmf_mesh(g, h5_name: str) -> tuple[str, str, str]:
         iprec = 4 if npts < 2**31 else 8        # StructuredGrid.points_and_cells: int32 cells where they fit
         points, cells = "grid/points", "grid/cells"
     else:
-        npts, ncells, kind, corners, iprec = len(g.points), len(g.triangles), "Triangle", 3, 8    # int64 (write_h5)
+        kind, corners = CELL_TYPES[getattr(g, "cell_type", "triangle")]
+        npts, ncells, iprec = len(g.points), len(g.triangles), 8     # int64 (write_h5)
         points, cells = "mesh/points", "mesh/triangles"
     topo = (f'      <Topology TopologyType="{kind}" NumberOfElements="{ncells}">\n'
             f'        <DataItem Dimensions="{ncells} {corners}" NumberType="Int" Precision="{iprec}" Format="HDF">'
             f'{h5_name}:/{cells}</DataItem>\n      </Topology>')
-    geom = ('      <Geometry GeometryType="XY">\n'
-            f'        <DataItem Dimensions="{npts} 2" NumberType="Float" Precision="8" Format="HDF">{h5_name}:/{points}'
+    xyz = 3 if not _structured(g) and g.points.shape[1] == 3 else 2
+    geom = (f'      <Geometry GeometryType="{"XYZ" if xyz == 3 else "XY"}">\n'
+            f'        <DataItem Dimensions="{npts} {xyz}" NumberType="Float" Precision="8" Format="HDF">{h5_name}:/{points}'
             '</DataItem>\n      </Geometry>')
     return topo, geom, f"{npts}"
 

@@ -21,7 +21,7 @@ from hpcsolve.fem.linalg.precond.registry import AUTO_MULTIGRID_UNKNOWNS, Precon
 
 __all__ = ["AUTO_MULTIGRID_UNKNOWNS", "method_of", "solve_method", "check_method", "preconditioner_spec",
            "preconditioner_name", "resolve_preconditioner", "check_preconditioner", "make_preconditioner",
-           "reported_method", "preconditioner_used", "structured_mesh", "fem_mesh_size"]
+           "reported_method", "preconditioner_used", "structured_mesh", "fem_mesh_size", "components", "dimension"]
 
 
 def method_of(case, policy: Precision) -> str:
@@ -46,7 +46,7 @@ def check_method(case, policy: Precision) -> Method:
 
 def resolve_preconditioner(case, mesh, policy: Precision) -> PreconditionerSpec:
     """solve.preconditioner with "auto" resolved (``registry.choose_auto``), not yet checked against the mesh."""
-    ncomp = 1 if case.problem.kind == "poisson" else 2
+    ncomp = components(case)
     situation = registry.Situation(
         method=solve_method(case, policy), named=case.solve.method is not None,
         ranks=parallel.ranks(parallel.world()),
@@ -103,15 +103,25 @@ def reported_method(case, policy: Precision, preconditioner) -> str:
 def structured_mesh(case, mesh) -> bool:
     """Whether the mesh's nodes are numbered on a structured grid (what geometric multigrid, "mg", needs).
     ``mesh`` None: from the case alone: the generators number their nodes on a grid, refinement does not."""
+    if case.problem.element != "P1":       # geometric multigrid is written for P1 triangles of a grid
+        return False
     if mesh is None:
         return case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
-    return bool(mesh.info.get("grid"))
+    return bool(mesh.info.get("grid")) and not hasattr(mesh, "dofmap")
 
 
 def fem_mesh_size(case) -> tuple[int, int]:
-    """(points, triangles) of the case's mesh after refinement, from the case (and the header of a
-    mesh file) without building it."""
+    """(points, cells) of the case's mesh after refinement, from the case (and the header of a mesh file) without
+    building it; points are the solution's nodes (P2: the vertices and the edge midpoints)."""
     m = case.mesh
+    if m.kind in ("box", "thick_cylinder"):
+        nx, ny, nz = m.nx, m.ny or m.nx, m.nz or m.nx
+        points = (nx + 1) * (ny + 1) * (nz + 1)
+        # six tetrahedra per hexahedron: its 12 axis edges, a diagonal on each face, one through the body
+        axis = nx * (ny + 1) * (nz + 1) + (nx + 1) * ny * (nz + 1) + (nx + 1) * (ny + 1) * nz
+        faces = nx * ny * (nz + 1) + nx * (ny + 1) * nz + (nx + 1) * ny * nz
+        edges = axis + faces + nx * ny * nz
+        return points + (edges if case.problem.element == "P2" else 0), 6 * nx * ny * nz
     if m.kind in ("rectangle", "cook_membrane"):
         nx = m.nx
         ny = (m.ny or m.nx) if m.kind == "rectangle" else m.nx
@@ -121,7 +131,17 @@ def fem_mesh_size(case) -> tuple[int, int]:
     edges = points + triangles - 1        # Euler's formula for a planar mesh without holes
     for _ in range(m.refine):
         points, edges, triangles = points + edges, 2 * edges + 3 * triangles, 4 * triangles
-    return points, triangles
+    return points + (edges if case.problem.element == "P2" else 0), triangles
+
+
+def dimension(case) -> int:
+    """The space dimension from the case: 3 for the tetrahedral generators, else 2 (a file's until it is read)."""
+    return 3 if case.mesh.kind in ("box", "thick_cylinder") else 2
+
+
+def components(case) -> int:
+    """Unknowns per node: 1 (poisson), the space dimension (elasticity)."""
+    return 1 if case.problem.kind == "poisson" else dimension(case)
 
 
 def _file_mesh_size(case) -> tuple[int, int]:

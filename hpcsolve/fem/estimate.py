@@ -41,7 +41,7 @@ from hpcsolve.core import backends, parallel
 from hpcsolve.core.errors import CaseError
 from hpcsolve.core.precision import REFERENCE, Precision
 from hpcsolve.fem import memory as fem_memory
-from hpcsolve.fem.choices import fem_mesh_size, method_of
+from hpcsolve.fem.choices import components, dimension, fem_mesh_size, method_of
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.fem.linalg import methods
 from hpcsolve.fem.linalg.cg_options import CGOptions
@@ -114,14 +114,15 @@ def estimate_runtime(case, backend, policy: Precision, description, run_case) ->
     pc = registry.get(info.get("preconditioner") or "none")
     method = methods.get(info.get("method") or method_of(case, policy))
     points, triangles = fem_mesh_size(case)
-    ncomp = 1 if case.problem.kind == "poisson" else 2
+    ncomp = components(case)
     unknowns = int(info.get("unknowns") or points * ncomp)
     triangles = int(info.get("triangles") or triangles)
     if method.direct:
         return _direct(case, backend, unknowns, triangles, ncomp)
     its, its_basis = iterations(case, policy, pc, method, unknowns, run_case)
     kind = backend_kind(backend)
-    per_it = seconds_per_iteration(kind, policy, pc, unknowns, ncomp, case.solve.multigrid.coarse_size)
+    per_it = seconds_per_iteration(kind, policy, pc, unknowns, ncomp, case.solve.multigrid.coarse_size,
+                                   fem_memory.nnz_per_row(case))
     terms = setup_terms(case, kind, pc, unknowns, triangles)
     solve_s = its * per_it
     before = terms["assembly"] + terms["preconditioner set-up"] + solve_s + RUN_OVERHEAD_S[kind]
@@ -145,7 +146,7 @@ def _direct(case, backend, unknowns: int, triangles: int, ncomp: int) -> dict:
     """spsolve: SuperLU's n^1.5 (``memory.REFERENCE_SECONDS``), on the host whatever the backend."""
     kind = backend_kind(backend)
     terms = setup_terms(case, kind, None, unknowns, triangles)
-    lu = fem_memory.REFERENCE_SECONDS[ncomp] * float(unknowns) ** 1.5
+    lu = fem_memory.reference_seconds(case, unknowns)
     seconds = terms["assembly"] + lu + terms["error norms"] + RUN_OVERHEAD_S[kind]
     return {"seconds_per_iteration": math.nan, "estimated_iterations": 0, "estimated_seconds": seconds,
             "estimate_basis": f"model ({kind}): assembly {terms['assembly']:.3g} s + SuperLU ~{lu:.3g} s "
@@ -158,21 +159,21 @@ def setup_terms(case, kind: str, pc, unknowns: int, triangles: int) -> dict:
     fixed, per_tri = (ASSEMBLY_S_RECTANGLE if case.mesh.kind == "rectangle" else ASSEMBLY_S)[kind]
     pc_fixed, pc_per = registry.get(pc).cost.setup_s.get(kind, (0.0, 0.0)) if pc is not None else (0.0, 0.0)
     manufactured = case.problem.kind == "poisson" and bool(getattr(case.problem, "manufactured", None))
-    ncomp = 1 if case.problem.kind == "poisson" else 2
+    ncomp = components(case)
     norms = (NORMS_S_PER_TRIANGLE[kind] * triangles if manufactured else 0.0) + FIELDS_S_PER_NODE[kind] * unknowns / ncomp
     return {"assembly": fixed + per_tri * triangles, "preconditioner set-up": pc_fixed + pc_per * unknowns,
             "error norms": norms}
 
 
 def seconds_per_iteration(kind: str, policy: Precision, pc, unknowns: int, ncomp: int,
-                          coarse_size: int = 400) -> float:
+                          coarse_size: int = 400, nnz_per_row: float | None = None) -> float:
     """One Krylov iteration: the bytes it moves (the matrix in CSR: values and int32 columns; its vectors: the spec's
     ``cost.vectors``) over the backend's effective bandwidth, plus a latency; with a V-cycle (``spec.cycle``: mg, amg)
     also MG_CYCLE_PLAIN_ITERATIONS plain iterations' bytes, a latency per level: about log4(unknowns / coarse_size) + 1
     levels. ``pc``: a spec or a name."""
     pc = registry.get(pc)
-    value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES[ncomp] if policy.refinement else policy.storage_bytes)
-    nnz = unknowns * (7 if ncomp == 1 else 14)
+    value = 8 if kind == "cpu" else (MIXED_VALUE_BYTES[min(ncomp, 2)] if policy.refinement else policy.storage_bytes)
+    nnz = unknowns * (nnz_per_row or (7 if ncomp == 1 else 14))
     plain = nnz * (value + 4) + (unknowns + 1) * 4
     t = ITERATION_LATENCY_S[kind] + (plain + pc.cost.vectors * unknowns * value) / BANDWIDTH[kind]
     if pc.cycle:
@@ -188,8 +189,10 @@ def iterations(case, policy: Precision, pc, method, unknowns: int, run_case) -> 
     s = case.solve
     maxiter = s.maxiter or max(10 * unknowns, 100)
     cal = calibration(case, policy, pc, run_case)
-    ncomp = 1 if case.problem.kind == "poisson" else 2
-    p = pc.cost.size_exponent[ncomp] + (MIXED_CYCLE_EXTRA if policy.refinement and pc.cycle else 0.0)
+    ncomp = components(case)
+    # the exponents are 2D's (iterations ~ 1/h = unknowns^(1/2)); on tetrahedra 1/h = unknowns^(1/3)
+    p = pc.cost.size_exponent[min(ncomp, 2)] * (2 / dimension(case)) + (
+        MIXED_CYCLE_EXTRA if policy.refinement and pc.cycle else 0.0)
     if cal is None:
         raw = (pc.cost.fixed_iterations if pc.cost.fixed_iterations is not None
                else pc.cost.iterations_per_sqrt_n * math.sqrt(unknowns) * math.log(2 / s.rtol) / math.log(2e10))
@@ -283,31 +286,36 @@ def calibration_case(case, pc, max_unknowns: int = CALIBRATION_UNKNOWNS):
     calibrated on, and its mesh in words; None where the mesh cannot be coarsened and is above
     CALIBRATION_MAX_UNKNOWNS."""
     m = case.mesh
-    ncomp = 1 if case.problem.kind == "poisson" else 2
+    ncomp = components(case)
     over = [f"solve.preconditioner='{registry.get(pc).name}'", "solve.reference='never'", "output.plots=false"]
-    nx, ny, refine = getattr(m, "nx", None), getattr(m, "ny", None), m.refine
+    nx, ny, nz, refine = getattr(m, "nx", None), getattr(m, "ny", None), getattr(m, "nz", None), m.refine
 
-    def size(nx_, ny_, refine_):
-        probe = case.with_overrides(*_mesh_overrides(m, nx_, ny_, refine_))
+    def size(nx_, ny_, nz_, refine_):
+        probe = case.with_overrides(*_mesh_overrides(m, nx_, ny_, nz_, refine_))
         return fem_mesh_size(probe)[0] * ncomp
 
-    n = size(nx, ny, refine)
+    n = size(nx, ny, nz, refine)
+    shrink = 2 ** dimension(case)
     while n > max_unknowns:
         if refine > 0:
             refine -= 1
-        elif m.kind != "file" and nx // 2 >= 4:
-            nx, ny = nx // 2, (max(ny // 2, 1) if ny else ny)
+        elif m.kind != "file" and nx // 2 >= 4 and n / shrink >= max_unknowns / 4:
+            # a halving divides 2D meshes by 4 (always above a quarter of the target here), tetrahedra by 8: a 3D
+            # mesh stops above the target rather than fall far below it (16^3 P1 with amg took 11 iterations at
+            # 32^3 and 2 at 8^3, where its coarse level is most of the mesh)
+            nx, ny, nz = nx // 2, (max(ny // 2, 1) if ny else ny), (max(nz // 2, 1) if nz else nz)
         else:
             break
-        n = size(nx, ny, refine)
+        n = size(nx, ny, nz, refine)
     if n > CALIBRATION_MAX_UNKNOWNS:
         return None, ""
-    mesh_over = _mesh_overrides(m, nx, ny, refine)
+    mesh_over = _mesh_overrides(m, nx, ny, nz, refine)
     return case.with_overrides(*mesh_over, *over), ", ".join(mesh_over) or "the case's own mesh"
 
 
-def _mesh_overrides(m, nx, ny, refine) -> list[str]:
-    out = [] if m.kind == "file" else [f"mesh.nx={nx}"] + ([f"mesh.ny={ny}"] if ny else [])
+def _mesh_overrides(m, nx, ny, nz, refine) -> list[str]:
+    out = [] if m.kind == "file" else [f"mesh.nx={nx}"] + ([f"mesh.ny={ny}"] if ny else []) + (
+        [f"mesh.nz={nz}"] if nz else [])
     return out + [f"mesh.refine={refine}"]
 
 

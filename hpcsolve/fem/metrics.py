@@ -80,8 +80,9 @@ def probe_metrics(out, disc, u) -> dict:
         if disc.kind == "poisson":
             value = float(u[k])          # probe_value (probe_u used to repeat it)
         else:
-            metrics["probe_ux"], metrics["probe_uy"] = float(u[k, 0]), float(u[k, 1])
-            value = {"ux": u[k, 0], "uy": u[k, 1], "u": u[k, 1], "magnitude": float(np.hypot(*u[k]))}[out.probe_component]
+            comps = {f"u{'xyz'[c]}": float(u[k, c]) for c in range(u.shape[1])}
+            metrics.update({f"probe_{name}": v for name, v in comps.items()})
+            value = {**comps, "u": comps["uy"], "magnitude": float(np.linalg.norm(u[k]))}[out.probe_component]
         metrics["probe_value"] = float(value)
         if out.probe_reference is not None:
             metrics["probe_reference"] = out.probe_reference
@@ -89,7 +90,7 @@ def probe_metrics(out, disc, u) -> dict:
     if disc.kind == "poisson":
         metrics["u_min"], metrics["u_max"] = float(u.min()), float(u.max())
     else:
-        metrics["displacement_max"] = float(np.hypot(u[:, 0], u[:, 1]).max())
+        metrics["displacement_max"] = float(np.sqrt((u * u).sum(axis=1)).max())
     return metrics
 
 
@@ -102,7 +103,7 @@ def exact_errors(disc, u) -> tuple[dict, dict]:
     mesh = dm if dm is not None else disc.mesh
     uu = dm.xp.asarray(u) if dm is not None else u
     l2, h1 = prob.error_norms(mesh, uu, u_ex, grad_ex)
-    exact_nodal = u_ex(mesh.points[:, 0], mesh.points[:, 1])
+    exact_nodal = u_ex(*(mesh.points[:, k] for k in range(mesh.points.shape[1])))
     err = uu - exact_nodal
     emax = float(abs(err).max())
     return ({"error_l2": l2, "error_h1_seminorm": h1, "error_max_nodal": emax},

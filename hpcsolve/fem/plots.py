@@ -11,6 +11,7 @@ import numpy as np
 from hpcsolve.core import plotstyle
 from hpcsolve.core.plotstyle import colorbar, new_figure, run_label, save_png, symmetric_limits
 from hpcsolve.core.results import Result
+from hpcsolve.fem.discrete.simplex import P2_SUBTRIANGLES, SimplexMesh, boundary_facets
 
 
 def warm_up_plots() -> float:
@@ -63,17 +64,24 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
     g = result.grid
     pts = np.asarray(g.points)
     elastic = "displacement" in result.fields
+    kind = getattr(g, "cell_type", "triangle")
+    if kind.startswith("tetra"):
+        return _plot_solid(result, plot_dir)
     name = result.derived.get("field_label") or "u"
     if elastic:
         d = result.fields["displacement"]
         mag = np.hypot(d[:, 0], d[:, 1])
+        d = d[:, :2]
         span = np.ptp(pts, axis=0).max()
         scale = 0.1 * span / mag.max() if mag.max() > 0 else 0.0
         shown = pts + scale * d
         values, label = mag, f"|u| (mesh deformed x{scale:.3g})"
     else:
         shown, values, label = pts, result.fields["u"], name
-    keep, tris = display_triangles(result, np.asarray(g.triangles), display)
+    cells = np.asarray(g.triangles)
+    # a P2 field: each triangle6 drawn as four triangles through its edge midpoints
+    keep, tris = display_triangles(result, cells if kind == "triangle" else cells[:, P2_SUBTRIANGLES].reshape(-1, 3),
+                                   display)
     shown, values = shown[keep], values[keep]
     tri = mtri.Triangulation(shown[:, 0], shown[:, 1], tris)
     run = run_label(result)
@@ -107,6 +115,42 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
         ax.set_title(f"{result.case_name}: error, L2 {l2:.3e}\n({run})", pad=12)
         save(fig, "error.png")
 
+    return files + _residuals(result, plot_dir, run)
+
+
+def _plot_solid(result: Result, plot_dir: Path) -> list[Path]:
+    """solution.png (and error.png where known) of a tetrahedral mesh: its boundary surface and three mid-plane
+    slices coloured by the field (``simplex_io.plot_field_3d``; |u| for elasticity); residuals.png as in 2D."""
+    from hpcsolve.fem.discrete import simplex_io  # late: the 3D figure's module, for tetrahedral results only
+
+    g = result.grid
+    cells = np.asarray(g.triangles)[:, :4]
+    nv = int(cells.max()) + 1                        # the vertices come first (P2: then the edge midpoints)
+    facets = boundary_facets(cells, 3)
+    mesh = SimplexMesh(np.asarray(g.points)[:nv], cells, facets, np.full(len(facets), "boundary"))
+    name = result.derived.get("field_label") or "u"
+    if "displacement" in result.fields:
+        values, label = np.linalg.norm(result.fields["displacement"], axis=1), "|u|"
+    else:
+        values, label = np.asarray(result.fields["u"]), name
+    run = run_label(result)
+    files = [simplex_io.plot_field_3d(plot_dir / "solution.png", mesh, values[:nv],
+                                      f"{result.case_name}: {label}\n({run})", label=label)]
+    if "error" in result.fields:
+        l2 = result.metrics.get("error_l2", float("nan"))
+        files.append(simplex_io.plot_field_3d(plot_dir / "error.png", mesh, np.asarray(result.fields["error"])[:nv],
+                                              f"{result.case_name}: error, L2 {l2:.3e}\n({run})",
+                                              label=f"{name}_h - {name}_exact"))
+    return files + _residuals(result, plot_dir, run)
+
+
+def _residuals(result: Result, plot_dir: Path, run: str) -> list[Path]:
+    """residuals.png: the recursive and sampled true residuals against rtol."""
+    files: list[Path] = []
+
+    def save(fig, fname):
+        files.append(save_png(fig, plot_dir / fname, dpi=120))
+
     rec = np.asarray(result.series.get("residual_recursive", []))
     if rec.size:
         fig = new_figure((6.4, 4.8))
@@ -125,4 +169,3 @@ def plot_result(result: Result, plot_dir: Path, display=None) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         save(fig, "residuals.png")
     return files
-

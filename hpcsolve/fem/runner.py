@@ -18,7 +18,7 @@ from hpcsolve.fem import estimate as fem_estimate
 from hpcsolve.fem import judge
 from hpcsolve.fem import memory as fem_memory
 from hpcsolve.fem.api import prepare_matrix, solve
-from hpcsolve.fem.choices import (check_method, check_preconditioner, fem_mesh_size, make_preconditioner, method_of,
+from hpcsolve.fem.choices import (check_method, components, check_preconditioner, fem_mesh_size, make_preconditioner, method_of,
                                   preconditioner_used, reported_method, solve_method)
 from hpcsolve.fem.discrete import problem as prob
 from hpcsolve.fem.distribution import distribute
@@ -56,7 +56,7 @@ class FEMFamily:
         estimate = fem_memory.estimate(case, backend, policy)
         info = {"problem": case.problem.kind, "method": method.name, "rtol": case.solve.rtol,
                 "memory": memory.describe(estimate)}
-        ncomp = 1 if case.problem.kind == "poisson" else 2
+        ncomp = components(case)
         free = backends.host_memory_available()
         if free is not None and estimate.host_bytes > free:
             points, triangles = fem_mesh_size(case)
@@ -67,7 +67,8 @@ class FEMFamily:
                                note="mesh not built (the run does not fit in host memory); sizes are from the case")
         mesh = prob.build_mesh(case)
         prob.check_selections(case, mesh)
-        info.update(mesh=mesh.source, points=mesh.n_points, triangles=mesh.n_triangles, unknowns=mesh.n_points * ncomp,
+        ncomp = ncomp if not hasattr(mesh, "dofmap") or case.problem.kind == "poisson" else mesh.dim   # a file's
+        info.update(mesh=mesh.source, points=mesh.n_points, **_cells(mesh), unknowns=mesh.n_points * ncomp,
                     h_max=mesh.h_max(), boundary_tags=mesh.tag_names,
                     preconditioner=check_preconditioner(case, mesh, policy).name)
         info["method"] = reported_method(case, policy, info["preconditioner"])   # as the run's report names it
@@ -188,7 +189,7 @@ def run(case, backend, policy: Precision, *, progress: bool = False, mesh=None) 
 
 def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, timings) -> Result:
     mesh, s = disc.mesh, case.solve
-    derived = {"problem": disc.kind, "mesh": mesh.source, "points": mesh.n_points, "triangles": mesh.n_triangles,
+    derived = {"problem": disc.kind, "mesh": mesh.source, "points": mesh.n_points, **_cells(mesh),
                "unknowns": disc.n_dofs, "free_unknowns": disc.A.shape[0], "matrix_nnz": int(disc.A.nnz),
                "h_max": mesh.h_max(), "boundary_tags": mesh.tag_names, "rtol": s.rtol}
     # the solution's name and unit in the plots (output.field_label, e.g. "temperature (K)")
@@ -199,7 +200,7 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
         derived["structured_grid"] = list(mesh.info["grid"])
     result = Result(
         case_name=case.name, solver="fem", backend=backend, precision=policy.name,
-        grid=TriangleMesh(points=mesh.points.copy(), triangles=mesh.triangles.astype(np.int64)),
+        grid=_grid(mesh),
         fields=fields,
         series={"residual_recursive": report.history_recursive,
                 "residual_true_iterations": report.history_true_iterations,
@@ -215,6 +216,22 @@ def _result(case, backend, policy: Precision, disc, A, report, fields, metrics, 
     result.provenance["decomposition"] = {"ranks": len(blocks), "kind": "row blocks" if len(blocks) > 1 else "none",
                                           "rows_per_rank": [r1 - r0 for r0, r1 in blocks]}
     return result
+
+
+def _cells(mesh) -> dict:
+    """The mesh's cell count as the results name it: triangles (P1 path), else cells, their kind and the element."""
+    if not hasattr(mesh, "dofmap"):
+        return {"triangles": mesh.n_triangles}
+    return {"cells": mesh.n_cells, "cell_kind": "tetrahedra" if mesh.dim == 3 else "triangles",
+            "element": mesh.element.name, "dimension": mesh.dim}
+
+
+def _grid(mesh) -> TriangleMesh:
+    """The result's mesh: the solution's nodes and cells (P2: the quadratic cells on vertices and edge midpoints)."""
+    if not hasattr(mesh, "dofmap"):
+        return TriangleMesh(points=mesh.points.copy(), triangles=mesh.triangles.astype(np.int64))
+    return TriangleMesh(points=np.asarray(mesh.points, dtype=np.float64).copy(),
+                        triangles=np.asarray(mesh.dofmap.cell_dofs, dtype=np.int64), cell_type=mesh.cell_type())
 
 
 FAMILY = FEMFamily()

@@ -106,7 +106,8 @@ def size_override(case: CaseBase, level: int) -> tuple[str, ...]:
     if mesh.kind == "file":
         return (f"mesh.refine={mesh.refine + level}",)
     out = (f"mesh.nx={mesh.nx * 2 ** level}",)
-    return out + ((f"mesh.ny={mesh.ny * 2 ** level}",) if mesh.ny is not None else ())
+    out += (f"mesh.ny={mesh.ny * 2 ** level}",) if mesh.ny is not None else ()
+    return out + ((f"mesh.nz={mesh.nz * 2 ** level}",) if getattr(mesh, "nz", None) is not None else ())
 
 
 def plan(cases, levels) -> list[dict]:

@@ -11,7 +11,7 @@ from hpcsolve import run as runmod
 from hpcsolve.core.cases import load_case
 from hpcsolve.core.precision import get_precision
 from hpcsolve.fem import estimate, runner
-from hpcsolve.fem.choices import fem_mesh_size
+from hpcsolve.fem.choices import fem_mesh_size, structured_mesh
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 QUIET = ["solve.reference='never'", "output.plots=false"]
@@ -24,13 +24,17 @@ def fem_cases() -> list[str]:
 #: sizes above the calibration mesh (CALIBRATION_UNKNOWNS), each run well under a second on NumPy
 SIZES = {"poisson_manufactured.toml": ["mesh.nx=64", "mesh.nx=128"],
          "cook_membrane.toml": ["mesh.nx=48", "mesh.nx=64"],
-         "heat_plate_with_hole.toml": ["mesh.refine=2", "mesh.refine=3"]}
+         "heat_plate_with_hole.toml": ["mesh.refine=2", "mesh.refine=3"],
+         # the element-generic cases at one size each (their runs take longer per unknown)
+         "poisson_p2.toml": ["mesh.nx=48"],
+         "poisson3d_manufactured.toml": ["mesh.nx=20"],
+         "thick_cylinder.toml": ["mesh.nx=8"]}
 
 
 def configurations():
     for name in fem_cases():
         case = load_case(CASES / name)
-        structured = case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
+        structured = structured_mesh(case, None)
         for size in SIZES[name]:
             for precision in ("fp64", "fp32", "mixed"):
                 for pc in ("none", "jacobi", "mg", "amg"):

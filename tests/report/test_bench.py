@@ -53,5 +53,6 @@ def test_bench_fem_runs_on_the_cpu_with_the_numpy_backend(tmp_path, monkeypatch)
     assert not solves["fp32", "cg"]["converged"] and solves["fp32", "cg"]["true_residual"] > 1e-8
     # the whole-run table is on by default: --quick runs each shipped FEM case once at its own mesh size
     assert sorted(r["case"] for r in data["whole_run"]) == ["cook_membrane", "heat_plate_with_hole",
-                                                            "poisson_manufactured"]
+                                                            "poisson3d_manufactured", "poisson_manufactured",
+                                                            "poisson_p2", "thick_cylinder"]
     assert {(r["level"], r["backend"], r["repeats"]) for r in data["whole_run"]} == {(0, "numpy", 1)}

@@ -23,8 +23,12 @@ def _small(case):
 
 @pytest.fixture(scope="module")
 def table():
-    cases = [_small(c) for c in wr.check_cases(None)]
-    assert {c.name for c in cases} == {"poisson_manufactured", "heat_plate_with_hole", "cook_membrane"}
+    assert {c.name for c in wr.check_cases(None)} == {"poisson_manufactured", "heat_plate_with_hole", "cook_membrane",
+                                                      "poisson_p2", "poisson3d_manufactured", "thick_cylinder"}
+    # the table's mechanics on the three 2D P1 cases and one tetrahedral case (its cells halved once more: the
+    # element-generic cases' own runs are tests/fem/discrete/test_simplex_problem.py's)
+    cases = [_small(c) for c in wr.check_cases(["poisson_manufactured", "heat_plate_with_hole", "cook_membrane"])]
+    cases.append(wr.check_cases(["poisson3d_manufactured"])[0].with_overrides("mesh.nx=4", "output.plots=false"))
     # a run without the reference phase
     cases = [c.with_overrides("solve.reference='never'") if c.name == "poisson_manufactured" else c for c in cases]
     missing = [b for b in backends.BACKENDS if not backends.get(b).available]

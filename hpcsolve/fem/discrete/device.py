@@ -148,6 +148,10 @@ def synchronize(xp) -> None:
 
 
 def nearest_node(points, xy) -> int:
-    """Index of the node nearest to ``xy`` (ties: the first, as ``numpy.argmin``)."""
+    """Index of the node nearest to ``xy`` ((x, y) or (x, y, z), as the points' columns; ties: the first, as
+    ``numpy.argmin``)."""
     xp = get_array_module(points)
-    return int(xp.argmin(xp.hypot(points[:, 0] - xy[0], points[:, 1] - xy[1])))
+    dist = xp.hypot(points[:, 0] - xy[0], points[:, 1] - xy[1])      # hypot: no overflow of squares (1e200 meshes)
+    for k in range(2, len(xy)):
+        dist = xp.hypot(dist, points[:, k] - xy[k])
+    return int(xp.argmin(dist))

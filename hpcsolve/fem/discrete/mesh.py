@@ -240,6 +240,15 @@ SECOND_ORDER = {"line3": "3-node lines, gmsh type 8", "triangle6": "6-node trian
                 "quad9": "9-node quadrangles, gmsh type 10", "quad8": "8-node quadrangles, gmsh type 16",
                 "triangle10": "10-node triangles, gmsh type 21", "line4": "4-node lines, gmsh type 26",
                 "triangle15": "15-node triangles, gmsh type 23", "line5": "5-node lines, gmsh type 27"}
+#: cells the element-generic path (hpcsolve.fem.discrete.simplex_io) reads: a file with them is not a P1 triangle mesh
+GENERIC_CELLS = ("tetra", "tetra10", "triangle6")
+
+
+class GenericCells(CaseError):
+    """A mesh file of tetrahedra or quadratic triangles: the case builder reads it on the element-generic path
+    (``problem.build_mesh``); anywhere else it is the CaseError it derives from."""
+
+
 #: meshio reads gmsh node and element ids into 32-bit integers
 _INT32_OVERFLOW = re.compile(r"integer (-?\d+) out of bounds for int32")
 
@@ -276,23 +285,21 @@ def _refuse_sparse_node_ids(path: Path, nodes: int, field_name: str) -> None:
                                         why=why + "; renumber its nodes consecutively from 1")
 
 
-def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
-    """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
-    boundary; triangle physical groups name regions."""
+def read_meshio(path: Path, field_name: str, allowed: str):
+    """The meshio mesh of a checked regular file (size, gmsh header and node ids first): meshio prints its readers'
+    complaints and calls sys.exit when none accepts the file; its output is kept out of the terminal and its exit
+    becomes one CaseError naming ``field_name`` (``allowed``: what the caller reads). Also the element-generic
+    reader's (``simplex_io``)."""
     import meshio  # late: 0.04 s of import, only for a mesh file
 
-    path = Path(path)
-    allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
     regular_file(path, field_name, allowed, max_bytes=MESH_FILE_MAX_BYTES)   # no pipe or device is opened
     if path.suffix.lower() == ".msh":
         counts = gmsh_counts(path, field_name, allowed)                       # header and counts first
         _refuse_sparse_node_ids(path, counts.get("nodes", 0), field_name)
-    # meshio prints its readers' complaints and calls sys.exit when none accepts the file: its output
-    # is kept out of the terminal and its exit becomes one CaseError
     said = io.StringIO()
     try:
         with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-            mm = meshio.read(path)
+            return meshio.read(path)
     except (Exception, SystemExit) as exc:
         big = _INT32_OVERFLOW.search(str(exc)) if isinstance(exc, OverflowError) else None
         if big:
@@ -303,13 +310,27 @@ def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
         complaint = " ".join(said.getvalue().split()) or "no meshio reader accepts it"
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else complaint
         raise CaseError.invalid(field_name, clip(str(path)), allowed, why=f"cannot read it ({clip(what)})") from None
+
+
+def read_mesh(path: str | Path, field_name: str = "mesh.path") -> Mesh:
+    """Any 2D triangle mesh meshio reads (gmsh .msh at least). Line cells with physical groups tag the
+    boundary; triangle physical groups name regions."""
+    path = Path(path)
+    allowed = "a mesh file meshio can read (2D triangles, e.g. gmsh .msh); relative paths: to the case file"
+    mm = read_meshio(path, field_name, allowed)
+    return converted(lambda: _mesh_from_meshio(mm, path, field_name), path, field_name, allowed, "a 2D triangle mesh")
+
+
+def converted(convert, path: Path, field_name: str, allowed: str, kind: str):
+    """``convert()`` (a meshio mesh to the solver's), its CaseErrors as they are and the errors of cell data of
+    another shape as one CaseError naming ``field_name``: the file's cells or tags are not ``kind``."""
     try:
-        return _mesh_from_meshio(mm, path, field_name)
+        return convert()
     except CaseError:
         raise
     except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:  # cell data of another shape
         raise CaseError.invalid(field_name, clip(str(path)), allowed,
-                                why=f"its cells or tags are not a 2D triangle mesh ({type(exc).__name__}: "
+                                why=f"its cells or tags are not {kind} ({type(exc).__name__}: "
                                     f"{clip(str(exc), 80)})") from None
 
 
@@ -334,6 +355,10 @@ def _mesh_from_meshio(mm, path: Path, field_name: str) -> Mesh:
             line_blocks.append((block.data, tags))
         elif block.type != "vertex" and len(block.data):
             other.append(block.type)
+    generic = [t for t in dict.fromkeys(other) if t in GENERIC_CELLS]
+    if generic:
+        raise GenericCells.invalid(field_name, str(path), "a mesh of 3-node triangles for the P1 triangle path",
+                                   why=f"the file has {', '.join(generic)} cells: read by the element-generic path")
     _refuse_second_order(other, path, field_name)
     if not tri_blocks:
         raise CaseError.invalid(field_name, str(path), "a mesh with triangle cells", why="no triangles in the file")

@@ -4,8 +4,6 @@ and the error norms against a manufactured solution."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -13,98 +11,40 @@ from hpcsolve.core import backends
 from hpcsolve.core.backends import get_array_module, to_host
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.discrete import assembly, device
-from hpcsolve.fem.discrete import mesh as meshmod
-from hpcsolve.fem.discrete.mesh import Mesh
+from hpcsolve.fem.discrete.common import MANUFACTURED, Discrete, collect_fixed, select_boundary, triangle_mesh
+from hpcsolve.fem.discrete.common import coord_mask as _coord_mask
+from hpcsolve.fem.discrete.common import dirichlet_values as _dirichlet_values
+from hpcsolve.fem.discrete.common import where_tags as _tags
+from hpcsolve.fem.discrete.mesh import GenericCells, Mesh
 
-
-# ----------------------------------------------------------------------------------------------
-# manufactured solutions (named, never code from the case file)
-
-# array-module generic (NumPy or CuPy arrays x, y)
-
-def _sin_sin(x, y):
-    xp = get_array_module(x)
-    return xp.sin(np.pi * x) * xp.sin(np.pi * y)
-
-
-def _sin_sin_grad(x, y):
-    xp = get_array_module(x)
-    sx, sy = xp.sin(np.pi * x), xp.sin(np.pi * y)
-    return (np.pi * xp.cos(np.pi * x) * sy, np.pi * sx * xp.cos(np.pi * y))
-
-
-def _sin_sin_source(x, y):
-    return 2.0 * np.pi ** 2 * _sin_sin(x, y)
-
-
-MANUFACTURED = {"sin_sin": (_sin_sin, _sin_sin_grad, _sin_sin_source)}
+__all__ = ["MANUFACTURED", "Discrete", "build", "build_mesh", "check_selections", "check_scales", "error_norms",
+           "exact_l2_norm", "triangle_mesh"]
 
 
 # ----------------------------------------------------------------------------------------------
 # mesh
 
-def build_mesh(case) -> Mesh:
-    m = case.mesh
-    if m.kind == "rectangle":
-        mesh = meshmod.rectangle(m.nx, m.ny or m.nx, tuple(m.x), tuple(m.y))
-    elif m.kind == "cook_membrane":
-        mesh = meshmod.cook_membrane(m.nx)
-    else:
-        p = Path(m.path)
-        if not p.is_absolute():
-            p = case.base_dir / p
-        mesh = meshmod.read_mesh(p)
-        mesh.node_parts()           # on the file's mesh: its refinements carry the parts (checked on every file mesh)
-    for _ in range(m.refine):
-        mesh = meshmod.refine_uniform(mesh)
-    return mesh
+def build_mesh(case):
+    """The case's mesh: a :class:`Mesh` of P1 triangles (:func:`common.triangle_mesh`), or the element-generic
+    path's ``FEMesh`` where the case needs it (``simplex_problem.wants_generic``: P2, tetrahedra, pressure loads)."""
+    from hpcsolve.fem.discrete import simplex_problem  # late: the generic path's elements, only where asked for
+
+    if simplex_problem.wants_generic(case):
+        return simplex_problem.build_mesh(case)
+    try:
+        return triangle_mesh(case)
+    except GenericCells:            # a file of tetrahedra or quadratic triangles
+        return simplex_problem.build_mesh(case)
 
 
 # ----------------------------------------------------------------------------------------------
 # predicate selections
 
-def _coord_mask(where, xy: np.ndarray, tol: float, circle_ok: bool = True) -> np.ndarray:
-    x, y = xy[:, 0], xy[:, 1]
-    mask = np.ones(len(xy), dtype=bool)
-    if where.x is not None:
-        mask &= np.abs(x - where.x) <= tol
-    if where.y is not None:
-        mask &= np.abs(y - where.y) <= tol
-    if where.x_min is not None:
-        mask &= x >= where.x_min - tol
-    if where.x_max is not None:
-        mask &= x <= where.x_max + tol
-    if where.y_min is not None:
-        mask &= y >= where.y_min - tol
-    if where.y_max is not None:
-        mask &= y <= where.y_max + tol
-    if where.circle is not None:
-        cx, cy, r = where.circle
-        d = np.hypot(x - cx, y - cy)
-        mask &= (np.abs(d - r) <= tol) if circle_ok else (d <= r + tol)
-    return mask
-
-
-def _tags(where) -> list[str] | None:
-    if where.tag is None:
-        return None
-    return [where.tag] if isinstance(where.tag, str) else list(where.tag)
-
-
 def select_edges(mesh: Mesh, where, field: str) -> np.ndarray:
     """Boundary edges (k, 2) selected by a where table: tag matches and both end nodes satisfy it."""
     tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
-    keep = np.ones(len(mesh.boundary_edges), dtype=bool)
-    tags = _tags(where)
-    if tags is not None:
-        unknown = [t for t in tags if t not in mesh.tag_names]
-        if unknown:
-            raise CaseError.invalid(f"{field}.where.tag", unknown[0] if len(unknown) == 1 else unknown,
-                                    ", ".join(mesh.tag_names), why="no boundary edge has this tag in the mesh")
-        keep &= np.isin(mesh.edge_tags, tags)
     e = mesh.boundary_edges
-    keep &= _coord_mask(where, mesh.points[e[:, 0]], tol) & _coord_mask(where, mesh.points[e[:, 1]], tol)
-    return e[keep]
+    return e[select_boundary(mesh.points, e, mesh.edge_tags, mesh.tag_names, where, field, "edge", tol)]
 
 
 def select_boundary_nodes(mesh: Mesh, where, field: str) -> np.ndarray:
@@ -137,32 +77,6 @@ def select_cells(mesh: Mesh, where, field: str) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------
 # the discrete problem
-
-@dataclass
-class Discrete:
-    mesh: Mesh
-    kind: str                       # poisson | elasticity
-    ncomp: int                      # unknowns per node
-    A: object                       # free-DOF block (SPD): SciPy CSR, or a DeviceCSR (assembled on a device)
-    b: np.ndarray                   # right-hand side of the free DOFs (Dirichlet lifted)
-    free: np.ndarray
-    fixed: np.ndarray
-    fixed_values: np.ndarray
-    coefficient: np.ndarray         # conductivity or Young's modulus per triangle
-    exact: tuple | None = None      # (u, grad u) of a manufactured solution
-    timings: dict = field(default_factory=dict)
-    device_mesh: object = None      # device.DeviceMesh where the system was assembled on a device
-    # 2-norm of each right-hand-side contribution and of the matrix, by the case field responsible
-    scales: dict = field(default_factory=dict)
-
-    @property
-    def n_dofs(self) -> int:
-        return self.mesh.n_points * self.ncomp
-
-    def full_solution(self, x_free: np.ndarray) -> np.ndarray:
-        u = assembly.expand(x_free, self.free, self.fixed, self.fixed_values, self.n_dofs)
-        return u.reshape(-1, self.ncomp) if self.ncomp > 1 else u
-
 
 def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
     p = case.problem
@@ -200,10 +114,10 @@ def check_selections(case, mesh: Mesh) -> None:
     """Every boundary condition and region selects something on this mesh, the Dirichlet conditions agree where
     they overlap and hold every part of the body (:func:`fixed_dofs`); raises CaseError otherwise. Cheap, no
     assembly: what the run and `hpcsolve validate` check before anything is solved."""
-    coefficient_per_cell(case, mesh)
-    for i, bc in enumerate(case.boundary.neumann):
-        neumann_edges(mesh, bc, i)
-    fixed_dofs(case, mesh)
+    path = path_of(mesh)
+    path.coefficient(case, mesh)
+    list(path.neumann_parts(case, mesh, path.shape(case, mesh)[0]))
+    path.fixed_dofs(case, mesh)
 
 
 def _dirichlet_parts(case, mesh: Mesh):
@@ -227,16 +141,7 @@ def fixed_dofs(case, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
     manufactured solution's mesh or boundary that does not fit it, a part of a mesh file without a Dirichlet
     node, and an elastic body whose fixed displacements leave a rigid-body motion free (a singular matrix)."""
     ncomp = 1 if case.problem.kind == "poisson" else 2
-    owner = np.full(mesh.n_points * ncomp, -1, dtype=np.int64)
-    value = np.zeros(owner.size)
-    for i, dofs, vals, name in _dirichlet_parts(case, mesh):
-        prev = owner[dofs]
-        clash = (prev >= 0) & (value[dofs] != vals)
-        if clash.any():
-            j = int(prev[clash][0])
-            sel = clash & (prev == j)
-            _refuse_overlap(case, mesh, i, j, dofs, sel, name, float(value[dofs[sel][0]]), float(vals[0]))
-        owner[dofs], value[dofs] = i, vals
+    owner, value = collect_fixed(case, mesh.points, ncomp, _dirichlet_parts(case, mesh))
     fixed = np.flatnonzero(owner >= 0)
     if case.problem.manufactured:
         _check_manufactured_mesh(case, mesh, fixed)
@@ -245,22 +150,6 @@ def fixed_dofs(case, mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
     if ncomp == 2:
         _check_rigid_modes(case, mesh, fixed, label)
     return fixed, value[fixed]
-
-
-def _refuse_overlap(case, mesh: Mesh, i: int, j: int, dofs, sel, name: str, old: float, new: float) -> None:
-    """boundary.dirichlet[i] fixes ``name`` (to ``new``) on the DOFs ``dofs[sel]`` that boundary.dirichlet[j] fixed
-    to ``old``."""
-    nodes = np.unique(dofs[sel] // (1 if case.problem.kind == "poisson" else 2))
-    x, y = mesh.points[nodes[0]]
-    bcs = case.boundary.dirichlet
-    where_i, where_j = (bcs[k].where.model_dump(exclude_none=True, exclude_defaults=True) for k in (i, j))
-    raise CaseError.invalid(
-        f"boundary.dirichlet[{i}]", _dirichlet_values(case)[i],
-        f"conditions that agree on the nodes they share (or boundary.dirichlet[{i}].where and "
-        f"boundary.dirichlet[{j}].where that share no node)",
-        why=f"boundary.dirichlet[{j}] (where {where_j}) fixes {name} = {old:g} and boundary.dirichlet[{i}] (where "
-            f"{where_i}) {name} = {new:g} on the same {nodes.size} node(s), first at ({x:g}, {y:g}); the later one "
-            "would silently win")
 
 
 def _check_rigid_modes(case, mesh: Mesh, fixed: np.ndarray, label: np.ndarray | None) -> None:
@@ -312,7 +201,16 @@ def build(case, mesh: Mesh | None = None, backend=None, xp=None) -> Discrete:
         backend = backends.get("numpy")
     xp = xp if xp is not None else device.array_module(backend) if backend is not None else None
     with np.errstate(over="ignore", invalid="ignore"):   # extreme inputs: _scale names the field that overflows
-        return _assemble(case, mesh, t0, t1, xp, backend)
+        return _assemble(case, mesh, t0, t1, xp, backend, path_of(mesh))
+
+
+def path_of(mesh):
+    """The assembly path of a mesh: :class:`TrianglePath` for a :class:`Mesh`, ``SimplexPath`` for the rest."""
+    if isinstance(mesh, Mesh):
+        return TrianglePath
+    from hpcsolve.fem.discrete import simplex_problem  # late: the generic path's elements, only for its meshes
+
+    return simplex_problem.SimplexPath
 
 
 def _element_system(case, mesh, coef):
@@ -327,21 +225,41 @@ def _element_system(case, mesh, coef):
             return dofs, local, assembly.load(mesh, f) * p.conductivity, (u_ex, grad_ex)   # k f: uniform k
         b = assembly.load(mesh, p.source) if p.source != 0.0 else xp.zeros(mesh.n_points)
         return dofs, local, b, None
-    dofs, local = assembly.elasticity_local(mesh, k, p.poisson_ratio, p.model, p.thickness)
+    dofs, local = assembly.elasticity_local(mesh, k, p.poisson_ratio, p.model_in(2), p.thickness)
     b = xp.zeros(2 * mesh.n_points)
     for c in range(2):
-        if p.body_force[c] != 0.0:
-            b[c::2] += p.thickness * assembly.load(mesh, p.body_force[c])
+        if p.body_force_in(2)[c] != 0.0:
+            b[c::2] += p.thickness * assembly.load(mesh, p.body_force_in(2)[c])
     return dofs, local, b, None
 
 
-def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None) -> Discrete:
+class TrianglePath:
+    """What the assembly (:func:`assemble`) asks of a mesh kind, for the 2D P1 triangles of :class:`Mesh`; the
+    element-generic path (P2, tetrahedra) is ``hpcsolve.fem.discrete.simplex_problem.SimplexPath``."""
+
+    coefficient = staticmethod(lambda case, mesh: coefficient_per_cell(case, mesh))
+    upload = staticmethod(lambda mesh, xp: device.upload(mesh, xp))
+    element_system = staticmethod(lambda case, mesh, coef: _element_system(case, mesh, coef))
+    neumann_parts = staticmethod(lambda case, mesh, ncomp: _neumann_parts(case, mesh, ncomp))
+    fixed_dofs = staticmethod(lambda case, mesh: fixed_dofs(case, mesh))
+
+    @staticmethod
+    def shape(case, mesh) -> tuple[int, int]:
+        """(unknowns per node, unknowns)."""
+        ncomp = 1 if case.problem.kind == "poisson" else 2
+        return ncomp, mesh.n_points * ncomp
+
+    @staticmethod
+    def discrete(mesh, dmesh, **parts) -> Discrete:
+        return Discrete(mesh, device_mesh=dmesh, **parts)
+
+
+def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None, path=TrianglePath) -> Discrete:
     p = case.problem
-    coef = coefficient_per_cell(case, mesh)
-    dmesh = device.upload(mesh, xp) if xp is not None else None
-    ncomp = 1 if p.kind == "poisson" else 2
-    n = mesh.n_points * ncomp
-    dofs, local, b, exact = _element_system(case, dmesh if dmesh is not None else mesh, coef)
+    coef = path.coefficient(case, mesh)
+    dmesh = path.upload(mesh, xp) if xp is not None else None
+    ncomp, n = path.shape(case, mesh)
+    dofs, local, b, exact = path.element_system(case, dmesh if dmesh is not None else mesh, coef)
     if dmesh is None:
         K = assembly._to_csr(dofs, local, n)
         kvals = K.data
@@ -358,11 +276,11 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None) -> 
                                          "the stiffness matrix")[0] * contrast,
                                   [float(coef.min()), float(coef.max())]),
               source_field: _scale(b, source_field, source_value, "the load vector")}
-    for name, part in _neumann_parts(case, mesh, ncomp):
+    for name, part in path.neumann_parts(case, mesh, ncomp):
         part = part if xp is None else xp.asarray(part)
         scales[name] = _scale(part, name, _neumann_given(case, name), "its boundary load")
         b += part
-    fixed, values = fixed_dofs(case, mesh)
+    fixed, values = path.fixed_dofs(case, mesh)
     if dmesh is None:
         A, rhs, free = assembly.condense(K, b, fixed, values)
         lifted = rhs - b[free]
@@ -377,9 +295,10 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None) -> 
     scales["boundary.dirichlet"] = _scale(lifted, "boundary.dirichlet", _dirichlet_values(case),
                                           "the lifted boundary values")
     t3 = time.perf_counter()
-    return Discrete(mesh, p.kind, ncomp, A, rhs, free, fixed, values, coef, exact,
-                    timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
-                    scales=scales, device_mesh=dmesh)
+    return path.discrete(mesh, dmesh, kind=p.kind, ncomp=ncomp, A=A, b=rhs, free=free, fixed=fixed,
+                         fixed_values=values, coefficient=coef, exact=exact,
+                         timings={"mesh_s": t1 - t0, "assembly_s": t2 - t1, "boundary_conditions_s": t3 - t2},
+                         scales=scales)
 
 
 def _neumann_parts(case, mesh: Mesh, ncomp: int):
@@ -466,10 +385,6 @@ def _source(p) -> tuple[str, object]:
     return "problem.body_force", p.body_force
 
 
-def _dirichlet_values(case) -> list:
-    return [bc.value if bc.value is not None else bc.displacement or (bc.ux, bc.uy) for bc in case.boundary.dirichlet]
-
-
 def _scale(values, field: str, given, what: str) -> tuple[float, object]:
     """(2-norm of ``values`` (NumPy or CuPy) computed without overflow, the case value ``given``); refused if not
     finite."""
@@ -521,7 +436,12 @@ _Q_W = np.array([0.223381589678011] * 3 + [0.109951743655322] * 3)
 
 def error_norms(mesh, u, exact, grad_exact) -> tuple[float, float]:
     """(L2 error, H1-seminorm error) of the P1 field u against an exact solution, by 6-point quadrature.
-    Array-module generic: a DeviceMesh and a device u compute on the device (two floats come back)."""
+    Array-module generic: a DeviceMesh and a device u compute on the device (two floats come back). The generic
+    path's mesh (an ``FEMesh``: P2, tetrahedra) has its own quadrature (``simplex_problem.error_norms``)."""
+    if hasattr(mesh, "dofmap"):
+        from hpcsolve.fem.discrete import simplex_problem  # late: the generic path's elements, only for its meshes
+
+        return simplex_problem.error_norms(mesh, u, exact, grad_exact)
     area, bx, by = assembly._gradients(mesh)
     xp = get_array_module(area)
     t = mesh.triangles
@@ -540,7 +460,12 @@ def error_norms(mesh, u, exact, grad_exact) -> tuple[float, float]:
 
 def exact_l2_norm(mesh, exact, chunk: int = 1 << 18) -> float:
     """||u||_L2 of an exact solution on the mesh's domain by the 6-point rule of :func:`error_norms` (what its L2
-    error is relative to), on the host in chunks of ``chunk`` triangles (no (m, 6) arrays of a large mesh at once)."""
+    error is relative to), on the host in chunks of ``chunk`` triangles (no (m, 6) arrays of a large mesh at once).
+    The generic path's mesh: ``simplex_problem.exact_l2_norm``."""
+    if hasattr(mesh, "dofmap"):
+        from hpcsolve.fem.discrete import simplex_problem  # late: the generic path's elements, only for its meshes
+
+        return simplex_problem.exact_l2_norm(mesh, exact)
     pts, tris = to_host(mesh.points), to_host(mesh.triangles)
     total = 0.0
     for k in range(0, tris.shape[0], chunk):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from hpcsolve.core.backends import get_array_module
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
 from hpcsolve.fem.linalg.precond.layout import canonical, host_csr
@@ -137,13 +138,19 @@ def rho_dinv_a(A: sp.csr_matrix, dinv: np.ndarray, steps: int = SA_LANCZOS_STEPS
     return rho_dinv_a_xp(A, dinv, np, steps=steps, seed=seed)
 
 
-def rigid_body_modes(points: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """Near-null space of 2D elasticity (interleaved DOFs): two translations and the rotation, on the free DOFs."""
-    x, y = points[:, 0], points[:, 1]
-    n = len(points)
-    B = np.zeros((2 * n, 3))
-    B[0::2, 0] = 1.0
-    B[1::2, 1] = 1.0
-    B[0::2, 2] = -(y - y.mean())
-    B[1::2, 2] = x - x.mean()
-    return B[np.asarray(free)]
+def rigid_body_modes(points: np.ndarray, free: np.ndarray | None = None) -> np.ndarray:
+    """Near-null space of elasticity (interleaved DOFs: component c of node i is DOF d i + c) on the free DOFs (all
+    where ``free`` is None): in 2D the two translations and the rotation (3 columns), in 3D three translations and
+    three rotations (6), the rotations about the points' centroid; array-module generic (NumPy or CuPy points)."""
+    xp = get_array_module(points)
+    n, d = points.shape
+    c = points - points.mean(axis=0)
+    B = xp.zeros((d * n, 3 if d == 2 else 6))
+    for k in range(d):
+        B[k::d, k] = 1.0
+    if d == 2:
+        B[0::2, 2], B[1::2, 2] = -c[:, 1], c[:, 0]
+    else:
+        for j, (a, b) in enumerate(((0, 1), (1, 2), (2, 0))):   # rotation in the (a, b) plane: u_a = -x_b, u_b = x_a
+            B[a::3, 3 + j], B[b::3, 3 + j] = -c[:, b], c[:, a]
+    return B if free is None else B[xp.asarray(free)]
