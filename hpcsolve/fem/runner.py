@@ -67,7 +67,8 @@ class FEMFamily:
                                note="mesh not built (the run does not fit in host memory); sizes are from the case")
         mesh = prob.build_mesh(case)
         prob.check_selections(case, mesh)
-        ncomp = ncomp if not hasattr(mesh, "dofmap") or case.problem.kind == "poisson" else mesh.dim   # a file's
+        # elasticity on a mesh file: its dimension is known only now that it is read
+        ncomp = ncomp if not hasattr(mesh, "dofmap") or case.problem.kind == "poisson" else mesh.dim
         info.update(mesh=mesh.source, points=mesh.n_points, **_cells(mesh), unknowns=mesh.n_points * ncomp,
                     h_max=mesh.h_max(), boundary_tags=mesh.tag_names,
                     preconditioner=check_preconditioner(case, mesh, policy).name)

@@ -193,3 +193,28 @@ def _refuse_overlap(case, points, ncomp: int, i: int, j: int, dofs, name: str, o
             f"{where_i}) {name} = {new:g} on the same {nodes.size} node(s), first at ({at}); the later one "
             "would silently win")
 
+
+def coefficient_per_cell(case, centroids: np.ndarray, cell_regions, size: float, what: str) -> np.ndarray:
+    """The conductivity (poisson) or Young's modulus per cell: the problem's value, overridden by each of
+    problem.regions on the cells whose centroid its where table selects (tag: the mesh's region names); a region
+    that selects none, or names a region the mesh lacks, is a CaseError naming it. ``what``: the cells' name."""
+    p = case.problem
+    key = "conductivity" if p.kind == "poisson" else "young"
+    coef = np.full(len(centroids), float(getattr(p, key)))
+    for i, r in enumerate(p.regions):
+        field, where = f"problem.regions[{i}]", r.where
+        keep = coord_mask(where, centroids, where.tol if where.tol is not None else 1e-6 * size, circle_ok=False)
+        tags = where_tags(where)
+        if tags is not None:
+            have = sorted(set(cell_regions.tolist())) if cell_regions is not None else []
+            unknown = [t for t in tags if t not in have]
+            if unknown:
+                raise CaseError.invalid(f"{field}.where.tag", unknown[0], ", ".join(have) or "(this mesh has no "
+                                        "regions)", why=f"no {what} has this region name")
+            keep &= np.isin(cell_regions, tags)
+        if not keep.any():
+            raise CaseError.invalid(f"{field}.where", where.model_dump(exclude_none=True),
+                                    f"a selection that contains at least one {what}", why=f"selects no {what}")
+        coef[keep] = float(getattr(r, key))
+    return coef
+

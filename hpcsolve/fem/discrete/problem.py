@@ -12,6 +12,7 @@ from hpcsolve.core.backends import get_array_module, to_host
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.discrete import assembly, device
 from hpcsolve.fem.discrete.common import MANUFACTURED, Discrete, collect_fixed, select_boundary, triangle_mesh
+from hpcsolve.fem.discrete.common import coefficient_per_cell as common_coefficient
 from hpcsolve.fem.discrete.common import coord_mask as _coord_mask
 from hpcsolve.fem.discrete.common import dirichlet_values as _dirichlet_values
 from hpcsolve.fem.discrete.common import where_tags as _tags
@@ -59,36 +60,12 @@ def select_boundary_nodes(mesh: Mesh, where, field: str) -> np.ndarray:
     return nodes
 
 
-def select_cells(mesh: Mesh, where, field: str) -> np.ndarray:
-    """Triangles selected by a where table applied to their centroids (tag: mesh region names)."""
-    tol = where.tol if where.tol is not None else 1e-6 * mesh.size()
-    keep = np.ones(mesh.n_triangles, dtype=bool)
-    tags = _tags(where)
-    if tags is not None:
-        have = sorted(set(mesh.cell_regions.tolist())) if mesh.cell_regions is not None else []
-        unknown = [t for t in tags if t not in have]
-        if unknown:
-            raise CaseError.invalid(f"{field}.where.tag", unknown[0], ", ".join(have) or "(this mesh has no regions)",
-                                    why="no triangle has this region name")
-        keep &= np.isin(mesh.cell_regions, tags)
-    keep &= _coord_mask(where, mesh.centroids(), tol, circle_ok=False)
-    return np.flatnonzero(keep)
-
-
 # ----------------------------------------------------------------------------------------------
 # the discrete problem
 
 def coefficient_per_cell(case, mesh: Mesh) -> np.ndarray:
-    p = case.problem
-    key = "conductivity" if p.kind == "poisson" else "young"
-    coef = np.full(mesh.n_triangles, float(getattr(p, key)))
-    for i, r in enumerate(p.regions):
-        cells = select_cells(mesh, r.where, f"problem.regions[{i}]")
-        if cells.size == 0:
-            raise CaseError.invalid(f"problem.regions[{i}].where", r.where.model_dump(exclude_none=True),
-                                    "a selection that contains at least one triangle", why="selects no triangle")
-        coef[cells] = float(getattr(r, key))
-    return coef
+    """The coefficient per triangle (``common.coefficient_per_cell``: the regions by their centroids)."""
+    return common_coefficient(case, mesh.centroids(), mesh.cell_regions, mesh.size(), "triangle")
 
 
 def _selected(mesh: Mesh, bc, field: str, select, what: str) -> np.ndarray:

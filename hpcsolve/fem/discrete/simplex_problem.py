@@ -190,25 +190,10 @@ def select_boundary_dofs(fm: FEMesh, where, field: str) -> np.ndarray:
 
 
 def coefficient_per_cell(case, fm: FEMesh) -> np.ndarray:
-    p, mesh = case.problem, fm.mesh
-    key = "conductivity" if p.kind == "poisson" else "young"
-    coef = np.full(mesh.n_cells, float(getattr(p, key)))
-    centroids = mesh.points[mesh.cells].mean(axis=1)
-    for i, r in enumerate(p.regions):
-        keep = coord_mask(r.where, centroids, _tol(mesh, r.where), circle_ok=False)
-        tags = where_tags(r.where)
-        if tags is not None:
-            have = sorted(set(mesh.cell_regions.tolist())) if mesh.cell_regions is not None else []
-            unknown = [t for t in tags if t not in have]
-            if unknown:
-                raise CaseError.invalid(f"problem.regions[{i}].where.tag", unknown[0],
-                                        ", ".join(have) or "(this mesh has no regions)", why="no cell has this region name")
-            keep &= np.isin(mesh.cell_regions, tags)
-        if not keep.any():
-            raise CaseError.invalid(f"problem.regions[{i}].where", r.where.model_dump(exclude_none=True),
-                                    "a selection that contains at least one cell", why="selects no cell")
-        coef[keep] = float(getattr(r, key))
-    return coef
+    """The coefficient per cell (``common.coefficient_per_cell``: the regions by their centroids)."""
+    mesh = fm.mesh
+    return common.coefficient_per_cell(case, mesh.points[mesh.cells].mean(axis=1), mesh.cell_regions, mesh.size(),
+                                       "cell")
 
 
 def _selected(mesh: SimplexMesh, found: np.ndarray, bc, field: str, what: str) -> np.ndarray:
@@ -251,13 +236,10 @@ def facet_normals(mesh: SimplexMesh, facets: np.ndarray) -> np.ndarray:
     away from the cell it bounds (found by the facet's sorted vertices among the cells' facets)."""
     d = mesh.dim
     local = FACETS[d]
-    faces = np.sort(mesh.cells[:, local].reshape(-1, d), axis=1)          # (m (d+1), d): facet i of cell c
-    want = np.sort(mesh.facets[facets], axis=1)
-    order = np.lexsort(faces.T[::-1])
-    sorted_faces = faces[order]
-    # the row of each wanted facet among the sorted cell facets (a boundary facet belongs to one cell)
-    keys = [np.searchsorted(_row_keys(sorted_faces), _row_keys(want))]
-    owner = order[keys[0]] // (d + 1)
+    keys = _row_keys(np.sort(mesh.cells[:, local].reshape(-1, d), axis=1))      # facet i of cell c: row (d+1) c + i
+    order = np.argsort(keys)
+    # the cell of each wanted facet (a boundary facet belongs to one cell)
+    owner = order[np.searchsorted(keys[order], _row_keys(np.sort(mesh.facets[facets], axis=1)))] // (d + 1)
     p = mesh.points
     v = p[mesh.facets[facets]]                                          # (k, d, d)
     if d == 2:
