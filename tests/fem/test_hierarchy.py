@@ -65,7 +65,8 @@ def test_a_builder_returns_a_hierarchy_whose_vcycle_reduces_the_residual(builder
 
 
 # iterations of hpcsolve.fem.solve(rtol 1e-10) before the split (same options, same problems, NumPy backend); the
-# amg rows since amg's own defaults (mg_options.KIND_DEFAULTS, issue 52): before them 10, 33, 37, 18 and 36
+# amg rows since amg's own defaults (mg_options.KIND_DEFAULTS, issue 52): before them 10, 33, 37, 18 and 36; Cook's
+# amg row since its first level's system_strength 0.02 (issue 55's 3D elasticity): 20 at strength 0.08 before
 BEFORE = [
     ("poisson_fd 31", lambda: tp.poisson_fd(31), "mg", "fp64", None, {}, 8),
     ("poisson_fd 63", lambda: tp.poisson_fd(63), "mg", "fp64", None, {}, 9),
@@ -81,7 +82,7 @@ BEFORE = [
     ("cook 8", lambda: tp.cook(8), "mg", "fp64", None, {"hierarchy": "fp64", "amg_setup": "device",
                                                         "coarse_size": 50}, 29),
     ("cook 8", lambda: tp.cook(8), "amg", "fp64", None, {"hierarchy": "fp64", "amg_setup": "device",
-                                                         "coarse_size": 50}, 20),
+                                                         "coarse_size": 50}, 24),
 ]
 
 

@@ -3,18 +3,23 @@ aggregates and tentative prolongator, its hierarchies against pyamg's (sizes, op
 iterations to 1e-8), and values-only updates (numeric set-up, aggregates reused). NumPy/SciPy here; the tests
 marked ``gpu`` run the same code with CuPy and compare it with the NumPy path."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from hpcsolve.core.errors import CaseError
-from hpcsolve.fem import prepare_matrix, solve
+from hpcsolve.fem import assemble, prepare_matrix, solve
 from hpcsolve.fem.api import update_matrix
 from hpcsolve.fem.discrete import testproblems as tp
+from hpcsolve.fem.linalg.precond import aggregation
 from hpcsolve.fem.linalg.precond import sa_device as sd
 from hpcsolve.fem.linalg.precond.aggregation import sa_levels
 from hpcsolve.fem.linalg.precond.mg_options import MGOptions
 from hpcsolve.fem.linalg.precond.multigrid import Multigrid
+
+CASES = Path(__file__).resolve().parents[2] / "cases"
 
 PROBLEMS = {"poisson": lambda: tp.poisson_fd(63), "anisotropic": lambda: tp.anisotropic(48),
             "jumps": lambda: tp.jumps(48), "elasticity": lambda: tp.cook(16)}
@@ -322,3 +327,43 @@ def test_numba_power_iterations_on_cupy_kernels_equal_its_own(kind, monkeypatch)
         assert big and [pc.levels[k].lam for k in big] == pytest.approx([own[k] for k in big], rel=1e-12)
     else:
         assert big and all(own[k] * (1 - 1e-6) <= pc.levels[k].lam <= 1.2 * own[k] for k in big)
+
+
+@pytest.mark.parametrize("setup", ["pyamg", "device"])
+def test_a_level_the_strength_threshold_cannot_coarsen_is_aggregated_along_every_connection(setup, monkeypatch):
+    """3D elasticity (P1 tetrahedra of a quarter cylinder, 6 rigid-body modes): at amg's default strength 0.08 the
+    aggregates are so small that 6 candidates each keep about every row (or make the coarse level denser than the
+    fine one); the level is aggregated again at threshold 0 (mg_options.SLOW_COARSENING, DENSE_COARSENING): a coarse
+    level of at most half the rows, and a V-cycle that converges."""
+    s = assemble(str(CASES / "thick_cylinder.toml"), ['problem.element="P1"', "mesh.nx=4", "mesh.ny=8", "mesh.nz=8"])
+    nns = aggregation.rigid_body_modes(s.mesh.points, s.free)
+    opts = {"amg_setup": setup, "coarse_size": 50, "strength": 0.08, "coarse_strength": 0.05}   # not system_strength
+    x, rep = solve(s.A, s.b, preconditioner=Multigrid("amg", opts, near_nullspace=nns), rtol=1e-8)
+    rows = rep.preconditioner["rows"]
+    assert rep.converged and len(rows) >= 3 and rows[1] <= 0.5 * rows[0]
+    for mod in (aggregation, sd):                       # without the rules: no coarse level at all
+        monkeypatch.setattr(mod, "SLOW_COARSENING", float("inf"))
+        monkeypatch.setattr(mod, "DENSE_COARSENING", float("inf"))
+    _, rep = solve(s.A, s.b, preconditioner=Multigrid("amg", opts, near_nullspace=nns), rtol=1e-8)
+    assert rep.preconditioner["rows"] == [rows[0]]
+
+
+def test_a_coarse_level_denser_than_its_rule_is_aggregated_again():
+    """P2 tetrahedra under elasticity: pyamg's standard aggregation at 0.08 made a coarse level 8.7 times as dense as
+    the fine one (operator complexity 12); the dense-coarsening rule rebuilds it along every connection."""
+    s = assemble(str(CASES / "thick_cylinder.toml"), ["mesh.nx=2", "mesh.ny=6", "mesh.nz=8"])
+    nns = aggregation.rigid_body_modes(s.mesh.points, s.free)
+    opts = {"amg_setup": "pyamg", "coarse_size": 50, "strength": 0.08, "coarse_strength": 0.05}
+    x, rep = solve(s.A, s.b, preconditioner=Multigrid("amg", opts, near_nullspace=nns), rtol=1e-8)
+    assert rep.converged and rep.preconditioner["operator_complexity"] < 1.5
+
+
+def test_several_near_null_vectors_take_the_system_strength_on_the_first_level():
+    """amg's defaults: 0.08 on a first level with one candidate, system_strength 0.02 with several (3D elasticity's
+    6 rigid-body modes), 0.05 below; a strength given alone holds everywhere."""
+    opts = MGOptions.from_dict({}, kind="amg")
+    assert (opts.strength_at(0, 1), opts.strength_at(0, 6), opts.strength_at(1, 6)) == (0.08, 0.02, 0.05)
+    given = MGOptions.from_dict({"strength": 0.1}, kind="amg")
+    assert (given.strength_at(0, 6), given.strength_at(2, 3)) == (0.1, 0.1)
+    with pytest.raises(CaseError, match="system_strength"):
+        MGOptions.from_dict({"system_strength": 2.0}, kind="amg")

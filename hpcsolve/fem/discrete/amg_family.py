@@ -1,7 +1,8 @@
 """A generated family of hard SPD systems for algebraic multigrid: rotated anisotropic diffusion (FD and Q1 FE
 stencils), coefficient jumps (checkerboards, random inclusions, a log-normal field), plane-strain elasticity on
-Cook's membrane (compressible to nearly incompressible, with and without the rigid-body modes), 3D Laplacians
-(isotropic and anisotropic) and unstructured Delaunay meshes (P1 stiffness, graph Laplacians).
+Cook's membrane (compressible to nearly incompressible, with and without the rigid-body modes), 3D P1 elasticity on
+a cantilever beam of tetrahedra (with and without the six rigid-body modes), 3D Laplacians (isotropic and
+anisotropic) and unstructured Delaunay meshes (P1 stiffness, graph Laplacians).
 
 Every member is a :class:`FamilyProblem` (a :class:`~hpcsolve.fem.discrete.testproblems.Problem` with the exact
 solution): Dirichlet unknowns eliminated (rows and columns), so the matrix is symmetric positive definite in float64,
@@ -22,9 +23,10 @@ from pyamg.gallery import diffusion_stencil_2d, poisson, stencil_grid
 from scipy.ndimage import gaussian_filter
 from scipy.spatial import Delaunay
 
-from hpcsolve.fem.discrete import assembly
+from hpcsolve.fem.discrete import assembly, fe_assembly, simplex_gen
 from hpcsolve.fem.discrete import mesh as meshmod
 from hpcsolve.fem.discrete import testproblems as tp
+from hpcsolve.fem.discrete.elements import element
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
 
 #: the documented number of unknowns of every member at each scale: small for tests, medium for a CPU study,
@@ -32,11 +34,12 @@ from hpcsolve.fem.linalg.precond.geometric import StructuredGrid
 UNKNOWNS = {"small": (2_000, 20_000), "medium": (60_000, 150_000), "large": (500_000, 2_000_000)}
 
 #: per scale: cells per side of the 2D unit-square members, cells per side of Cook's membrane (2 unknowns per
-#: node), nodes per side of the 3D cube, random interior points of the Delaunay meshes
+#: node), nodes per side of the 3D cube, cells n across the 3D beam (4n x n x n cells, 3 unknowns per node:
+#: 12 n (n + 1)^2 free), random interior points of the Delaunay meshes
 SIZES = {
-    "small": {"cells": 128, "cook": 48, "cube": 20, "points": 8_000},
-    "medium": {"cells": 256, "cook": 192, "cube": 48, "points": 100_000},
-    "large": {"cells": 1024, "cook": 640, "cube": 100, "points": 1_000_000},
+    "small": {"cells": 128, "cook": 48, "cube": 20, "beam": 8, "points": 8_000},
+    "medium": {"cells": 256, "cook": 192, "cube": 48, "beam": 20, "points": 100_000},
+    "large": {"cells": 1024, "cook": 640, "cube": 100, "beam": 44, "points": 1_000_000},
 }
 
 ANGLES_DEG = (0, 30, 45, 60, 90)
@@ -44,12 +47,13 @@ ANGLES_DEG = (0, 30, 45, 60, 90)
 CHECKER_CONTRASTS = (1e2, 1e4, 1e6, 1e8)
 CHECKER_BLOCKS = (1, 4, 16, 64)
 POISSON_RATIOS = (0.3, 0.45, 0.49)
+BEAM_POISSON_RATIOS = (0.3, 0.45)
 
 
 @dataclass
 class FamilyProblem(tp.Problem):
     """A :class:`~hpcsolve.fem.discrete.testproblems.Problem` with its exact solution (``b = A @ x_true``) and the
-    family it belongs to (``anisotropic``, ``jumps``, ``elasticity``, ``3d``, ``unstructured``)."""
+    family it belongs to (``anisotropic``, ``jumps``, ``elasticity``, ``elasticity3d``, ``3d``, ``unstructured``)."""
 
     x_true: np.ndarray | None = None
     family: str = ""
@@ -70,6 +74,10 @@ def _checker_name(contrast: float, block_cells: int) -> str:
 
 def _cook_name(poisson_ratio: float, rigid_body_modes: bool) -> str:
     return f"cook-nu{poisson_ratio:g}-{'rbm' if rigid_body_modes else 'nonull'}"
+
+
+def _beam_name(poisson_ratio: float, rigid_body_modes: bool) -> str:
+    return f"beam3d-nu{poisson_ratio:g}-{'rbm' if rigid_body_modes else 'nonull'}"
 
 
 def _aniso3d_name(epsilon: float) -> str:
@@ -169,6 +177,19 @@ def cook_elasticity(cells: int, poisson_ratio: float, rigid_body_modes: bool, se
     return _finish(problem, name, "elasticity", seed, near_nullspace=problem.near_nullspace if rigid_body_modes else None)
 
 
+def beam_elasticity(cells: int, poisson_ratio: float, rigid_body_modes: bool, seed: int = 1) -> FamilyProblem:
+    """3D P1 linear elasticity (E = 1) on the cantilever beam [0, 4] x [0, 1] x [0, 1]: ``simplex_gen.box`` with
+    4 cells x cells x cells hexahedra of 6 tetrahedra each, all three components clamped on the face x = 0 ("left");
+    the six rigid-body modes on the free DOFs as the near-null space, or none (``rigid_body_modes`` False)."""
+    name = _beam_name(poisson_ratio, rigid_body_modes)
+    mesh = simplex_gen.box(4 * cells, cells, cells, x=(0.0, 4.0))
+    K = fe_assembly.elasticity_stiffness(mesh, simplex_gen.dofmap(mesh, 1), element(3, 1), 1.0, poisson_ratio, "3d")
+    left = np.unique(mesh.facets[mesh.facet_tags == "left"])
+    A, _, free = tp._dirichlet_all(mesh, K, ncomp=3, fixed_nodes=left)
+    nns = fe_assembly.rigid_body_modes(mesh.points)[free] if rigid_body_modes else None
+    return _finish(tp.Problem(name, A, np.zeros(0)), name, "elasticity3d", seed, near_nullspace=nns)
+
+
 # ---- 3D
 
 def poisson3d(nodes: int, seed: int = 1) -> FamilyProblem:
@@ -239,10 +260,11 @@ def members(scale: str = "small", seed: int = 1) -> list[tuple[str, Callable[[],
     Returns
     -------
     list of (str, callable)
-        39 members in a fixed order, each name short, unique and the same at every scale:
+        43 members in a fixed order, each name short, unique and the same at every scale:
         ``aniso-{fd,fe}-eps1e-3-{0,30,45,60,90}deg`` and ``eps1e-1``/``eps1e-5`` at 30 and 45 degrees,
         ``checker-c1e6-b{1,4,16,64}`` and ``checker-c{1e2,1e4,1e8}-b4`` (b: block size in cells),
-        ``inclusions-c1e6``, ``lognormal-var4``, ``cook-nu{0.3,0.45,0.49}-{rbm,nonull}``, ``poisson3d``,
+        ``inclusions-c1e6``, ``lognormal-var4``, ``cook-nu{0.3,0.45,0.49}-{rbm,nonull}``,
+        ``beam3d-nu{0.3,0.45}-{rbm,nonull}`` (3D elasticity, clamped at one end), ``poisson3d``,
         ``aniso3d-eps{1e-2,1e-3}``, ``delaunay-p1``, ``delaunay-graph``, ``delaunay-graph-weighted``.
 
     Raises
@@ -260,7 +282,7 @@ def members(scale: str = "small", seed: int = 1) -> list[tuple[str, Callable[[],
     if scale not in SIZES:
         raise ValueError(f"scale: {scale!r}; allowed: {', '.join(SIZES)}")
     size = SIZES[scale]
-    cells, cook, cube, points = size["cells"], size["cook"], size["cube"], size["points"]
+    cells, cook, cube, beam, points = size["cells"], size["cook"], size["cube"], size["beam"], size["points"]
     out = []
 
     def add(name, build, *args):
@@ -282,6 +304,9 @@ def members(scale: str = "small", seed: int = 1) -> list[tuple[str, Callable[[],
     for nu in POISSON_RATIOS:
         for modes in (True, False):
             add(_cook_name(nu, modes), cook_elasticity, cook, nu, modes)
+    for nu in BEAM_POISSON_RATIOS:
+        for modes in (True, False):
+            add(_beam_name(nu, modes), beam_elasticity, beam, nu, modes)
     add("poisson3d", poisson3d, cube)
     for epsilon in (1e-2, 1e-3):
         add(_aniso3d_name(epsilon), anisotropic3d, cube, epsilon)

@@ -17,7 +17,7 @@ from hpcsolve.core.backends import get_array_module
 from hpcsolve.core.errors import CaseError
 from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
 from hpcsolve.fem.linalg.precond.layout import canonical, host_csr
-from hpcsolve.fem.linalg.precond.mg_options import MGOptions
+from hpcsolve.fem.linalg.precond.mg_options import DENSE_COARSENING, SLOW_COARSENING, MGOptions
 from hpcsolve.fem.linalg.precond.sa_device import DeviceSABuilder, rho_dinv_a_xp
 
 SA_OMEGA = 4.0 / 3.0          # prolongation smoothing P = (I - omega / rho(D^-1 A) D^-1 A) T, pyamg's default
@@ -92,42 +92,62 @@ def sa_levels(A: sp.csr_matrix, opts: MGOptions, B=None, max_levels: int = 30, r
     Galerkin coarse operators), with pyamg's own pieces, except rho: pyamg estimates it by restarted Arnoldi
     (5 x 15 steps, most of its set-up time); D^-1 A is similar to the symmetric D^-1/2 A D^-1/2, so
     :func:`rho_dinv_a` takes 20 Lanczos steps instead."""
-    from pyamg.aggregation.aggregate import standard_aggregation      # late: pyamg's import costs about 0.25 s
-    from pyamg.aggregation.tentative import fit_candidates             # late: pyamg's import costs about 0.25 s
     from pyamg.relaxation.utils import relaxation_as_linear_operator   # late: pyamg's import costs about 0.25 s
-    from pyamg.strength import symmetric_strength_of_connection        # late: pyamg's import costs about 0.25 s
 
     A = sp.csr_matrix(A)
     n = A.shape[0]
     B = np.ones((n, 1)) if B is None else np.asarray(B, dtype=np.float64).reshape(n, -1)
     pairs = []
     while len(pairs) < max_levels - 1 and A.shape[0] > opts.coarse_size:
-        C = symmetric_strength_of_connection(A, theta=opts.strength_at(len(pairs)))
-        agg, roots = standard_aggregation(C)
-        if len(roots) == 0:
-            # no connection is as strong as the threshold (every node isolated): pyamg then returns one empty
-            # aggregate, whose coarse level would be a singular zero. This level cannot be coarsened: it is the
-            # coarsest (the set-up names the strength where it is too large to solve directly)
-            break
         if not pairs:                 # pyamg's default improve_candidates (finest level only)
             zero = np.zeros((A.shape[0], 1))
             B = relaxation_as_linear_operator(("block_gauss_seidel", {"sweep": "symmetric", "iterations": 4}),
                                               A, zero) @ B
-        T, Bc = fit_candidates(agg, B)
-        T = sp.csr_matrix(T)
-        d = A.diagonal()
-        dinv = np.where(d != 0, 1.0 / np.where(d != 0, d, 1.0), 0.0)
-        rho = rho_dinv_a(A, dinv)
-        P = sp.csr_matrix(T - sp.diags((SA_OMEGA / rho) * dinv) @ (A @ T))
+        theta = opts.strength_at(len(pairs), B.shape[1])
+        level = _sa_level(A, B, theta)
+        if theta > 0 and level is not None and too_coarse(level[1].shape[0], level[1].nnz, A):
+            level = _sa_level(A, B, 0.0)          # too few strong connections: along every connection
+        if level is None:
+            # no connection is as strong as the threshold (every node isolated): pyamg then returns one empty
+            # aggregate, whose coarse level would be a singular zero. This level cannot be coarsened: it is the
+            # coarsest (the set-up names the strength where it is too large to solve directly)
+            break
+        P, Ac, Bc, rho = level
         if P.shape[1] == 0 or P.shape[1] >= A.shape[0]:
             break
         pairs.append((A, P))
         if rhos is not None:
             rhos.append(rho)
-        A = sp.csr_matrix(P.T @ A @ P)
-        A.sum_duplicates()
-        B = Bc
+        A, B = Ac, Bc
     return pairs, A
+
+
+def _sa_level(A: sp.csr_matrix, B: np.ndarray, theta: float):
+    """(P, A_c = P^T A P, the coarse candidates, rho(D^-1 A)) of one smoothed-aggregation level at strength threshold
+    ``theta``, or None where no connection is that strong."""
+    from pyamg.aggregation.aggregate import standard_aggregation      # late: pyamg's import costs about 0.25 s
+    from pyamg.aggregation.tentative import fit_candidates             # late: pyamg's import costs about 0.25 s
+    from pyamg.strength import symmetric_strength_of_connection        # late: pyamg's import costs about 0.25 s
+
+    agg, roots = standard_aggregation(symmetric_strength_of_connection(A, theta=theta))
+    if len(roots) == 0:
+        return None
+    T, Bc = fit_candidates(agg, B)
+    T = sp.csr_matrix(T)
+    d = A.diagonal()
+    dinv = np.where(d != 0, 1.0 / np.where(d != 0, d, 1.0), 0.0)
+    rho = rho_dinv_a(A, dinv)
+    P = sp.csr_matrix(T - sp.diags((SA_OMEGA / rho) * dinv) @ (A @ T))
+    Ac = sp.csr_matrix(P.T @ A @ P)
+    Ac.sum_duplicates()
+    return P, Ac, Bc, rho
+
+
+def too_coarse(coarse_rows: int, coarse_nnz: int, A) -> bool:
+    """Whether a level aggregated at a strength threshold should be aggregated again along every connection: its
+    coarse level keeps more than ``SLOW_COARSENING`` of the rows, or has more than ``DENSE_COARSENING`` times the
+    nonzeros of A (the aggregates too small for their candidates)."""
+    return coarse_rows > SLOW_COARSENING * A.shape[0] or coarse_nnz > DENSE_COARSENING * A.nnz
 
 
 def rho_dinv_a(A: sp.csr_matrix, dinv: np.ndarray, steps: int = SA_LANCZOS_STEPS, seed: int = 0) -> float:

@@ -29,9 +29,19 @@ AMG_SETUPS = ("auto", "device", "pyamg")
 #: where a kind's defaults differ from the dataclass's (mg's): smoothed aggregation ("amg" with amg = "sa") smooths
 #: with Chebyshev of degree 3 on a wider interval, [0.1, 1.1] x lambda_max (its levels' lambda_max is the set-up's
 #: Lanczos rho, where mg's power iteration underestimates and a wide interval diverges), and keeps connections above a
-#: strength of 0.08 on its first level, 0.05 below. The choice and its measurements on the generated family
+#: strength of 0.08 on its first level, 0.05 below, 0.02 on a first level with several near-null vectors (3D
+#: elasticity's 6 rigid-body modes at 0.08: aggregates too small, set-up 4-9x as long, docs/design/fem_multigrid.md).
+#: The choice and its measurements on the generated family
 #: (``hpcsolve.fem.discrete.amg_family``): docs/design/fem_multigrid.md
-KIND_DEFAULTS = {"amg": {"degree": 3, "cheby_lower": 0.1, "strength": 0.08, "coarse_strength": 0.05}}
+KIND_DEFAULTS = {"amg": {"degree": 3, "cheby_lower": 0.1, "strength": 0.08, "coarse_strength": 0.05,
+                         "system_strength": 0.02}}
+#: a smoothed-aggregation level whose coarse level at its strength threshold would keep more than this fraction of
+#: its rows, or have more than DENSE_COARSENING times its nonzeros, is aggregated again along every connection
+#: (threshold 0, pyamg's default): 3D elasticity with its 6 rigid-body modes, aggregated by DOF at 0.08, kept about
+#: every row (P1, a quarter cylinder of 10,719 unknowns: no coarse level with pyamg's aggregation, 9,666 coarse rows
+#: with ours) or made a coarse level 8.7 times as dense as the fine one (P2, 21,231 unknowns: operator complexity 12)
+SLOW_COARSENING = 0.5
+DENSE_COARSENING = 2.0
 
 
 @dataclass
@@ -48,6 +58,8 @@ class MGOptions:
     strength: float = 0.0          # strength threshold (sa: symmetric |a_ij| >= strength sqrt(a_ii a_jj), 0 = pyamg's
                                    # default; rs: classical, 0 means 0.25); amg: on its first aggregation level
     coarse_strength: float | None = None  # sa: the threshold on the levels below the first (None: strength)
+    system_strength: float | None = None  # sa: the first level's threshold where the near-null space has several
+                                          # columns (elasticity's rigid-body modes; None: strength)
     cheby_lower: float = 0.3       # Chebyshev interval [cheby_lower, 1.1] x lambda_max(D^-1 A)
     jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
     power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
@@ -85,11 +97,13 @@ class MGOptions:
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not lo <= v <= hi:
                 raise CaseError.invalid(f"multigrid.{name}", v, f"a number in [{lo:g}, {hi:g}]")
             setattr(self, name, float(v))
-        if self.coarse_strength is not None:
-            v = self.coarse_strength
+        for name in ("coarse_strength", "system_strength"):
+            v = getattr(self, name)
+            if v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 <= v <= 1:
-                raise CaseError.invalid("multigrid.coarse_strength", v, "a number in [0, 1] or None (as strength)")
-            self.coarse_strength = float(v)
+                raise CaseError.invalid(f"multigrid.{name}", v, "a number in [0, 1] or None (as strength)")
+            setattr(self, name, float(v))
         if not isinstance(self.flexible, (bool, np.bool_)):
             raise CaseError.invalid("multigrid.flexible", self.flexible, "true or false")
         self.flexible = bool(self.flexible)
@@ -109,11 +123,15 @@ class MGOptions:
         defaults = dict(KIND_DEFAULTS.get(kind, {})) if str(d.get("amg", "sa")).lower() == "sa" else {}
         if "strength" in d:
             defaults.pop("coarse_strength", None)
+            defaults.pop("system_strength", None)
         return cls(**{**defaults, **d})
 
-    def strength_at(self, level: int) -> float:
-        """The strength threshold of aggregation level ``level`` (0: the first)."""
-        return self.strength if level == 0 or self.coarse_strength is None else self.coarse_strength
+    def strength_at(self, level: int, candidates: int = 1) -> float:
+        """The strength threshold of aggregation level ``level`` (0: the first) for a near-null space of
+        ``candidates`` columns on that level."""
+        if level == 0:
+            return self.system_strength if candidates > 1 and self.system_strength is not None else self.strength
+        return self.strength if self.coarse_strength is None else self.coarse_strength
 
     @property
     def precision(self) -> Precision:

@@ -38,6 +38,7 @@ import numpy as np
 
 from hpcsolve.fem.linalg.precond.hierarchy import Hierarchy, HierarchyBuilder
 from hpcsolve.fem.linalg.precond.layout import canonical
+from hpcsolve.fem.linalg.precond.mg_options import DENSE_COARSENING, SLOW_COARSENING
 
 SA_OMEGA = 4.0 / 3.0
 LANCZOS_STEPS = 20
@@ -393,6 +394,16 @@ def smoothed_level(A, T, rho: float, dinv, xp, sparse):
     return P, Ac
 
 
+def _aggregate(G, theta: float, opts, candidates: int, block: int, xp):
+    """(aggregate of every unknown, count) from the strength graph of G (one node per ``block`` unknowns) at
+    threshold ``theta``; the second pass where a node is one coarse unknown (one candidate): with k candidates every
+    extra aggregate is k coarse unknowns (Cook's membrane, 3 rigid-body modes: operator complexity 1.38 -> 1.79)."""
+    indptr, indices, strength = strength_graph(G, theta, xp, with_strength=True)
+    agg, count = mis2_aggregate(indptr, indices, xp, strength=strength,
+                                second_pass=opts.aggregation_passes == 2 and candidates == 1)
+    return (xp.repeat(agg, block) if block > 1 else agg), count
+
+
 # --------------------------------------------------------------------------- the hierarchy
 def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure | None = None,
                  rhos: list | None = None):
@@ -416,21 +427,23 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
             agg, count = out.aggregates[l], out.counts[l]
         else:
             G = node_graph(A, block, xp, sparse)
-            indptr, indices, strength = strength_graph(G, opts.strength_at(l), xp, with_strength=True)
-            # the second pass where a node is one coarse unknown (one candidate): with k candidates every extra
-            # aggregate is k coarse unknowns (Cook's membrane, 3 rigid-body modes: operator complexity 1.38 -> 1.79)
-            agg, count = mis2_aggregate(indptr, indices, xp, strength=strength,
-                                        second_pass=opts.aggregation_passes == 2 and B.shape[1] == 1)
+            theta = opts.strength_at(l, B.shape[1])
+            agg, count = _aggregate(G, theta, opts, B.shape[1], block, xp)
+            if theta > 0 and count * B.shape[1] > SLOW_COARSENING * A.shape[0]:   # too few strong connections
+                theta = 0.0
+                agg, count = _aggregate(G, theta, opts, B.shape[1], block, xp)
             if count == 0:
                 break   # nothing strong enough to aggregate along: this level is the coarsest
-            if block > 1:           # the nodes' aggregates to their unknowns
-                agg = xp.repeat(agg, block)
         if l == 0:
             B = improve_candidates(A, B, dinv, rho, xp)
         T, Bc = tentative(agg, count, B, xp, sparse)
         if T.shape[1] >= A.shape[0]:
             break
         P, Ac = smoothed_level(A, T, rho, dinv, xp, sparse)
+        if not reuse and theta > 0 and Ac.nnz > DENSE_COARSENING * A.nnz:   # aggregates too small for their candidates
+            agg, count = _aggregate(G, 0.0, opts, B.shape[1], block, xp)
+            T, Bc = tentative(agg, count, B, xp, sparse)
+            P, Ac = smoothed_level(A, T, rho, dinv, xp, sparse)
         if not reuse:
             out.aggregates.append(agg)
             out.counts.append(count)
