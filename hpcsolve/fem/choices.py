@@ -69,8 +69,9 @@ def preconditioner_spec(case, mesh, policy: Precision) -> PreconditionerSpec:
         source = mesh.source if mesh is not None else f"mesh.kind {case.mesh.kind!r}, mesh.refine {case.mesh.refine}"
         others = [s for s in registry.names() if not registry.get(s).needs_grid and registry.get(s).cycle]
         raise CaseError.invalid("solve.preconditioner", spec.name, f"{' or '.join(others)} (or auto) for this mesh",
-                                why=f"{spec.summary} needs a structured generator mesh (mesh.kind rectangle or "
-                                    f"cook_membrane without mesh.refine); this mesh is {source!r}")
+                                why=f"{spec.summary} needs a structured generator mesh for P1 elements (mesh.kind "
+                                    f"rectangle, cook_membrane, box or thick_cylinder without mesh.refine; P2 runs it "
+                                    f"on any mesh); this mesh is {source!r}")
     return spec
 
 
@@ -85,7 +86,9 @@ def make_preconditioner(case, disc, policy: Precision) -> Preconditioner:
     grid = nns = None
     if spec.near_nullspace and disc.kind == "elasticity":
         nns = rigid_body_modes(disc.mesh.points, disc.free)     # also below the last halvable grid of mg
-    if spec.needs_grid:
+    if spec.needs_grid and hasattr(disc.mesh, "multigrid_grid"):       # the generic path: P2, tetrahedra
+        grid = disc.mesh.multigrid_grid(disc.free, disc.ncomp)
+    elif spec.needs_grid:
         g = disc.mesh.info["grid"]
         grid = StructuredGrid(g[0], g[1], disc.free, disc.ncomp)
     if not spec.options_field:
@@ -101,13 +104,15 @@ def reported_method(case, policy: Precision, preconditioner) -> str:
 
 
 def structured_mesh(case, mesh) -> bool:
-    """Whether the mesh's nodes are numbered on a structured grid (what geometric multigrid, "mg", needs).
-    ``mesh`` None: from the case alone: the generators number their nodes on a grid, refinement does not."""
-    if case.problem.element != "P1":       # geometric multigrid is written for P1 triangles of a grid
-        return False
+    """Whether geometric multigrid ("mg") can run on the case's mesh: P1 on a generator's grid of nodes (rectangle,
+    cook_membrane, box, thick_cylinder; refinement renumbers), or P2 on any mesh (a p-multigrid level to the P1
+    functions of the same mesh first, then geometric levels on a generator's grid, aggregation otherwise).
+    ``mesh`` None: from the case alone."""
+    if case.problem.element == "P2":
+        return True
     if mesh is None:
-        return case.mesh.kind in ("rectangle", "cook_membrane") and not case.mesh.refine
-    return bool(mesh.info.get("grid")) and not hasattr(mesh, "dofmap")
+        return case.mesh.kind in ("rectangle", "cook_membrane", "box", "thick_cylinder") and not case.mesh.refine
+    return bool(mesh.info.get("grid"))
 
 
 def fem_mesh_size(case) -> tuple[int, int]:

@@ -370,8 +370,8 @@ def test_probing_in_blocks_equals_probing_one_vector_at_a_time(make):
     free = cgrid.free_array(np)
     node, comp = free // cgrid.ncomp, free % cgrid.ncomp
     color = (node % (cgrid.nx + 1)) % 3 + 3 * ((node // (cgrid.nx + 1)) % 3)
-    blocks = geo._probe_blocks(P.A, Pm, R, color, comp, cgrid.ncomp, np)
-    single = geo._probe_one_by_one(low_ops(), P.A, Pm, R, color, comp, cgrid.ncomp, np)
+    blocks = geo._probe_blocks(P.A, Pm, R, color, comp, cgrid.ncomp, 9, np)
+    single = geo._probe_one_by_one(low_ops(), P.A, Pm, R, color, comp, cgrid.ncomp, 9, np)
     assert blocks.shape == single.shape == (9 * cgrid.ncomp, free.size)
     assert np.abs(blocks - single).max() <= 1e-14 * np.abs(single).max()
     assert np.count_nonzero(single) > free.size         # probes that hold entries, not zeros compared with zeros

@@ -92,6 +92,14 @@ def coo_sum(dofs, local, n: int):
     return uniq // n, uniq % n, vals
 
 
+def csr_entries(indptr, indices, data):
+    """The sorted unique COO entries (rows int64, cols int64, values) of CSR arrays with sorted columns: what
+    :func:`coo_sum` returns, for :func:`condense` (the row of entry k: how many row ends are at or before k)."""
+    xp = get_array_module(data)
+    rows = xp.searchsorted(indptr[1:], xp.arange(int(data.size), dtype=indptr.dtype), side="right")
+    return rows.astype(xp.int64), indices.astype(xp.int64), data
+
+
 def condense(rows, cols, vals, b, n: int, fixed, values):
     """Dirichlet by condensation on sorted unique COO entries (``coo_sum``): (indptr int32, indices int32,
     data float64 of the free block, b_f - A_fd u_d, free DOFs int64), all arrays of the input's module."""

@@ -13,6 +13,8 @@ Vector fields (elasticity) interleave their components: component c of scalar DO
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -248,27 +250,43 @@ def _stack_exact(values, ncomp: int, gradient: bool):
     return xp.stack([xp.stack(list(g), axis=-1) for g in parts], axis=-2)
 
 
+#: quadrature points per block of :func:`error_norms` (cells x rule points): bounds its temporaries (a few arrays of
+#: this many (ncomp, d) values: ~100 MB at 2^22) whatever the mesh size
+NORM_BLOCK_POINTS = 1 << 22
+
+
 def error_norms(mesh: SimplexMesh, dm: DofMap, el: Element, u, exact, grad_exact, ncomp: int = 1,
-                order: int | None = None) -> tuple[float, float]:
+                order: int | None = None, with_exact: bool = False):
     """(L2 error, H1-seminorm error) of the field u (n_dofs ncomp, interleaved) against an exact solution, by a rule
-    of ``order`` (default 2 degree + 2). exact(x, y[, z]) returns the value (ncomp 1) or a sequence of ncomp values;
-    grad_exact the d partial derivatives (ncomp 1) or ncomp sequences of them."""
+    of ``order`` (default 2 degree + 2); with ``with_exact`` also ||exact||_L2 by the same rule (what the L2 error is
+    relative to: one pass, not two). exact(x, y[, z]) returns the value (ncomp 1) or a sequence of ncomp values;
+    grad_exact the d partial derivatives (ncomp 1) or ncomp sequences of them. The cells go in blocks of
+    ``NORM_BLOCK_POINTS`` quadrature points (the sums are float64 accumulations over blocks)."""
     _check(mesh, dm, el)
-    jinv, det = geometry(mesh)
-    xp = get_array_module(det)
+    xp = get_array_module(mesh.points)
     xi, w, phi, ref_grad = _rule(mesh, el, 2 * el.degree + 2 if order is None else order)
-    X = quadrature_points(mesh, xi)
-    coords = [X[..., a] for a in range(mesh.dim)]
-    ue = xp.asarray(u).reshape(-1, ncomp)[dm.cell_dofs]                   # (m, k, ncomp)
-    uh = xp.matmul(phi[None], ue)                                        # (m, q, ncomp)
-    # reference gradients of u_h first ((m, q, ncomp, d): k times fewer products than the basis' physical gradients)
-    ref = xp.matmul(ref_grad.transpose(0, 2, 1)[None], ue[:, None]).transpose(0, 1, 3, 2)
-    gh = xp.matmul(ref, jinv[:, None])                                   # (m, q, ncomp, d)
-    du = uh - _stack_exact(exact(*coords), ncomp, gradient=False)
-    dg = gh - _stack_exact(grad_exact(*coords), ncomp, gradient=True)
-    l2 = xp.sum(det * ((du * du).sum(axis=2) @ w))
-    h1 = xp.sum(det * ((dg * dg).sum(axis=(2, 3)) @ w))
-    return float(xp.sqrt(l2)), float(xp.sqrt(h1))
+    uu = xp.asarray(u).reshape(-1, ncomp)
+    step = max(1, NORM_BLOCK_POINTS // int(w.shape[0]))
+    l2 = h1 = ex = 0.0
+    for start in range(0, mesh.n_cells, step):
+        part = dataclasses.replace(mesh, cells=mesh.cells[start:start + step])
+        jinv, det = geometry(part)
+        X = quadrature_points(part, xi)
+        coords = [X[..., a] for a in range(mesh.dim)]
+        ue = uu[dm.cell_dofs[start:start + step]]                              # (b, k, ncomp)
+        uh = xp.matmul(phi[None], ue)                                          # (b, q, ncomp)
+        # reference gradients of u_h first ((b, q, ncomp, d): k times fewer products than the physical gradients)
+        ref = xp.matmul(ref_grad.transpose(0, 2, 1)[None], ue[:, None]).transpose(0, 1, 3, 2)
+        gh = xp.matmul(ref, jinv[:, None])                                     # (b, q, ncomp, d)
+        ue_x = _stack_exact(exact(*coords), ncomp, gradient=False)
+        du = uh - ue_x
+        dg = gh - _stack_exact(grad_exact(*coords), ncomp, gradient=True)
+        l2 += xp.sum(det * ((du * du).sum(axis=2) @ w))
+        h1 += xp.sum(det * ((dg * dg).sum(axis=(2, 3)) @ w))
+        if with_exact:
+            ex += xp.sum(det * ((ue_x * ue_x).sum(axis=2) @ w))
+    out = (float(np.sqrt(float(l2))), float(np.sqrt(float(h1))))
+    return out + (float(np.sqrt(float(ex))),) if with_exact else out
 
 
 def rigid_body_modes(points):

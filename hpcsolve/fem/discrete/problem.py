@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from hpcsolve.core import backends
 from hpcsolve.core.backends import get_array_module, to_host
@@ -216,7 +217,8 @@ class TrianglePath:
 
     coefficient = staticmethod(lambda case, mesh: coefficient_per_cell(case, mesh))
     upload = staticmethod(lambda mesh, xp: device.upload(mesh, xp))
-    element_system = staticmethod(lambda case, mesh, coef: _element_system(case, mesh, coef))
+    element_system = staticmethod(lambda case, mesh, coef, matrix=True: _element_system(case, mesh, coef))
+    fused_matrix = staticmethod(lambda case, mesh, coef: None)       # element matrices and a COO sum, always
     neumann_parts = staticmethod(lambda case, mesh, ncomp: _neumann_parts(case, mesh, ncomp))
     fixed_dofs = staticmethod(lambda case, mesh: fixed_dofs(case, mesh))
 
@@ -236,12 +238,14 @@ def _assemble(case, mesh: Mesh, t0: float, t1: float, xp=None, backend=None, pat
     coef = path.coefficient(case, mesh)
     dmesh = path.upload(mesh, xp) if xp is not None else None
     ncomp, n = path.shape(case, mesh)
-    dofs, local, b, exact = path.element_system(case, dmesh if dmesh is not None else mesh, coef)
+    where = dmesh if dmesh is not None else mesh
+    fused = path.fused_matrix(case, where, coef)           # a matrix made without element matrices, or None
+    dofs, local, b, exact = path.element_system(case, where, coef, matrix=fused is None)
     if dmesh is None:
-        K = assembly._to_csr(dofs, local, n)
+        K = assembly._to_csr(dofs, local, n) if fused is None else sp.csr_matrix(fused[::-1], shape=(n, n))
         kvals = K.data
     else:
-        rows, cols, kvals = device.coo_sum(dofs, local, n)
+        rows, cols, kvals = device.coo_sum(dofs, local, n) if fused is None else device.csr_entries(*fused)
         device.synchronize(xp)         # the assembly's own time, not left to the next phase's first sync
     del local
     t2 = time.perf_counter()

@@ -196,6 +196,20 @@ def test_vector_error_norms_and_elasticity_input_checks():
     assert D[0, 0] == pytest.approx(2.0 * 0.75 / (1.25 * 0.5)) and D[3, 3] == pytest.approx(2.0 / 2.5)
 
 
+def test_error_norms_in_blocks_equal_one_pass_and_give_the_exact_norm(monkeypatch):
+    sm = box(3, 2, 2)
+    el, dm = element(3, 2), dofmap(sm, 2)
+    exact, grad = problem.MANUFACTURED["sin_sin_sin"][:2]
+    u = exact(*dm.points.T) + 0.01 * np.cos(7.0 * dm.points[:, 0])
+    whole = fa.error_norms(sm, dm, el, u, exact, grad, with_exact=True)
+    monkeypatch.setattr(fa, "NORM_BLOCK_POINTS", 100)           # 4 cells a block: 18 blocks
+    blocks = fa.error_norms(sm, dm, el, u, exact, grad, with_exact=True)
+    assert whole[0] > 1e-3 and np.allclose(blocks, whole, rtol=1e-13, atol=0)
+    # ||sin(pi x) sin(pi y) sin(pi z)||_L2 on the unit cube is 1/(2 sqrt 2); the 14-point rule on 72 cells is close
+    assert whole[2] == pytest.approx(0.5 ** 1.5, rel=2e-2)
+    assert fa.error_norms(sm, dm, el, 0 * u, exact, grad)[0] == pytest.approx(whole[2], rel=1e-13)
+
+
 @pytest.mark.parametrize("degree", [1, 2])
 def test_per_facet_tractions_a_closed_surface_under_pressure_carries_no_net_force(degree):
     sm = jiggled_box(2, seed=3)

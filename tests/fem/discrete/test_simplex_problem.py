@@ -4,6 +4,8 @@ host's, the result files, the size the case implies and the refusals of inputs t
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 
@@ -73,6 +75,7 @@ def test_lame_cylinder_within_one_percent_at_the_shipped_mesh():
     ("thick_cylinder", ("mesh.nx=2", "mesh.ny=3", "mesh.nz=1")),
     ("poisson_p2", ("mesh.nx=5",)),
     ("poisson3d_manufactured", ("mesh.nx=3", 'problem.element="P2"')),
+    ("poisson3d_manufactured", ("mesh.nx=3",)),
 ])
 def test_the_device_assembly_path_equals_the_host_one(name, over):
     """problem.build with xp = numpy runs the device path (COO sum and condensation by array operations, what CuPy
@@ -133,14 +136,43 @@ def test_the_memory_models_entries_per_row_hold(name, over):
     assert 0.8 * memory.nnz_per_row(case) <= per_row <= memory.nnz_per_row(case)
 
 
-def test_geometric_multigrid_is_refused_on_tetrahedra_and_auto_takes_another():
-    """mg is written for P1 triangles of a grid: asked for on a box it is a CaseError naming solve.preconditioner;
-    auto on the same case resolves to a preconditioner that needs no grid."""
+@pytest.mark.parametrize("name, over, first", [
+    ("poisson3d_manufactured", ("mesh.nx=16",), "geometric"),
+    ("thick_cylinder", ('problem.element="P1"', "mesh.nx=4", "mesh.ny=8", "mesh.nz=8"), "geometric"),
+    ("poisson3d_manufactured", ("mesh.nx=12", 'problem.element="P2"'), "p-coarsening"),
+    ("poisson_p2", ("mesh.nx=32",), "p-coarsening"),
+    ("thick_cylinder", (), "p-coarsening"),
+])
+def test_geometric_multigrid_on_boxes_and_p2_meshes_solves_as_amg_does(name, over, first):
+    """mg on a generator's box of tetrahedra (P1 interpolation from the box with half the cells) and on P2 meshes
+    (a p-multigrid level to P1 first): the solution of amg, to the solver's tolerance, in a few cycles."""
+    mg = _run(name, *over, 'solve.preconditioner="mg"', 'solve.reference="never"')
+    amg = _run(name, *over, 'solve.preconditioner="amg"', 'solve.reference="never"')
+    info = mg.metrics["preconditioner_info"]
+    assert mg.status == "converged" and mg.metrics["preconditioner"] == "mg"
+    assert info["level_kinds"][0] == first and "geometric" in info["level_kinds"]
+    key = "u" if "u" in mg.fields else "displacement"
+    u, v = mg.fields[key], amg.fields[key]
+    assert np.abs(u - v).max() <= 1e-6 * np.abs(v).max()
+    assert mg.metrics["iterations"] <= 40
+
+
+def test_p2_mg_on_a_mesh_without_a_grid_aggregates_below_its_p1_level():
+    mg = _run("poisson_p2", "mesh.nx=8", "mesh.refine=1", 'solve.preconditioner="mg"', 'solve.reference="never"')
+    kinds = mg.metrics["preconditioner_info"]["level_kinds"]
+    assert mg.status == "converged" and kinds[0] == "p-coarsening" and "geometric" not in kinds
+
+
+def test_geometric_multigrid_is_refused_on_p1_tetrahedra_without_a_grid():
+    """P1 on tetrahedra of a file (no generator's grid of nodes): mg is a CaseError naming solve.preconditioner; auto
+    on the same mesh resolves to a preconditioner that needs no grid."""
+    case = _case("poisson3d_manufactured", "mesh.nx=4", 'solve.preconditioner="mg"')
+    fm = problem.build_mesh(case)
+    no_grid = dataclasses.replace(fm, mesh=dataclasses.replace(fm.mesh, info={}), exact_norms={})
     with pytest.raises(CaseError, match="solve.preconditioner"):
-        _run("poisson3d_manufactured", "mesh.nx=4", 'solve.preconditioner="mg"')
-    case = _case("poisson3d_manufactured", "mesh.nx=4")
-    spec = choices.preconditioner_spec(case, problem.build_mesh(case), get_precision("fp64"))
-    assert not spec.needs_grid
+        choices.preconditioner_spec(case, no_grid, get_precision("fp64"))
+    auto = _case("poisson3d_manufactured", "mesh.nx=4")
+    assert not choices.preconditioner_spec(auto, no_grid, get_precision("fp64")).needs_grid
 
 
 @pytest.mark.parametrize("name, over, field", [

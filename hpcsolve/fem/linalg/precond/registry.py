@@ -276,7 +276,8 @@ register(PreconditionerSpec("none", "no preconditioner (plain CG)", build=lambda
 register(PreconditionerSpec("jacobi", "diagonal scaling, fused into the CG kernels", build=lambda inputs: Jacobi(),
                             distributed=True, cost=Cost(iterations_per_sqrt_n=4.0, vectors=10)))
 register(PreconditionerSpec(
-    "mg", "geometric multigrid V-cycle", build=_Multigrid("mg"), needs_grid=True, fallback="amg", near_nullspace=True,
+    "mg", "geometric multigrid V-cycle (P1 on the generators' grids, 2D and 3D; P2 on any mesh through a p-multigrid "
+          "level to P1)", build=_Multigrid("mg"), needs_grid=True, fallback="amg", near_nullspace=True,
     cycle=True, options_field="multigrid", memory=_multigrid_memory(0),
     cost=Cost(size_exponent={1: 0.05, 2: 0.12}, fixed_iterations=30,
               setup_s={"cpu": (3e-3, 0.5e-6), "gpu": (45e-3, 0.03e-6)})))
