@@ -168,7 +168,8 @@ def preconditioner_used(pc, info: dict | None, grid=None) -> tuple[str, str]:
     preconditioner object) and the hierarchy's ``info`` (``Multigrid.info``). Geometric multigrid ("mg") halves the
     grid while its cells are even: on a grid of odd cells (mesh.nx = 255) it builds no geometric level and every level
     is aggregation, which is its ``fallback`` (algebraic multigrid, "amg", the note says why); with some geometric
-    levels before the aggregation ones it stays "mg" and the note counts them. ``grid``: the mesh's (nx, ny) cells."""
+    levels before the aggregation ones it stays "mg" and the note counts them (a P2 run's p-multigrid level first is
+mg's own, with or without geometric levels below). ``grid``: the mesh's cells per axis (2 or 3)."""
     spec = registry.spec_of(pc) if isinstance(pc, Preconditioner) else registry.get(pc)
     name = spec.name
     if not spec.needs_grid or not info:
@@ -177,14 +178,18 @@ def preconditioner_used(pc, info: dict | None, grid=None) -> tuple[str, str]:
     geometric, aggregation = kinds.count("geometric"), kinds.count("aggregation")
     if not aggregation:
         return name, ""
-    nx, ny = (int(grid[0]), int(grid[1])) if grid is not None else (None, None)
-    cells = f"the {nx} x {ny}-cell grid" if nx is not None else "the grid"
     amg = f" ({info['amg']})" if info.get("amg") else ""
+    plural = lambda n, what: f"{n} {what} level{'s' if n > 1 else ''}"          # noqa: E731
+    p_level = "a p-multigrid level to P1, then " if kinds and kinds[0] == "p-coarsening" else ""
+    if p_level and not geometric:       # P2 on a mesh without a grid of vertices: aggregation below its P1 level
+        return name, f"{name}: {p_level}{plural(aggregation, 'aggregation')}{amg} (the P1 vertices have no grid to halve)"
+    sizes = [int(c) for c in grid] if grid is not None else None
+    cells = f"the {' x '.join(map(str, sizes))}-cell grid" if sizes else "the grid"
     if not geometric and spec.fallback:
         return spec.fallback, (f"{name} fell back to aggregation AMG{amg}: {cells} cannot be halved (geometric multigrid "
                                "needs an even number of cells a side), so every level is aggregation; for geometric "
-                               "levels choose mesh.nx (and mesh.ny) divisible by a power of two, or ask for "
+                               "levels choose mesh.nx (and mesh.ny, mesh.nz) divisible by a power of two, or ask for "
                                f"solve.preconditioner = '{spec.fallback}'")
-    coarse = (f"the {nx >> geometric} x {ny >> geometric}-cell grid" if nx is not None else "a grid")
-    return name, (f"{name}: {geometric} geometric level{'s' if geometric > 1 else ''}, then {aggregation} aggregation "
-                  f"level{'s' if aggregation > 1 else ''}{amg} below {coarse}, which cannot be halved")
+    coarse = f"the {' x '.join(str(c >> geometric) for c in sizes)}-cell grid" if sizes else "a grid"
+    return name, (f"{name}: {p_level}{plural(geometric, 'geometric')}, then {plural(aggregation, 'aggregation')}{amg} "
+                  f"below {coarse}, which cannot be halved")

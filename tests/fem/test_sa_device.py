@@ -348,14 +348,22 @@ def test_a_level_the_strength_threshold_cannot_coarsen_is_aggregated_along_every
     assert rep.preconditioner["rows"] == [rows[0]]
 
 
-def test_a_coarse_level_denser_than_its_rule_is_aggregated_again():
-    """P2 tetrahedra under elasticity: pyamg's standard aggregation at 0.08 made a coarse level 8.7 times as dense as
-    the fine one (operator complexity 12); the dense-coarsening rule rebuilds it along every connection."""
+@pytest.mark.parametrize("setup", ["pyamg", "device"])
+def test_a_coarse_level_denser_than_its_rule_is_aggregated_again(setup, monkeypatch):
+    """P2 tetrahedra under elasticity at strength 0.08: pyamg's standard aggregation made a coarse level 8.7 times as
+    dense as the fine one (operator complexity 12 at 21k unknowns); the dense-coarsening rule rebuilds it along every
+    connection (the row rule switched off here, so that this one is what acts on both set-ups)."""
     s = assemble(str(CASES / "thick_cylinder.toml"), ["mesh.nx=2", "mesh.ny=6", "mesh.nz=8"])
     nns = aggregation.rigid_body_modes(s.mesh.points, s.free)
-    opts = {"amg_setup": "pyamg", "coarse_size": 50, "strength": 0.08, "coarse_strength": 0.05}
+    opts = {"amg_setup": setup, "coarse_size": 50, "strength": 0.08, "coarse_strength": 0.05}
+    for mod in (aggregation, sd):
+        monkeypatch.setattr(mod, "SLOW_COARSENING", float("inf"))
     x, rep = solve(s.A, s.b, preconditioner=Multigrid("amg", opts, near_nullspace=nns), rtol=1e-8)
     assert rep.converged and rep.preconditioner["operator_complexity"] < 1.5
+    for mod in (aggregation, sd):
+        monkeypatch.setattr(mod, "DENSE_COARSENING", float("inf"))
+    _, rep = solve(s.A, s.b, preconditioner=Multigrid("amg", opts, near_nullspace=nns), rtol=1e-8)
+    assert rep.preconditioner["operator_complexity"] > 3.0
 
 
 def test_several_near_null_vectors_take_the_system_strength_on_the_first_level():

@@ -158,9 +158,14 @@ def test_geometric_multigrid_on_boxes_and_p2_meshes_solves_as_amg_does(name, ove
 
 
 def test_p2_mg_on_a_mesh_without_a_grid_aggregates_below_its_p1_level():
-    mg = _run("poisson_p2", "mesh.nx=8", "mesh.refine=1", 'solve.preconditioner="mg"', 'solve.reference="never"')
+    mg = _run("poisson_p2", "mesh.nx=16", "mesh.refine=1", 'solve.preconditioner="mg"', 'solve.reference="never"')
     kinds = mg.metrics["preconditioner_info"]["level_kinds"]
     assert mg.status == "converged" and kinds[0] == "p-coarsening" and "geometric" not in kinds
+    assert "aggregation" in kinds and mg.metrics["preconditioner"] == "mg"
+    assert "p-multigrid level to P1, then" in mg.metrics["preconditioner_note"]
+    # below coarse_size the p-level is not built: the whole (small) matrix is the coarsest level
+    small = _run("poisson_p2", "mesh.nx=4", 'solve.preconditioner="mg"', 'solve.reference="never"')
+    assert small.metrics["preconditioner_info"]["level_kinds"] == ["direct"] and small.metrics["iterations"] <= 5
 
 
 def test_geometric_multigrid_is_refused_on_p1_tetrahedra_without_a_grid():

@@ -156,6 +156,10 @@ class GeometricBuilder(HierarchyBuilder):
                 raise CaseError.invalid("grid", f"{g.n_vertices} vertices and {g.edge_ends.shape[0]} edges, {g.ncomp} "
                                         f"per node, {n} free unknowns", f"a P2 numbering whose free unknowns are the "
                                         f"{A.n} rows of the matrix", why="the p-multigrid level interpolates on it")
+            if g.vertex_cells is not None and int(np.prod([c + 1 for c in g.vertex_cells])) != g.n_vertices:
+                raise CaseError.invalid("grid", f"{' x '.join(map(str, g.vertex_cells))} cells of vertices",
+                                        f"a grid of the {g.n_vertices} vertices", why="the P1 level's geometric "
+                                        "multigrid interpolates on it")
             return
         if min(g.cells) < 1 or g.ncomp < 1 or g.nz < 0:
             raise CaseError.invalid("grid", (*g.cells, g.ncomp), "cells per axis and ncomp >= 1 (nz 0: 2D)")
@@ -179,7 +183,8 @@ class GeometricBuilder(HierarchyBuilder):
         grid = self.grid
         plow = A.low          # where the Galerkin products run (None: the host's sparse module)
         if isinstance(grid, QuadraticGrid):       # P2: first the P1 functions of the same mesh (pcoarsen)
-            grid, cur, nns = self._p_level(grid, cur, nns, xp, sparse)
+            big = cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1
+            grid, cur, nns = self._p_level(grid, cur, nns, xp, sparse) if big else (None, cur, nns)
         while grid is not None and grid.halvable() and cur.shape[0] > opts.coarse_size and len(mats) < opts.max_levels - 1:
             small = self.host_build_rows if xp is not np else self.host_products_rows
             if cur.shape[0] <= small and plow is not None and not plow.host_resident:     # the small levels: host
@@ -205,8 +210,11 @@ class GeometricBuilder(HierarchyBuilder):
 
     def _p_level(self, q: QuadraticGrid, cur, nns, xp, sparse):
         """Append the P2 -> P1 level; returns (the P1 level's StructuredGrid or None, its matrix R A P by a sparse
-        triple product, the near-null space injected at the vertices)."""
+        triple product, the near-null space injected at the vertices); where the P1 level would be empty or no
+        smaller, nothing is appended (aggregation from the top)."""
         P, vfree, rows = p_prolongation(q, xp, sparse)
+        if P.shape[1] == 0 or P.shape[1] >= P.shape[0]:      # no free vertex (or no edge DOF): nothing to gain
+            return None, cur, nns
         R = P.T.tocsr()
         self.mats.append((cur, P, "p-coarsening", R))
         self.phases.done("prolongation")

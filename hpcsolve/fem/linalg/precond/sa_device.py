@@ -443,6 +443,8 @@ def sa_levels_xp(A, opts, B, max_levels: int, xp, sparse, structure: SAStructure
         if not reuse and theta > 0 and Ac.nnz > DENSE_COARSENING * A.nnz:   # aggregates too small for their candidates
             agg, count = _aggregate(G, 0.0, opts, B.shape[1], block, xp)
             T, Bc = tentative(agg, count, B, xp, sparse)
+            if T.shape[1] >= A.shape[0]:
+                break
             P, Ac = smoothed_level(A, T, rho, dinv, xp, sparse)
         if not reuse:
             out.aggregates.append(agg)
