@@ -16,6 +16,7 @@ from hpcsolve.fem.discrete import fe_assembly as fa
 from hpcsolve.fem.discrete.elements import element
 from hpcsolve.fem.discrete.simplex_gen import box, dofmap
 from hpcsolve.fem.linalg.kernels_numpy_low import low_ops
+from hpcsolve.fem.linalg.precond import geometric as geo
 from hpcsolve.fem.linalg.precond import multigrid as mgm
 from hpcsolve.fem.linalg.precond.geometric import StructuredGrid, coarse_rows_in_fine, galerkin_by_probing, \
     geometric_prolongation
@@ -56,8 +57,11 @@ def test_prolongation_is_exact_for_linear_fields_and_the_coarse_operator_is_the_
     assert abs(P.T @ A @ P - Ac).max() < 1e-13 * abs(Ac).max()
 
 
+@pytest.mark.parametrize("block", [27, 9, 4])
 @pytest.mark.parametrize("ncomp", [1, 3])
-def test_galerkin_by_probing_in_27_colours_equals_the_sparse_triple_product(ncomp):
+def test_galerkin_by_probing_in_27_colours_equals_the_sparse_triple_product(ncomp, block, monkeypatch):
+    """In probe blocks of any width (geometric.PROBE_BLOCK: 9, a third of 3D's peak memory)."""
+    monkeypatch.setattr(geo, "PROBE_BLOCK", block)
     rng = np.random.default_rng(3)
     n = (6, 4, 4)
     interior = _interior(n)
