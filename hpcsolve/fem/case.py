@@ -290,7 +290,7 @@ class MultigridSection(StrictModel):
                                    "which rs reads as 0.25)")
     coarse_strength: float | None = Field(None, ge=0, le=1, description="sa: the threshold below the first "
                                           "aggregation level (default: as strength where strength is given)")
-    system_strength: float | None = Field(None, ge=0, le=1, description="sa: the first level's threshold where the "
+    system_strength: float | None = Field(None, ge=0, le=1, description="sa: the threshold of every level whose "
                                           "near-null space has several vectors (elasticity's rigid-body modes; "
                                           "default: amg's 0.02; as strength where strength is given)")
     flexible: bool = Field(True, description="flexible CG (robust to a slightly non-symmetric low-precision V-cycle)")

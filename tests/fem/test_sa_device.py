@@ -367,10 +367,11 @@ def test_a_coarse_level_denser_than_its_rule_is_aggregated_again(setup, monkeypa
 
 
 def test_several_near_null_vectors_take_the_system_strength_on_the_first_level():
-    """amg's defaults: 0.08 on a first level with one candidate, system_strength 0.02 with several (3D elasticity's
-    6 rigid-body modes), 0.05 below; a strength given alone holds everywhere."""
+    """amg's defaults: 0.08 on a first level with one candidate, 0.05 below, system_strength 0.02 on every level
+    with several (3D elasticity's 6 rigid-body modes); a strength given alone holds everywhere."""
     opts = MGOptions.from_dict({}, kind="amg")
-    assert (opts.strength_at(0, 1), opts.strength_at(0, 6), opts.strength_at(1, 6)) == (0.08, 0.02, 0.05)
+    assert (opts.strength_at(0, 1), opts.strength_at(1, 1), opts.strength_at(0, 6), opts.strength_at(1, 6)) == \
+        (0.08, 0.05, 0.02, 0.02)
     given = MGOptions.from_dict({"strength": 0.1}, kind="amg")
     assert (given.strength_at(0, 6), given.strength_at(2, 3)) == (0.1, 0.1)
     with pytest.raises(CaseError, match="system_strength"):

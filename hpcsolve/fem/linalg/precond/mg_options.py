@@ -29,8 +29,9 @@ AMG_SETUPS = ("auto", "device", "pyamg")
 #: where a kind's defaults differ from the dataclass's (mg's): smoothed aggregation ("amg" with amg = "sa") smooths
 #: with Chebyshev of degree 3 on a wider interval, [0.1, 1.1] x lambda_max (its levels' lambda_max is the set-up's
 #: Lanczos rho, where mg's power iteration underestimates and a wide interval diverges), and keeps connections above a
-#: strength of 0.08 on its first level, 0.05 below, 0.02 on a first level with several near-null vectors (3D
-#: elasticity's 6 rigid-body modes at 0.08: aggregates too small, set-up 4-9x as long, docs/design/fem_multigrid.md).
+#: strength of 0.08 on its first level, 0.05 below, 0.02 on every level with several near-null vectors (3D
+#: elasticity's 6 rigid-body modes at 0.08 / 0.05: aggregates too small, set-up 4-9x as long,
+#: docs/design/fem_multigrid.md).
 #: The choice and its measurements on the generated family
 #: (``hpcsolve.fem.discrete.amg_family``): docs/design/fem_multigrid.md
 KIND_DEFAULTS = {"amg": {"degree": 3, "cheby_lower": 0.1, "strength": 0.08, "coarse_strength": 0.05,
@@ -58,8 +59,8 @@ class MGOptions:
     strength: float = 0.0          # strength threshold (sa: symmetric |a_ij| >= strength sqrt(a_ii a_jj), 0 = pyamg's
                                    # default; rs: classical, 0 means 0.25); amg: on its first aggregation level
     coarse_strength: float | None = None  # sa: the threshold on the levels below the first (None: strength)
-    system_strength: float | None = None  # sa: the first level's threshold where the near-null space has several
-                                          # columns (elasticity's rigid-body modes; None: strength)
+    system_strength: float | None = None  # sa: the threshold of a level whose near-null space has several columns
+                                          # (elasticity's rigid-body modes; None: strength / coarse_strength)
     cheby_lower: float = 0.3       # Chebyshev interval [cheby_lower, 1.1] x lambda_max(D^-1 A)
     jacobi_weight: float = 4.0 / 3.0  # damped Jacobi: omega = jacobi_weight / lambda_max
     power_iterations: int = 15     # power iterations estimating lambda_max(D^-1 A) per level
@@ -128,9 +129,11 @@ class MGOptions:
 
     def strength_at(self, level: int, candidates: int = 1) -> float:
         """The strength threshold of aggregation level ``level`` (0: the first) for a near-null space of
-        ``candidates`` columns on that level."""
+        ``candidates`` columns on that level: ``system_strength`` on every level where there are several."""
+        if candidates > 1 and self.system_strength is not None:
+            return self.system_strength
         if level == 0:
-            return self.system_strength if candidates > 1 and self.system_strength is not None else self.strength
+            return self.strength
         return self.strength if self.coarse_strength is None else self.coarse_strength
 
     @property
