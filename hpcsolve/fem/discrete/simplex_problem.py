@@ -156,6 +156,10 @@ class FEMesh:
         cells = self.info.get("grid")
         if self.dofmap.degree == 2:
             return QuadraticGrid(self.mesh.n_points, p2_edge_ends(self), free, ncomp, cells)
+        if cells is None:
+            raise CaseError.invalid("solve.preconditioner", "mg", "amg (or auto) for this mesh",
+                                    why=f"geometric multigrid on P1 elements needs a generator's grid of nodes; "
+                                        f"{self.source or 'this mesh'} has none")
         return StructuredGrid(cells[0], cells[1], free, ncomp, cells[2] if len(cells) == 3 else 0)
 
     def cell_type(self) -> str:

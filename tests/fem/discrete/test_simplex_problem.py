@@ -232,3 +232,11 @@ def test_a_gpu_run_of_the_generic_path_equals_the_numpy_run(gpu_backend_names, n
         for key in ("error_l2", "error_h1_seminorm", "probe_value", "discretisation_error"):
             if ref.metrics.get(key) is not None:
                 assert res.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-7, abs=1e-12), (bname, key)
+
+
+def test_the_multigrid_grid_of_a_p1_mesh_without_one_is_a_clear_error():
+    fm = problem.build_mesh(_case("poisson3d_manufactured", "mesh.nx=4"))
+    no_grid = dataclasses.replace(fm, mesh=dataclasses.replace(fm.mesh, info={}), exact_norms={})
+    with pytest.raises(CaseError, match="solve.preconditioner.*generator's grid"):
+        no_grid.multigrid_grid(np.arange(8), 1)
+    assert fm.multigrid_grid(np.arange(27), 1).cells == (4, 4, 4)
